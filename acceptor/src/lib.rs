@@ -1,0 +1,381 @@
+//! # acceptor: cairn's ingest API
+//!
+//! HTTP (axum) in front of the ledger's [`receipts::Acceptor`]. A request is admitted in this
+//! order: bearer token (401), scope and dataset allowlist (403), body size (413), JSON shape
+//! with unknown fields refused (422), names, content decoding, credential scan and field
+//! limits (422). Only then does it reach the ledger, which answers with a durable receipt.
+//!
+//! ## Invariants
+//! - A refused request writes nothing: every check runs before the ledger is called, and the
+//!   ledger re-validates names at its own boundary.
+//! - A `202` receipt means the bytes, revision, head move and job are committed to disk
+//!   (`synchronous=FULL`). It does **not** mean the revision is indexed: `status` is
+//!   `queued_not_confirmed` until workers project and read back every backend.
+//! - No panic is reachable from input; every error is `{code, message, details?}` with a
+//!   stable `code` (see [`receipts::http::ApiError`]). Credentials found in content are named
+//!   by kind and byte offset, never echoed.
+//! - Batch items are independent: one refused item does not fail the others, and results come
+//!   back in request order.
+
+mod secrets;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRef, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use receipts::http::{read_json, ApiError, Auth};
+use receipts::{policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+pub use secrets::{scan as scan_for_secrets, Finding};
+
+/// Limits of the ingest API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptorConfig {
+    /// Largest body of a single-source request, in bytes.
+    pub max_body_bytes: usize,
+    /// Largest body of a batch request, in bytes.
+    pub max_batch_body_bytes: usize,
+    /// Most items in one batch.
+    pub max_batch_items: usize,
+}
+
+impl Default for AcceptorConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: policy::DEFAULT_MAX_BODY_BYTES,
+            max_batch_body_bytes: policy::DEFAULT_MAX_BATCH_BODY_BYTES,
+            max_batch_items: policy::DEFAULT_MAX_BATCH_ITEMS,
+        }
+    }
+}
+
+/// State shared by the acceptor's handlers.
+#[derive(Debug, Clone)]
+pub struct AcceptorState {
+    ledger: Arc<dyn Ledger>,
+    config: Arc<AcceptorConfig>,
+}
+
+impl FromRef<AcceptorState> for Arc<dyn Ledger> {
+    fn from_ref(state: &AcceptorState) -> Self {
+        state.ledger.clone()
+    }
+}
+
+/// The ingest API's routes, ready to merge into cairn's router.
+pub fn router(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> Router {
+    let state = AcceptorState { ledger, config: Arc::new(config) };
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/sources", post(put_source).delete(delete_source).get(get_source))
+        .route("/v1/sources/batch", post(put_batch))
+        .route("/v1/revisions/{id}", get(get_revision))
+        .route("/v1/revisions/{id}/content", get(get_content))
+        .route("/v1/blocks", post(block_content))
+        .with_state(state)
+}
+
+/// One source in a request body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceRequest {
+    dataset: String,
+    source_key: String,
+    content: Option<String>,
+    content_base64: Option<String>,
+    media_type: Option<String>,
+    tags: Option<Vec<String>>,
+    metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    items: Vec<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceQuery {
+    dataset: String,
+    source_key: String,
+    reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockRequest {
+    dataset: String,
+    content_sha256: String,
+    reason: String,
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn readyz(State(state): State<AcceptorState>) -> Result<Json<Value>, ApiError> {
+    state.ledger.ping().await?;
+    Ok(Json(json!({ "status": "ready", "ledger": "reachable" })))
+}
+
+/// Checks a request item and turns it into a submission. Everything that can refuse the
+/// request runs here, before the ledger sees it.
+fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
+    let principal = auth.require(Scope::Ingest)?;
+    validate::dataset(&request.dataset)?;
+    validate::source_key(&request.source_key)?;
+    principal.require_dataset(&request.dataset)?;
+    let bytes = match (request.content, request.content_base64) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::unprocessable(
+                "conflicting_content",
+                "give either `content` or `content_base64`, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::unprocessable("missing_content", "give `content` or `content_base64`"))
+        }
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|error| ApiError::unprocessable("invalid_base64", format!("content_base64 is not valid base64: {error}")))?,
+    };
+    validate::content(&bytes)?;
+    if let Some(finding) = secrets::scan(&bytes) {
+        return Err(ApiError::unprocessable(
+            "secret_detected",
+            format!(
+                "content carries a credential ({}) at byte offset {}; remove it and resubmit",
+                finding.kind, finding.offset
+            ),
+        )
+        .with_details(json!({ "kind": finding.kind, "offset": finding.offset })));
+    }
+    let document = Document {
+        bytes,
+        media_type: request.media_type.unwrap_or_else(|| "text/plain".to_owned()),
+        tags: request.tags.unwrap_or_default(),
+        metadata: request.metadata.unwrap_or_default(),
+    };
+    validate::media_type(&document.media_type)?;
+    validate::tags(&document.tags)?;
+    validate::metadata(&document.metadata)?;
+    Ok(Submission {
+        dataset: request.dataset,
+        source_key: request.source_key,
+        actor: principal.actor(),
+        change: Change::Put(document),
+    })
+}
+
+async fn accept_one(state: &AcceptorState, submission: Submission) -> Result<Response, ApiError> {
+    let mut results = state.ledger.accept(vec![submission]).await;
+    let receipt = results
+        .pop()
+        .unwrap_or_else(|| Err(LedgerError::Unavailable("the ledger returned no result".to_owned())))?;
+    Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
+}
+
+async fn put_source(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    auth.require(Scope::Ingest)?;
+    let request: SourceRequest = read_json(&headers, body, state.config.max_body_bytes).await?;
+    let submission = admit(&auth, request)?;
+    accept_one(&state, submission).await
+}
+
+fn item_error(index: usize, error: ApiError) -> Value {
+    let mut value = json!({
+        "index": index,
+        "accepted": false,
+        "http_status": error.status.as_u16(),
+        "code": error.code,
+        "message": error.message,
+    });
+    if let (Some(details), Some(object)) = (error.details, value.as_object_mut()) {
+        object.insert("details".to_owned(), details);
+    }
+    value
+}
+
+async fn put_batch(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    auth.require(Scope::Ingest)?;
+    let request: BatchRequest = read_json(&headers, body, state.config.max_batch_body_bytes).await?;
+    if request.items.is_empty() {
+        return Err(ApiError::unprocessable("empty_batch", "`items` must hold at least one item"));
+    }
+    if request.items.len() > state.config.max_batch_items {
+        return Err(ApiError::unprocessable(
+            "batch_too_large",
+            format!("{} items given; the limit is {}", request.items.len(), state.config.max_batch_items),
+        )
+        .with_details(json!({ "limit": state.config.max_batch_items })));
+    }
+    let mut results: Vec<Option<Value>> = vec![None; request.items.len()];
+    let mut admitted = Vec::new();
+    let mut slots = Vec::new();
+    for (index, item) in request.items.into_iter().enumerate() {
+        let parsed = serde_json::from_value::<SourceRequest>(item)
+            .map_err(|error| ApiError::unprocessable("invalid_json", format!("items[{index}]: {error}")))
+            .and_then(|request| admit(&auth, request));
+        match parsed {
+            Ok(submission) => {
+                slots.push(index);
+                admitted.push(submission);
+            }
+            Err(error) => results[index] = Some(item_error(index, error)),
+        }
+    }
+    if !admitted.is_empty() {
+        let written = state.ledger.accept(admitted).await;
+        for (index, result) in slots.into_iter().zip(written) {
+            results[index] = Some(match result {
+                Ok(receipt) => {
+                    let mut value = serde_json::to_value(receipt).unwrap_or(Value::Null);
+                    if let Some(object) = value.as_object_mut() {
+                        object.insert("index".to_owned(), json!(index));
+                    }
+                    value
+                }
+                Err(error) => item_error(index, ApiError::from(error)),
+            });
+        }
+    }
+    let results: Vec<Value> = results
+        .into_iter()
+        .enumerate()
+        .map(|(index, result)| {
+            result.unwrap_or_else(|| {
+                item_error(index, ApiError::from(LedgerError::Unavailable("no result".to_owned())))
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+fn source_query(query: Result<Query<SourceQuery>, QueryRejection>) -> Result<SourceQuery, ApiError> {
+    let Query(query) = query.map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
+    validate::dataset(&query.dataset)?;
+    validate::source_key(&query.source_key)?;
+    Ok(query)
+}
+
+async fn delete_source(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    query: Result<Query<SourceQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require(Scope::Ingest)?;
+    let query = source_query(query)?;
+    principal.require_dataset(&query.dataset)?;
+    if let Some(reason) = &query.reason {
+        if reason.len() > 1024 || reason.chars().any(char::is_control) {
+            return Err(ApiError::unprocessable("invalid_reason", "reason is at most 1024 printable characters"));
+        }
+    }
+    let submission = Submission {
+        dataset: query.dataset,
+        source_key: query.source_key,
+        actor: principal.actor(),
+        change: Change::Delete { reason: query.reason },
+    };
+    accept_one(&state, submission).await
+}
+
+async fn get_source(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    query: Result<Query<SourceQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let query = source_query(query)?;
+    principal.require_dataset(&query.dataset)?;
+    match state.ledger.source(&query.dataset, &query.source_key).await? {
+        Some(view) => Ok(Json(view).into_response()),
+        None => Err(LedgerError::SourceNotFound { dataset: query.dataset, source_key: query.source_key }.into()),
+    }
+}
+
+fn revision_id(text: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(text)
+        .map_err(|_| ApiError::unprocessable("invalid_revision_id", format!("`{text}` is not a revision id (UUID)")))
+}
+
+async fn get_revision(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let id = revision_id(&id)?;
+    let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
+    let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
+    // A revision outside the token's datasets is answered as absent: ids do not leak.
+    principal.require_dataset(&detail.revision.dataset).map_err(|_| not_found())?;
+    Ok(Json(detail).into_response())
+}
+
+async fn get_content(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let id = revision_id(&id)?;
+    let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
+    let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
+    principal.require_dataset(&detail.revision.dataset).map_err(|_| not_found())?;
+    let Some(sha256) = detail.revision.content_sha256 else {
+        return Err(ApiError::new(StatusCode::GONE, "revision_is_tombstone", format!("revision {id} deletes its source and has no content")));
+    };
+    let bytes = state
+        .ledger
+        .content(&sha256)
+        .await?
+        .ok_or_else(|| ApiError::from(LedgerError::Corrupt(format!("content {sha256} missing"))))?;
+    let media_type = detail.revision.media_type;
+    Ok((
+        [(header::CONTENT_TYPE, media_type), (header::ETAG, format!("\"{sha256}\""))],
+        bytes,
+    )
+        .into_response())
+}
+
+async fn block_content(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let principal = auth.require(Scope::OpsWrite)?;
+    let request: BlockRequest = read_json(&headers, body, state.config.max_body_bytes).await?;
+    principal.require_dataset(&request.dataset)?;
+    let block = ContentBlock {
+        dataset: request.dataset,
+        sha256: request.content_sha256.to_ascii_lowercase(),
+        reason: request.reason,
+        actor: principal.actor(),
+    };
+    state.ledger.block_content(block.clone()).await?;
+    Ok((StatusCode::CREATED, Json(block)).into_response())
+}

@@ -1,0 +1,86 @@
+//! Credential detection. Content that carries a private key block, a cloud access key or a
+//! common API token format is refused before anything is written. A finding names the kind
+//! and byte offset, never the secret itself.
+
+use std::sync::OnceLock;
+
+use regex::bytes::Regex;
+
+/// A credential found in content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Which kind of credential (stable name, e.g. `aws_access_key_id`).
+    pub kind: &'static str,
+    /// Byte offset of its first byte in the content.
+    pub offset: usize,
+}
+
+const PATTERNS: &[(&str, &str)] = &[
+    ("private_key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+    ("aws_access_key_id", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}\b"),
+    ("github_token", r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b"),
+    ("github_fine_grained_token", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b"),
+    ("gitlab_token", r"\bglpat-[A-Za-z0-9_\-]{20,}"),
+    ("slack_token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("google_api_key", r"\bAIza[0-9A-Za-z_\-]{35}"),
+    ("stripe_secret_key", r"\b[rs]k_live_[0-9A-Za-z]{24,}"),
+    ("anthropic_api_key", r"\bsk-ant-[a-z0-9]+-[A-Za-z0-9_\-]{40,}"),
+    ("openai_api_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}T3BlbkFJ[A-Za-z0-9_\-]{20,}"),
+    ("openai_project_key", r"\bsk-proj-[A-Za-z0-9_\-]{40,}"),
+    ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    ("pypi_token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
+];
+
+fn compiled() -> &'static [(&'static str, Regex)] {
+    static COMPILED: OnceLock<Vec<(&'static str, Regex)>> = OnceLock::new();
+    COMPILED.get_or_init(|| {
+        PATTERNS
+            .iter()
+            .filter_map(|(kind, pattern)| match Regex::new(pattern) {
+                Ok(regex) => Some((*kind, regex)),
+                Err(error) => {
+                    tracing::error!(kind, %error, "secret pattern does not compile");
+                    None
+                }
+            })
+            .collect()
+    })
+}
+
+/// The earliest credential in `content`, if any.
+pub fn scan(content: &[u8]) -> Option<Finding> {
+    compiled()
+        .iter()
+        .filter_map(|(kind, regex)| regex.find(content).map(|found| Finding { kind, offset: found.start() }))
+        .min_by_key(|finding| finding.offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_compiles() {
+        assert_eq!(compiled().len(), PATTERNS.len());
+    }
+
+    #[test]
+    fn finds_kinds_and_offsets() {
+        let aws = b"config: AKIAIOSFODNN7EXAMPLE rest";
+        assert_eq!(scan(aws), Some(Finding { kind: "aws_access_key_id", offset: 8 }));
+        let key = b"x\n-----BEGIN RSA PRIVATE KEY-----\nMIIE";
+        assert_eq!(scan(key), Some(Finding { kind: "private_key", offset: 2 }));
+        let openssh = b"-----BEGIN OPENSSH PRIVATE KEY-----";
+        assert_eq!(scan(openssh).map(|f| f.kind), Some("private_key"));
+        let github = format!("token=ghp_{}", "a1B2".repeat(9));
+        assert_eq!(scan(github.as_bytes()), Some(Finding { kind: "github_token", offset: 6 }));
+        let slack = b"xoxb-1234567890-abcdefghij";
+        assert_eq!(scan(slack).map(|f| f.kind), Some("slack_token"));
+    }
+
+    #[test]
+    fn ordinary_text_passes() {
+        assert_eq!(scan(b"The public key is published; AKIA is a prefix. sk-learn is a library."), None);
+        assert_eq!(scan("ünïcödé text with -----BEGIN PUBLIC KEY-----".as_bytes()), None);
+    }
+}

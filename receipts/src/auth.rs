@@ -1,0 +1,146 @@
+//! Tokens, scopes and principals. A token is a random secret shown once; the ledger stores only
+//! its SHA-256. A principal is what a verified token grants: scopes and an optional dataset
+//! allowlist.
+
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ids::sha256_hex;
+
+
+/// A permission a token can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Scope {
+    /// Submit and delete sources; read sources and revisions.
+    #[serde(rename = "ingest")]
+    Ingest,
+    /// Run searches.
+    #[serde(rename = "search")]
+    Search,
+    /// Read operational state.
+    #[serde(rename = "ops:read")]
+    OpsRead,
+    /// Act on jobs and content (requeue, cancel, block).
+    #[serde(rename = "ops:write")]
+    OpsWrite,
+    /// Everything.
+    #[serde(rename = "admin")]
+    Admin,
+}
+
+impl Scope {
+    /// Every scope.
+    pub const ALL: [Scope; 5] = [Scope::Ingest, Scope::Search, Scope::OpsRead, Scope::OpsWrite, Scope::Admin];
+
+    /// The scope's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Ingest => "ingest",
+            Scope::Search => "search",
+            Scope::OpsRead => "ops:read",
+            Scope::OpsWrite => "ops:write",
+            Scope::Admin => "admin",
+        }
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == text).ok_or_else(|| {
+            let valid: Vec<&str> = Scope::ALL.iter().map(|scope| scope.as_str()).collect();
+            format!("unknown scope `{text}`; valid scopes: {}", valid.join(", "))
+        })
+    }
+}
+
+/// What a verified token may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The token's id.
+    pub token_id: Uuid,
+    /// The token's name, used as the actor in history (`token:<name>`).
+    pub name: String,
+    /// Granted scopes.
+    pub scopes: Vec<Scope>,
+    /// Datasets the token may touch; `None` means all.
+    pub datasets: Option<Vec<String>>,
+}
+
+/// Why a principal may not do something.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// A scope is missing.
+    #[error("this token lacks the `{}` scope", .0.as_str())]
+    Scope(Scope),
+    /// A dataset is outside the allowlist.
+    #[error("this token may not access dataset `{0}`")]
+    Dataset(String),
+}
+
+impl Principal {
+    /// The actor name recorded in history.
+    pub fn actor(&self) -> String {
+        format!("token:{}", self.name)
+    }
+
+    /// Whether the token holds `scope` (admin holds every scope).
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+    }
+
+    /// Requires `scope`.
+    pub fn require(&self, scope: Scope) -> Result<(), Denied> {
+        if self.has(scope) {
+            Ok(())
+        } else {
+            Err(Denied::Scope(scope))
+        }
+    }
+
+    /// Requires that `dataset` is within the allowlist.
+    pub fn require_dataset(&self, dataset: &str) -> Result<(), Denied> {
+        match &self.datasets {
+            Some(allowed) if !allowed.iter().any(|name| name == dataset) => {
+                Err(Denied::Dataset(dataset.to_owned()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A token to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewToken {
+    /// Human name (used as the actor).
+    pub name: String,
+    /// Scopes.
+    pub scopes: Vec<Scope>,
+    /// Dataset allowlist (`None`: all datasets).
+    pub datasets: Option<Vec<String>>,
+    /// Who creates it.
+    pub created_by: String,
+}
+
+/// A freshly created token: the secret is shown once and never stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedToken {
+    /// The token's id.
+    pub id: Uuid,
+    /// The secret, `cairn_` followed by 43 base64url characters.
+    pub secret: String,
+}
+
+/// A new random token secret.
+pub fn generate_secret() -> String {
+    use base64::Engine;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("cairn_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The stored form of a secret.
+pub fn secret_hash(secret: &str) -> String {
+    sha256_hex(secret.as_bytes())
+}

@@ -1,0 +1,107 @@
+//! The ledger's error type. Each variant has a stable `code` and an HTTP status, so that every
+//! caller maps errors the same way; storage details are logged, never sent to clients.
+
+/// A ledger error.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The submission failed validation; nothing was written.
+    #[error("{message}")]
+    Invalid {
+        /// Stable code, e.g. `invalid_dataset`.
+        code: &'static str,
+        /// What is wrong, without echoing secrets.
+        message: String,
+    },
+    /// The content is blocked in this dataset by an operator.
+    #[error("content {sha256} is blocked in dataset `{dataset}`: {reason}")]
+    ContentBlocked {
+        /// Dataset.
+        dataset: String,
+        /// SHA-256 of the refused bytes.
+        sha256: String,
+        /// The operator's reason.
+        reason: String,
+    },
+    /// The source does not exist.
+    #[error("source `{source_key}` not found in dataset `{dataset}`")]
+    SourceNotFound {
+        /// Dataset.
+        dataset: String,
+        /// Source key.
+        source_key: String,
+    },
+    /// A named fault point fired (tests only).
+    #[error("injected fault at {0}")]
+    Injected(crate::faults::FaultPoint),
+    /// The ledger could not be reached (writer stopped, pool closed, disk I/O).
+    #[error("ledger unavailable: {0}")]
+    Unavailable(String),
+    /// A storage error that is not the caller's fault.
+    #[error("storage error: {0}")]
+    Storage(#[from] sqlx::Error),
+    /// Stored data that cairn cannot decode (a bug or a foreign write).
+    #[error("corrupt ledger row: {0}")]
+    Corrupt(String),
+}
+
+impl LedgerError {
+    /// Shorthand for a validation error.
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        LedgerError::Invalid { code, message: message.into() }
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LedgerError::Invalid { code, .. } => code,
+            LedgerError::ContentBlocked { .. } => "content_blocked",
+            LedgerError::SourceNotFound { .. } => "source_not_found",
+            LedgerError::Injected(_) => "injected_fault",
+            LedgerError::Unavailable(_) => "ledger_unavailable",
+            LedgerError::Storage(error) if is_unavailable(error) => "ledger_unavailable",
+            LedgerError::Storage(_) | LedgerError::Corrupt(_) => "internal_error",
+        }
+    }
+
+    /// The HTTP status that goes with the code.
+    pub fn http_status(&self) -> u16 {
+        match self.code() {
+            "content_blocked" => 409,
+            "source_not_found" => 404,
+            "ledger_unavailable" => 503,
+            "internal_error" | "injected_fault" => 500,
+            _ => 422,
+        }
+    }
+
+    /// Whether repeating the same call later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.http_status(), 500 | 503)
+    }
+
+    /// The message to send to a client: internal details stay in the log.
+    pub fn public_message(&self) -> String {
+        match self {
+            LedgerError::Storage(_) | LedgerError::Corrupt(_) => {
+                "internal error in the ledger; see the server log".to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(database) => {
+            // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_IOERR (10), SQLITE_FULL (13),
+            // SQLITE_CANTOPEN (14): primary result code in the low byte.
+            let primary = database.code().and_then(|code| code.parse::<i64>().ok()).map(|c| c & 0xff);
+            matches!(primary, Some(5 | 6 | 10 | 13 | 14))
+        }
+        _ => false,
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -1,0 +1,49 @@
+//! Identifiers.
+//!
+//! - **Revisions: UUID v5** over the revision's identity (dataset, source key, content SHA-256,
+//!   media type, sorted tags, canonical metadata). Deterministic so that re-accepting the exact
+//!   content of an earlier revision finds that revision again (it becomes head again instead of
+//!   a look-alike forming under a new id), and so that identical re-ingest is idempotent.
+//! - **Tombstones, jobs, tokens: UUID v7**: time-ordered records, each one a new event; sorting
+//!   by id sorts by creation time.
+//! - **History**: an integer sequence, the order in which the store recorded changes.
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::model::Document;
+
+/// Namespace for revision ids (a fixed v4 uuid, never change it: ids would change).
+const REVISION_NAMESPACE: Uuid = Uuid::from_u128(0x6f0c_0f5b_3c1e_4f8e_9a44_8f61_2a9d_c0de);
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Tags in canonical form: sorted, without duplicates.
+pub fn canonical_tags(tags: &[String]) -> Vec<String> {
+    let mut sorted = tags.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    sorted
+}
+
+/// The deterministic id of a content revision.
+pub fn revision_id(dataset: &str, source_key: &str, sha256: &str, document: &Document) -> Uuid {
+    // serde_json's map is ordered by key, so the metadata serialises canonically.
+    let identity = serde_json::json!([
+        dataset,
+        source_key,
+        sha256,
+        document.media_type,
+        canonical_tags(&document.tags),
+        document.metadata,
+    ]);
+    Uuid::new_v5(&REVISION_NAMESPACE, identity.to_string().as_bytes())
+}
+
+/// A new time-ordered id.
+pub fn new_v7() -> Uuid {
+    Uuid::now_v7()
+}

@@ -1,0 +1,70 @@
+//! The ledger's capability traits. Callers hold an `Arc<dyn Ledger>`; a Postgres ledger
+//! implements the same traits and passes the same conformance suite
+//! ([`crate::conformance`]).
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::auth::{CreatedToken, NewToken, Principal};
+use crate::error::Result;
+use crate::model::{
+    Acceptance, ContentBlock, HistoryEntry, LedgerCounts, LexicalHit, RevisionDetail, SourceView, Submission,
+};
+
+/// Durable acceptance: every method returns only after its writes are on disk.
+#[async_trait]
+pub trait Acceptor: Send + Sync {
+    /// Accepts submissions. Each result is independent: one refused item does not fail the
+    /// others. Concurrent calls are grouped into shared transactions.
+    async fn accept(&self, submissions: Vec<Submission>) -> Vec<Result<Acceptance>>;
+
+    /// Blocks exact content in a dataset; later submissions of those bytes are refused.
+    async fn block_content(&self, block: ContentBlock) -> Result<()>;
+}
+
+/// Reads of sources, revisions, content and the lexical index.
+#[async_trait]
+pub trait Reader: Send + Sync {
+    /// A source with its head and revision chain.
+    async fn source(&self, dataset: &str, source_key: &str) -> Result<Option<SourceView>>;
+
+    /// A revision with its latest job, receipts and history.
+    async fn revision(&self, id: Uuid) -> Result<Option<RevisionDetail>>;
+
+    /// Retained bytes by SHA-256.
+    async fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>>;
+
+    /// BM25 search over the passages of current, non-deleted heads.
+    async fn lexical_search(&self, query: &str, datasets: &[String], limit: u32) -> Result<Vec<LexicalHit>>;
+
+    /// The block on content in a dataset, if any.
+    async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>>;
+
+    /// History of one entity (`source` with `dataset/source_key`, `job`, `receipt` with
+    /// `job_id/backend`, `block` with `dataset/sha256`, `token`), oldest first.
+    async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>>;
+
+    /// Ledger-wide counts.
+    async fn counts(&self) -> Result<LedgerCounts>;
+
+    /// Succeeds when the ledger answers a query.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// API tokens.
+#[async_trait]
+pub trait Tokens: Send + Sync {
+    /// Creates a token and returns its secret (shown once).
+    async fn create_token(&self, token: NewToken) -> Result<CreatedToken>;
+
+    /// The principal of a valid, unrevoked token.
+    async fn authenticate(&self, secret: &str) -> Result<Option<Principal>>;
+
+    /// Number of unrevoked tokens.
+    async fn token_count(&self) -> Result<i64>;
+}
+
+/// The whole ledger.
+pub trait Ledger: Acceptor + Reader + Tokens + std::fmt::Debug + 'static {}
+
+impl<T: Acceptor + Reader + Tokens + std::fmt::Debug + 'static> Ledger for T {}

@@ -1,0 +1,70 @@
+//! # receipts: cairn's ledger
+//!
+//! The ledger is cairn's durable state and its domain model. Every other crate depends on it;
+//! it depends on none of them.
+//!
+//! ## Model
+//! - A **source** is `(dataset, source_key)`. Its **head** is the revision that is current.
+//! - A **revision** is one accepted state of a source: content (retained once per SHA-256 in
+//!   `contents`, however many revisions share it) plus media type, tags and metadata, or a
+//!   **tombstone** that deletes the source.
+//! - Accepting a revision queues one **projection job**, with one **projection receipt** per
+//!   configured backend (`relational`, `vector`, `graph`). A receipt becomes `verified` only
+//!   after a worker reads its write back (later issues).
+//! - **History** is append-only and written by the store itself (SQLite triggers), for every
+//!   head move, job state change, receipt state change and content block, whoever issued the
+//!   statement. cairn attributes its own writes (actor, cause, time); anything else is recorded
+//!   as `unattributed`.
+//!
+//! ## Invariants
+//! 1. A receipt ([`Acceptance`]) is returned only after the transaction that holds its bytes,
+//!    revision, head move, job and receipts has committed with `synchronous=FULL` under WAL:
+//!    an acknowledged submission survives a crash.
+//! 2. Acceptance is all or nothing per submission: bytes, revision, head move, superseding of
+//!    the previous head's unfinished job and receipts, the new job and receipts, and the
+//!    lexical index rows are written in one transaction (each submission in its own savepoint
+//!    inside a group commit). A failure at any step leaves no partial rows.
+//! 3. A source has exactly one head. At most one unfinished job exists per source: accepting a
+//!    new head marks the previous unfinished job and receipts `superseded`.
+//! 4. The lexical index (FTS5) holds the passages of current, non-deleted heads only; it is
+//!    updated in the same transaction as the head move, so lexical search never waits for a
+//!    worker and never returns a superseded or deleted revision.
+//! 5. Submitting bytes equal to the current head creates nothing (`duplicate`). Submitting the
+//!    content of an earlier revision makes that revision head again (a recorded head move).
+//! 6. Content blocked in a dataset is refused (`content_blocked`) before anything is written.
+//! 7. Every state column has a CHECK constraint; a running job holds a whole lease, nothing
+//!    else holds one. (Lease invariants of claims and heartbeats arrive with the worker.)
+//! 8. Times are integer epoch microseconds from an injected [`Clock`].
+//!
+//! ## Tasks
+//! [`SqliteLedger`] runs one writer task that owns the only write connection and commits
+//! queued operations in groups (see [`sqlite`]); reads use a pool of other connections.
+//!
+//! Ids are described in [`ids`].
+
+pub mod auth;
+pub mod clock;
+#[doc(hidden)]
+pub mod conformance;
+mod error;
+pub mod faults;
+#[cfg(feature = "http")]
+pub mod http;
+pub mod ids;
+mod ledger;
+pub mod model;
+pub mod passages;
+pub mod policy;
+pub mod sqlite;
+pub mod validate;
+
+pub use auth::{Principal, Scope};
+pub use clock::{Clock, ManualClock, Micros, SystemClock};
+pub use error::{LedgerError, Result};
+pub use ledger::{Acceptor, Ledger, Reader, Tokens};
+pub use model::{
+    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, HistoryEntry, Job, JobKind,
+    JobState, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, Revision, RevisionDetail,
+    SourceView, Submission,
+};
+pub use sqlite::{SqliteLedger, SqliteOptions};

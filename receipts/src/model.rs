@@ -1,0 +1,405 @@
+//! Domain types: states, revisions, jobs, projection receipts, history, acceptance receipts.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::clock::Micros;
+
+/// Declares a closed string enum with `Display`, `FromStr` (whose error lists the valid
+/// values) and serde in snake_case. One macro so that every state type behaves the same way.
+macro_rules! closed_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The stable text form stored in the ledger and sent over the wire.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text,)+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                match text {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownValue {
+                        kind: stringify!($name),
+                        value: text.to_owned(),
+                        valid: &[$($text,)+],
+                    }),
+                }
+            }
+        }
+    };
+}
+
+/// A text value that is not one of a closed enum's values.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown {kind} `{value}`; valid values: {}", valid.join(", "))]
+pub struct UnknownValue {
+    /// The enum's name.
+    pub kind: &'static str,
+    /// The value that was given.
+    pub value: String,
+    /// The values that would have been accepted.
+    pub valid: &'static [&'static str],
+}
+
+closed_enum! {
+    /// The state of a projection job.
+    JobState {
+        /// Waiting to be claimed.
+        Pending => "pending",
+        /// Held by a worker under a lease.
+        Running => "running",
+        /// Failed with a retryable error; claimable again at `run_at`.
+        RetryWait => "retry_wait",
+        /// Terminal: every backend verified (or excluded).
+        Completed => "completed",
+        /// Terminal: permanent error or attempts exhausted.
+        Dead => "dead",
+        /// Terminal: cancelled by an operator.
+        Cancelled => "cancelled",
+        /// Terminal: a newer revision became head before this job finished.
+        Superseded => "superseded",
+        /// Terminal: its leases kept expiring (it kills or hangs workers).
+        Quarantined => "quarantined",
+    }
+}
+
+impl JobState {
+    /// Whether no further transition is allowed except an operator's requeue.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Pending | JobState::Running | JobState::RetryWait)
+    }
+}
+
+closed_enum! {
+    /// The state of one backend's projection receipt for one job.
+    ReceiptState {
+        /// Not started.
+        Pending => "pending",
+        /// A worker is writing to the backend.
+        Running => "running",
+        /// Written, not yet read back.
+        Written => "written",
+        /// Read back and matched: the revision is searchable in this backend.
+        Verified => "verified",
+        /// A tombstone's exclusion is in place for this backend.
+        Excluded => "excluded",
+        /// The backend write failed for good.
+        Failed => "failed",
+        /// The job was superseded before this backend finished.
+        Superseded => "superseded",
+    }
+}
+
+closed_enum! {
+    /// A projection backend.
+    Backend {
+        /// Chunk rows in a relational store.
+        Relational => "relational",
+        /// Embedding points in a vector store.
+        Vector => "vector",
+        /// Nodes and edges in a graph store.
+        Graph => "graph",
+    }
+}
+
+closed_enum! {
+    /// What a projection job does.
+    JobKind {
+        /// Project a content revision into every configured backend.
+        Project => "project",
+        /// Exclude a deleted source from every configured backend.
+        Tombstone => "tombstone",
+    }
+}
+
+closed_enum! {
+    /// What acceptance did with a submission.
+    AcceptStatus {
+        /// A new head was recorded and a projection job queued; nothing is indexed yet.
+        QueuedNotConfirmed => "queued_not_confirmed",
+        /// The submission equals the current head: nothing was created.
+        Duplicate => "duplicate",
+    }
+}
+
+/// One change to a source, as submitted for acceptance.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    /// Dataset name (validated by [`crate::validate`]).
+    pub dataset: String,
+    /// Key of the source within its dataset.
+    pub source_key: String,
+    /// Who asks for the change (e.g. `token:ingest-bot`).
+    pub actor: String,
+    /// The change itself.
+    pub change: Change,
+}
+
+/// A new revision's content, or a deletion.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// New content for the source.
+    Put(Document),
+    /// Delete the source: a tombstone revision becomes head.
+    Delete {
+        /// Why the source is deleted, recorded on the tombstone and in history.
+        reason: Option<String>,
+    },
+}
+
+/// The content and descriptive fields of a revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    /// The bytes to retain.
+    pub bytes: Vec<u8>,
+    /// Media type, e.g. `text/plain`.
+    pub media_type: String,
+    /// Free-form tags.
+    pub tags: Vec<String>,
+    /// A JSON object of caller metadata.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The receipt for an accepted submission: the bytes are durable, projection is queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acceptance {
+    /// Always `true`: a refused submission is an error, not an acceptance.
+    pub accepted: bool,
+    /// Whether anything was created.
+    pub status: AcceptStatus,
+    /// Dataset of the source.
+    pub dataset: String,
+    /// Key of the source.
+    pub source_key: String,
+    /// The revision that is now head.
+    pub source_revision_id: Uuid,
+    /// The projection job for that revision.
+    pub projection_job_id: Uuid,
+    /// SHA-256 of the retained bytes (absent for a tombstone).
+    pub content_sha256: Option<String>,
+    /// Length of the retained bytes (0 for a tombstone).
+    pub byte_length: i64,
+    /// When the revision was first accepted.
+    pub accepted_at: Micros,
+    /// The head this acceptance replaced, if any.
+    pub previous_revision_id: Option<Uuid>,
+    /// Whether the head is a tombstone.
+    pub tombstone: bool,
+}
+
+/// A revision as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Revision {
+    /// Revision id (UUID v5 of its identity, or v7 for tombstones).
+    pub id: Uuid,
+    /// Dataset.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// SHA-256 of the content; `None` for a tombstone.
+    pub content_sha256: Option<String>,
+    /// Byte length of the content.
+    pub byte_length: i64,
+    /// Media type.
+    pub media_type: String,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Metadata object.
+    pub metadata: serde_json::Value,
+    /// Whether this revision deletes the source.
+    pub tombstone: bool,
+    /// The head this revision replaced when it was first accepted.
+    pub previous_revision_id: Option<Uuid>,
+    /// Who submitted it.
+    pub actor: String,
+    /// Why (tombstones).
+    pub reason: Option<String>,
+    /// When it was first accepted.
+    pub accepted_at: Micros,
+}
+
+/// A projection job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Job id (UUID v7).
+    pub id: Uuid,
+    /// The revision it projects.
+    pub revision_id: Uuid,
+    /// Dataset.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// What it does.
+    pub kind: JobKind,
+    /// Its state.
+    pub state: JobState,
+    /// Claim priority (higher first).
+    pub priority: i64,
+    /// Failures the job itself caused.
+    pub attempt: i64,
+    /// Failures allowed before the job is dead.
+    pub max_attempts: i64,
+    /// Leases lost to crashed or hung workers.
+    pub crashes: i64,
+    /// Not claimable before this time.
+    pub run_at: Micros,
+    /// The current lease (fencing token), if running.
+    pub lease_id: Option<Uuid>,
+    /// The worker holding the lease.
+    pub lease_owner: Option<String>,
+    /// When the lease runs out.
+    pub lease_expires_at: Option<Micros>,
+    /// The last heartbeat.
+    pub heartbeat_at: Option<Micros>,
+    /// The hard deadline of the current run.
+    pub deadline_at: Option<Micros>,
+    /// Code of the last error.
+    pub last_error_code: Option<String>,
+    /// Message of the last error.
+    pub last_error_message: Option<String>,
+    /// When the job was created.
+    pub created_at: Micros,
+    /// When its state last changed.
+    pub changed_at: Micros,
+}
+
+/// One backend's projection receipt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectionReceipt {
+    /// The backend.
+    pub backend: Backend,
+    /// Its state.
+    pub state: ReceiptState,
+    /// Read-back evidence (JSON), once verified.
+    pub evidence: Option<serde_json::Value>,
+    /// Last change.
+    pub updated_at: Micros,
+}
+
+/// One entry of the append-only history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Position in the ledger-wide history.
+    pub seq: i64,
+    /// When it happened.
+    pub at: Micros,
+    /// `source`, `job`, `receipt`, `block` or `token`.
+    pub entity: String,
+    /// Which one (e.g. the job id, `dataset/source_key`, `job_id/backend`).
+    pub entity_id: String,
+    /// What happened (`state`, `head_moved`, `blocked`, ...).
+    pub event: String,
+    /// The state or head before.
+    pub from: Option<String>,
+    /// The state or head after.
+    pub to: Option<String>,
+    /// Who made the change (`unattributed` for writes outside cairn).
+    pub actor: String,
+    /// Why.
+    pub cause: String,
+}
+
+/// A revision with its latest job, that job's receipts and the revision's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RevisionDetail {
+    /// The revision.
+    pub revision: Revision,
+    /// Whether it is the current head of its source.
+    pub is_head: bool,
+    /// Its latest projection job.
+    pub job: Option<Job>,
+    /// That job's receipts per backend.
+    pub receipts: Vec<ProjectionReceipt>,
+    /// Every transition that touched this revision, its jobs or receipts, oldest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+/// A source with its head and revision chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceView {
+    /// Dataset.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The current head.
+    pub head: Revision,
+    /// Whether the head is a tombstone.
+    pub deleted: bool,
+    /// Every revision of the source, newest first.
+    pub revisions: Vec<Revision>,
+    /// Head moves, oldest first.
+    pub head_history: Vec<HistoryEntry>,
+}
+
+/// An operator's block on exact content within a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentBlock {
+    /// Dataset the block applies to.
+    pub dataset: String,
+    /// SHA-256 (lowercase hex) of the blocked bytes.
+    pub sha256: String,
+    /// Why it is blocked.
+    pub reason: String,
+    /// Who blocked it.
+    pub actor: String,
+}
+
+/// A lexical (FTS5/BM25) hit over current heads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LexicalHit {
+    /// Dataset.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The head revision the passage belongs to.
+    pub revision_id: Uuid,
+    /// Passage index within the revision.
+    pub passage_index: i64,
+    /// Passage text.
+    pub text: String,
+    /// BM25 score (higher is better).
+    pub score: f64,
+}
+
+/// Ledger-wide counts for status pages.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerCounts {
+    /// Sources (including deleted ones).
+    pub sources: i64,
+    /// Sources whose head is a tombstone.
+    pub deleted_sources: i64,
+    /// Revisions.
+    pub revisions: i64,
+    /// Distinct retained contents.
+    pub contents: i64,
+    /// Bytes retained.
+    pub retained_bytes: i64,
+    /// Jobs per state.
+    pub jobs: std::collections::BTreeMap<String, i64>,
+    /// Receipts per backend and state (`backend/state`).
+    pub receipts: std::collections::BTreeMap<String, i64>,
+    /// History entries.
+    pub history: i64,
+}

@@ -1,0 +1,102 @@
+//! Splitting text into passages for the lexical index. Passages break at paragraph, then
+//! sentence, then word boundaries, never inside a UTF-8 character, and carry byte offsets
+//! into the original text.
+
+/// Target size of a passage, in bytes.
+pub const PASSAGE_TARGET_BYTES: usize = 1200;
+
+/// A passage of a text with its byte range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passage {
+    /// Offset of the first byte in the text.
+    pub byte_start: usize,
+    /// Offset one past the last byte.
+    pub byte_end: usize,
+    /// The passage text (trimmed).
+    pub text: String,
+}
+
+/// Splits `text` into passages of at most [`PASSAGE_TARGET_BYTES`] bytes (a single word
+/// longer than that is cut at a character boundary). Whitespace-only text yields none.
+pub fn split(text: &str) -> Vec<Passage> {
+    let mut passages = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let rest = &text[start..];
+        let end = if rest.len() <= PASSAGE_TARGET_BYTES {
+            text.len()
+        } else {
+            start + cut_point(rest, PASSAGE_TARGET_BYTES)
+        };
+        let piece = &text[start..end];
+        let trimmed_start = start + (piece.len() - piece.trim_start().len());
+        let trimmed = piece.trim();
+        if !trimmed.is_empty() {
+            passages.push(Passage {
+                byte_start: trimmed_start,
+                byte_end: trimmed_start + trimmed.len(),
+                text: trimmed.to_owned(),
+            });
+        }
+        start = end;
+    }
+    passages
+}
+
+/// Where to end a passage within the first `limit` bytes of `text` (always > 0).
+fn cut_point(text: &str, limit: usize) -> usize {
+    let mut boundary = limit.min(text.len());
+    while !text.is_char_boundary(boundary) {
+        boundary -= 1;
+    }
+    let window = &text[..boundary];
+    let half = boundary / 2;
+    if let Some(position) = window.rfind("\n\n").filter(|position| *position >= half) {
+        return position + 2;
+    }
+    for separator in [". ", "? ", "! ", ".\n", "\n"] {
+        if let Some(position) = window.rfind(separator).filter(|position| *position >= half) {
+            return position + separator.len();
+        }
+    }
+    if let Some(position) = window.rfind(char::is_whitespace).filter(|position| *position > 0) {
+        return position + 1;
+    }
+    if boundary == 0 {
+        // The first character alone is longer than the limit: take it whole.
+        return text.chars().next().map(char::len_utf8).unwrap_or(text.len());
+    }
+    boundary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn short_text_is_one_passage() {
+        let passages = split("  hello world \n");
+        assert_eq!(passages.len(), 1);
+        assert_eq!(passages[0].text, "hello world");
+        assert_eq!(passages[0].byte_start, 2);
+    }
+
+    proptest! {
+        #[test]
+        fn passages_cover_text_in_order(text in "(\\PC{0,40}[ \n.]{0,3}){0,200}") {
+            let passages = split(&text);
+            let mut last_end = 0;
+            for passage in &passages {
+                prop_assert!(passage.byte_start >= last_end);
+                prop_assert!(passage.byte_end - passage.byte_start <= PASSAGE_TARGET_BYTES.max(4));
+                prop_assert_eq!(&text[passage.byte_start..passage.byte_end], passage.text.as_str());
+                last_end = passage.byte_end;
+            }
+            let joined: String = passages.iter().map(|p| p.text.as_str()).collect();
+            let squeezed: String = text.split_whitespace().collect();
+            let joined_squeezed: String = joined.split_whitespace().collect();
+            prop_assert_eq!(squeezed, joined_squeezed);
+        }
+    }
+}

@@ -1,0 +1,1117 @@
+//! The SQLite ledger.
+//!
+//! One writer task owns the only write connection. Callers hand it operations over a channel;
+//! it drains whatever is queued (up to [`SqliteOptions::max_group`] submissions), runs them in
+//! one `BEGIN IMMEDIATE` transaction, each inside its own `SAVEPOINT` so that a refused or
+//! failed item rolls back alone, commits once (WAL, `synchronous=FULL`: the commit is on disk
+//! when `COMMIT` returns) and only then answers every caller. Concurrent acceptances therefore
+//! share one fsync (group commit). Reads use a separate pool and never block the writer (WAL).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::auth::{generate_secret, secret_hash, CreatedToken, NewToken, Principal, Scope};
+use crate::clock::Clock;
+use crate::error::{LedgerError, Result};
+use crate::faults::{FaultInjector, FaultPoint, NoFaults};
+use crate::ids;
+use crate::ledger::{Acceptor, Reader, Tokens};
+use crate::model::{
+    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, HistoryEntry, Job,
+    JobKind, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, Revision,
+    RevisionDetail, SourceView, Submission,
+};
+use crate::passages::{self, Passage};
+use crate::policy;
+use crate::validate;
+
+/// How to open a SQLite ledger.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The database file (created with its directory when missing).
+    pub path: PathBuf,
+    /// Backends that get a projection receipt per job.
+    pub backends: Vec<Backend>,
+    /// Failures allowed per projection job.
+    pub max_attempts: i64,
+    /// Most submissions committed in one transaction.
+    pub max_group: usize,
+    /// Connections in the read pool.
+    pub read_connections: u32,
+    /// How long a statement waits for another process's write lock.
+    pub busy_timeout: Duration,
+}
+
+impl SqliteOptions {
+    /// Defaults for a database at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            backends: policy::DEFAULT_BACKENDS.to_vec(),
+            max_attempts: policy::DEFAULT_MAX_ATTEMPTS,
+            max_group: policy::DEFAULT_MAX_GROUP,
+            read_connections: 4,
+            busy_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The SQLite implementation of [`crate::Ledger`].
+#[derive(Debug, Clone)]
+pub struct SqliteLedger {
+    reads: SqlitePool,
+    writer: mpsc::Sender<WriteOp>,
+    clock: Arc<dyn Clock>,
+    options: Arc<SqliteOptions>,
+}
+
+impl SqliteLedger {
+    /// Opens (creating and migrating when needed) the ledger at `options.path`.
+    pub async fn open(options: SqliteOptions, clock: Arc<dyn Clock>) -> Result<Self> {
+        Self::open_with_faults(options, clock, Arc::new(NoFaults)).await
+    }
+
+    /// Opens the ledger with a fault injector (tests).
+    pub async fn open_with_faults(
+        options: SqliteOptions,
+        clock: Arc<dyn Clock>,
+        faults: Arc<dyn FaultInjector>,
+    ) -> Result<Self> {
+        if let Some(parent) = options.path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                LedgerError::Unavailable(format!("cannot create {}: {error}", parent.display()))
+            })?;
+        }
+        let connect = connect_options(&options.path, options.busy_timeout);
+        let mut write_connection = connect.clone().create_if_missing(true).connect().await?;
+        MIGRATOR.run(&mut write_connection).await.map_err(|error| {
+            LedgerError::Unavailable(format!("migrating {}: {error}", options.path.display()))
+        })?;
+        let reads = SqlitePoolOptions::new()
+            .max_connections(options.read_connections.max(1))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(connect)
+            .await?;
+        let (sender, receiver) = mpsc::channel(4096);
+        let options = Arc::new(options);
+        let writer = Writer {
+            connection: write_connection,
+            clock: clock.clone(),
+            faults,
+            options: options.clone(),
+        };
+        tokio::spawn(writer.run(receiver));
+        Ok(Self { reads, writer: sender, clock, options })
+    }
+
+    /// The read pool, for SQL that later crates run against the same database.
+    pub fn read_pool(&self) -> &SqlitePool {
+        &self.reads
+    }
+
+    /// The clock the ledger stamps its writes with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.options.path
+    }
+
+    async fn submit<T>(&self, op: impl FnOnce(oneshot::Sender<T>) -> WriteOp) -> Result<T> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(op(reply))
+            .await
+            .map_err(|_| LedgerError::Unavailable("the ledger writer has stopped".to_owned()))?;
+        answer
+            .await
+            .map_err(|_| LedgerError::Unavailable("the ledger writer stopped mid-write".to_owned()))
+    }
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Connection settings shared by the writer and the read pool: WAL, `synchronous=FULL`,
+/// foreign keys on, a busy timeout for other processes' writes.
+pub fn connect_options(path: &Path, busy_timeout: Duration) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(busy_timeout)
+        .disable_statement_logging()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer.
+
+/// A submission validated and hashed off the writer task.
+#[derive(Debug)]
+struct Prepared {
+    dataset: String,
+    source_key: String,
+    actor: String,
+    change: PreparedChange,
+}
+
+#[derive(Debug)]
+enum PreparedChange {
+    Put {
+        document: Document,
+        sha256: String,
+        revision_id: Uuid,
+        passages: Vec<Passage>,
+    },
+    Delete {
+        reason: Option<String>,
+    },
+}
+
+enum WriteOp {
+    Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
+    Block(ContentBlock, oneshot::Sender<Result<()>>),
+    Token(NewToken, oneshot::Sender<Result<CreatedToken>>),
+}
+
+impl WriteOp {
+    fn weight(&self) -> usize {
+        match self {
+            WriteOp::Accept(items, _) => items.len().max(1),
+            WriteOp::Block(..) | WriteOp::Token(..) => 1,
+        }
+    }
+}
+
+/// An operation's results, held until the commit decides their fate.
+enum Done {
+    Accept(Vec<Result<Acceptance>>, oneshot::Sender<Vec<Result<Acceptance>>>),
+    Block(Result<()>, oneshot::Sender<Result<()>>),
+    Token(Result<CreatedToken>, oneshot::Sender<Result<CreatedToken>>),
+}
+
+impl Done {
+    /// Replaces every success with `error()`: the commit failed, nothing was kept.
+    fn fail(self, error: &dyn Fn() -> LedgerError) -> Done {
+        fn fail_one<T>(result: Result<T>, error: &dyn Fn() -> LedgerError) -> Result<T> {
+            result.and_then(|_| Err(error()))
+        }
+        match self {
+            Done::Accept(results, reply) => {
+                Done::Accept(results.into_iter().map(|r| fail_one(r, error)).collect(), reply)
+            }
+            Done::Block(result, reply) => Done::Block(fail_one(result, error), reply),
+            Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
+        }
+    }
+
+    fn send(self) {
+        // A caller that went away no longer needs its answer; its writes are committed anyway.
+        match self {
+            Done::Accept(results, reply) => drop(reply.send(results)),
+            Done::Block(result, reply) => drop(reply.send(result)),
+            Done::Token(result, reply) => drop(reply.send(result)),
+        }
+    }
+}
+
+struct Writer {
+    connection: SqliteConnection,
+    clock: Arc<dyn Clock>,
+    faults: Arc<dyn FaultInjector>,
+    options: Arc<SqliteOptions>,
+}
+
+impl WriteOp {
+    /// Answers the op with `error()` without running it.
+    fn reject(self, error: &dyn Fn() -> LedgerError) {
+        match self {
+            WriteOp::Accept(items, reply) => drop(reply.send(items.iter().map(|_| Err(error())).collect())),
+            WriteOp::Block(_, reply) => drop(reply.send(Err(error()))),
+            WriteOp::Token(_, reply) => drop(reply.send(Err(error()))),
+        }
+    }
+}
+
+impl Writer {
+    async fn run(mut self, mut receiver: mpsc::Receiver<WriteOp>) {
+        while let Some(first) = receiver.recv().await {
+            let mut weight = first.weight();
+            let mut group = vec![first];
+            while weight < self.options.max_group {
+                match receiver.try_recv() {
+                    Ok(op) => {
+                        weight += op.weight();
+                        group.push(op);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group).await;
+        }
+        let _ = self.connection.close().await;
+    }
+
+    async fn commit_group(&mut self, group: Vec<WriteOp>) {
+        if let Err(error) = sqlx::query("BEGIN IMMEDIATE").execute(&mut self.connection).await {
+            tracing::error!(%error, "ledger writer cannot begin a transaction");
+            let message = error.to_string();
+            for op in group {
+                op.reject(&|| LedgerError::Unavailable(format!("cannot begin a transaction: {message}")));
+            }
+            return;
+        }
+        let mut done = Vec::with_capacity(group.len());
+        for op in group {
+            done.push(self.apply(op).await);
+        }
+        let outcome = if self.faults.fire(FaultPoint::BeforeCommit) {
+            Err(LedgerError::Injected(FaultPoint::BeforeCommit))
+        } else {
+            sqlx::query("COMMIT")
+                .execute(&mut self.connection)
+                .await
+                .map(|_| ())
+                .map_err(LedgerError::from)
+        };
+        match outcome {
+            Ok(()) => done.into_iter().for_each(Done::send),
+            Err(error) => {
+                if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut self.connection).await {
+                    tracing::error!(error = %rollback, "ledger rollback failed");
+                }
+                tracing::error!(%error, "ledger commit failed; the whole group was rolled back");
+                let message = error.to_string();
+                let make = || match &error {
+                    LedgerError::Injected(point) => LedgerError::Injected(*point),
+                    _ => LedgerError::Unavailable(format!("commit failed: {message}")),
+                };
+                done.into_iter().for_each(|item| item.fail(&make).send());
+            }
+        }
+    }
+
+    async fn apply(&mut self, op: WriteOp) -> Done {
+        match op {
+            WriteOp::Accept(items, reply) => {
+                let mut results = Vec::with_capacity(items.len());
+                for item in items {
+                    let result = match self.begin_item().await {
+                        Ok(()) => self.accept_one(item).await,
+                        Err(error) => Err(error),
+                    };
+                    results.push(self.end_item(result).await);
+                }
+                Done::Accept(results, reply)
+            }
+            WriteOp::Block(block, reply) => {
+                let result = match self.begin_item().await {
+                    Ok(()) => self.block(block).await,
+                    Err(error) => Err(error),
+                };
+                Done::Block(self.end_item(result).await, reply)
+            }
+            WriteOp::Token(token, reply) => {
+                let result = match self.begin_item().await {
+                    Ok(()) => self.create_token(token).await,
+                    Err(error) => Err(error),
+                };
+                Done::Token(self.end_item(result).await, reply)
+            }
+        }
+    }
+
+    async fn begin_item(&mut self) -> Result<()> {
+        sqlx::query("SAVEPOINT item").execute(&mut self.connection).await?;
+        Ok(())
+    }
+
+    /// Keeps the item's writes on success, undoes them on failure.
+    async fn end_item<T>(&mut self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            if let Err(error) = sqlx::query("ROLLBACK TO item").execute(&mut self.connection).await {
+                tracing::error!(%error, "ledger savepoint could not be rolled back");
+                return Err(LedgerError::from(error));
+            }
+        }
+        match sqlx::query("RELEASE item").execute(&mut self.connection).await {
+            Ok(_) => result,
+            Err(error) => {
+                tracing::error!(%error, "ledger savepoint could not be released");
+                Err(LedgerError::from(error))
+            }
+        }
+    }
+
+    fn fault(&self, point: FaultPoint) -> Result<()> {
+        if self.faults.fire(point) {
+            Err(LedgerError::Injected(point))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// One acceptance, inside the group's transaction and its own savepoint.
+    async fn accept_one(&mut self, item: Prepared) -> Result<Acceptance> {
+        let now = self.clock.now_micros();
+        let head = sqlx::query("SELECT head_revision_id FROM sources WHERE dataset = ? AND source_key = ?")
+            .bind(&item.dataset)
+            .bind(&item.source_key)
+            .fetch_optional(&mut self.connection)
+            .await?
+            .map(|row| row.try_get::<String, _>(0))
+            .transpose()?
+            .map(|text| parse_uuid(&text))
+            .transpose()?;
+
+        let (revision_id, tombstone, sha256, byte_length, cause, passages) = match item.change {
+            PreparedChange::Put { document, sha256, revision_id, passages } => {
+                if let Some(reason) = blocked_reason(&mut self.connection, &item.dataset, &sha256).await? {
+                    return Err(LedgerError::ContentBlocked { dataset: item.dataset, sha256, reason });
+                }
+                if head == Some(revision_id) {
+                    return duplicate(&mut self.connection, revision_id).await;
+                }
+                let byte_length = i64::try_from(document.bytes.len())
+                    .map_err(|_| LedgerError::invalid("payload_too_large", "content too large"))?;
+                sqlx::query(
+                    "INSERT INTO contents (sha256, byte_length, bytes, created_at) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (sha256) DO NOTHING",
+                )
+                .bind(&sha256)
+                .bind(byte_length)
+                .bind(&document.bytes)
+                .bind(now)
+                .execute(&mut self.connection)
+                .await?;
+                self.fault(FaultPoint::AfterBytes)?;
+                let exists = sqlx::query("SELECT 1 FROM revisions WHERE id = ?")
+                    .bind(revision_id.to_string())
+                    .fetch_optional(&mut self.connection)
+                    .await?
+                    .is_some();
+                let cause = if exists {
+                    "reverted_to_earlier_revision"
+                } else {
+                    sqlx::query(
+                        "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
+                         media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
+                         accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, NULL, ?)",
+                    )
+                    .bind(revision_id.to_string())
+                    .bind(&item.dataset)
+                    .bind(&item.source_key)
+                    .bind(&sha256)
+                    .bind(byte_length)
+                    .bind(&document.media_type)
+                    .bind(json_text(&ids::canonical_tags(&document.tags)))
+                    .bind(json_text(&document.metadata))
+                    .bind(head.map(|id| id.to_string()))
+                    .bind(&item.actor)
+                    .bind(now)
+                    .execute(&mut self.connection)
+                    .await?;
+                    "accepted"
+                };
+                self.fault(FaultPoint::AfterRevision)?;
+                (revision_id, false, Some(sha256), byte_length, cause, passages)
+            }
+            PreparedChange::Delete { reason } => {
+                let Some(head_id) = head else {
+                    return Err(LedgerError::SourceNotFound {
+                        dataset: item.dataset,
+                        source_key: item.source_key,
+                    });
+                };
+                let head_is_tombstone: i64 = sqlx::query_scalar("SELECT tombstone FROM revisions WHERE id = ?")
+                    .bind(head_id.to_string())
+                    .fetch_one(&mut self.connection)
+                    .await?;
+                if head_is_tombstone == 1 {
+                    return duplicate(&mut self.connection, head_id).await;
+                }
+                let tombstone_id = ids::new_v7();
+                sqlx::query(
+                    "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
+                     media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
+                     accepted_at) VALUES (?, ?, ?, NULL, 0, 'application/x-tombstone', '[]', '{}', 1, ?, ?, ?, ?)",
+                )
+                .bind(tombstone_id.to_string())
+                .bind(&item.dataset)
+                .bind(&item.source_key)
+                .bind(head_id.to_string())
+                .bind(&item.actor)
+                .bind(&reason)
+                .bind(now)
+                .execute(&mut self.connection)
+                .await?;
+                self.fault(FaultPoint::AfterBytes)?;
+                self.fault(FaultPoint::AfterRevision)?;
+                (tombstone_id, true, None, 0, "deleted", Vec::new())
+            }
+        };
+
+        // Move the head (the trigger records the move in history).
+        sqlx::query(
+            "INSERT INTO sources (dataset, source_key, head_revision_id, created_at, changed_by, \
+             change_cause, changed_at, change_seq) VALUES (?, ?, ?, ?, ?, ?, ?, 1) \
+             ON CONFLICT (dataset, source_key) DO UPDATE SET \
+             head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
+             change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
+             change_seq = sources.change_seq + 1",
+        )
+        .bind(&item.dataset)
+        .bind(&item.source_key)
+        .bind(revision_id.to_string())
+        .bind(now)
+        .bind(&item.actor)
+        .bind(cause)
+        .bind(now)
+        .execute(&mut self.connection)
+        .await?;
+        self.fault(FaultPoint::AfterHeadMove)?;
+
+        let supersede_cause = format!("superseded_by:{revision_id}");
+        transition::supersede_unfinished(
+            &mut self.connection,
+            &item.dataset,
+            &item.source_key,
+            &item.actor,
+            &supersede_cause,
+            now,
+        )
+        .await?;
+
+        let job_id = ids::new_v7();
+        let kind = if tombstone { JobKind::Tombstone } else { JobKind::Project };
+        sqlx::query(
+            "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+             max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+             VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(job_id.to_string())
+        .bind(revision_id.to_string())
+        .bind(&item.dataset)
+        .bind(&item.source_key)
+        .bind(kind.as_str())
+        .bind(self.options.max_attempts)
+        .bind(now)
+        .bind(now)
+        .bind(&item.actor)
+        .bind(cause)
+        .bind(now)
+        .execute(&mut self.connection)
+        .await?;
+        for backend in &self.options.backends {
+            sqlx::query(
+                "INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+                 change_cause, changed_at) VALUES (?, ?, 'pending', ?, ?, ?, ?)",
+            )
+            .bind(job_id.to_string())
+            .bind(backend.as_str())
+            .bind(now)
+            .bind(&item.actor)
+            .bind(cause)
+            .bind(now)
+            .execute(&mut self.connection)
+            .await?;
+        }
+
+        // The lexical index holds the passages of current heads only.
+        sqlx::query("DELETE FROM passages WHERE dataset = ? AND source_key = ?")
+            .bind(&item.dataset)
+            .bind(&item.source_key)
+            .execute(&mut self.connection)
+            .await?;
+        for (index, passage) in passages.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, \
+                 byte_end, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&item.dataset)
+            .bind(&item.source_key)
+            .bind(revision_id.to_string())
+            .bind(index as i64)
+            .bind(passage.byte_start as i64)
+            .bind(passage.byte_end as i64)
+            .bind(&passage.text)
+            .execute(&mut self.connection)
+            .await?;
+        }
+
+        let accepted_at: i64 = sqlx::query_scalar("SELECT accepted_at FROM revisions WHERE id = ?")
+            .bind(revision_id.to_string())
+            .fetch_one(&mut self.connection)
+            .await?;
+        Ok(Acceptance {
+            accepted: true,
+            status: AcceptStatus::QueuedNotConfirmed,
+            dataset: item.dataset,
+            source_key: item.source_key,
+            source_revision_id: revision_id,
+            projection_job_id: job_id,
+            content_sha256: sha256,
+            byte_length,
+            accepted_at,
+            previous_revision_id: head,
+            tombstone,
+        })
+    }
+
+    async fn block(&mut self, block: ContentBlock) -> Result<()> {
+        let now = self.clock.now_micros();
+        sqlx::query(
+            "INSERT INTO content_blocks (dataset, sha256, reason, actor, created_at) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (dataset, sha256) DO NOTHING",
+        )
+        .bind(&block.dataset)
+        .bind(&block.sha256)
+        .bind(&block.reason)
+        .bind(&block.actor)
+        .bind(now)
+        .execute(&mut self.connection)
+        .await?;
+        Ok(())
+    }
+
+    async fn create_token(&mut self, token: NewToken) -> Result<CreatedToken> {
+        let now = self.clock.now_micros();
+        let id = ids::new_v7();
+        let secret = generate_secret();
+        sqlx::query(
+            "INSERT INTO tokens (id, name, sha256, scopes, datasets, created_by, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(id.to_string())
+        .bind(&token.name)
+        .bind(secret_hash(&secret))
+        .bind(json_text(&token.scopes))
+        .bind(token.datasets.as_ref().map(json_text))
+        .bind(&token.created_by)
+        .bind(now)
+        .execute(&mut self.connection)
+        .await?;
+        Ok(CreatedToken { id, secret })
+    }
+}
+
+/// State transitions of jobs and receipts. Every change of `jobs.state` or
+/// `projection_receipts.state` that cairn makes goes through this module, which attributes it
+/// (actor, cause, time, `change_seq + 1`); the triggers turn that into history.
+pub(crate) mod transition {
+    use sqlx::sqlite::SqliteConnection;
+
+    use crate::clock::Micros;
+    use crate::error::Result;
+
+    /// Marks the unfinished job of a source, and its unfinished receipts, `superseded`.
+    pub(crate) async fn supersede_unfinished(
+        connection: &mut SqliteConnection,
+        dataset: &str,
+        source_key: &str,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<u64> {
+        sqlx::query(
+            "UPDATE projection_receipts SET state = 'superseded', updated_at = ?1, changed_by = ?2, \
+             change_cause = ?3, changed_at = ?1, change_seq = change_seq + 1 \
+             WHERE state IN ('pending', 'running', 'written') AND job_id IN \
+             (SELECT id FROM jobs WHERE dataset = ?4 AND source_key = ?5 \
+              AND state IN ('pending', 'running', 'retry_wait'))",
+        )
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .bind(dataset)
+        .bind(source_key)
+        .execute(&mut *connection)
+        .await?;
+        let jobs = sqlx::query(
+            "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+             lease_expires_at = NULL, changed_by = ?2, change_cause = ?3, changed_at = ?1, \
+             change_seq = change_seq + 1 \
+             WHERE dataset = ?4 AND source_key = ?5 AND state IN ('pending', 'running', 'retry_wait')",
+        )
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .bind(dataset)
+        .bind(source_key)
+        .execute(&mut *connection)
+        .await?;
+        Ok(jobs.rows_affected())
+    }
+}
+
+async fn blocked_reason(connection: &mut SqliteConnection, dataset: &str, sha256: &str) -> Result<Option<String>> {
+    let reason = sqlx::query_scalar("SELECT reason FROM content_blocks WHERE dataset = ? AND sha256 = ?")
+        .bind(dataset)
+        .bind(sha256)
+        .fetch_optional(&mut *connection)
+        .await?;
+    Ok(reason)
+}
+
+/// The receipt for a submission equal to the current head: nothing is created.
+async fn duplicate(connection: &mut SqliteConnection, revision_id: Uuid) -> Result<Acceptance> {
+    let row = sqlx::query(
+        "SELECT r.dataset, r.source_key, r.content_sha256, r.byte_length, r.accepted_at, \
+         r.previous_revision_id, r.tombstone, \
+         (SELECT j.id FROM jobs j WHERE j.revision_id = r.id ORDER BY j.created_at DESC, j.id DESC LIMIT 1) AS job_id \
+         FROM revisions r WHERE r.id = ?",
+    )
+    .bind(revision_id.to_string())
+    .fetch_one(&mut *connection)
+    .await?;
+    let job_id: Option<String> = row.try_get("job_id")?;
+    let job_id = job_id.ok_or_else(|| LedgerError::Corrupt(format!("revision {revision_id} has no job")))?;
+    Ok(Acceptance {
+        accepted: true,
+        status: AcceptStatus::Duplicate,
+        dataset: row.try_get("dataset")?,
+        source_key: row.try_get("source_key")?,
+        source_revision_id: revision_id,
+        projection_job_id: parse_uuid(&job_id)?,
+        content_sha256: row.try_get("content_sha256")?,
+        byte_length: row.try_get("byte_length")?,
+        accepted_at: row.try_get("accepted_at")?,
+        previous_revision_id: optional_uuid(row.try_get("previous_revision_id")?)?,
+        tombstone: row.try_get::<i64, _>("tombstone")? == 1,
+    })
+}
+
+fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid> {
+    Uuid::parse_str(text).map_err(|error| LedgerError::Corrupt(format!("bad uuid `{text}`: {error}")))
+}
+
+fn optional_uuid(text: Option<String>) -> Result<Option<Uuid>> {
+    text.as_deref().map(parse_uuid).transpose()
+}
+
+fn parse_enum<T: std::str::FromStr>(text: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse::<T>().map_err(|error| LedgerError::Corrupt(error.to_string()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preparing submissions (off the writer task).
+
+fn prepare(submission: Submission) -> Result<Prepared> {
+    validate::dataset(&submission.dataset)?;
+    validate::source_key(&submission.source_key)?;
+    let change = match submission.change {
+        Change::Put(document) => {
+            validate::content(&document.bytes)?;
+            validate::media_type(&document.media_type)?;
+            validate::tags(&document.tags)?;
+            validate::metadata(&document.metadata)?;
+            let sha256 = ids::sha256_hex(&document.bytes);
+            let revision_id = ids::revision_id(&submission.dataset, &submission.source_key, &sha256, &document);
+            let passages = match std::str::from_utf8(&document.bytes) {
+                Ok(text) => passages::split(text),
+                Err(_) => Vec::new(),
+            };
+            PreparedChange::Put { document, sha256, revision_id, passages }
+        }
+        Change::Delete { reason } => PreparedChange::Delete { reason },
+    };
+    Ok(Prepared {
+        dataset: submission.dataset,
+        source_key: submission.source_key,
+        actor: submission.actor,
+        change,
+    })
+}
+
+#[async_trait]
+impl Acceptor for SqliteLedger {
+    async fn accept(&self, submissions: Vec<Submission>) -> Vec<Result<Acceptance>> {
+        let count = submissions.len();
+        let mut results: Vec<Option<Result<Acceptance>>> = Vec::with_capacity(count);
+        let mut prepared = Vec::with_capacity(count);
+        let mut slots = Vec::with_capacity(count);
+        for submission in submissions {
+            match prepare(submission) {
+                Ok(item) => {
+                    slots.push(results.len());
+                    results.push(None);
+                    prepared.push(item);
+                }
+                Err(error) => results.push(Some(Err(error))),
+            }
+        }
+        if !prepared.is_empty() {
+            let written = match self.submit(|reply| WriteOp::Accept(prepared, reply)).await {
+                Ok(written) => written,
+                Err(error) => {
+                    let message = error.to_string();
+                    slots.iter().map(|_| Err(LedgerError::Unavailable(message.clone()))).collect()
+                }
+            };
+            for (slot, result) in slots.into_iter().zip(written) {
+                results[slot] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| result.unwrap_or_else(|| Err(LedgerError::Unavailable("no answer".to_owned()))))
+            .collect()
+    }
+
+    async fn block_content(&self, block: ContentBlock) -> Result<()> {
+        validate::dataset(&block.dataset)?;
+        validate::sha256_hex(&block.sha256)?;
+        if block.reason.trim().is_empty() {
+            return Err(LedgerError::invalid("invalid_reason", "a block needs a reason"));
+        }
+        self.submit(|reply| WriteOp::Block(block, reply)).await?
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+const REVISION_COLUMNS: &str = "id, dataset, source_key, content_sha256, byte_length, media_type, \
+    tags, metadata, tombstone, previous_revision_id, actor, reason, accepted_at";
+
+fn revision_from_row(row: &SqliteRow) -> Result<Revision> {
+    let tags: String = row.try_get("tags")?;
+    let metadata: String = row.try_get("metadata")?;
+    Ok(Revision {
+        id: parse_uuid(&row.try_get::<String, _>("id")?)?,
+        dataset: row.try_get("dataset")?,
+        source_key: row.try_get("source_key")?,
+        content_sha256: row.try_get("content_sha256")?,
+        byte_length: row.try_get("byte_length")?,
+        media_type: row.try_get("media_type")?,
+        tags: serde_json::from_str(&tags).map_err(|error| LedgerError::Corrupt(error.to_string()))?,
+        metadata: serde_json::from_str(&metadata).map_err(|error| LedgerError::Corrupt(error.to_string()))?,
+        tombstone: row.try_get::<i64, _>("tombstone")? == 1,
+        previous_revision_id: optional_uuid(row.try_get("previous_revision_id")?)?,
+        actor: row.try_get("actor")?,
+        reason: row.try_get("reason")?,
+        accepted_at: row.try_get("accepted_at")?,
+    })
+}
+
+fn job_from_row(row: &SqliteRow) -> Result<Job> {
+    Ok(Job {
+        id: parse_uuid(&row.try_get::<String, _>("id")?)?,
+        revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+        dataset: row.try_get("dataset")?,
+        source_key: row.try_get("source_key")?,
+        kind: parse_enum(&row.try_get::<String, _>("kind")?)?,
+        state: parse_enum(&row.try_get::<String, _>("state")?)?,
+        priority: row.try_get("priority")?,
+        attempt: row.try_get("attempt")?,
+        max_attempts: row.try_get("max_attempts")?,
+        crashes: row.try_get("crashes")?,
+        run_at: row.try_get("run_at")?,
+        lease_id: optional_uuid(row.try_get("lease_id")?)?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_expires_at: row.try_get("lease_expires_at")?,
+        heartbeat_at: row.try_get("heartbeat_at")?,
+        deadline_at: row.try_get("deadline_at")?,
+        last_error_code: row.try_get("last_error_code")?,
+        last_error_message: row.try_get("last_error_message")?,
+        created_at: row.try_get("created_at")?,
+        changed_at: row.try_get("changed_at")?,
+    })
+}
+
+fn history_from_row(row: &SqliteRow) -> Result<HistoryEntry> {
+    Ok(HistoryEntry {
+        seq: row.try_get("seq")?,
+        at: row.try_get("at")?,
+        entity: row.try_get("entity")?,
+        entity_id: row.try_get("entity_id")?,
+        event: row.try_get("event")?,
+        from: row.try_get("from_state")?,
+        to: row.try_get("to_state")?,
+        actor: row.try_get("actor")?,
+        cause: row.try_get("cause")?,
+    })
+}
+
+/// Turns free text into an FTS5 query: every word quoted (no query syntax reaches FTS5),
+/// joined with OR so that BM25 ranks by how many and how rare the matching words are.
+pub fn fts_query(text: &str) -> Option<String> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .take(64)
+        .map(|word| format!("\"{}\"", word.to_lowercase()))
+        .collect();
+    if words.is_empty() {
+        None
+    } else {
+        Some(words.join(" OR "))
+    }
+}
+
+#[async_trait]
+impl Reader for SqliteLedger {
+    async fn source(&self, dataset: &str, source_key: &str) -> Result<Option<SourceView>> {
+        let head: Option<String> =
+            sqlx::query_scalar("SELECT head_revision_id FROM sources WHERE dataset = ? AND source_key = ?")
+                .bind(dataset)
+                .bind(source_key)
+                .fetch_optional(&self.reads)
+                .await?;
+        let Some(head) = head else { return Ok(None) };
+        let head_id = parse_uuid(&head)?;
+        let rows = sqlx::query(&format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE dataset = ? AND source_key = ? \
+             ORDER BY accepted_at DESC, id DESC"
+        ))
+        .bind(dataset)
+        .bind(source_key)
+        .fetch_all(&self.reads)
+        .await?;
+        let revisions = rows.iter().map(revision_from_row).collect::<Result<Vec<_>>>()?;
+        let head = revisions
+            .iter()
+            .find(|revision| revision.id == head_id)
+            .cloned()
+            .ok_or_else(|| LedgerError::Corrupt(format!("head {head_id} missing")))?;
+        let history = sqlx::query(
+            "SELECT * FROM history WHERE entity = 'source' AND entity_id = ? ORDER BY seq",
+        )
+        .bind(format!("{dataset}/{source_key}"))
+        .fetch_all(&self.reads)
+        .await?
+        .iter()
+        .map(history_from_row)
+        .collect::<Result<Vec<_>>>()?;
+        Ok(Some(SourceView {
+            dataset: dataset.to_owned(),
+            source_key: source_key.to_owned(),
+            deleted: head.tombstone,
+            head,
+            revisions,
+            head_history: history,
+        }))
+    }
+
+    async fn revision(&self, id: Uuid) -> Result<Option<RevisionDetail>> {
+        let row = sqlx::query(&format!("SELECT {REVISION_COLUMNS} FROM revisions WHERE id = ?"))
+            .bind(id.to_string())
+            .fetch_optional(&self.reads)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let revision = revision_from_row(&row)?;
+        let is_head: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = ? AND source_key = ? AND head_revision_id = ?)",
+        )
+        .bind(&revision.dataset)
+        .bind(&revision.source_key)
+        .bind(id.to_string())
+        .fetch_one(&self.reads)
+        .await?;
+        let job = sqlx::query("SELECT * FROM jobs WHERE revision_id = ? ORDER BY created_at DESC, id DESC LIMIT 1")
+            .bind(id.to_string())
+            .fetch_optional(&self.reads)
+            .await?
+            .as_ref()
+            .map(job_from_row)
+            .transpose()?;
+        let mut receipts = Vec::new();
+        if let Some(job) = &job {
+            let rows = sqlx::query(
+                "SELECT backend, state, evidence, updated_at FROM projection_receipts WHERE job_id = ? ORDER BY backend",
+            )
+            .bind(job.id.to_string())
+            .fetch_all(&self.reads)
+            .await?;
+            for row in rows {
+                let evidence: Option<String> = row.try_get("evidence")?;
+                receipts.push(ProjectionReceipt {
+                    backend: parse_enum::<Backend>(&row.try_get::<String, _>("backend")?)?,
+                    state: parse_enum::<ReceiptState>(&row.try_get::<String, _>("state")?)?,
+                    evidence: evidence
+                        .map(|text| serde_json::from_str(&text))
+                        .transpose()
+                        .map_err(|error| LedgerError::Corrupt(error.to_string()))?,
+                    updated_at: row.try_get("updated_at")?,
+                });
+            }
+        }
+        let history = sqlx::query(
+            "SELECT * FROM history WHERE revision_id = ?1 OR (entity = 'source' AND from_state = ?1) ORDER BY seq",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.reads)
+        .await?
+        .iter()
+        .map(history_from_row)
+        .collect::<Result<Vec<_>>>()?;
+        Ok(Some(RevisionDetail { revision, is_head, job, receipts, history }))
+    }
+
+    async fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>> {
+        let bytes = sqlx::query_scalar("SELECT bytes FROM contents WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(&self.reads)
+            .await?;
+        Ok(bytes)
+    }
+
+    async fn lexical_search(&self, query: &str, datasets: &[String], limit: u32) -> Result<Vec<LexicalHit>> {
+        let Some(fts) = fts_query(query) else { return Ok(Vec::new()) };
+        let rows = sqlx::query(
+            "SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.text, \
+             -bm25(passages_fts) AS score \
+             FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
+             JOIN sources s ON s.dataset = p.dataset AND s.source_key = p.source_key \
+                AND s.head_revision_id = p.revision_id \
+             WHERE passages_fts MATCH ?1 \
+               AND (json_array_length(?2) = 0 OR p.dataset IN (SELECT value FROM json_each(?2))) \
+             ORDER BY bm25(passages_fts) LIMIT ?3",
+        )
+        .bind(fts)
+        .bind(json_text(datasets))
+        .bind(i64::from(limit))
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LexicalHit {
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+                    passage_index: row.try_get("passage_index")?,
+                    text: row.try_get("text")?,
+                    score: row.try_get("score")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>> {
+        let row = sqlx::query("SELECT dataset, sha256, reason, actor FROM content_blocks WHERE dataset = ? AND sha256 = ?")
+            .bind(dataset)
+            .bind(sha256)
+            .fetch_optional(&self.reads)
+            .await?;
+        row.map(|row| {
+            Ok(ContentBlock {
+                dataset: row.try_get("dataset")?,
+                sha256: row.try_get("sha256")?,
+                reason: row.try_get("reason")?,
+                actor: row.try_get("actor")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>> {
+        sqlx::query("SELECT * FROM history WHERE entity = ? AND entity_id = ? ORDER BY seq")
+            .bind(entity)
+            .bind(entity_id)
+            .fetch_all(&self.reads)
+            .await?
+            .iter()
+            .map(history_from_row)
+            .collect()
+    }
+
+    async fn counts(&self) -> Result<LedgerCounts> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM sources) AS sources, \
+             (SELECT count(*) FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE r.tombstone = 1) AS deleted, \
+             (SELECT count(*) FROM revisions) AS revisions, \
+             (SELECT count(*) FROM contents) AS contents, \
+             (SELECT coalesce(sum(byte_length), 0) FROM contents) AS bytes, \
+             (SELECT count(*) FROM history) AS history",
+        )
+        .fetch_one(&self.reads)
+        .await?;
+        let mut counts = LedgerCounts {
+            sources: row.try_get("sources")?,
+            deleted_sources: row.try_get("deleted")?,
+            revisions: row.try_get("revisions")?,
+            contents: row.try_get("contents")?,
+            retained_bytes: row.try_get("bytes")?,
+            history: row.try_get("history")?,
+            ..LedgerCounts::default()
+        };
+        for row in sqlx::query("SELECT state, count(*) AS n FROM jobs GROUP BY state").fetch_all(&self.reads).await? {
+            counts.jobs.insert(row.try_get("state")?, row.try_get("n")?);
+        }
+        for row in sqlx::query("SELECT backend || '/' || state AS key, count(*) AS n FROM projection_receipts GROUP BY backend, state")
+            .fetch_all(&self.reads)
+            .await?
+        {
+            counts.receipts.insert(row.try_get("key")?, row.try_get("n")?);
+        }
+        Ok(counts)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.reads).await?;
+        if self.writer.is_closed() {
+            return Err(LedgerError::Unavailable("the ledger writer has stopped".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Tokens for SqliteLedger {
+    async fn create_token(&self, token: NewToken) -> Result<CreatedToken> {
+        if token.name.trim().is_empty() || token.name.len() > 128 || token.name.chars().any(char::is_control) {
+            return Err(LedgerError::invalid("invalid_token_name", "a token name is 1-128 printable characters"));
+        }
+        if token.scopes.is_empty() {
+            return Err(LedgerError::invalid("invalid_scopes", "a token needs at least one scope"));
+        }
+        if let Some(datasets) = &token.datasets {
+            for dataset in datasets {
+                validate::dataset(dataset)?;
+            }
+        }
+        self.submit(|reply| WriteOp::Token(token, reply)).await?
+    }
+
+    async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
+        let row = sqlx::query("SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = ? AND revoked_at IS NULL")
+            .bind(secret_hash(secret))
+            .fetch_optional(&self.reads)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let scopes: String = row.try_get("scopes")?;
+        let datasets: Option<String> = row.try_get("datasets")?;
+        let corrupt = |error: serde_json::Error| LedgerError::Corrupt(error.to_string());
+        Ok(Some(Principal {
+            token_id: parse_uuid(&row.try_get::<String, _>("id")?)?,
+            name: row.try_get("name")?,
+            scopes: serde_json::from_str::<Vec<Scope>>(&scopes).map_err(corrupt)?,
+            datasets: datasets.map(|text| serde_json::from_str(&text)).transpose().map_err(corrupt)?,
+        }))
+    }
+
+    async fn token_count(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM tokens WHERE revoked_at IS NULL").fetch_one(&self.reads).await?)
+    }
+}
+
+

@@ -1,0 +1,118 @@
+//! Validation of names and content at the ledger boundary. The acceptor calls the same
+//! functions before it builds a submission, so a bad request is refused with the same code
+//! whichever door it came through, and the ledger never stores what they refuse.
+
+use crate::error::LedgerError;
+
+/// Longest dataset name, in bytes.
+pub const MAX_DATASET_BYTES: usize = 128;
+/// Longest source key, in bytes.
+pub const MAX_SOURCE_KEY_BYTES: usize = 1024;
+/// Longest media type, in bytes.
+pub const MAX_MEDIA_TYPE_BYTES: usize = 255;
+/// Most tags per revision.
+pub const MAX_TAGS: usize = 64;
+/// Longest tag, in bytes.
+pub const MAX_TAG_BYTES: usize = 128;
+/// Longest serialised metadata object, in bytes.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+fn check_name(field: &str, code: &'static str, value: &str, max: usize) -> Result<(), LedgerError> {
+    if value.is_empty() {
+        return Err(LedgerError::invalid(code, format!("{field} must not be empty")));
+    }
+    if value.len() > max {
+        return Err(LedgerError::invalid(
+            code,
+            format!("{field} is {} bytes long; the limit is {max}", value.len()),
+        ));
+    }
+    if let Some((offset, _)) = value.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(LedgerError::invalid(
+            code,
+            format!("{field} contains a control character at byte {offset}"),
+        ));
+    }
+    if value.trim() != value {
+        return Err(LedgerError::invalid(
+            code,
+            format!("{field} must not start or end with whitespace"),
+        ));
+    }
+    Ok(())
+}
+
+/// A dataset name: 1-128 bytes, no control characters, no `/`, no surrounding whitespace.
+pub fn dataset(value: &str) -> Result<(), LedgerError> {
+    check_name("dataset", "invalid_dataset", value, MAX_DATASET_BYTES)?;
+    if value.contains('/') {
+        return Err(LedgerError::invalid("invalid_dataset", "dataset must not contain `/`"));
+    }
+    Ok(())
+}
+
+/// A source key: 1-1024 bytes, no control characters, no surrounding whitespace.
+pub fn source_key(value: &str) -> Result<(), LedgerError> {
+    check_name("source_key", "invalid_source_key", value, MAX_SOURCE_KEY_BYTES)
+}
+
+/// A media type of the form `type/subtype` (parameters allowed).
+pub fn media_type(value: &str) -> Result<(), LedgerError> {
+    check_name("media_type", "invalid_media_type", value, MAX_MEDIA_TYPE_BYTES)?;
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let mut parts = essence.split('/');
+    let valid = matches!((parts.next(), parts.next(), parts.next()),
+        (Some(kind), Some(sub), None) if !kind.is_empty() && !sub.is_empty()
+            && !kind.contains(' ') && !sub.contains(' '));
+    if valid {
+        Ok(())
+    } else {
+        Err(LedgerError::invalid(
+            "invalid_media_type",
+            format!("media_type `{value}` is not of the form type/subtype"),
+        ))
+    }
+}
+
+/// Tags: at most 64, each 1-128 bytes without control characters.
+pub fn tags(values: &[String]) -> Result<(), LedgerError> {
+    if values.len() > MAX_TAGS {
+        return Err(LedgerError::invalid(
+            "invalid_tags",
+            format!("{} tags given; the limit is {MAX_TAGS}", values.len()),
+        ));
+    }
+    for (index, tag) in values.iter().enumerate() {
+        check_name(&format!("tags[{index}]"), "invalid_tags", tag, MAX_TAG_BYTES)?;
+    }
+    Ok(())
+}
+
+/// Metadata: a JSON object of at most 64 KiB serialised.
+pub fn metadata(value: &serde_json::Map<String, serde_json::Value>) -> Result<(), LedgerError> {
+    let size = serde_json::to_vec(value).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
+    if size > MAX_METADATA_BYTES {
+        return Err(LedgerError::invalid(
+            "invalid_metadata",
+            format!("metadata is {size} bytes serialised; the limit is {MAX_METADATA_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Content: not empty.
+pub fn content(bytes: &[u8]) -> Result<(), LedgerError> {
+    if bytes.is_empty() {
+        return Err(LedgerError::invalid("empty_content", "content must not be empty"));
+    }
+    Ok(())
+}
+
+/// A content hash: 64 lowercase hex digits.
+pub fn sha256_hex(value: &str) -> Result<(), LedgerError> {
+    if value.len() == 64 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(())
+    } else {
+        Err(LedgerError::invalid("invalid_sha256", "sha256 must be 64 lowercase hex digits"))
+    }
+}
