@@ -1,1 +1,233 @@
-fn main() {}
+//! `cairn`: parse flags, set up logging, run the command.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use cairn::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
+use clap::{Parser, Subcommand};
+use receipts::auth::NewToken;
+use receipts::Scope;
+
+/// cairn: durable ingest and projection.
+#[derive(Debug, Parser)]
+#[command(name = "cairn", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_parser = ["human", "json"], default_value = "human", env = "CAIRN_LOG_FORMAT")]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the client finds the server and its token.
+#[derive(Debug, clap::Args)]
+struct ClientArgs {
+    /// Base URL of the cairn server.
+    #[arg(long, env = "CAIRN_SERVER", default_value_t = format!("http://{DEFAULT_BIND}"))]
+    server: String,
+    /// Bearer token (default: the admin token in --data-dir).
+    #[arg(long, env = "CAIRN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The server's data directory, to read its admin.token.
+    #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the API on the embedded default (SQLite ledger in --data-dir).
+    Serve {
+        /// Data directory (ledger, admin token).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long)]
+        bind: Option<String>,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Send files and folders to cairn through the batch API.
+    Ingest {
+        /// Files or folders (walked recursively; the source key is the path inside the folder).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Dataset to ingest into.
+        #[arg(long)]
+        dataset: String,
+        /// Items per batch request.
+        #[arg(long, default_value_t = 200)]
+        batch_size: usize,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Server health and counts.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Block exact content (by SHA-256) in a dataset.
+    Block {
+        /// Dataset.
+        #[arg(long)]
+        dataset: String,
+        /// SHA-256 of the content, 64 hex digits.
+        #[arg(long)]
+        sha256: String,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Manage API tokens (works on the data directory directly).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Benchmarks that write JSON.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token and print its secret (shown once).
+    Create {
+        /// Name, recorded as the actor `token:<name>`.
+        #[arg(long)]
+        name: String,
+        /// Scopes: ingest, search, ops:read, ops:write, admin.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// Limit the token to these datasets (repeatable).
+        #[arg(long = "dataset")]
+        datasets: Vec<String>,
+        /// Data directory.
+        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Durable receipts per second through the API against a raw sqlx loop.
+    Accept {
+        /// Documents for the single-document scenarios.
+        #[arg(long, default_value_t = 2000)]
+        docs: usize,
+        /// Documents for the batch scenarios (multiple of 1000).
+        #[arg(long, default_value_t = 10_000)]
+        batch_docs: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-accept.json")]
+        out: PathBuf,
+    },
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    match cli.command {
+        Command::Serve { data_dir, bind, config } => {
+            let config = Config::load(&Overrides { data_dir, bind, config_file: config }, &env)?;
+            cairn::serve(config, cairn::shutdown_signal()).await?;
+        }
+        Command::Ingest { paths, dataset, batch_size, quiet, client } => {
+            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::client::Client::new(&client.server, token)?;
+            let summary = cairn::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
+            cairn::client::print_summary(&summary);
+            if !summary.rejected.is_empty() {
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Command::Status { json, client } => {
+            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::client::Client::new(&client.server, token)?;
+            cairn::client::status(&api, json).await?;
+        }
+        Command::Block { dataset, sha256, reason, client } => {
+            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::client::Client::new(&client.server, token)?;
+            let body = serde_json::json!({ "dataset": dataset, "content_sha256": sha256, "reason": reason });
+            let (status, answer) = api.post("/v1/blocks", &body).await?;
+            if status != 201 {
+                anyhow::bail!("HTTP {status}: {answer}");
+            }
+            println!("blocked {sha256} in dataset {dataset}");
+        }
+        Command::Token { command: TokenCommand::Create { name, scopes, datasets, data_dir } } => {
+            let scopes = scopes
+                .iter()
+                .map(|scope| scope.parse::<Scope>().map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let overrides = Overrides { data_dir: Some(data_dir), ..Overrides::default() };
+            let config = Config::load(&overrides, &env)?;
+            let ledger = cairn::open_ledger(&config).await?;
+            let created = receipts::Tokens::create_token(
+                &ledger,
+                NewToken {
+                    name,
+                    scopes,
+                    datasets: if datasets.is_empty() { None } else { Some(datasets) },
+                    created_by: format!("cli:{}", whoami()),
+                },
+            )
+            .await?;
+            println!("{}", created.secret);
+            eprintln!("token {} created; the secret above is shown once", created.id);
+        }
+        Command::Bench { command: BenchCommand::Accept { docs, batch_docs, out } } => {
+            let report = cairn::bench::accept(docs, batch_docs).await?;
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
+            println!("{text}");
+            eprintln!("written to {}", out.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn whoami() -> String {
+    std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

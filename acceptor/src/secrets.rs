@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use regex::bytes::Regex;
+use regex::bytes::{Regex, RegexSet};
 
 /// A credential found in content.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,27 +31,42 @@ const PATTERNS: &[(&str, &str)] = &[
     ("pypi_token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
 ];
 
-fn compiled() -> &'static [(&'static str, Regex)] {
-    static COMPILED: OnceLock<Vec<(&'static str, Regex)>> = OnceLock::new();
+/// Each pattern compiled, in the order of [`PATTERNS`] (so indices match the set's).
+fn compiled() -> &'static [(&'static str, Option<Regex>)] {
+    static COMPILED: OnceLock<Vec<(&'static str, Option<Regex>)>> = OnceLock::new();
     COMPILED.get_or_init(|| {
         PATTERNS
             .iter()
-            .filter_map(|(kind, pattern)| match Regex::new(pattern) {
-                Ok(regex) => Some((*kind, regex)),
+            .map(|(kind, pattern)| match Regex::new(pattern) {
+                Ok(regex) => (*kind, Some(regex)),
                 Err(error) => {
                     tracing::error!(kind, %error, "secret pattern does not compile");
-                    None
+                    (*kind, None)
                 }
             })
             .collect()
     })
 }
 
-/// The earliest credential in `content`, if any.
+fn any_pattern() -> Option<&'static RegexSet> {
+    static SET: OnceLock<Option<RegexSet>> = OnceLock::new();
+    SET.get_or_init(|| RegexSet::new(PATTERNS.iter().map(|(_, pattern)| *pattern)).ok()).as_ref()
+}
+
+/// The earliest credential in `content`, if any. One pass over the content finds whether any
+/// pattern matches; only then are the matching patterns located.
 pub fn scan(content: &[u8]) -> Option<Finding> {
+    let matched = any_pattern()?.matches(content);
+    if !matched.matched_any() {
+        return None;
+    }
     compiled()
         .iter()
-        .filter_map(|(kind, regex)| regex.find(content).map(|found| Finding { kind, offset: found.start() }))
+        .enumerate()
+        .filter(|(index, _)| matched.matched(*index))
+        .filter_map(|(_, (kind, regex))| {
+            regex.as_ref()?.find(content).map(|found| Finding { kind, offset: found.start() })
+        })
         .min_by_key(|finding| finding.offset)
 }
 
@@ -61,7 +76,8 @@ mod tests {
 
     #[test]
     fn every_pattern_compiles() {
-        assert_eq!(compiled().len(), PATTERNS.len());
+        assert!(compiled().iter().all(|(_, regex)| regex.is_some()));
+        assert!(any_pattern().is_some());
     }
 
     #[test]

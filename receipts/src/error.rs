@@ -39,6 +39,9 @@ pub enum LedgerError {
     /// A storage error that is not the caller's fault.
     #[error("storage error: {0}")]
     Storage(#[from] sqlx::Error),
+    /// A storage failure shared by several callers (a failed group write), by its message.
+    #[error("storage error: {0}")]
+    Internal(String),
     /// Stored data that cairn cannot decode (a bug or a foreign write).
     #[error("corrupt ledger row: {0}")]
     Corrupt(String),
@@ -59,7 +62,7 @@ impl LedgerError {
             LedgerError::Injected(_) => "injected_fault",
             LedgerError::Unavailable(_) => "ledger_unavailable",
             LedgerError::Storage(error) if is_unavailable(error) => "ledger_unavailable",
-            LedgerError::Storage(_) | LedgerError::Corrupt(_) => "internal_error",
+            LedgerError::Storage(_) | LedgerError::Internal(_) | LedgerError::Corrupt(_) => "internal_error",
         }
     }
 
@@ -82,10 +85,34 @@ impl LedgerError {
     /// The message to send to a client: internal details stay in the log.
     pub fn public_message(&self) -> String {
         match self {
-            LedgerError::Storage(_) | LedgerError::Corrupt(_) => {
+            LedgerError::Storage(_) | LedgerError::Internal(_) | LedgerError::Corrupt(_) => {
                 "internal error in the ledger; see the server log".to_owned()
             }
             other => other.to_string(),
+        }
+    }
+}
+
+impl LedgerError {
+    /// A copy of this error for every caller that shared the failed write.
+    pub(crate) fn replicate(&self) -> LedgerError {
+        match self {
+            LedgerError::Invalid { code, message } => LedgerError::Invalid { code, message: message.clone() },
+            LedgerError::ContentBlocked { dataset, sha256, reason } => LedgerError::ContentBlocked {
+                dataset: dataset.clone(),
+                sha256: sha256.clone(),
+                reason: reason.clone(),
+            },
+            LedgerError::SourceNotFound { dataset, source_key } => LedgerError::SourceNotFound {
+                dataset: dataset.clone(),
+                source_key: source_key.clone(),
+            },
+            LedgerError::Injected(point) => LedgerError::Injected(*point),
+            LedgerError::Unavailable(message) => LedgerError::Unavailable(message.clone()),
+            LedgerError::Storage(error) if is_unavailable(error) => LedgerError::Unavailable(error.to_string()),
+            LedgerError::Storage(error) => LedgerError::Internal(error.to_string()),
+            LedgerError::Internal(message) => LedgerError::Internal(message.clone()),
+            LedgerError::Corrupt(message) => LedgerError::Corrupt(message.clone()),
         }
     }
 }

@@ -44,6 +44,11 @@ impl fmt::Display for FaultPoint {
 pub trait FaultInjector: Send + Sync + fmt::Debug {
     /// Returns `true` when the step must fail.
     fn fire(&self, point: FaultPoint) -> bool;
+
+    /// Whether any point may fire. When none can, the ledger may run steps together.
+    fn armed(&self) -> bool {
+        true
+    }
 }
 
 /// Production: no fault ever fires.
@@ -52,6 +57,10 @@ pub struct NoFaults;
 
 impl FaultInjector for NoFaults {
     fn fire(&self, _point: FaultPoint) -> bool {
+        false
+    }
+
+    fn armed(&self) -> bool {
         false
     }
 }
@@ -72,6 +81,10 @@ impl FaultPlan {
 }
 
 impl FaultInjector for FaultPlan {
+    fn armed(&self) -> bool {
+        self.armed.lock().map(|armed| !armed.is_empty()).unwrap_or(true)
+    }
+
     fn fire(&self, point: FaultPoint) -> bool {
         let Ok(mut armed) = self.armed.lock() else { return false };
         match armed.iter().position(|candidate| *candidate == point) {

@@ -18,7 +18,7 @@ const REVISION_NAMESPACE: Uuid = Uuid::from_u128(0x6f0c_0f5b_3c1e_4f8e_9a44_8f61
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    to_hex(&Sha256::digest(bytes))
 }
 
 /// Tags in canonical form: sorted, without duplicates.
@@ -46,4 +46,24 @@ pub fn revision_id(dataset: &str, source_key: &str, sha256: &str, document: &Doc
 /// A new time-ordered id.
 pub fn new_v7() -> Uuid {
     Uuid::now_v7()
+}
+
+/// Lowercase hex of `bytes` (a table lookup per byte; `hex::encode` goes through `char`s).
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)]);
+        out.push(DIGITS[usize::from(byte & 0x0f)]);
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn to_hex_matches_hex_crate() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(super::to_hex(&bytes), hex::encode(&bytes));
+    }
 }

@@ -7,6 +7,7 @@
 //! when `COMMIT` returns) and only then answers every caller. Concurrent acceptances therefore
 //! share one fsync (group commit). Reads use a separate pool and never block the writer (WAL).
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::auth::{generate_secret, secret_hash, CreatedToken, NewToken, Principal, Scope};
-use crate::clock::Clock;
+use crate::clock::{Clock, Micros};
 use crate::error::{LedgerError, Result};
 use crate::faults::{FaultInjector, FaultPoint, NoFaults};
 use crate::ids;
@@ -97,6 +98,7 @@ impl SqliteLedger {
         MIGRATOR.run(&mut write_connection).await.map_err(|error| {
             LedgerError::Unavailable(format!("migrating {}: {error}", options.path.display()))
         })?;
+        sqlx::raw_sql(include_str!("../queries/wave_table.sql")).execute(&mut write_connection).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
@@ -273,9 +275,25 @@ impl Writer {
             }
             return;
         }
+        // Blocks and tokens first, then every acceptance of the group together, so that the
+        // acceptances share waves; any order of concurrent requests is a valid serialisation.
         let mut done = Vec::with_capacity(group.len());
+        let mut acceptances = Vec::new();
         for op in group {
-            done.push(self.apply(op).await);
+            match op {
+                WriteOp::Accept(items, reply) => acceptances.push((items, reply)),
+                other => done.push(self.apply(other).await),
+            }
+        }
+        let mut shapes = Vec::with_capacity(acceptances.len());
+        let mut items = Vec::new();
+        for (op_items, reply) in acceptances {
+            shapes.push((op_items.len(), reply));
+            items.extend(op_items);
+        }
+        let mut results = self.accept_all(items).await.into_iter();
+        for (count, reply) in shapes {
+            done.push(Done::Accept(results.by_ref().take(count).collect(), reply));
         }
         let outcome = if self.faults.fire(FaultPoint::BeforeCommit) {
             Err(LedgerError::Injected(FaultPoint::BeforeCommit))
@@ -306,14 +324,7 @@ impl Writer {
     async fn apply(&mut self, op: WriteOp) -> Done {
         match op {
             WriteOp::Accept(items, reply) => {
-                let mut results = Vec::with_capacity(items.len());
-                for item in items {
-                    let result = match self.begin_item().await {
-                        Ok(()) => self.accept_one(item).await,
-                        Err(error) => Err(error),
-                    };
-                    results.push(self.end_item(result).await);
-                }
+                let results = self.accept_all(items).await;
                 Done::Accept(results, reply)
             }
             WriteOp::Block(block, reply) => {
@@ -363,211 +374,194 @@ impl Writer {
         }
     }
 
-    /// One acceptance, inside the group's transaction and its own savepoint.
-    async fn accept_one(&mut self, item: Prepared) -> Result<Acceptance> {
-        let now = self.clock.now_micros();
-        let head = sqlx::query("SELECT head_revision_id FROM sources WHERE dataset = ? AND source_key = ?")
-            .bind(&item.dataset)
-            .bind(&item.source_key)
-            .fetch_optional(&mut self.connection)
-            .await?
-            .map(|row| row.try_get::<String, _>(0))
-            .transpose()?
-            .map(|text| parse_uuid(&text))
-            .transpose()?;
-
-        let (revision_id, tombstone, sha256, byte_length, cause, passages) = match item.change {
-            PreparedChange::Put { document, sha256, revision_id, passages } => {
-                if let Some(reason) = blocked_reason(&mut self.connection, &item.dataset, &sha256).await? {
-                    return Err(LedgerError::ContentBlocked { dataset: item.dataset, sha256, reason });
-                }
-                if head == Some(revision_id) {
-                    return duplicate(&mut self.connection, revision_id).await;
-                }
-                let byte_length = i64::try_from(document.bytes.len())
-                    .map_err(|_| LedgerError::invalid("payload_too_large", "content too large"))?;
-                sqlx::query(
-                    "INSERT INTO contents (sha256, byte_length, bytes, created_at) VALUES (?, ?, ?, ?) \
-                     ON CONFLICT (sha256) DO NOTHING",
-                )
-                .bind(&sha256)
-                .bind(byte_length)
-                .bind(&document.bytes)
-                .bind(now)
-                .execute(&mut self.connection)
-                .await?;
-                self.fault(FaultPoint::AfterBytes)?;
-                let exists = sqlx::query("SELECT 1 FROM revisions WHERE id = ?")
-                    .bind(revision_id.to_string())
-                    .fetch_optional(&mut self.connection)
-                    .await?
-                    .is_some();
-                let cause = if exists {
-                    "reverted_to_earlier_revision"
+    /// Accepts items in arrival order. Items are processed in waves in which no two items
+    /// share a source (a later item for the same source waits for the next wave and sees the
+    /// earlier one's head). Each wave is a handful of set-based statements inside one savepoint,
+    /// so its cost barely grows with its size.
+    async fn accept_all(&mut self, items: Vec<Prepared>) -> Vec<Result<Acceptance>> {
+        let mut results: Vec<Option<Result<Acceptance>>> = (0..items.len()).map(|_| None).collect();
+        let mut pending: Vec<(usize, Prepared)> = items.into_iter().enumerate().collect();
+        while !pending.is_empty() {
+            let mut sources = HashSet::new();
+            let mut wave = Vec::new();
+            let mut later = Vec::new();
+            for (position, item) in pending {
+                if sources.insert((item.dataset.clone(), item.source_key.clone())) {
+                    wave.push((position, item));
                 } else {
-                    sqlx::query(
-                        "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
-                         media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
-                         accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, NULL, ?)",
-                    )
-                    .bind(revision_id.to_string())
-                    .bind(&item.dataset)
-                    .bind(&item.source_key)
-                    .bind(&sha256)
-                    .bind(byte_length)
-                    .bind(&document.media_type)
-                    .bind(json_text(&ids::canonical_tags(&document.tags)))
-                    .bind(json_text(&document.metadata))
-                    .bind(head.map(|id| id.to_string()))
-                    .bind(&item.actor)
-                    .bind(now)
-                    .execute(&mut self.connection)
-                    .await?;
-                    "accepted"
-                };
-                self.fault(FaultPoint::AfterRevision)?;
-                (revision_id, false, Some(sha256), byte_length, cause, passages)
-            }
-            PreparedChange::Delete { reason } => {
-                let Some(head_id) = head else {
-                    return Err(LedgerError::SourceNotFound {
-                        dataset: item.dataset,
-                        source_key: item.source_key,
-                    });
-                };
-                let head_is_tombstone: i64 = sqlx::query_scalar("SELECT tombstone FROM revisions WHERE id = ?")
-                    .bind(head_id.to_string())
-                    .fetch_one(&mut self.connection)
-                    .await?;
-                if head_is_tombstone == 1 {
-                    return duplicate(&mut self.connection, head_id).await;
+                    later.push((position, item));
                 }
-                let tombstone_id = ids::new_v7();
-                sqlx::query(
-                    "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
-                     media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
-                     accepted_at) VALUES (?, ?, ?, NULL, 0, 'application/x-tombstone', '[]', '{}', 1, ?, ?, ?, ?)",
-                )
-                .bind(tombstone_id.to_string())
-                .bind(&item.dataset)
-                .bind(&item.source_key)
-                .bind(head_id.to_string())
-                .bind(&item.actor)
-                .bind(&reason)
-                .bind(now)
-                .execute(&mut self.connection)
-                .await?;
-                self.fault(FaultPoint::AfterBytes)?;
-                self.fault(FaultPoint::AfterRevision)?;
-                (tombstone_id, true, None, 0, "deleted", Vec::new())
             }
-        };
+            let (positions, items): (Vec<usize>, Vec<Prepared>) = wave.into_iter().unzip();
+            let outcomes = match self.accept_wave(&items).await {
+                Ok(outcomes) => outcomes,
+                Err(error) => {
+                    tracing::error!(%error, items = items.len(), "acceptance wave failed; its writes were rolled back");
+                    items.iter().map(|_| Err(error.replicate())).collect()
+                }
+            };
+            for (position, outcome) in positions.into_iter().zip(outcomes) {
+                results[position] = Some(outcome);
+            }
+            pending = later;
+        }
+        results
+            .into_iter()
+            .map(|result| result.unwrap_or_else(|| Err(LedgerError::Internal("item lost in the writer".to_owned()))))
+            .collect()
+    }
 
-        // Move the head (the trigger records the move in history).
-        sqlx::query(
-            "INSERT INTO sources (dataset, source_key, head_revision_id, created_at, changed_by, \
-             change_cause, changed_at, change_seq) VALUES (?, ?, ?, ?, ?, ?, ?, 1) \
-             ON CONFLICT (dataset, source_key) DO UPDATE SET \
-             head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
-             change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
-             change_seq = sources.change_seq + 1",
-        )
-        .bind(&item.dataset)
-        .bind(&item.source_key)
-        .bind(revision_id.to_string())
-        .bind(now)
-        .bind(&item.actor)
-        .bind(cause)
-        .bind(now)
-        .execute(&mut self.connection)
-        .await?;
-        self.fault(FaultPoint::AfterHeadMove)?;
+    /// One wave: decide, then write every accepted item in four set-based steps with a fault
+    /// point between each. On error the wave's savepoint is rolled back and the error returned.
+    async fn accept_wave(&mut self, wave: &[Prepared]) -> Result<Vec<Result<Acceptance>>> {
+        let now = self.clock.now_micros();
+        let decisions = self.decide(wave).await?;
+        let mut outcomes: Vec<Outcome> = Vec::with_capacity(wave.len());
+        for (item, decision) in wave.iter().zip(decisions) {
+            outcomes.push(classify(item, decision, now));
+        }
 
-        let supersede_cause = format!("superseded_by:{revision_id}");
-        transition::supersede_unfinished(
-            &mut self.connection,
-            &item.dataset,
-            &item.source_key,
-            &item.actor,
-            &supersede_cause,
+        let duplicates: Vec<String> = outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                Outcome::Duplicate(id) => Some(id.to_string()),
+                _ => None,
+            })
+            .collect();
+        let mut duplicate_receipts = HashMap::new();
+        if !duplicates.is_empty() {
+            for row in sqlx::query(include_str!("../queries/accept_duplicates.sql"))
+                .bind(json_text(&duplicates))
+                .fetch_all(&mut self.connection)
+                .await?
+            {
+                let receipt = duplicate_from_row(&row)?;
+                duplicate_receipts.insert(receipt.source_revision_id, receipt);
+            }
+        }
+
+        let mut staged = Staged::default();
+        for (position, (item, outcome)) in wave.iter().zip(&outcomes).enumerate() {
+            if let Outcome::Write(write) = outcome {
+                staged.add(position, item, write);
+            }
+        }
+        let rows = staged.rows;
+        if !rows.is_empty() {
+            if let Err(error) = self.write_wave(&rows, &staged.passages, &staged.contents, now).await {
+                for statement in ["ROLLBACK TO wave", "RELEASE wave"] {
+                    if let Err(rollback) = sqlx::query(statement).execute(&mut self.connection).await {
+                        tracing::error!(error = %rollback, statement, "ledger savepoint could not be resolved");
+                    }
+                }
+                return Err(error);
+            }
+        }
+
+        Ok(wave
+            .iter()
+            .zip(outcomes)
+            .map(|(item, outcome)| match outcome {
+                Outcome::Refused(error) => Err(error),
+                Outcome::Duplicate(id) => duplicate_receipts
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| LedgerError::Corrupt(format!("revision {id} has no job"))),
+                Outcome::Write(write) => Ok(Acceptance {
+                    accepted: true,
+                    status: AcceptStatus::QueuedNotConfirmed,
+                    dataset: item.dataset.clone(),
+                    source_key: item.source_key.clone(),
+                    source_revision_id: write.revision_id,
+                    projection_job_id: write.job_id,
+                    content_sha256: match &item.change {
+                        PreparedChange::Put { sha256, .. } => Some(sha256.clone()),
+                        PreparedChange::Delete { .. } => None,
+                    },
+                    byte_length: match &item.change {
+                        PreparedChange::Put { document, .. } => document.bytes.len() as i64,
+                        PreparedChange::Delete { .. } => 0,
+                    },
+                    accepted_at: write.accepted_at,
+                    previous_revision_id: write.previous,
+                    tombstone: write.tombstone,
+                }),
+            })
+            .collect())
+    }
+
+    /// What the ledger holds for each item of a wave, in wave order.
+    async fn decide(&mut self, wave: &[Prepared]) -> Result<Vec<Decision>> {
+        let probe: Vec<serde_json::Value> = wave
+            .iter()
+            .map(|item| {
+                let (sha256, revision_id) = match &item.change {
+                    PreparedChange::Put { sha256, revision_id, .. } => (Some(sha256.as_str()), Some(revision_id.to_string())),
+                    PreparedChange::Delete { .. } => (None, None),
+                };
+                serde_json::json!({
+                    "dataset": item.dataset,
+                    "source_key": item.source_key,
+                    "sha256": sha256,
+                    "revision_id": revision_id,
+                })
+            })
+            .collect();
+        let rows = sqlx::query(include_str!("../queries/accept_decide.sql"))
+            .bind(json_text(&probe))
+            .fetch_all(&mut self.connection)
+            .await?;
+        if rows.len() != wave.len() {
+            return Err(LedgerError::Internal(format!("decided {} of {} items", rows.len(), wave.len())));
+        }
+        rows.iter()
+            .map(|row| {
+                Ok(Decision {
+                    head: optional_uuid(row.try_get("head")?)?,
+                    head_tombstone: row.try_get::<Option<i64>, _>("head_tombstone")? == Some(1),
+                    blocked_reason: row.try_get("blocked_reason")?,
+                    existing_accepted_at: row.try_get("existing_accepted_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes the accepted items of a wave inside `SAVEPOINT wave`: retain bytes, revisions,
+    /// heads, then supersession, jobs, receipts and lexical passages. With a fault injector
+    /// armed the four steps run as separate calls with a fault point after each; otherwise the
+    /// same statements run as one call (one round trip to SQLite's thread).
+    async fn write_wave(
+        &mut self,
+        rows: &[serde_json::Value],
+        passages: &[[usize; 4]],
+        contents: &[(String, usize, String)],
+        now: Micros,
+    ) -> Result<()> {
+        let backends: Vec<&str> = self.options.backends.iter().map(|backend| backend.as_str()).collect();
+        let parameters = WaveParameters {
             now,
-        )
-        .await?;
-
-        let job_id = ids::new_v7();
-        let kind = if tombstone { JobKind::Tombstone } else { JobKind::Project };
-        sqlx::query(
-            "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-             max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
-             VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(job_id.to_string())
-        .bind(revision_id.to_string())
-        .bind(&item.dataset)
-        .bind(&item.source_key)
-        .bind(kind.as_str())
-        .bind(self.options.max_attempts)
-        .bind(now)
-        .bind(now)
-        .bind(&item.actor)
-        .bind(cause)
-        .bind(now)
-        .execute(&mut self.connection)
-        .await?;
-        for backend in &self.options.backends {
-            sqlx::query(
-                "INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
-                 change_cause, changed_at) VALUES (?, ?, 'pending', ?, ?, ?, ?)",
-            )
-            .bind(job_id.to_string())
-            .bind(backend.as_str())
-            .bind(now)
-            .bind(&item.actor)
-            .bind(cause)
-            .bind(now)
-            .execute(&mut self.connection)
-            .await?;
+            rows: json_text(rows),
+            passages: json_text(passages),
+            contents: json_text(contents),
+            max_attempts: self.options.max_attempts,
+            backends: json_text(&backends),
+        };
+        if !self.faults.armed() {
+            parameters.bind(sqlx::query(steps::ALL)).execute(&mut self.connection).await?;
+            return Ok(());
         }
-
-        // The lexical index holds the passages of current heads only.
-        sqlx::query("DELETE FROM passages WHERE dataset = ? AND source_key = ?")
-            .bind(&item.dataset)
-            .bind(&item.source_key)
-            .execute(&mut self.connection)
-            .await?;
-        for (index, passage) in passages.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, \
-                 byte_end, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&item.dataset)
-            .bind(&item.source_key)
-            .bind(revision_id.to_string())
-            .bind(index as i64)
-            .bind(passage.byte_start as i64)
-            .bind(passage.byte_end as i64)
-            .bind(&passage.text)
-            .execute(&mut self.connection)
-            .await?;
+        let staged = [
+            (steps::REVISIONS, FaultPoint::AfterRevision),
+            (steps::HEADS, FaultPoint::AfterHeadMove),
+        ];
+        parameters.bind(sqlx::query(steps::RETAIN)).execute(&mut self.connection).await?;
+        self.fault(FaultPoint::AfterBytes)?;
+        for (step, point) in staged {
+            sqlx::query(step).execute(&mut self.connection).await?;
+            self.fault(point)?;
         }
-
-        let accepted_at: i64 = sqlx::query_scalar("SELECT accepted_at FROM revisions WHERE id = ?")
-            .bind(revision_id.to_string())
-            .fetch_one(&mut self.connection)
-            .await?;
-        Ok(Acceptance {
-            accepted: true,
-            status: AcceptStatus::QueuedNotConfirmed,
-            dataset: item.dataset,
-            source_key: item.source_key,
-            source_revision_id: revision_id,
-            projection_job_id: job_id,
-            content_sha256: sha256,
-            byte_length,
-            accepted_at,
-            previous_revision_id: head,
-            tombstone,
-        })
+        sqlx::query(steps::QUEUE).execute(&mut self.connection).await?;
+        Ok(())
     }
 
     async fn block(&mut self, block: ContentBlock) -> Result<()> {
@@ -607,76 +601,185 @@ impl Writer {
     }
 }
 
-/// State transitions of jobs and receipts. Every change of `jobs.state` or
-/// `projection_receipts.state` that cairn makes goes through this module, which attributes it
-/// (actor, cause, time, `change_seq + 1`); the triggers turn that into history.
-pub(crate) mod transition {
-    use sqlx::sqlite::SqliteConnection;
+/// The acceptance write steps. Only the first statement (`accept_params.sql`) takes bound
+/// parameters; it stages them in `temp.wave_params`, which the later statements read, so that
+/// the steps run unchanged both one by one and concatenated as one call. (sqlx numbers the
+/// parameters of a multi-statement query per statement, so later statements take none.)
+mod steps {
+    pub(super) const RETAIN: &str = concat!(
+        "SAVEPOINT wave;\n",
+        include_str!("../queries/accept_params.sql"),
+        include_str!("../queries/accept_retain.sql")
+    );
+    pub(super) const REVISIONS: &str = include_str!("../queries/accept_revisions.sql");
+    pub(super) const HEADS: &str = include_str!("../queries/accept_move_heads.sql");
+    pub(super) const QUEUE: &str = concat!(include_str!("../queries/accept_queue.sql"), "\nRELEASE wave;");
+    pub(super) const ALL: &str = concat!(
+        "SAVEPOINT wave;\n",
+        include_str!("../queries/accept_params.sql"),
+        include_str!("../queries/accept_retain.sql"),
+        include_str!("../queries/accept_revisions.sql"),
+        include_str!("../queries/accept_move_heads.sql"),
+        include_str!("../queries/accept_queue.sql"),
+        "\nRELEASE wave;"
+    );
+}
 
-    use crate::clock::Micros;
-    use crate::error::Result;
+/// Parameters of `accept_params.sql`: `?1` now, `?2` wave rows, `?3` passage offsets, `?4`
+/// contents, `?5` max attempts, `?6` backends.
+struct WaveParameters {
+    now: Micros,
+    rows: String,
+    passages: String,
+    contents: String,
+    max_attempts: i64,
+    backends: String,
+}
 
-    /// Marks the unfinished job of a source, and its unfinished receipts, `superseded`.
-    pub(crate) async fn supersede_unfinished(
-        connection: &mut SqliteConnection,
-        dataset: &str,
-        source_key: &str,
-        actor: &str,
-        cause: &str,
-        now: Micros,
-    ) -> Result<u64> {
-        sqlx::query(
-            "UPDATE projection_receipts SET state = 'superseded', updated_at = ?1, changed_by = ?2, \
-             change_cause = ?3, changed_at = ?1, change_seq = change_seq + 1 \
-             WHERE state IN ('pending', 'running', 'written') AND job_id IN \
-             (SELECT id FROM jobs WHERE dataset = ?4 AND source_key = ?5 \
-              AND state IN ('pending', 'running', 'retry_wait'))",
-        )
-        .bind(now)
-        .bind(actor)
-        .bind(cause)
-        .bind(dataset)
-        .bind(source_key)
-        .execute(&mut *connection)
-        .await?;
-        let jobs = sqlx::query(
-            "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
-             lease_expires_at = NULL, changed_by = ?2, change_cause = ?3, changed_at = ?1, \
-             change_seq = change_seq + 1 \
-             WHERE dataset = ?4 AND source_key = ?5 AND state IN ('pending', 'running', 'retry_wait')",
-        )
-        .bind(now)
-        .bind(actor)
-        .bind(cause)
-        .bind(dataset)
-        .bind(source_key)
-        .execute(&mut *connection)
-        .await?;
-        Ok(jobs.rows_affected())
+impl WaveParameters {
+    fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+        query
+            .bind(self.now)
+            .bind(self.rows.as_str())
+            .bind(self.passages.as_str())
+            .bind(self.contents.as_str())
+            .bind(self.max_attempts)
+            .bind(self.backends.as_str())
     }
 }
 
-async fn blocked_reason(connection: &mut SqliteConnection, dataset: &str, sha256: &str) -> Result<Option<String>> {
-    let reason = sqlx::query_scalar("SELECT reason FROM content_blocks WHERE dataset = ? AND sha256 = ?")
-        .bind(dataset)
-        .bind(sha256)
-        .fetch_optional(&mut *connection)
-        .await?;
-    Ok(reason)
+/// What the ledger holds for one item before its wave is written.
+#[derive(Debug)]
+struct Decision {
+    head: Option<Uuid>,
+    head_tombstone: bool,
+    blocked_reason: Option<String>,
+    existing_accepted_at: Option<Micros>,
 }
 
-/// The receipt for a submission equal to the current head: nothing is created.
-async fn duplicate(connection: &mut SqliteConnection, revision_id: Uuid) -> Result<Acceptance> {
-    let row = sqlx::query(
-        "SELECT r.dataset, r.source_key, r.content_sha256, r.byte_length, r.accepted_at, \
-         r.previous_revision_id, r.tombstone, \
-         (SELECT j.id FROM jobs j WHERE j.revision_id = r.id ORDER BY j.created_at DESC, j.id DESC LIMIT 1) AS job_id \
-         FROM revisions r WHERE r.id = ?",
-    )
-    .bind(revision_id.to_string())
-    .fetch_one(&mut *connection)
-    .await?;
+/// What acceptance does with one item.
+#[derive(Debug)]
+enum Outcome {
+    Refused(LedgerError),
+    Duplicate(Uuid),
+    Write(Write),
+}
+
+#[derive(Debug)]
+struct Write {
+    revision_id: Uuid,
+    job_id: Uuid,
+    new_revision: bool,
+    tombstone: bool,
+    previous: Option<Uuid>,
+    accepted_at: Micros,
+    cause: &'static str,
+}
+
+fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
+    match &item.change {
+        PreparedChange::Put { sha256, revision_id, .. } => {
+            if let Some(reason) = decision.blocked_reason {
+                return Outcome::Refused(LedgerError::ContentBlocked {
+                    dataset: item.dataset.clone(),
+                    sha256: sha256.clone(),
+                    reason,
+                });
+            }
+            if decision.head == Some(*revision_id) {
+                return Outcome::Duplicate(*revision_id);
+            }
+            let reverted = decision.existing_accepted_at.is_some();
+            Outcome::Write(Write {
+                revision_id: *revision_id,
+                job_id: ids::new_v7(),
+                new_revision: !reverted,
+                tombstone: false,
+                previous: decision.head,
+                accepted_at: decision.existing_accepted_at.unwrap_or(now),
+                cause: if reverted { "reverted_to_earlier_revision" } else { "accepted" },
+            })
+        }
+        PreparedChange::Delete { .. } => match decision.head {
+            None => Outcome::Refused(LedgerError::SourceNotFound {
+                dataset: item.dataset.clone(),
+                source_key: item.source_key.clone(),
+            }),
+            Some(head) if decision.head_tombstone => Outcome::Duplicate(head),
+            Some(head) => Outcome::Write(Write {
+                revision_id: ids::new_v7(),
+                job_id: ids::new_v7(),
+                new_revision: true,
+                tombstone: true,
+                previous: Some(head),
+                accepted_at: now,
+                cause: "deleted",
+            }),
+        },
+    }
+}
+
+/// The accepted items of a wave, as the JSON parameters of the write statements.
+#[derive(Debug, Default)]
+struct Staged {
+    /// Rows of `temp.wave`.
+    rows: Vec<serde_json::Value>,
+    /// `[position, passage_index, byte_start, byte_end]` per passage.
+    passages: Vec<[usize; 4]>,
+    /// `(sha256, byte_length, hex bytes)` per content.
+    contents: Vec<(String, usize, String)>,
+}
+
+impl Staged {
+    fn add(&mut self, position: usize, item: &Prepared, write: &Write) {
+        let kind = if write.tombstone { JobKind::Tombstone } else { JobKind::Project };
+        let (sha256, byte_length, media_type, tags, metadata, reason) = match &item.change {
+            PreparedChange::Put { document, sha256, passages, .. } => {
+                for (index, passage) in passages.iter().enumerate() {
+                    self.passages.push([position, index, passage.byte_start, passage.byte_end]);
+                }
+                self.contents.push((sha256.clone(), document.bytes.len(), ids::to_hex(&document.bytes)));
+                (
+                    Some(sha256.as_str()),
+                    document.bytes.len(),
+                    document.media_type.as_str(),
+                    json_text(&ids::canonical_tags(&document.tags)),
+                    json_text(&document.metadata),
+                    None,
+                )
+            }
+            PreparedChange::Delete { reason } => {
+                (None, 0, "application/x-tombstone", "[]".to_owned(), "{}".to_owned(), reason.as_deref())
+            }
+        };
+        self.rows.push(serde_json::json!({
+            "position": position,
+            "dataset": item.dataset,
+            "source_key": item.source_key,
+            "revision_id": write.revision_id.to_string(),
+            "new_revision": i64::from(write.new_revision),
+            "tombstone": i64::from(write.tombstone),
+            "sha256": sha256,
+            "byte_length": byte_length,
+            "media_type": media_type,
+            "tags": tags,
+            "metadata": metadata,
+            "previous_revision_id": write.previous.map(|id| id.to_string()),
+            "actor": item.actor,
+            "reason": reason,
+            "cause": write.cause,
+            "job_id": write.job_id.to_string(),
+            "kind": kind.as_str(),
+        }));
+    }
+}
+
+fn duplicate_from_row(row: &SqliteRow) -> Result<Acceptance> {
     let job_id: Option<String> = row.try_get("job_id")?;
+    let revision_id = parse_uuid(&row.try_get::<String, _>("id")?)?;
     let job_id = job_id.ok_or_else(|| LedgerError::Corrupt(format!("revision {revision_id} has no job")))?;
     Ok(Acceptance {
         accepted: true,

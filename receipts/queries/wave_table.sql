@@ -1,0 +1,36 @@
+-- The writer connection's staging tables for one wave of acceptances (connection-local).
+CREATE TEMP TABLE IF NOT EXISTS wave (
+    position             INTEGER PRIMARY KEY,
+    dataset              TEXT NOT NULL,
+    source_key           TEXT NOT NULL,
+    revision_id          TEXT NOT NULL,
+    new_revision         INTEGER NOT NULL,
+    tombstone            INTEGER NOT NULL,
+    sha256               TEXT,
+    byte_length          INTEGER NOT NULL,
+    media_type           TEXT NOT NULL,
+    tags                 TEXT NOT NULL,
+    metadata             TEXT NOT NULL,
+    previous_revision_id TEXT,
+    actor                TEXT NOT NULL,
+    reason               TEXT,
+    cause                TEXT NOT NULL,
+    job_id               TEXT NOT NULL,
+    kind                 TEXT NOT NULL,
+    UNIQUE (dataset, source_key)
+);
+CREATE TEMP TABLE IF NOT EXISTS wave_passages (
+    position      INTEGER NOT NULL,
+    passage_index INTEGER NOT NULL,
+    byte_start    INTEGER NOT NULL,
+    byte_end      INTEGER NOT NULL,
+    PRIMARY KEY (position, passage_index)
+);
+CREATE TEMP TABLE IF NOT EXISTS wave_params (
+    now          INTEGER NOT NULL,
+    rows         TEXT NOT NULL,
+    passages     TEXT NOT NULL,
+    contents     TEXT NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    backends     TEXT NOT NULL
+);

@@ -1,0 +1,192 @@
+//! `cairn bench accept`: durable receipts per second through the HTTP API (1 and 16
+//! concurrent clients, and the batch endpoint), and in the same run the raw limit: the same
+//! documents inserted by a minimal sqlx loop with the same durability (WAL,
+//! `synchronous=FULL`), one transaction per document and one per 1000. Writes JSON.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use sqlx::{ConnectOptions, Connection};
+
+use crate::config::{Config, Overrides};
+
+/// Size of each benchmark document.
+pub const DOCUMENT_BYTES: usize = 2048;
+
+const WORDS: &[&str] = &[
+    "ledger", "receipt", "durable", "projection", "vector", "lexical", "worker", "lease", "revision", "source",
+    "dataset", "commit", "fsync", "journal", "search", "budget", "fusion", "tombstone", "history", "heartbeat",
+    "quarantine", "backoff", "jitter", "retry", "embedding", "passage", "chunk", "qdrant", "sqlite", "operator",
+    "protein", "membrane", "receptor", "cell", "gene", "expression", "cohort", "trial", "dose", "signal",
+];
+
+/// A 2 KiB text document of random words (distinct per `index`).
+pub fn document(rng: &mut rand::rngs::StdRng, index: usize) -> String {
+    let mut text = format!("document {index}. ");
+    while text.len() < DOCUMENT_BYTES {
+        let word = WORDS[rng.random_range(0..WORDS.len())];
+        text.push_str(word);
+        text.push(if rng.random_range(0..12) == 0 { '.' } else { ' ' });
+    }
+    text.truncate(DOCUMENT_BYTES);
+    text
+}
+
+fn result(documents: usize, started: Instant) -> Value {
+    let seconds = started.elapsed().as_secs_f64();
+    json!({ "documents": documents, "seconds": seconds, "per_second": documents as f64 / seconds })
+}
+
+fn per_second(value: &Value) -> f64 {
+    value.get("per_second").and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+/// Runs the acceptance benchmark and returns its JSON report.
+pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<Value> {
+    let directory = tempfile::tempdir().context("creating a temporary directory")?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let corpus: Vec<String> = (0..documents.max(batch_documents)).map(|index| document(&mut rng, index)).collect();
+
+    // The API, in process, on loopback.
+    let overrides = Overrides {
+        data_dir: Some(directory.path().join("api")),
+        bind: Some("127.0.0.1:0".to_owned()),
+        config_file: None,
+    };
+    let config = Config::load(&overrides, &std::collections::HashMap::new())?;
+    std::fs::create_dir_all(&config.data_dir)?;
+    let ledger: Arc<dyn receipts::Ledger> = Arc::new(crate::open_ledger(&config).await?);
+    crate::ensure_admin_token(ledger.as_ref(), &config.data_dir).await?;
+    let token = crate::client::resolve_token(None, &config.data_dir)?;
+    let listener = tokio::net::TcpListener::bind(config.bind).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let application = crate::app(ledger, &config);
+    let server = tokio::spawn(async move { axum::serve(listener, application).await });
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+
+    let put_url = format!("{base}/v1/sources");
+    let put_token = token.clone();
+    let put = move |http: reqwest::Client, dataset: String, key: String, text: String| {
+        let url = put_url.clone();
+        let token = put_token.clone();
+        async move {
+            let response = http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({ "dataset": dataset, "source_key": key, "content": text }))
+                .send()
+                .await?;
+            anyhow::ensure!(response.status().as_u16() == 202, "HTTP {}", response.status());
+            Ok::<(), anyhow::Error>(())
+        }
+    };
+
+    eprintln!("http, 1 client: {documents} documents");
+    let started = Instant::now();
+    for (index, text) in corpus.iter().take(documents).enumerate() {
+        put(http.clone(), "one".to_owned(), format!("doc-{index}"), text.clone()).await?;
+    }
+    let http_1 = result(documents, started);
+
+    eprintln!("http, 16 clients: {documents} documents");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..16 {
+        let texts: Vec<(usize, String)> =
+            corpus.iter().take(documents).enumerate().filter(|(index, _)| index % 16 == client).map(|(i, t)| (i, t.clone())).collect();
+        let put = put.clone();
+        let http = http.clone();
+        tasks.push(tokio::spawn(async move {
+            for (index, text) in texts {
+                put(http.clone(), "sixteen".to_owned(), format!("doc-{index}"), text).await?;
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let http_16 = result(documents, started);
+
+    eprintln!("http, batch endpoint: {batch_documents} documents in batches of 1000");
+    let started = Instant::now();
+    for (batch_index, chunk) in corpus[..batch_documents].chunks(1000).enumerate() {
+        let items: Vec<Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(index, text)| json!({ "dataset": "batch", "source_key": format!("doc-{batch_index}-{index}"), "content": text }))
+            .collect();
+        let response = http
+            .post(format!("{base}/v1/sources/batch"))
+            .bearer_auth(&token)
+            .json(&json!({ "items": items }))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().as_u16() == 200, "batch answered HTTP {}", response.status());
+        let body: Value = response.json().await?;
+        let accepted = body["results"].as_array().map(|results| results.iter().filter(|r| r["accepted"] == true).count());
+        anyhow::ensure!(accepted == Some(chunk.len()), "batch accepted {accepted:?} of {}", chunk.len());
+    }
+    let http_batch = result(batch_documents, started);
+    server.abort();
+
+    eprintln!("raw sqlx, one transaction per document: {documents} documents");
+    let raw_single = raw_loop(&directory.path().join("raw-single.db"), &corpus[..documents], 1).await?;
+    eprintln!("raw sqlx, one transaction per 1000 documents: {batch_documents} documents");
+    let raw_batched = raw_loop(&directory.path().join("raw-batched.db"), &corpus[..batch_documents], 1000).await?;
+
+    let http_16_ratio = per_second(&http_16) / per_second(&raw_single).max(f64::MIN_POSITIVE);
+    let batch_ratio = per_second(&http_batch) / per_second(&raw_batched).max(f64::MIN_POSITIVE);
+    Ok(json!({
+        "benchmark": "accept",
+        "document_bytes": DOCUMENT_BYTES,
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "durability": "WAL, synchronous=FULL (fsync on every commit)",
+        "results": {
+            "http_1_client": http_1,
+            "http_16_clients": http_16,
+            "http_batch_1000": http_batch,
+            "raw_sqlx_tx_per_document": raw_single,
+            "raw_sqlx_tx_per_1000": raw_batched,
+        },
+        "ratios": {
+            "http_16_clients_over_raw_tx_per_document": http_16_ratio,
+            "http_batch_over_raw_tx_per_1000": batch_ratio,
+        },
+        "goals": {
+            "http_16_clients_beats_raw_tx_per_document": http_16_ratio > 1.0,
+            "http_batch_at_least_half_raw_tx_per_1000": batch_ratio >= 0.5,
+        },
+    }))
+}
+
+/// Inserts `texts` with a minimal sqlx loop, `per_transaction` documents per commit.
+async fn raw_loop(path: &Path, texts: &[String], per_transaction: usize) -> anyhow::Result<Value> {
+    let mut connection = receipts::sqlite::connect_options(path, std::time::Duration::from_secs(10))
+        .create_if_missing(true)
+        .connect()
+        .await?;
+    sqlx::query("CREATE TABLE documents (id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, sha256 TEXT NOT NULL, bytes BLOB NOT NULL)")
+        .execute(&mut connection)
+        .await?;
+    let started = Instant::now();
+    for (chunk_index, chunk) in texts.chunks(per_transaction).enumerate() {
+        let mut transaction = connection.begin().await?;
+        for (index, text) in chunk.iter().enumerate() {
+            sqlx::query("INSERT INTO documents (source_key, sha256, bytes) VALUES (?, ?, ?)")
+                .bind(format!("doc-{chunk_index}-{index}"))
+                .bind(receipts::ids::sha256_hex(text.as_bytes()))
+                .bind(text.as_bytes())
+                .execute(&mut *transaction)
+                .await?;
+        }
+        transaction.commit().await?;
+    }
+    let report = result(texts.len(), started);
+    connection.close().await?;
+    Ok(report)
+}

@@ -1,0 +1,234 @@
+//! Configuration: typed, unknown keys refused, validated once. Sources, strongest first:
+//! command-line flags, environment variables (`CAIRN_*`), the TOML file, defaults from
+//! [`receipts::policy`]. The environment is passed in as a map so that tests control it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use receipts::{policy, Backend};
+use serde::Deserialize;
+
+/// The default address of `cairn serve`.
+pub const DEFAULT_BIND: &str = "127.0.0.1:7171";
+/// The default data directory.
+pub const DEFAULT_DATA_DIR: &str = "./cairn-data";
+
+/// The configuration file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    bind: Option<String>,
+    #[serde(default)]
+    limits: FileLimits,
+    #[serde(default)]
+    ledger: FileLedger,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_body_bytes: Option<usize>,
+    max_batch_body_bytes: Option<usize>,
+    max_batch_items: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLedger {
+    backends: Option<Vec<String>>,
+    max_attempts: Option<i64>,
+    max_group: Option<usize>,
+}
+
+/// Validated configuration of a cairn node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where the ledger and the admin token live.
+    pub data_dir: PathBuf,
+    /// Address of the HTTP API.
+    pub bind: SocketAddr,
+    /// Ingest limits.
+    pub acceptor: acceptor::AcceptorConfig,
+    /// Backends that get a projection receipt per job.
+    pub backends: Vec<Backend>,
+    /// Failures allowed per projection job.
+    pub max_attempts: i64,
+    /// Most submissions per group commit.
+    pub max_group: usize,
+}
+
+/// Flags that override the file and the environment.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--bind`.
+    pub bind: Option<String>,
+    /// `--config`.
+    pub config_file: Option<PathBuf>,
+}
+
+fn env_number<T: std::str::FromStr>(env: &HashMap<String, String>, name: &str) -> anyhow::Result<Option<T>> {
+    match env.get(name) {
+        None => Ok(None),
+        Some(text) => text
+            .trim()
+            .parse::<T>()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("environment variable {name}=`{text}` is not a valid number")),
+    }
+}
+
+impl Config {
+    /// Builds the configuration from flags, environment and file.
+    pub fn load(overrides: &Overrides, env: &HashMap<String, String>) -> anyhow::Result<Config> {
+        let file_path = overrides.config_file.clone().or_else(|| env.get("CAIRN_CONFIG").map(PathBuf::from));
+        let file = match &file_path {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let data_dir = overrides
+            .data_dir
+            .clone()
+            .or_else(|| env.get("CAIRN_DATA_DIR").map(PathBuf::from))
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let bind_text = overrides
+            .bind
+            .clone()
+            .or_else(|| env.get("CAIRN_BIND").cloned())
+            .or(file.bind)
+            .unwrap_or_else(|| DEFAULT_BIND.to_owned());
+        let bind: SocketAddr = bind_text
+            .parse()
+            .with_context(|| format!("bind address `{bind_text}` is not IP:PORT (e.g. {DEFAULT_BIND})"))?;
+        let defaults = acceptor::AcceptorConfig::default();
+        let acceptor = acceptor::AcceptorConfig {
+            max_body_bytes: env_number(env, "CAIRN_MAX_BODY_BYTES")?
+                .or(file.limits.max_body_bytes)
+                .unwrap_or(defaults.max_body_bytes),
+            max_batch_body_bytes: env_number(env, "CAIRN_MAX_BATCH_BODY_BYTES")?
+                .or(file.limits.max_batch_body_bytes)
+                .unwrap_or(defaults.max_batch_body_bytes),
+            max_batch_items: env_number(env, "CAIRN_MAX_BATCH_ITEMS")?
+                .or(file.limits.max_batch_items)
+                .unwrap_or(defaults.max_batch_items),
+        };
+        let backend_names: Option<Vec<String>> = env
+            .get("CAIRN_BACKENDS")
+            .map(|text| text.split(',').map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()).collect())
+            .or(file.ledger.backends);
+        let backends = match backend_names {
+            None => policy::DEFAULT_BACKENDS.to_vec(),
+            Some(names) => names
+                .iter()
+                .map(|name| name.parse::<Backend>().map_err(|error| anyhow::anyhow!("backends: {error}")))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        };
+        let config = Config {
+            data_dir,
+            bind,
+            acceptor,
+            backends,
+            max_attempts: file.ledger.max_attempts.unwrap_or(policy::DEFAULT_MAX_ATTEMPTS),
+            max_group: file.ledger.max_group.unwrap_or(policy::DEFAULT_MAX_GROUP),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.backends.is_empty() {
+            bail!("at least one backend must be configured");
+        }
+        if self.acceptor.max_body_bytes < 1024 {
+            bail!("limits.max_body_bytes must be at least 1024");
+        }
+        if self.acceptor.max_batch_items == 0 || self.acceptor.max_batch_items > 100_000 {
+            bail!("limits.max_batch_items must be between 1 and 100000");
+        }
+        if self.max_attempts < 1 {
+            bail!("ledger.max_attempts must be at least 1");
+        }
+        if self.max_group == 0 {
+            bail!("ledger.max_group must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The ledger database file.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.data_dir.join("ledger.db")
+    }
+
+    /// The admin token file.
+    pub fn admin_token_path(&self) -> PathBuf {
+        admin_token_path(&self.data_dir)
+    }
+
+    /// Ledger options derived from this configuration.
+    pub fn ledger_options(&self) -> receipts::SqliteOptions {
+        let mut options = receipts::SqliteOptions::new(self.ledger_path());
+        options.backends = self.backends.clone();
+        options.max_attempts = self.max_attempts;
+        options.max_group = self.max_group;
+        options
+    }
+}
+
+/// Where the admin token of a data directory is written.
+pub fn admin_token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("admin.token")
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_without_anything() {
+        let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
+        assert_eq!(config.bind.to_string(), DEFAULT_BIND);
+        assert_eq!(config.backends, policy::DEFAULT_BACKENDS.to_vec());
+        assert_eq!(config.acceptor.max_batch_items, policy::DEFAULT_MAX_BATCH_ITEMS);
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cairn.toml");
+        std::fs::write(&file, "bind = \"127.0.0.1:1\"\ndata_dir = \"/file\"\n[limits]\nmax_batch_items = 7\n[ledger]\nbackends = [\"relational\", \"vector\", \"graph\"]\n").expect("write");
+        let overrides = Overrides { config_file: Some(file), bind: Some("127.0.0.1:3".into()), ..Overrides::default() };
+        let config = Config::load(&overrides, &env(&[("CAIRN_BIND", "127.0.0.1:2"), ("CAIRN_DATA_DIR", "/env")])).expect("config");
+        assert_eq!(config.bind.port(), 3);
+        assert_eq!(config.data_dir, PathBuf::from("/env"));
+        assert_eq!(config.acceptor.max_batch_items, 7);
+        assert_eq!(config.backends.len(), 3);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cairn.toml");
+        std::fs::write(&file, "bnd = \"x\"\n").expect("write");
+        let overrides = Overrides { config_file: Some(file), ..Overrides::default() };
+        let error = Config::load(&overrides, &HashMap::new()).expect_err("unknown key");
+        assert!(format!("{error:#}").contains("unknown field `bnd`"), "{error:#}");
+        let error = Config::load(&Overrides::default(), &env(&[("CAIRN_BACKENDS", "vector,elastic")])).expect_err("bad backend");
+        assert!(format!("{error:#}").contains("elastic"));
+        let error = Config::load(&Overrides::default(), &env(&[("CAIRN_MAX_BATCH_ITEMS", "lots")])).expect_err("bad number");
+        assert!(format!("{error:#}").contains("CAIRN_MAX_BATCH_ITEMS"));
+    }
+}

@@ -1,0 +1,151 @@
+//! # cairn
+//!
+//! The `cairn` binary's library half: configuration, the assembled HTTP application, the
+//! server lifecycle, the command-line client and the benchmarks. `main.rs` only parses flags,
+//! sets up logging and calls into here, so tests drive the same code without a socket
+//! ([`app`]) or with one ([`serve`]).
+//!
+//! ## Invariants
+//! - The application is the union of each crate's router over one shared
+//!   `Arc<dyn receipts::Ledger>`; no crate reaches into another's internals.
+//! - On first start with no token in the ledger, an admin token is created and written to
+//!   `<data-dir>/admin.token` (mode 0600) before the API accepts requests.
+//! - Shutdown (SIGTERM/SIGINT) stops accepting connections, lets in-flight requests finish and
+//!   then closes the ledger; every receipt already sent is durable.
+
+pub mod bench;
+pub mod client;
+pub mod config;
+
+use std::future::Future;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+use receipts::auth::NewToken;
+use receipts::{Ledger, Scope, SqliteLedger, SystemClock};
+
+pub use config::Config;
+
+/// The whole HTTP application over one ledger.
+pub fn app(ledger: Arc<dyn Ledger>, config: &Config) -> Router {
+    Router::new()
+        .merge(acceptor::router(ledger.clone(), config.acceptor.clone()))
+        .merge(ops::router(ledger))
+        .fallback(receipts::http::not_found)
+        .layer(middleware::from_fn(log_request))
+}
+
+async fn log_request(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if status >= 500 {
+        tracing::error!(%method, %path, status, elapsed_ms, "request failed");
+    } else if status >= 400 {
+        tracing::info!(%method, %path, status, elapsed_ms, "request refused");
+    } else {
+        tracing::debug!(%method, %path, status, elapsed_ms, "request");
+    }
+    response
+}
+
+/// Opens the ledger of a configuration.
+pub async fn open_ledger(config: &Config) -> anyhow::Result<SqliteLedger> {
+    SqliteLedger::open(config.ledger_options(), Arc::new(SystemClock))
+        .await
+        .with_context(|| format!("opening the ledger at {}", config.ledger_path().display()))
+}
+
+/// Creates the admin token when the ledger has no token yet; returns where it was written.
+pub async fn ensure_admin_token(ledger: &dyn Ledger, data_dir: &Path) -> anyhow::Result<Option<std::path::PathBuf>> {
+    if ledger.token_count().await? > 0 {
+        return Ok(None);
+    }
+    let created = ledger
+        .create_token(NewToken {
+            name: "admin".to_owned(),
+            scopes: vec![Scope::Admin],
+            datasets: None,
+            created_by: "cairn:bootstrap".to_owned(),
+        })
+        .await?;
+    let path = config::admin_token_path(data_dir);
+    write_secret_file(&path, &created.secret)?;
+    Ok(Some(path))
+}
+
+/// Writes a secret to `path` with mode 0600, durably (temp file, fsync, rename, fsync dir).
+pub fn write_secret_file(path: &Path, secret: &str) -> anyhow::Result<()> {
+    let directory = path.parent().unwrap_or_else(|| Path::new("."));
+    std::fs::create_dir_all(directory)?;
+    let temporary = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&temporary).with_context(|| format!("creating {}", temporary.display()))?;
+    file.write_all(secret.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    std::fs::File::open(directory)?.sync_all()?;
+    Ok(())
+}
+
+/// Runs `cairn serve` until `shutdown` resolves. Prints `listening on http://ADDR` on stdout
+/// once the socket is bound.
+pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let ledger: Arc<dyn Ledger> = Arc::new(open_ledger(&config).await?);
+    if let Some(path) = ensure_admin_token(ledger.as_ref(), &config.data_dir).await? {
+        println!("created the admin token; it is in {} (mode 0600)", path.display());
+    }
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("binding {}", config.bind))?;
+    let address = listener.local_addr()?;
+    println!("listening on http://{address}");
+    let _ = std::io::stdout().flush();
+    tracing::info!(%address, data_dir = %config.data_dir.display(), backends = ?config.backends, "cairn serving");
+    axum::serve(listener, app(ledger, &config))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving HTTP")?;
+    tracing::info!("cairn stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => tracing::info!("SIGINT: shutting down"),
+        () = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
+}
