@@ -1,7 +1,7 @@
 -- Acceptance, step 3: move each source's head (the trigger records the move in history).
 INSERT INTO sources (dataset, source_key, head_revision_id, created_at, changed_by, change_cause,
     changed_at, change_seq)
-SELECT dataset, source_key, revision_id, (SELECT now FROM temp.wave_params), actor, cause, (SELECT now FROM temp.wave_params), 1 FROM temp.wave WHERE TRUE
+SELECT dataset, source_key, revision_id, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params), 1 FROM wave WHERE TRUE
 ON CONFLICT (dataset, source_key) DO UPDATE SET
     head_revision_id = excluded.head_revision_id,
     changed_by = excluded.changed_by,

@@ -1,8 +1,8 @@
 -- Acceptance, step 1: stage the wave and retain the bytes (once per sha256).
 -- Passage text is not sent: it is cut from the retained bytes in step 4.
-DELETE FROM temp.wave;
-DELETE FROM temp.wave_passages;
-INSERT INTO temp.wave (position, dataset, source_key, revision_id, new_revision, tombstone,
+DELETE FROM wave;
+DELETE FROM wave_passages;
+INSERT INTO wave (position, dataset, source_key, revision_id, new_revision, tombstone,
     sha256, byte_length, media_type, tags, metadata, previous_revision_id, actor, reason, cause,
     job_id, kind)
 SELECT value ->> 'position', value ->> 'dataset', value ->> 'source_key', value ->> 'revision_id',
@@ -10,9 +10,9 @@ SELECT value ->> 'position', value ->> 'dataset', value ->> 'source_key', value 
        value ->> 'media_type', value ->> 'tags', value ->> 'metadata',
        value ->> 'previous_revision_id', value ->> 'actor', value ->> 'reason', value ->> 'cause',
        value ->> 'job_id', value ->> 'kind'
-FROM json_each((SELECT rows FROM temp.wave_params));
-INSERT INTO temp.wave_passages (position, passage_index, byte_start, byte_end)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each((SELECT passages FROM temp.wave_params));
+FROM json_each((SELECT rows FROM wave_params));
+INSERT INTO wave_passages (position, passage_index, byte_start, byte_end)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each((SELECT passages FROM wave_params));
 INSERT INTO contents (sha256, byte_length, bytes, created_at)
-SELECT value ->> 0, value ->> 1, unhex(value ->> 2), (SELECT now FROM temp.wave_params) FROM json_each((SELECT contents FROM temp.wave_params)) WHERE TRUE
+SELECT value ->> 0, value ->> 1, unhex(value ->> 2), (SELECT now FROM wave_params) FROM json_each((SELECT contents FROM wave_params)) WHERE TRUE
 ON CONFLICT (sha256) DO NOTHING;

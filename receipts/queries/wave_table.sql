@@ -27,10 +27,17 @@ CREATE TEMP TABLE IF NOT EXISTS wave_passages (
     PRIMARY KEY (position, passage_index)
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_params (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
     now          INTEGER NOT NULL,
     rows         TEXT NOT NULL,
     passages     TEXT NOT NULL,
     contents     TEXT NOT NULL,
     max_attempts INTEGER NOT NULL,
-    backends     TEXT NOT NULL
+    backends     TEXT NOT NULL,
+    run_steps    INTEGER NOT NULL CHECK (run_steps IN (0, 1))
+);
+CREATE TEMP TABLE IF NOT EXISTS wave_superseded (
+    job_id TEXT PRIMARY KEY,
+    actor  TEXT NOT NULL,
+    cause  TEXT NOT NULL
 );

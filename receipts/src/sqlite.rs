@@ -71,6 +71,7 @@ impl SqliteOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
     reads: SqlitePool,
+    principals: Arc<std::sync::Mutex<HashMap<String, (Principal, std::time::Instant)>>>,
     writer: mpsc::Sender<WriteOp>,
     clock: Arc<dyn Clock>,
     options: Arc<SqliteOptions>,
@@ -94,11 +95,22 @@ impl SqliteLedger {
             })?;
         }
         let connect = connect_options(&options.path, options.busy_timeout);
-        let mut write_connection = connect.clone().create_if_missing(true).connect().await?;
+        let mut write_connection = connect
+            .clone()
+            .create_if_missing(true)
+            // The writer keeps a large page cache and checkpoints the WAL in bigger steps, so
+            // that group commits of thousands of documents do not checkpoint on every commit.
+            .pragma("cache_size", "-16384")
+            .pragma("temp_store", "MEMORY")
+            .pragma("wal_autocheckpoint", "8192")
+            .connect()
+            .await?;
         MIGRATOR.run(&mut write_connection).await.map_err(|error| {
             LedgerError::Unavailable(format!("migrating {}: {error}", options.path.display()))
         })?;
-        sqlx::raw_sql(include_str!("../queries/wave_table.sql")).execute(&mut write_connection).await?;
+        sqlx::raw_sql(steps::TABLES).execute(&mut write_connection).await?;
+        let trigger = steps::trigger();
+        sqlx::raw_sql(&trigger).execute(&mut write_connection).await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
@@ -113,7 +125,7 @@ impl SqliteLedger {
             options: options.clone(),
         };
         tokio::spawn(writer.run(receiver));
-        Ok(Self { reads, writer: sender, clock, options })
+        Ok(Self { reads, principals: Arc::default(), writer: sender, clock, options })
     }
 
     /// The read pool, for SQL that later crates run against the same database.
@@ -142,6 +154,12 @@ impl SqliteLedger {
             .map_err(|_| LedgerError::Unavailable("the ledger writer stopped mid-write".to_owned()))
     }
 }
+
+/// How long a verified token is trusted without asking the database again (a revoked token
+/// stops working within this time).
+const PRINCIPAL_CACHE_TTL: Duration = Duration::from_secs(5);
+/// Most cached principals.
+const PRINCIPAL_CACHE_ENTRIES: usize = 1024;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -267,6 +285,8 @@ impl Writer {
     }
 
     async fn commit_group(&mut self, group: Vec<WriteOp>) {
+        let started = std::time::Instant::now();
+        let operations = group.len();
         if let Err(error) = sqlx::query("BEGIN IMMEDIATE").execute(&mut self.connection).await {
             tracing::error!(%error, "ledger writer cannot begin a transaction");
             let message = error.to_string();
@@ -304,6 +324,12 @@ impl Writer {
                 .map(|_| ())
                 .map_err(LedgerError::from)
         };
+        tracing::debug!(
+            operations,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            committed = outcome.is_ok(),
+            "ledger group commit"
+        );
         match outcome {
             Ok(()) => done.into_iter().for_each(Done::send),
             Err(error) => {
@@ -448,14 +474,7 @@ impl Writer {
         }
         let rows = staged.rows;
         if !rows.is_empty() {
-            if let Err(error) = self.write_wave(&rows, &staged.passages, &staged.contents, now).await {
-                for statement in ["ROLLBACK TO wave", "RELEASE wave"] {
-                    if let Err(rollback) = sqlx::query(statement).execute(&mut self.connection).await {
-                        tracing::error!(error = %rollback, statement, "ledger savepoint could not be resolved");
-                    }
-                }
-                return Err(error);
-            }
+            self.write_wave(&rows, &staged.passages, &staged.contents, now).await?;
         }
 
         Ok(wave
@@ -547,20 +566,36 @@ impl Writer {
             backends: json_text(&backends),
         };
         if !self.faults.armed() {
-            parameters.bind(sqlx::query(steps::ALL)).execute(&mut self.connection).await?;
+            parameters.bind(sqlx::query(steps::PARAMS)).bind(1_i64).execute(&mut self.connection).await?;
             return Ok(());
         }
+        sqlx::query("SAVEPOINT wave").execute(&mut self.connection).await?;
+        let result = self.write_wave_step_by_step(&parameters).await;
+        let resolution: &[&str] = if result.is_ok() { &["RELEASE wave"] } else { &["ROLLBACK TO wave", "RELEASE wave"] };
+        for statement in resolution {
+            if let Err(error) = sqlx::query(statement).execute(&mut self.connection).await {
+                tracing::error!(%error, statement, "ledger savepoint could not be resolved");
+                return Err(LedgerError::from(error));
+            }
+        }
+        result
+    }
+
+    /// The same steps as the `accept_wave` trigger, one call each, with the fault points.
+    async fn write_wave_step_by_step(&mut self, parameters: &WaveParameters) -> Result<()> {
+        parameters.bind(sqlx::query(steps::PARAMS)).bind(0_i64).execute(&mut self.connection).await?;
         let staged = [
-            (steps::REVISIONS, FaultPoint::AfterRevision),
-            (steps::HEADS, FaultPoint::AfterHeadMove),
+            (steps::RETAIN, Some(FaultPoint::AfterBytes)),
+            (steps::REVISIONS, Some(FaultPoint::AfterRevision)),
+            (steps::HEADS, Some(FaultPoint::AfterHeadMove)),
+            (steps::QUEUE, None),
         ];
-        parameters.bind(sqlx::query(steps::RETAIN)).execute(&mut self.connection).await?;
-        self.fault(FaultPoint::AfterBytes)?;
         for (step, point) in staged {
             sqlx::query(step).execute(&mut self.connection).await?;
-            self.fault(point)?;
+            if let Some(point) = point {
+                self.fault(point)?;
+            }
         }
-        sqlx::query(steps::QUEUE).execute(&mut self.connection).await?;
         Ok(())
     }
 
@@ -601,32 +636,30 @@ impl Writer {
     }
 }
 
-/// The acceptance write steps. Only the first statement (`accept_params.sql`) takes bound
-/// parameters; it stages them in `temp.wave_params`, which the later statements read, so that
-/// the steps run unchanged both one by one and concatenated as one call. (sqlx numbers the
-/// parameters of a multi-statement query per statement, so later statements take none.)
+/// The acceptance write steps. Only `accept_params.sql` takes bound parameters; it stages them
+/// in the one row of `wave_params`, which the steps read. With `run_steps = 1` the temp trigger
+/// `accept_wave` (the four step files as its body) runs every step inside that one `INSERT`,
+/// which SQLite applies atomically: one call, one round trip to SQLite's thread. With
+/// `run_steps = 0` the same files run one by one, with a fault point after each.
 mod steps {
-    pub(super) const RETAIN: &str = concat!(
-        "SAVEPOINT wave;\n",
-        include_str!("../queries/accept_params.sql"),
-        include_str!("../queries/accept_retain.sql")
-    );
+    pub(super) const PARAMS: &str = include_str!("../queries/accept_params.sql");
+    pub(super) const RETAIN: &str = include_str!("../queries/accept_retain.sql");
     pub(super) const REVISIONS: &str = include_str!("../queries/accept_revisions.sql");
     pub(super) const HEADS: &str = include_str!("../queries/accept_move_heads.sql");
-    pub(super) const QUEUE: &str = concat!(include_str!("../queries/accept_queue.sql"), "\nRELEASE wave;");
-    pub(super) const ALL: &str = concat!(
-        "SAVEPOINT wave;\n",
-        include_str!("../queries/accept_params.sql"),
-        include_str!("../queries/accept_retain.sql"),
-        include_str!("../queries/accept_revisions.sql"),
-        include_str!("../queries/accept_move_heads.sql"),
-        include_str!("../queries/accept_queue.sql"),
-        "\nRELEASE wave;"
-    );
+    pub(super) const QUEUE: &str = include_str!("../queries/accept_queue.sql");
+    pub(super) const TABLES: &str = include_str!("../queries/wave_table.sql");
+
+    /// The `accept_wave` trigger: every step, in order, inside the staging `INSERT`.
+    pub(super) fn trigger() -> String {
+        format!(
+            "CREATE TEMP TRIGGER IF NOT EXISTS accept_wave AFTER INSERT ON wave_params \
+             WHEN NEW.run_steps = 1 BEGIN\n{RETAIN}\n{REVISIONS}\n{HEADS}\n{QUEUE}\nEND;"
+        )
+    }
 }
 
 /// Parameters of `accept_params.sql`: `?1` now, `?2` wave rows, `?3` passage offsets, `?4`
-/// contents, `?5` max attempts, `?6` backends.
+/// contents, `?5` max attempts, `?6` backends (`?7`, run every step, is bound by the caller).
 struct WaveParameters {
     now: Micros,
     rows: String,
@@ -1196,20 +1229,35 @@ impl Tokens for SqliteLedger {
     }
 
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
+        let hash = secret_hash(secret);
+        if let Ok(cache) = self.principals.lock() {
+            if let Some((principal, at)) = cache.get(&hash) {
+                if at.elapsed() < PRINCIPAL_CACHE_TTL {
+                    return Ok(Some(principal.clone()));
+                }
+            }
+        }
         let row = sqlx::query("SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = ? AND revoked_at IS NULL")
-            .bind(secret_hash(secret))
+            .bind(&hash)
             .fetch_optional(&self.reads)
             .await?;
         let Some(row) = row else { return Ok(None) };
         let scopes: String = row.try_get("scopes")?;
         let datasets: Option<String> = row.try_get("datasets")?;
         let corrupt = |error: serde_json::Error| LedgerError::Corrupt(error.to_string());
-        Ok(Some(Principal {
+        let principal = Principal {
             token_id: parse_uuid(&row.try_get::<String, _>("id")?)?,
             name: row.try_get("name")?,
             scopes: serde_json::from_str::<Vec<Scope>>(&scopes).map_err(corrupt)?,
             datasets: datasets.map(|text| serde_json::from_str(&text)).transpose().map_err(corrupt)?,
-        }))
+        };
+        if let Ok(mut cache) = self.principals.lock() {
+            if cache.len() >= PRINCIPAL_CACHE_ENTRIES {
+                cache.clear();
+            }
+            cache.insert(hash, (principal.clone(), std::time::Instant::now()));
+        }
+        Ok(Some(principal))
     }
 
     async fn token_count(&self) -> Result<i64> {
