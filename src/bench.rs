@@ -18,10 +18,46 @@ use crate::config::{Config, Overrides};
 pub const DOCUMENT_BYTES: usize = 2048;
 
 const WORDS: &[&str] = &[
-    "ledger", "receipt", "durable", "projection", "vector", "lexical", "worker", "lease", "revision", "source",
-    "dataset", "commit", "fsync", "journal", "search", "budget", "fusion", "tombstone", "history", "heartbeat",
-    "quarantine", "backoff", "jitter", "retry", "embedding", "passage", "chunk", "qdrant", "sqlite", "operator",
-    "protein", "membrane", "receptor", "cell", "gene", "expression", "cohort", "trial", "dose", "signal",
+    "ledger",
+    "receipt",
+    "durable",
+    "projection",
+    "vector",
+    "lexical",
+    "worker",
+    "lease",
+    "revision",
+    "source",
+    "dataset",
+    "commit",
+    "fsync",
+    "journal",
+    "search",
+    "budget",
+    "fusion",
+    "tombstone",
+    "history",
+    "heartbeat",
+    "quarantine",
+    "backoff",
+    "jitter",
+    "retry",
+    "embedding",
+    "passage",
+    "chunk",
+    "qdrant",
+    "sqlite",
+    "operator",
+    "protein",
+    "membrane",
+    "receptor",
+    "cell",
+    "gene",
+    "expression",
+    "cohort",
+    "trial",
+    "dose",
+    "signal",
 ];
 
 /// A 2 KiB text document of random words (distinct per `index`).
@@ -30,7 +66,11 @@ pub fn document(rng: &mut rand::rngs::StdRng, index: usize) -> String {
     while text.len() < DOCUMENT_BYTES {
         let word = WORDS[rng.random_range(0..WORDS.len())];
         text.push_str(word);
-        text.push(if rng.random_range(0..12) == 0 { '.' } else { ' ' });
+        text.push(if rng.random_range(0..12) == 0 {
+            '.'
+        } else {
+            ' '
+        });
     }
     text.truncate(DOCUMENT_BYTES);
     text
@@ -42,14 +82,19 @@ fn result(documents: usize, started: Instant) -> Value {
 }
 
 fn per_second(value: &Value) -> f64 {
-    value.get("per_second").and_then(Value::as_f64).unwrap_or(0.0)
+    value
+        .get("per_second")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0)
 }
 
 /// Runs the acceptance benchmark and returns its JSON report.
 pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<Value> {
     let directory = tempfile::tempdir().context("creating a temporary directory")?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let corpus: Vec<String> = (0..documents.max(batch_documents)).map(|index| document(&mut rng, index)).collect();
+    let corpus: Vec<String> = (0..documents.max(batch_documents))
+        .map(|index| document(&mut rng, index))
+        .collect();
 
     // The API, in process, on loopback.
     let overrides = Overrides {
@@ -66,7 +111,9 @@ pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<
     let base = format!("http://{}", listener.local_addr()?);
     let application = crate::app(ledger, &config);
     let server = tokio::spawn(async move { axum::serve(listener, application).await });
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
 
     let put_url = format!("{base}/v1/sources");
     let put_token = token.clone();
@@ -80,7 +127,11 @@ pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<
                 .json(&json!({ "dataset": dataset, "source_key": key, "content": text }))
                 .send()
                 .await?;
-            anyhow::ensure!(response.status().as_u16() == 202, "HTTP {}", response.status());
+            anyhow::ensure!(
+                response.status().as_u16() == 202,
+                "HTTP {}",
+                response.status()
+            );
             Ok::<(), anyhow::Error>(())
         }
     };
@@ -88,7 +139,13 @@ pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<
     eprintln!("http, 1 client: {documents} documents");
     let started = Instant::now();
     for (index, text) in corpus.iter().take(documents).enumerate() {
-        put(http.clone(), "one".to_owned(), format!("doc-{index}"), text.clone()).await?;
+        put(
+            http.clone(),
+            "one".to_owned(),
+            format!("doc-{index}"),
+            text.clone(),
+        )
+        .await?;
     }
     let http_1 = result(documents, started);
 
@@ -96,13 +153,24 @@ pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<
     let started = Instant::now();
     let mut tasks = Vec::new();
     for client in 0..16 {
-        let texts: Vec<(usize, String)> =
-            corpus.iter().take(documents).enumerate().filter(|(index, _)| index % 16 == client).map(|(i, t)| (i, t.clone())).collect();
+        let texts: Vec<(usize, String)> = corpus
+            .iter()
+            .take(documents)
+            .enumerate()
+            .filter(|(index, _)| index % 16 == client)
+            .map(|(i, t)| (i, t.clone()))
+            .collect();
         let put = put.clone();
         let http = http.clone();
         tasks.push(tokio::spawn(async move {
             for (index, text) in texts {
-                put(http.clone(), "sixteen".to_owned(), format!("doc-{index}"), text).await?;
+                put(
+                    http.clone(),
+                    "sixteen".to_owned(),
+                    format!("doc-{index}"),
+                    text,
+                )
+                .await?;
             }
             Ok::<(), anyhow::Error>(())
         }));
@@ -126,18 +194,38 @@ pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<
             .json(&json!({ "items": items }))
             .send()
             .await?;
-        anyhow::ensure!(response.status().as_u16() == 200, "batch answered HTTP {}", response.status());
+        anyhow::ensure!(
+            response.status().as_u16() == 200,
+            "batch answered HTTP {}",
+            response.status()
+        );
         let body: Value = response.json().await?;
-        let accepted = body["results"].as_array().map(|results| results.iter().filter(|r| r["accepted"] == true).count());
-        anyhow::ensure!(accepted == Some(chunk.len()), "batch accepted {accepted:?} of {}", chunk.len());
+        let accepted = body["results"]
+            .as_array()
+            .map(|results| results.iter().filter(|r| r["accepted"] == true).count());
+        anyhow::ensure!(
+            accepted == Some(chunk.len()),
+            "batch accepted {accepted:?} of {}",
+            chunk.len()
+        );
     }
     let http_batch = result(batch_documents, started);
     server.abort();
 
     eprintln!("raw sqlx, one transaction per document: {documents} documents");
-    let raw_single = raw_loop(&directory.path().join("raw-single.db"), &corpus[..documents], 1).await?;
+    let raw_single = raw_loop(
+        &directory.path().join("raw-single.db"),
+        &corpus[..documents],
+        1,
+    )
+    .await?;
     eprintln!("raw sqlx, one transaction per 1000 documents: {batch_documents} documents");
-    let raw_batched = raw_loop(&directory.path().join("raw-batched.db"), &corpus[..batch_documents], 1000).await?;
+    let raw_batched = raw_loop(
+        &directory.path().join("raw-batched.db"),
+        &corpus[..batch_documents],
+        1000,
+    )
+    .await?;
 
     let http_16_ratio = per_second(&http_16) / per_second(&raw_single).max(f64::MIN_POSITIVE);
     let batch_ratio = per_second(&http_batch) / per_second(&raw_batched).max(f64::MIN_POSITIVE);
@@ -166,10 +254,11 @@ pub async fn accept(documents: usize, batch_documents: usize) -> anyhow::Result<
 
 /// Inserts `texts` with a minimal sqlx loop, `per_transaction` documents per commit.
 async fn raw_loop(path: &Path, texts: &[String], per_transaction: usize) -> anyhow::Result<Value> {
-    let mut connection = receipts::sqlite::connect_options(path, std::time::Duration::from_secs(10))
-        .create_if_missing(true)
-        .connect()
-        .await?;
+    let mut connection =
+        receipts::sqlite::connect_options(path, std::time::Duration::from_secs(10))
+            .create_if_missing(true)
+            .connect()
+            .await?;
     sqlx::query("CREATE TABLE documents (id INTEGER PRIMARY KEY, source_key TEXT NOT NULL, sha256 TEXT NOT NULL, bytes BLOB NOT NULL)")
         .execute(&mut connection)
         .await?;

@@ -40,15 +40,30 @@ impl Client {
             .timeout(Duration::from_secs(120))
             .build()
             .context("building the HTTP client")?;
-        Ok(Self { base: base.trim_end_matches('/').to_owned(), token, http })
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        })
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<(u16, Value)> {
-        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.with_context(|| format!("cannot reach cairn at {}", self.base))?;
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach cairn at {}", self.base))?;
         let status = response.status().as_u16();
         let text = response.text().await?;
         let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
@@ -71,7 +86,10 @@ fn ok_or_error(status: u16, value: Value) -> anyhow::Result<Value> {
     if (200..300).contains(&status) {
         return Ok(value);
     }
-    let code = value.get("code").and_then(Value::as_str).unwrap_or("unknown");
+    let code = value
+        .get("code")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
     let message = value.get("message").and_then(Value::as_str).unwrap_or("");
     bail!("HTTP {status} {code}: {message}")
 }
@@ -95,10 +113,17 @@ struct FileItem {
 fn collect_files(paths: &[PathBuf]) -> anyhow::Result<Vec<FileItem>> {
     let mut files = Vec::new();
     for root in paths {
-        let metadata = std::fs::metadata(root).with_context(|| format!("reading {}", root.display()))?;
+        let metadata =
+            std::fs::metadata(root).with_context(|| format!("reading {}", root.display()))?;
         if metadata.is_file() {
-            let key = root.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-            files.push(FileItem { key, path: root.clone() });
+            let key = root
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            files.push(FileItem {
+                key,
+                path: root.clone(),
+            });
             continue;
         }
         for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
@@ -107,33 +132,60 @@ fn collect_files(paths: &[PathBuf]) -> anyhow::Result<Vec<FileItem>> {
                 continue;
             }
             let relative = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            let key = relative.components().map(|part| part.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
-            files.push(FileItem { key, path: entry.path().to_path_buf() });
+            let key = relative
+                .components()
+                .map(|part| part.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            files.push(FileItem {
+                key,
+                path: entry.path().to_path_buf(),
+            });
         }
     }
     Ok(files)
 }
 
 fn media_type_for(path: &Path) -> &'static str {
-    match path.extension().and_then(|ext| ext.to_str()).map(str::to_ascii_lowercase).as_deref() {
+    match path
+        .extension()
+        .and_then(|ext| ext.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("md" | "markdown") => "text/markdown",
         Some("html" | "htm") => "text/html",
         Some("json") => "application/json",
         Some("csv") => "text/csv",
         Some("xml") => "application/xml",
         Some("pdf") => "application/pdf",
-        Some("rs" | "py" | "go" | "js" | "ts" | "java" | "c" | "h" | "toml" | "yaml" | "yml" | "txt" | "rst") => "text/plain",
+        Some(
+            "rs" | "py" | "go" | "js" | "ts" | "java" | "c" | "h" | "toml" | "yaml" | "yml" | "txt"
+            | "rst",
+        ) => "text/plain",
         _ => "application/octet-stream",
     }
 }
 
 /// Sends files and folders through the batch API with a progress bar.
-pub async fn ingest(client: &Client, paths: &[PathBuf], dataset: &str, batch_size: usize, quiet: bool) -> anyhow::Result<IngestSummary> {
+pub async fn ingest(
+    client: &Client,
+    paths: &[PathBuf],
+    dataset: &str,
+    batch_size: usize,
+    quiet: bool,
+) -> anyhow::Result<IngestSummary> {
     let files = collect_files(paths)?;
-    let progress = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(files.len() as u64) };
+    let progress = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(files.len() as u64)
+    };
     progress.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  eta {eta}  {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} files  {per_sec}  eta {eta}  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut summary = IngestSummary::default();
     let batch_bytes_limit = 16 * 1024 * 1024;
@@ -145,7 +197,8 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], dataset: &str, batch_siz
         let mut end = start;
         while end < files.len() && items.len() < batch_size.max(1) {
             let file = &files[end];
-            let bytes = std::fs::read(&file.path).with_context(|| format!("reading {}", file.path.display()))?;
+            let bytes = std::fs::read(&file.path)
+                .with_context(|| format!("reading {}", file.path.display()))?;
             if !items.is_empty() && bytes_in_batch + bytes.len() > batch_bytes_limit {
                 break;
             }
@@ -159,7 +212,8 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], dataset: &str, batch_siz
                     json!({ "dataset": dataset, "source_key": file.key, "content": text, "media_type": media_type })
                 }
                 Err(error) => {
-                    let encoded = base64::engine::general_purpose::STANDARD.encode(error.into_bytes());
+                    let encoded =
+                        base64::engine::general_purpose::STANDARD.encode(error.into_bytes());
                     json!({ "dataset": dataset, "source_key": file.key, "content_base64": encoded, "media_type": media_type })
                 }
             };
@@ -167,32 +221,63 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], dataset: &str, batch_siz
             keys.push(file.key.clone());
             end += 1;
         }
-        let (status, answer) = client.post("/v1/sources/batch", &json!({ "items": items })).await?;
+        let (status, answer) = client
+            .post("/v1/sources/batch", &json!({ "items": items }))
+            .await?;
         if status == 200 {
-            let results = answer.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+            let results = answer
+                .get("results")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             for (key, result) in keys.iter().zip(results) {
                 match result.get("status").and_then(Value::as_str) {
                     Some("duplicate") => summary.duplicate += 1,
-                    Some(_) if result.get("accepted") == Some(&Value::Bool(true)) => summary.accepted += 1,
+                    Some(_) if result.get("accepted") == Some(&Value::Bool(true)) => {
+                        summary.accepted += 1
+                    }
                     _ => summary.rejected.push((
                         key.clone(),
-                        result.get("code").and_then(Value::as_str).unwrap_or("unknown").to_owned(),
-                        result.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+                        result
+                            .get("code")
+                            .and_then(Value::as_str)
+                            .unwrap_or("unknown")
+                            .to_owned(),
+                        result
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
                     )),
                 }
             }
         } else {
-            let code = answer.get("code").and_then(Value::as_str).unwrap_or("unknown").to_owned();
-            let message = answer.get("message").and_then(Value::as_str).unwrap_or("").to_owned();
+            let code = answer
+                .get("code")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_owned();
+            let message = answer
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             if matches!(status, 401 | 403 | 503) {
                 bail!("HTTP {status} {code}: {message}");
             }
             for key in &keys {
-                summary.rejected.push((key.clone(), code.clone(), message.clone()));
+                summary
+                    .rejected
+                    .push((key.clone(), code.clone(), message.clone()));
             }
         }
         progress.inc((end - start) as u64);
-        progress.set_message(format!("{} accepted, {} duplicate, {} rejected", summary.accepted, summary.duplicate, summary.rejected.len()));
+        progress.set_message(format!(
+            "{} accepted, {} duplicate, {} rejected",
+            summary.accepted,
+            summary.duplicate,
+            summary.rejected.len()
+        ));
         start = end;
     }
     progress.finish_and_clear();
@@ -206,7 +291,10 @@ pub fn print_summary(summary: &IngestSummary) {
     println!("rejected  {}", summary.rejected.len());
     let mut by_code: BTreeMap<&str, Vec<&(String, String, String)>> = BTreeMap::new();
     for rejected in &summary.rejected {
-        by_code.entry(rejected.1.as_str()).or_default().push(rejected);
+        by_code
+            .entry(rejected.1.as_str())
+            .or_default()
+            .push(rejected);
     }
     for (code, items) in by_code {
         println!("  {code} ({}):", items.len());
@@ -230,17 +318,50 @@ pub async fn status(client: &Client, as_json: bool) -> anyhow::Result<()> {
             Ok(value) => value.clone(),
             Err(error) => json!({ "error": error.to_string() }),
         };
-        println!("{}", serde_json::to_string_pretty(&json!({ "health": health, "ready": ready_value, "status": status }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({ "health": health, "ready": ready_value, "status": status })
+            )?
+        );
         return Ok(());
     }
     println!("server     {}", client.base);
-    println!("health     {}", health.get("status").and_then(Value::as_str).unwrap_or("?"));
-    println!("ready      {}", match &ready { Ok(_) => "yes".to_owned(), Err(error) => format!("no ({error})") });
-    println!("version    {}", status.get("version").and_then(Value::as_str).unwrap_or("?"));
-    println!("uptime     {} s", status.get("uptime_seconds").and_then(Value::as_u64).unwrap_or(0));
+    println!(
+        "health     {}",
+        health.get("status").and_then(Value::as_str).unwrap_or("?")
+    );
+    println!(
+        "ready      {}",
+        match &ready {
+            Ok(_) => "yes".to_owned(),
+            Err(error) => format!("no ({error})"),
+        }
+    );
+    println!(
+        "version    {}",
+        status.get("version").and_then(Value::as_str).unwrap_or("?")
+    );
+    println!(
+        "uptime     {} s",
+        status
+            .get("uptime_seconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    );
     let counts = status.get("counts").cloned().unwrap_or(Value::Null);
-    for field in ["sources", "deleted_sources", "revisions", "contents", "retained_bytes", "history"] {
-        println!("{field:<16} {}", counts.get(field).and_then(Value::as_i64).unwrap_or(0));
+    for field in [
+        "sources",
+        "deleted_sources",
+        "revisions",
+        "contents",
+        "retained_bytes",
+        "history",
+    ] {
+        println!(
+            "{field:<16} {}",
+            counts.get(field).and_then(Value::as_i64).unwrap_or(0)
+        );
     }
     for (title, key) in [("jobs", "jobs"), ("receipts", "receipts")] {
         println!("{title}:");

@@ -71,21 +71,25 @@ pub struct Overrides {
     pub config_file: Option<PathBuf>,
 }
 
-fn env_number<T: std::str::FromStr>(env: &HashMap<String, String>, name: &str) -> anyhow::Result<Option<T>> {
+fn env_number<T: std::str::FromStr>(
+    env: &HashMap<String, String>,
+    name: &str,
+) -> anyhow::Result<Option<T>> {
     match env.get(name) {
         None => Ok(None),
-        Some(text) => text
-            .trim()
-            .parse::<T>()
-            .map(Some)
-            .map_err(|_| anyhow::anyhow!("environment variable {name}=`{text}` is not a valid number")),
+        Some(text) => text.trim().parse::<T>().map(Some).map_err(|_| {
+            anyhow::anyhow!("environment variable {name}=`{text}` is not a valid number")
+        }),
     }
 }
 
 impl Config {
     /// Builds the configuration from flags, environment and file.
     pub fn load(overrides: &Overrides, env: &HashMap<String, String>) -> anyhow::Result<Config> {
-        let file_path = overrides.config_file.clone().or_else(|| env.get("CAIRN_CONFIG").map(PathBuf::from));
+        let file_path = overrides
+            .config_file
+            .clone()
+            .or_else(|| env.get("CAIRN_CONFIG").map(PathBuf::from));
         let file = match &file_path {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
@@ -102,9 +106,9 @@ impl Config {
             .or_else(|| env.get("CAIRN_BIND").cloned())
             .or(file.bind)
             .unwrap_or_else(|| DEFAULT_BIND.to_owned());
-        let bind: SocketAddr = bind_text
-            .parse()
-            .with_context(|| format!("bind address `{bind_text}` is not IP:PORT (e.g. {DEFAULT_BIND})"))?;
+        let bind: SocketAddr = bind_text.parse().with_context(|| {
+            format!("bind address `{bind_text}` is not IP:PORT (e.g. {DEFAULT_BIND})")
+        })?;
         let defaults = acceptor::AcceptorConfig::default();
         let acceptor = acceptor::AcceptorConfig {
             max_body_bytes: env_number(env, "CAIRN_MAX_BODY_BYTES")?
@@ -119,13 +123,21 @@ impl Config {
         };
         let backend_names: Option<Vec<String>> = env
             .get("CAIRN_BACKENDS")
-            .map(|text| text.split(',').map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()).collect())
+            .map(|text| {
+                text.split(',')
+                    .map(|name| name.trim().to_owned())
+                    .filter(|name| !name.is_empty())
+                    .collect()
+            })
             .or(file.ledger.backends);
         let backends = match backend_names {
             None => policy::DEFAULT_BACKENDS.to_vec(),
             Some(names) => names
                 .iter()
-                .map(|name| name.parse::<Backend>().map_err(|error| anyhow::anyhow!("backends: {error}")))
+                .map(|name| {
+                    name.parse::<Backend>()
+                        .map_err(|error| anyhow::anyhow!("backends: {error}"))
+                })
                 .collect::<anyhow::Result<Vec<_>>>()?,
         };
         let config = Config {
@@ -133,7 +145,10 @@ impl Config {
             bind,
             acceptor,
             backends,
-            max_attempts: file.ledger.max_attempts.unwrap_or(policy::DEFAULT_MAX_ATTEMPTS),
+            max_attempts: file
+                .ledger
+                .max_attempts
+                .unwrap_or(policy::DEFAULT_MAX_ATTEMPTS),
             max_group: file.ledger.max_group.unwrap_or(policy::DEFAULT_MAX_GROUP),
         };
         config.validate()?;
@@ -185,7 +200,8 @@ pub fn admin_token_path(data_dir: &Path) -> PathBuf {
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
 }
 
@@ -194,7 +210,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -202,7 +221,10 @@ mod tests {
         let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
         assert_eq!(config.bind.to_string(), DEFAULT_BIND);
         assert_eq!(config.backends, policy::DEFAULT_BACKENDS.to_vec());
-        assert_eq!(config.acceptor.max_batch_items, policy::DEFAULT_MAX_BATCH_ITEMS);
+        assert_eq!(
+            config.acceptor.max_batch_items,
+            policy::DEFAULT_MAX_BATCH_ITEMS
+        );
     }
 
     #[test]
@@ -210,8 +232,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("cairn.toml");
         std::fs::write(&file, "bind = \"127.0.0.1:1\"\ndata_dir = \"/file\"\n[limits]\nmax_batch_items = 7\n[ledger]\nbackends = [\"relational\", \"vector\", \"graph\"]\n").expect("write");
-        let overrides = Overrides { config_file: Some(file), bind: Some("127.0.0.1:3".into()), ..Overrides::default() };
-        let config = Config::load(&overrides, &env(&[("CAIRN_BIND", "127.0.0.1:2"), ("CAIRN_DATA_DIR", "/env")])).expect("config");
+        let overrides = Overrides {
+            config_file: Some(file),
+            bind: Some("127.0.0.1:3".into()),
+            ..Overrides::default()
+        };
+        let config = Config::load(
+            &overrides,
+            &env(&[("CAIRN_BIND", "127.0.0.1:2"), ("CAIRN_DATA_DIR", "/env")]),
+        )
+        .expect("config");
         assert_eq!(config.bind.port(), 3);
         assert_eq!(config.data_dir, PathBuf::from("/env"));
         assert_eq!(config.acceptor.max_batch_items, 7);
@@ -223,12 +253,26 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("cairn.toml");
         std::fs::write(&file, "bnd = \"x\"\n").expect("write");
-        let overrides = Overrides { config_file: Some(file), ..Overrides::default() };
+        let overrides = Overrides {
+            config_file: Some(file),
+            ..Overrides::default()
+        };
         let error = Config::load(&overrides, &HashMap::new()).expect_err("unknown key");
-        assert!(format!("{error:#}").contains("unknown field `bnd`"), "{error:#}");
-        let error = Config::load(&Overrides::default(), &env(&[("CAIRN_BACKENDS", "vector,elastic")])).expect_err("bad backend");
+        assert!(
+            format!("{error:#}").contains("unknown field `bnd`"),
+            "{error:#}"
+        );
+        let error = Config::load(
+            &Overrides::default(),
+            &env(&[("CAIRN_BACKENDS", "vector,elastic")]),
+        )
+        .expect_err("bad backend");
         assert!(format!("{error:#}").contains("elastic"));
-        let error = Config::load(&Overrides::default(), &env(&[("CAIRN_MAX_BATCH_ITEMS", "lots")])).expect_err("bad number");
+        let error = Config::load(
+            &Overrides::default(),
+            &env(&[("CAIRN_MAX_BATCH_ITEMS", "lots")]),
+        )
+        .expect_err("bad number");
         assert!(format!("{error:#}").contains("CAIRN_MAX_BATCH_ITEMS"));
     }
 }

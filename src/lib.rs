@@ -66,7 +66,10 @@ pub async fn open_ledger(config: &Config) -> anyhow::Result<SqliteLedger> {
 }
 
 /// Creates the admin token when the ledger has no token yet; returns where it was written.
-pub async fn ensure_admin_token(ledger: &dyn Ledger, data_dir: &Path) -> anyhow::Result<Option<std::path::PathBuf>> {
+pub async fn ensure_admin_token(
+    ledger: &dyn Ledger,
+    data_dir: &Path,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
     if ledger.token_count().await? > 0 {
         return Ok(None);
     }
@@ -95,7 +98,9 @@ pub fn write_secret_file(path: &Path, secret: &str) -> anyhow::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(&temporary).with_context(|| format!("creating {}", temporary.display()))?;
+    let mut file = options
+        .open(&temporary)
+        .with_context(|| format!("creating {}", temporary.display()))?;
     file.write_all(secret.as_bytes())?;
     file.write_all(b"\n")?;
     file.sync_all()?;
@@ -106,12 +111,18 @@ pub fn write_secret_file(path: &Path, secret: &str) -> anyhow::Result<()> {
 
 /// Runs `cairn serve` until `shutdown` resolves. Prints `listening on http://ADDR` on stdout
 /// once the socket is bound.
-pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     let ledger: Arc<dyn Ledger> = Arc::new(open_ledger(&config).await?);
     if let Some(path) = ensure_admin_token(ledger.as_ref(), &config.data_dir).await? {
-        println!("created the admin token; it is in {} (mode 0600)", path.display());
+        println!(
+            "created the admin token; it is in {} (mode 0600)",
+            path.display()
+        );
     }
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await

@@ -138,7 +138,9 @@ enum BenchCommand {
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {
@@ -149,11 +151,28 @@ fn init_tracing(format: &str) {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let env: HashMap<String, String> = std::env::vars().collect();
     match cli.command {
-        Command::Serve { data_dir, bind, config } => {
-            let config = Config::load(&Overrides { data_dir, bind, config_file: config }, &env)?;
+        Command::Serve {
+            data_dir,
+            bind,
+            config,
+        } => {
+            let config = Config::load(
+                &Overrides {
+                    data_dir,
+                    bind,
+                    config_file: config,
+                },
+                &env,
+            )?;
             cairn::serve(config, cairn::shutdown_signal()).await?;
         }
-        Command::Ingest { paths, dataset, batch_size, quiet, client } => {
+        Command::Ingest {
+            paths,
+            dataset,
+            batch_size,
+            quiet,
+            client,
+        } => {
             let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
             let api = cairn::client::Client::new(&client.server, token)?;
             let summary = cairn::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
@@ -167,7 +186,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let api = cairn::client::Client::new(&client.server, token)?;
             cairn::client::status(&api, json).await?;
         }
-        Command::Block { dataset, sha256, reason, client } => {
+        Command::Block {
+            dataset,
+            sha256,
+            reason,
+            client,
+        } => {
             let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
             let api = cairn::client::Client::new(&client.server, token)?;
             let body = serde_json::json!({ "dataset": dataset, "content_sha256": sha256, "reason": reason });
@@ -177,12 +201,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             println!("blocked {sha256} in dataset {dataset}");
         }
-        Command::Token { command: TokenCommand::Create { name, scopes, datasets, data_dir } } => {
+        Command::Token {
+            command:
+                TokenCommand::Create {
+                    name,
+                    scopes,
+                    datasets,
+                    data_dir,
+                },
+        } => {
             let scopes = scopes
                 .iter()
                 .map(|scope| scope.parse::<Scope>().map_err(anyhow::Error::msg))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let overrides = Overrides { data_dir: Some(data_dir), ..Overrides::default() };
+            let overrides = Overrides {
+                data_dir: Some(data_dir),
+                ..Overrides::default()
+            };
             let config = Config::load(&overrides, &env)?;
             let ledger = cairn::open_ledger(&config).await?;
             let created = receipts::Tokens::create_token(
@@ -190,15 +225,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 NewToken {
                     name,
                     scopes,
-                    datasets: if datasets.is_empty() { None } else { Some(datasets) },
+                    datasets: if datasets.is_empty() {
+                        None
+                    } else {
+                        Some(datasets)
+                    },
                     created_by: format!("cli:{}", whoami()),
                 },
             )
             .await?;
             println!("{}", created.secret);
-            eprintln!("token {} created; the secret above is shown once", created.id);
+            eprintln!(
+                "token {} created; the secret above is shown once",
+                created.id
+            );
         }
-        Command::Bench { command: BenchCommand::Accept { docs, batch_docs, out } } => {
+        Command::Bench {
+            command:
+                BenchCommand::Accept {
+                    docs,
+                    batch_docs,
+                    out,
+                },
+        } => {
             let report = cairn::bench::accept(docs, batch_docs).await?;
             let text = serde_json::to_string_pretty(&report)?;
             std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
@@ -210,13 +259,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn whoami() -> String {
-    std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".to_owned())
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(&cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

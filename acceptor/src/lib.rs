@@ -30,7 +30,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
 use receipts::http::{read_json, ApiError, Auth};
-use receipts::{policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission};
+use receipts::{
+    policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission,
+};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -73,11 +75,17 @@ impl FromRef<AcceptorState> for Arc<dyn Ledger> {
 
 /// The ingest API's routes, ready to merge into cairn's router.
 pub fn router(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> Router {
-    let state = AcceptorState { ledger, config: Arc::new(config) };
+    let state = AcceptorState {
+        ledger,
+        config: Arc::new(config),
+    };
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/v1/sources", post(put_source).delete(delete_source).get(get_source))
+        .route(
+            "/v1/sources",
+            post(put_source).delete(delete_source).get(get_source),
+        )
         .route("/v1/sources/batch", post(put_batch))
         .route("/v1/revisions/{id}", get(get_revision))
         .route("/v1/revisions/{id}/content", get(get_content))
@@ -124,7 +132,8 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-async fn readyz(State(state): State<AcceptorState>) -> Result<Json<Value>, ApiError> {
+/// Readiness: the ledger answers. Any valid token may ask (only `/healthz` is open).
+async fn readyz(State(state): State<AcceptorState>, _auth: Auth) -> Result<Json<Value>, ApiError> {
     state.ledger.ping().await?;
     Ok(Json(json!({ "status": "ready", "ledger": "reachable" })))
 }
@@ -144,12 +153,20 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
             ))
         }
         (None, None) => {
-            return Err(ApiError::unprocessable("missing_content", "give `content` or `content_base64`"))
+            return Err(ApiError::unprocessable(
+                "missing_content",
+                "give `content` or `content_base64`",
+            ))
         }
         (Some(text), None) => text.into_bytes(),
         (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
-            .map_err(|error| ApiError::unprocessable("invalid_base64", format!("content_base64 is not valid base64: {error}")))?,
+            .map_err(|error| {
+                ApiError::unprocessable(
+                    "invalid_base64",
+                    format!("content_base64 is not valid base64: {error}"),
+                )
+            })?,
     };
     validate::content(&bytes)?;
     if let Some(finding) = secrets::scan(&bytes) {
@@ -164,7 +181,9 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
     }
     let document = Document {
         bytes,
-        media_type: request.media_type.unwrap_or_else(|| "text/plain".to_owned()),
+        media_type: request
+            .media_type
+            .unwrap_or_else(|| "text/plain".to_owned()),
         tags: request.tags.unwrap_or_default(),
         metadata: request.metadata.unwrap_or_default(),
     };
@@ -181,9 +200,11 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
 
 async fn accept_one(state: &AcceptorState, submission: Submission) -> Result<Response, ApiError> {
     let mut results = state.ledger.accept(vec![submission]).await;
-    let receipt = results
-        .pop()
-        .unwrap_or_else(|| Err(LedgerError::Unavailable("the ledger returned no result".to_owned())))?;
+    let receipt = results.pop().unwrap_or_else(|| {
+        Err(LedgerError::Unavailable(
+            "the ledger returned no result".to_owned(),
+        ))
+    })?;
     Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
 }
 
@@ -220,14 +241,22 @@ async fn put_batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     auth.require(Scope::Ingest)?;
-    let request: BatchRequest = read_json(&headers, body, state.config.max_batch_body_bytes).await?;
+    let request: BatchRequest =
+        read_json(&headers, body, state.config.max_batch_body_bytes).await?;
     if request.items.is_empty() {
-        return Err(ApiError::unprocessable("empty_batch", "`items` must hold at least one item"));
+        return Err(ApiError::unprocessable(
+            "empty_batch",
+            "`items` must hold at least one item",
+        ));
     }
     if request.items.len() > state.config.max_batch_items {
         return Err(ApiError::unprocessable(
             "batch_too_large",
-            format!("{} items given; the limit is {}", request.items.len(), state.config.max_batch_items),
+            format!(
+                "{} items given; the limit is {}",
+                request.items.len(),
+                state.config.max_batch_items
+            ),
         )
         .with_details(json!({ "limit": state.config.max_batch_items })));
     }
@@ -236,7 +265,9 @@ async fn put_batch(
     let mut slots = Vec::new();
     for (index, item) in request.items.into_iter().enumerate() {
         let parsed = serde_json::from_value::<SourceRequest>(item)
-            .map_err(|error| ApiError::unprocessable("invalid_json", format!("items[{index}]: {error}")))
+            .map_err(|error| {
+                ApiError::unprocessable("invalid_json", format!("items[{index}]: {error}"))
+            })
             .and_then(|request| admit(&auth, request));
         match parsed {
             Ok(submission) => {
@@ -266,15 +297,21 @@ async fn put_batch(
         .enumerate()
         .map(|(index, result)| {
             result.unwrap_or_else(|| {
-                item_error(index, ApiError::from(LedgerError::Unavailable("no result".to_owned())))
+                item_error(
+                    index,
+                    ApiError::from(LedgerError::Unavailable("no result".to_owned())),
+                )
             })
         })
         .collect();
     Ok(Json(json!({ "results": results })).into_response())
 }
 
-fn source_query(query: Result<Query<SourceQuery>, QueryRejection>) -> Result<SourceQuery, ApiError> {
-    let Query(query) = query.map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
+fn source_query(
+    query: Result<Query<SourceQuery>, QueryRejection>,
+) -> Result<SourceQuery, ApiError> {
+    let Query(query) = query
+        .map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
     validate::dataset(&query.dataset)?;
     validate::source_key(&query.source_key)?;
     Ok(query)
@@ -290,14 +327,19 @@ async fn delete_source(
     principal.require_dataset(&query.dataset)?;
     if let Some(reason) = &query.reason {
         if reason.len() > 1024 || reason.chars().any(char::is_control) {
-            return Err(ApiError::unprocessable("invalid_reason", "reason is at most 1024 printable characters"));
+            return Err(ApiError::unprocessable(
+                "invalid_reason",
+                "reason is at most 1024 printable characters",
+            ));
         }
     }
     let submission = Submission {
         dataset: query.dataset,
         source_key: query.source_key,
         actor: principal.actor(),
-        change: Change::Delete { reason: query.reason },
+        change: Change::Delete {
+            reason: query.reason,
+        },
     };
     accept_one(&state, submission).await
 }
@@ -310,15 +352,27 @@ async fn get_source(
     let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
     let query = source_query(query)?;
     principal.require_dataset(&query.dataset)?;
-    match state.ledger.source(&query.dataset, &query.source_key).await? {
+    match state
+        .ledger
+        .source(&query.dataset, &query.source_key)
+        .await?
+    {
         Some(view) => Ok(Json(view).into_response()),
-        None => Err(LedgerError::SourceNotFound { dataset: query.dataset, source_key: query.source_key }.into()),
+        None => Err(LedgerError::SourceNotFound {
+            dataset: query.dataset,
+            source_key: query.source_key,
+        }
+        .into()),
     }
 }
 
 fn revision_id(text: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(text)
-        .map_err(|_| ApiError::unprocessable("invalid_revision_id", format!("`{text}` is not a revision id (UUID)")))
+    Uuid::parse_str(text).map_err(|_| {
+        ApiError::unprocessable(
+            "invalid_revision_id",
+            format!("`{text}` is not a revision id (UUID)"),
+        )
+    })
 }
 
 async fn get_revision(
@@ -331,7 +385,9 @@ async fn get_revision(
     let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
     let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
     // A revision outside the token's datasets is answered as absent: ids do not leak.
-    principal.require_dataset(&detail.revision.dataset).map_err(|_| not_found())?;
+    principal
+        .require_dataset(&detail.revision.dataset)
+        .map_err(|_| not_found())?;
     Ok(Json(detail).into_response())
 }
 
@@ -344,18 +400,26 @@ async fn get_content(
     let id = revision_id(&id)?;
     let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
     let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
-    principal.require_dataset(&detail.revision.dataset).map_err(|_| not_found())?;
+    principal
+        .require_dataset(&detail.revision.dataset)
+        .map_err(|_| not_found())?;
     let Some(sha256) = detail.revision.content_sha256 else {
-        return Err(ApiError::new(StatusCode::GONE, "revision_is_tombstone", format!("revision {id} deletes its source and has no content")));
+        return Err(ApiError::new(
+            StatusCode::GONE,
+            "revision_is_tombstone",
+            format!("revision {id} deletes its source and has no content"),
+        ));
     };
-    let bytes = state
-        .ledger
-        .content(&sha256)
-        .await?
-        .ok_or_else(|| ApiError::from(LedgerError::Corrupt(format!("content {sha256} missing"))))?;
+    let bytes =
+        state.ledger.content(&sha256).await?.ok_or_else(|| {
+            ApiError::from(LedgerError::Corrupt(format!("content {sha256} missing")))
+        })?;
     let media_type = detail.revision.media_type;
     Ok((
-        [(header::CONTENT_TYPE, media_type), (header::ETAG, format!("\"{sha256}\""))],
+        [
+            (header::CONTENT_TYPE, media_type),
+            (header::ETAG, format!("\"{sha256}\"")),
+        ],
         bytes,
     )
         .into_response())

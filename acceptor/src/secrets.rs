@@ -16,16 +16,31 @@ pub struct Finding {
 }
 
 const PATTERNS: &[(&str, &str)] = &[
-    ("private_key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
-    ("aws_access_key_id", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}\b"),
+    (
+        "private_key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+    ),
+    (
+        "aws_access_key_id",
+        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[0-9A-Z]{16}\b",
+    ),
     ("github_token", r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b"),
-    ("github_fine_grained_token", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b"),
+    (
+        "github_fine_grained_token",
+        r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
+    ),
     ("gitlab_token", r"\bglpat-[A-Za-z0-9_\-]{20,}"),
     ("slack_token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
     ("google_api_key", r"\bAIza[0-9A-Za-z_\-]{35}"),
     ("stripe_secret_key", r"\b[rs]k_live_[0-9A-Za-z]{24,}"),
-    ("anthropic_api_key", r"\bsk-ant-[a-z0-9]+-[A-Za-z0-9_\-]{40,}"),
-    ("openai_api_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}T3BlbkFJ[A-Za-z0-9_\-]{20,}"),
+    (
+        "anthropic_api_key",
+        r"\bsk-ant-[a-z0-9]+-[A-Za-z0-9_\-]{40,}",
+    ),
+    (
+        "openai_api_key",
+        r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}T3BlbkFJ[A-Za-z0-9_\-]{20,}",
+    ),
     ("openai_project_key", r"\bsk-proj-[A-Za-z0-9_\-]{40,}"),
     ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),
     ("pypi_token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
@@ -50,7 +65,8 @@ fn compiled() -> &'static [(&'static str, Option<Regex>)] {
 
 fn any_pattern() -> Option<&'static RegexSet> {
     static SET: OnceLock<Option<RegexSet>> = OnceLock::new();
-    SET.get_or_init(|| RegexSet::new(PATTERNS.iter().map(|(_, pattern)| *pattern)).ok()).as_ref()
+    SET.get_or_init(|| RegexSet::new(PATTERNS.iter().map(|(_, pattern)| *pattern)).ok())
+        .as_ref()
 }
 
 /// The earliest credential in `content`, if any. One pass over the content finds whether any
@@ -65,7 +81,10 @@ pub fn scan(content: &[u8]) -> Option<Finding> {
         .enumerate()
         .filter(|(index, _)| matched.matched(*index))
         .filter_map(|(_, (kind, regex))| {
-            regex.as_ref()?.find(content).map(|found| Finding { kind, offset: found.start() })
+            regex.as_ref()?.find(content).map(|found| Finding {
+                kind,
+                offset: found.start(),
+            })
         })
         .min_by_key(|finding| finding.offset)
 }
@@ -83,20 +102,44 @@ mod tests {
     #[test]
     fn finds_kinds_and_offsets() {
         let aws = b"config: AKIAIOSFODNN7EXAMPLE rest";
-        assert_eq!(scan(aws), Some(Finding { kind: "aws_access_key_id", offset: 8 }));
+        assert_eq!(
+            scan(aws),
+            Some(Finding {
+                kind: "aws_access_key_id",
+                offset: 8
+            })
+        );
         let key = b"x\n-----BEGIN RSA PRIVATE KEY-----\nMIIE";
-        assert_eq!(scan(key), Some(Finding { kind: "private_key", offset: 2 }));
+        assert_eq!(
+            scan(key),
+            Some(Finding {
+                kind: "private_key",
+                offset: 2
+            })
+        );
         let openssh = b"-----BEGIN OPENSSH PRIVATE KEY-----";
         assert_eq!(scan(openssh).map(|f| f.kind), Some("private_key"));
         let github = format!("token=ghp_{}", "a1B2".repeat(9));
-        assert_eq!(scan(github.as_bytes()), Some(Finding { kind: "github_token", offset: 6 }));
+        assert_eq!(
+            scan(github.as_bytes()),
+            Some(Finding {
+                kind: "github_token",
+                offset: 6
+            })
+        );
         let slack = b"xoxb-1234567890-abcdefghij";
         assert_eq!(scan(slack).map(|f| f.kind), Some("slack_token"));
     }
 
     #[test]
     fn ordinary_text_passes() {
-        assert_eq!(scan(b"The public key is published; AKIA is a prefix. sk-learn is a library."), None);
-        assert_eq!(scan("ünïcödé text with -----BEGIN PUBLIC KEY-----".as_bytes()), None);
+        assert_eq!(
+            scan(b"The public key is published; AKIA is a prefix. sk-learn is a library."),
+            None
+        );
+        assert_eq!(
+            scan("ünïcödé text with -----BEGIN PUBLIC KEY-----".as_bytes()),
+            None
+        );
     }
 }

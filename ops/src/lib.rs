@@ -32,8 +32,13 @@ impl FromRef<OpsState> for Arc<dyn Ledger> {
 
 /// The operations routes.
 pub fn router(ledger: Arc<dyn Ledger>) -> Router {
-    let state = OpsState { ledger, started_at: std::time::Instant::now() };
-    Router::new().route("/v1/status", get(status)).with_state(state)
+    let state = OpsState {
+        ledger,
+        started_at: std::time::Instant::now(),
+    };
+    Router::new()
+        .route("/v1/status", get(status))
+        .with_state(state)
 }
 
 async fn status(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {

@@ -8,7 +8,6 @@ use uuid::Uuid;
 
 use crate::ids::sha256_hex;
 
-
 /// A permission a token can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Scope {
@@ -31,7 +30,13 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 5] = [Scope::Ingest, Scope::Search, Scope::OpsRead, Scope::OpsWrite, Scope::Admin];
+    pub const ALL: [Scope; 5] = [
+        Scope::Ingest,
+        Scope::Search,
+        Scope::OpsRead,
+        Scope::OpsWrite,
+        Scope::Admin,
+    ];
 
     /// The scope's wire name.
     pub fn as_str(self) -> &'static str {
@@ -48,10 +53,13 @@ impl Scope {
 impl std::str::FromStr for Scope {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Scope::ALL.into_iter().find(|scope| scope.as_str() == text).ok_or_else(|| {
-            let valid: Vec<&str> = Scope::ALL.iter().map(|scope| scope.as_str()).collect();
-            format!("unknown scope `{text}`; valid scopes: {}", valid.join(", "))
-        })
+        Scope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == text)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = Scope::ALL.iter().map(|scope| scope.as_str()).collect();
+                format!("unknown scope `{text}`; valid scopes: {}", valid.join(", "))
+            })
     }
 }
 
@@ -137,7 +145,10 @@ pub fn generate_secret() -> String {
     use base64::Engine;
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    format!("cairn_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    format!(
+        "cairn_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
 }
 
 /// The stored form of a secret.

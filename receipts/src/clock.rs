@@ -35,7 +35,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A manual clock that starts at `start` epoch microseconds.
     pub fn new(start: Micros) -> Self {
-        Self { now: AtomicI64::new(start) }
+        Self {
+            now: AtomicI64::new(start),
+        }
     }
 
     /// Moves the clock forward by `delta` microseconds.

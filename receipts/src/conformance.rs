@@ -51,14 +51,18 @@ pub fn delete(dataset: &str, key: &str) -> Submission {
         dataset: dataset.to_owned(),
         source_key: key.to_owned(),
         actor: "test:conformance".to_owned(),
-        change: Change::Delete { reason: Some("test".to_owned()) },
+        change: Change::Delete {
+            reason: Some("test".to_owned()),
+        },
     }
 }
 
 async fn accept_one(harness: &Harness, submission: Submission) -> crate::Result<Acceptance> {
     harness.clock.advance(1_000);
     let mut results = harness.ledger.accept(vec![submission]).await;
-    results.pop().unwrap_or_else(|| Err(LedgerError::Unavailable("no result".to_owned())))
+    results
+        .pop()
+        .unwrap_or_else(|| Err(LedgerError::Unavailable("no result".to_owned())))
 }
 
 async fn must_accept(harness: &Harness, submission: Submission) -> Acceptance {
@@ -69,7 +73,12 @@ async fn must_accept(harness: &Harness, submission: Submission) -> Acceptance {
 }
 
 async fn job_state(harness: &Harness, revision: Uuid) -> JobState {
-    let detail = harness.ledger.revision(revision).await.expect("read revision").expect("revision exists");
+    let detail = harness
+        .ledger
+        .revision(revision)
+        .await
+        .expect("read revision")
+        .expect("revision exists");
     detail.job.expect("revision has a job").state
 }
 
@@ -81,22 +90,49 @@ pub async fn accept_records_revision_job_and_receipts(harness: Harness) {
     assert_eq!(receipt.byte_length, 19);
     assert_eq!(receipt.accepted_at, START + 1_000);
     assert_eq!(receipt.previous_revision_id, None);
-    assert_eq!(receipt.content_sha256.as_deref(), Some(crate::ids::sha256_hex(b"hello durable world").as_str()));
-    let detail = harness.ledger.revision(receipt.source_revision_id).await.expect("read").expect("exists");
+    assert_eq!(
+        receipt.content_sha256.as_deref(),
+        Some(crate::ids::sha256_hex(b"hello durable world").as_str())
+    );
+    let detail = harness
+        .ledger
+        .revision(receipt.source_revision_id)
+        .await
+        .expect("read")
+        .expect("exists");
     assert!(detail.is_head);
     let job = detail.job.expect("job");
     assert_eq!(job.id, receipt.projection_job_id);
     assert_eq!(job.state, JobState::Pending);
     assert_eq!(job.attempt, 0);
     assert!(!detail.receipts.is_empty());
-    assert!(detail.receipts.iter().all(|r| r.state == ReceiptState::Pending));
-    let events: Vec<(String, Option<String>)> =
-        detail.history.iter().map(|h| (h.entity.clone(), h.to.clone())).collect();
-    assert!(events.contains(&("source".to_owned(), Some(receipt.source_revision_id.to_string()))));
+    assert!(detail
+        .receipts
+        .iter()
+        .all(|r| r.state == ReceiptState::Pending));
+    let events: Vec<(String, Option<String>)> = detail
+        .history
+        .iter()
+        .map(|h| (h.entity.clone(), h.to.clone()))
+        .collect();
+    assert!(events.contains(&(
+        "source".to_owned(),
+        Some(receipt.source_revision_id.to_string())
+    )));
     assert!(events.contains(&("job".to_owned(), Some("pending".to_owned()))));
-    assert_eq!(events.iter().filter(|(entity, _)| entity == "receipt").count(), detail.receipts.len());
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(entity, _)| entity == "receipt")
+            .count(),
+        detail.receipts.len()
+    );
     assert!(detail.history.iter().all(|h| h.actor == "test:conformance"));
-    let bytes = harness.ledger.content(&detail.revision.content_sha256.expect("sha")).await.expect("read");
+    let bytes = harness
+        .ledger
+        .content(&detail.revision.content_sha256.expect("sha"))
+        .await
+        .expect("read");
     assert_eq!(bytes.as_deref(), Some(&b"hello durable world"[..]));
 }
 
@@ -115,7 +151,10 @@ pub async fn duplicate_creates_nothing(harness: Harness) {
     assert_eq!(other.status, AcceptStatus::QueuedNotConfirmed);
     assert_ne!(other.source_revision_id, first.source_revision_id);
     let counts = harness.ledger.counts().await.expect("counts");
-    assert_eq!(counts.contents, before.contents, "content is retained once per sha256");
+    assert_eq!(
+        counts.contents, before.contents,
+        "content is retained once per sha256"
+    );
 }
 
 /// A new head supersedes the previous head's unfinished job and receipts.
@@ -123,17 +162,43 @@ pub async fn new_head_supersedes_previous_job(harness: Harness) {
     let first = must_accept(&harness, put("docs", "a.txt", "version one")).await;
     let second = must_accept(&harness, put("docs", "a.txt", "version two")).await;
     assert_eq!(second.previous_revision_id, Some(first.source_revision_id));
-    assert_eq!(job_state(&harness, first.source_revision_id).await, JobState::Superseded);
-    assert_eq!(job_state(&harness, second.source_revision_id).await, JobState::Pending);
-    let old = harness.ledger.revision(first.source_revision_id).await.expect("read").expect("exists");
+    assert_eq!(
+        job_state(&harness, first.source_revision_id).await,
+        JobState::Superseded
+    );
+    assert_eq!(
+        job_state(&harness, second.source_revision_id).await,
+        JobState::Pending
+    );
+    let old = harness
+        .ledger
+        .revision(first.source_revision_id)
+        .await
+        .expect("read")
+        .expect("exists");
     assert!(!old.is_head);
-    assert!(old.receipts.iter().all(|r| r.state == ReceiptState::Superseded));
-    let job_history = harness.ledger.history("job", &first.projection_job_id.to_string()).await.expect("history");
+    assert!(old
+        .receipts
+        .iter()
+        .all(|r| r.state == ReceiptState::Superseded));
+    let job_history = harness
+        .ledger
+        .history("job", &first.projection_job_id.to_string())
+        .await
+        .expect("history");
     let last = job_history.last().expect("job history");
     assert_eq!(last.from.as_deref(), Some("pending"));
     assert_eq!(last.to.as_deref(), Some("superseded"));
-    assert_eq!(last.cause, format!("superseded_by:{}", second.source_revision_id));
-    let source = harness.ledger.source("docs", "a.txt").await.expect("read").expect("exists");
+    assert_eq!(
+        last.cause,
+        format!("superseded_by:{}", second.source_revision_id)
+    );
+    let source = harness
+        .ledger
+        .source("docs", "a.txt")
+        .await
+        .expect("read")
+        .expect("exists");
     assert_eq!(source.head.id, second.source_revision_id);
     assert_eq!(source.revisions.len(), 2);
     assert_eq!(source.head_history.len(), 2);
@@ -147,27 +212,76 @@ pub async fn revert_reactivates_earlier_revision(harness: Harness) {
     assert_eq!(third.status, AcceptStatus::QueuedNotConfirmed);
     assert_eq!(third.source_revision_id, first.source_revision_id);
     assert_eq!(third.previous_revision_id, Some(second.source_revision_id));
-    assert_ne!(third.projection_job_id, first.projection_job_id, "a reverted head gets a new job");
-    assert_eq!(job_state(&harness, second.source_revision_id).await, JobState::Superseded);
-    let source = harness.ledger.source("docs", "a.txt").await.expect("read").expect("exists");
+    assert_ne!(
+        third.projection_job_id, first.projection_job_id,
+        "a reverted head gets a new job"
+    );
+    assert_eq!(
+        job_state(&harness, second.source_revision_id).await,
+        JobState::Superseded
+    );
+    let source = harness
+        .ledger
+        .source("docs", "a.txt")
+        .await
+        .expect("read")
+        .expect("exists");
     assert_eq!(source.head.id, first.source_revision_id);
-    assert_eq!(source.revisions.len(), 2, "no look-alike revision is formed");
-    let moves: Vec<_> = source.head_history.iter().map(|h| (h.to.clone(), h.cause.clone())).collect();
+    assert_eq!(
+        source.revisions.len(),
+        2,
+        "no look-alike revision is formed"
+    );
+    let moves: Vec<_> = source
+        .head_history
+        .iter()
+        .map(|h| (h.to.clone(), h.cause.clone()))
+        .collect();
     assert_eq!(moves.len(), 3);
-    assert_eq!(moves[2], (Some(first.source_revision_id.to_string()), "reverted_to_earlier_revision".to_owned()));
+    assert_eq!(
+        moves[2],
+        (
+            Some(first.source_revision_id.to_string()),
+            "reverted_to_earlier_revision".to_owned()
+        )
+    );
 }
 
 /// Deleting a source makes a tombstone head and removes it from lexical search.
 pub async fn tombstone_deletes_source(harness: Harness) {
     let first = must_accept(&harness, put("docs", "a.txt", "zebra crossing")).await;
-    assert_eq!(harness.ledger.lexical_search("zebra", &[], 10).await.expect("search").len(), 1);
+    assert_eq!(
+        harness
+            .ledger
+            .lexical_search("zebra", &[], 10)
+            .await
+            .expect("search")
+            .len(),
+        1
+    );
     let tombstone = must_accept(&harness, delete("docs", "a.txt")).await;
     assert!(tombstone.tombstone);
     assert_eq!(tombstone.content_sha256, None);
-    assert_eq!(tombstone.previous_revision_id, Some(first.source_revision_id));
-    assert_eq!(job_state(&harness, first.source_revision_id).await, JobState::Superseded);
-    assert!(harness.ledger.lexical_search("zebra", &[], 10).await.expect("search").is_empty());
-    let source = harness.ledger.source("docs", "a.txt").await.expect("read").expect("exists");
+    assert_eq!(
+        tombstone.previous_revision_id,
+        Some(first.source_revision_id)
+    );
+    assert_eq!(
+        job_state(&harness, first.source_revision_id).await,
+        JobState::Superseded
+    );
+    assert!(harness
+        .ledger
+        .lexical_search("zebra", &[], 10)
+        .await
+        .expect("search")
+        .is_empty());
+    let source = harness
+        .ledger
+        .source("docs", "a.txt")
+        .await
+        .expect("read")
+        .expect("exists");
     assert!(source.deleted);
     assert_eq!(source.head.reason.as_deref(), Some("test"));
     // Deleting again is idempotent.
@@ -182,7 +296,15 @@ pub async fn tombstone_deletes_source(harness: Harness) {
     // The old content can come back; its revision becomes head again.
     let back = must_accept(&harness, put("docs", "a.txt", "zebra crossing")).await;
     assert_eq!(back.source_revision_id, first.source_revision_id);
-    assert_eq!(harness.ledger.lexical_search("zebra", &[], 10).await.expect("search").len(), 1);
+    assert_eq!(
+        harness
+            .ledger
+            .lexical_search("zebra", &[], 10)
+            .await
+            .expect("search")
+            .len(),
+        1
+    );
 }
 
 /// Blocked content is refused in its dataset only, and the block is in history.
@@ -194,8 +316,19 @@ pub async fn blocked_content_is_refused(harness: Harness) {
         reason: "retracted by curator".to_owned(),
         actor: "token:curator".to_owned(),
     };
-    harness.ledger.block_content(block.clone()).await.expect("block");
-    assert_eq!(harness.ledger.content_block("docs", &sha).await.expect("read"), Some(block));
+    harness
+        .ledger
+        .block_content(block.clone())
+        .await
+        .expect("block");
+    assert_eq!(
+        harness
+            .ledger
+            .content_block("docs", &sha)
+            .await
+            .expect("read"),
+        Some(block)
+    );
     let before = harness.ledger.counts().await.expect("counts");
     match accept_one(&harness, put("docs", "new-key", "rejected claim")).await {
         Err(LedgerError::ContentBlocked { sha256, reason, .. }) => {
@@ -206,7 +339,11 @@ pub async fn blocked_content_is_refused(harness: Harness) {
     }
     assert_eq!(harness.ledger.counts().await.expect("counts"), before);
     must_accept(&harness, put("other", "new-key", "rejected claim")).await;
-    let history = harness.ledger.history("block", &format!("docs/{sha}")).await.expect("history");
+    let history = harness
+        .ledger
+        .history("block", &format!("docs/{sha}"))
+        .await
+        .expect("history");
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].actor, "token:curator");
     assert_eq!(history[0].cause, "retracted by curator");
@@ -217,33 +354,85 @@ pub async fn lexical_index_holds_current_heads_only(harness: Harness) {
     let first = must_accept(&harness, put("docs", "a.txt", "alpha bravo")).await;
     let second = must_accept(&harness, put("docs", "a.txt", "charlie delta")).await;
     must_accept(&harness, put("notes", "n.txt", "charlie echo")).await;
-    assert!(harness.ledger.lexical_search("alpha", &[], 10).await.expect("search").is_empty());
-    let hits = harness.ledger.lexical_search("charlie", &["docs".to_owned()], 10).await.expect("search");
+    assert!(harness
+        .ledger
+        .lexical_search("alpha", &[], 10)
+        .await
+        .expect("search")
+        .is_empty());
+    let hits = harness
+        .ledger
+        .lexical_search("charlie", &["docs".to_owned()], 10)
+        .await
+        .expect("search");
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].revision_id, second.source_revision_id);
     assert_ne!(hits[0].revision_id, first.source_revision_id);
-    assert_eq!(harness.ledger.lexical_search("charlie", &[], 10).await.expect("search").len(), 2);
+    assert_eq!(
+        harness
+            .ledger
+            .lexical_search("charlie", &[], 10)
+            .await
+            .expect("search")
+            .len(),
+        2
+    );
     // Query syntax never reaches the index.
-    assert!(harness.ledger.lexical_search("\"unbalanced AND (", &[], 10).await.is_ok());
+    assert!(harness
+        .ledger
+        .lexical_search("\"unbalanced AND (", &[], 10)
+        .await
+        .is_ok());
 }
 
 /// A failure injected at any step of acceptance leaves no partial rows.
 pub async fn faults_leave_no_partial_rows(harness: Harness) {
     let base = must_accept(&harness, put("docs", "a.txt", "stable base text")).await;
     for point in FaultPoint::ALL {
-        for submission in [put("docs", "a.txt", &format!("failing update {point}")), delete("docs", "a.txt")] {
+        for submission in [
+            put("docs", "a.txt", &format!("failing update {point}")),
+            delete("docs", "a.txt"),
+        ] {
             let before = harness.ledger.counts().await.expect("counts");
             harness.faults.arm(point);
             match accept_one(&harness, submission).await {
                 Err(LedgerError::Injected(fired)) => assert_eq!(fired, point),
                 other => panic!("expected an injected fault at {point}, got {other:?}"),
             }
-            assert_eq!(harness.ledger.counts().await.expect("counts"), before, "partial rows after {point}");
-            let source = harness.ledger.source("docs", "a.txt").await.expect("read").expect("exists");
-            assert_eq!(source.head.id, base.source_revision_id, "head moved after {point}");
-            assert_eq!(job_state(&harness, base.source_revision_id).await, JobState::Pending);
-            assert_eq!(harness.ledger.lexical_search("stable", &[], 10).await.expect("search").len(), 1);
-            assert!(harness.ledger.lexical_search("failing", &[], 10).await.expect("search").is_empty());
+            assert_eq!(
+                harness.ledger.counts().await.expect("counts"),
+                before,
+                "partial rows after {point}"
+            );
+            let source = harness
+                .ledger
+                .source("docs", "a.txt")
+                .await
+                .expect("read")
+                .expect("exists");
+            assert_eq!(
+                source.head.id, base.source_revision_id,
+                "head moved after {point}"
+            );
+            assert_eq!(
+                job_state(&harness, base.source_revision_id).await,
+                JobState::Pending
+            );
+            assert_eq!(
+                harness
+                    .ledger
+                    .lexical_search("stable", &[], 10)
+                    .await
+                    .expect("search")
+                    .len(),
+                1
+            );
+            assert!(harness
+                .ledger
+                .lexical_search("failing", &[], 10)
+                .await
+                .expect("search")
+                .is_empty());
         }
     }
     // The ledger still works afterwards.
@@ -255,13 +444,24 @@ pub async fn batch_items_are_independent(harness: Harness) {
     harness.clock.advance(1_000);
     let results = harness
         .ledger
-        .accept(vec![put("docs", "1", "one"), put("", "2", "bad dataset"), put("docs", "3", "three"), put("docs", "4", "")])
+        .accept(vec![
+            put("docs", "1", "one"),
+            put("", "2", "bad dataset"),
+            put("docs", "3", "three"),
+            put("docs", "4", ""),
+        ])
         .await;
     assert_eq!(results.len(), 4);
     assert!(results[0].is_ok());
-    assert_eq!(results[1].as_ref().err().map(LedgerError::code), Some("invalid_dataset"));
+    assert_eq!(
+        results[1].as_ref().err().map(LedgerError::code),
+        Some("invalid_dataset")
+    );
     assert!(results[2].is_ok());
-    assert_eq!(results[3].as_ref().err().map(LedgerError::code), Some("empty_content"));
+    assert_eq!(
+        results[3].as_ref().err().map(LedgerError::code),
+        Some("empty_content")
+    );
     assert_eq!(harness.ledger.counts().await.expect("counts").sources, 2);
 }
 
@@ -273,7 +473,13 @@ pub async fn concurrent_acceptances_are_all_durable(harness: Harness) {
         tasks.push(tokio::spawn(async move {
             let mut receipts = Vec::new();
             for item in 0..20 {
-                let mut result = ledger.accept(vec![put("docs", &format!("{task}/{item}"), &format!("doc {task} {item}"))]).await;
+                let mut result = ledger
+                    .accept(vec![put(
+                        "docs",
+                        &format!("{task}/{item}"),
+                        &format!("doc {task} {item}"),
+                    )])
+                    .await;
                 receipts.push(result.pop().expect("one result").expect("accepted"));
             }
             receipts
@@ -303,13 +509,25 @@ pub async fn tokens_authenticate(harness: Harness) {
         })
         .await
         .expect("create");
-    let principal = harness.ledger.authenticate(&created.secret).await.expect("auth").expect("known");
+    let principal = harness
+        .ledger
+        .authenticate(&created.secret)
+        .await
+        .expect("auth")
+        .expect("known");
     assert_eq!(principal.name, "ingest-bot");
     assert!(principal.has(Scope::Ingest));
     assert!(!principal.has(Scope::Admin));
     assert!(principal.require_dataset("docs").is_ok());
     assert!(principal.require_dataset("other").is_err());
-    assert_eq!(harness.ledger.authenticate("cairn_wrong").await.expect("auth"), None);
+    assert_eq!(
+        harness
+            .ledger
+            .authenticate("cairn_wrong")
+            .await
+            .expect("auth"),
+        None
+    );
     assert_eq!(harness.ledger.token_count().await.expect("count"), 1);
 }
 

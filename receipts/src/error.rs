@@ -50,7 +50,10 @@ pub enum LedgerError {
 impl LedgerError {
     /// Shorthand for a validation error.
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
-        LedgerError::Invalid { code, message: message.into() }
+        LedgerError::Invalid {
+            code,
+            message: message.into(),
+        }
     }
 
     /// The stable error code.
@@ -62,7 +65,9 @@ impl LedgerError {
             LedgerError::Injected(_) => "injected_fault",
             LedgerError::Unavailable(_) => "ledger_unavailable",
             LedgerError::Storage(error) if is_unavailable(error) => "ledger_unavailable",
-            LedgerError::Storage(_) | LedgerError::Internal(_) | LedgerError::Corrupt(_) => "internal_error",
+            LedgerError::Storage(_) | LedgerError::Internal(_) | LedgerError::Corrupt(_) => {
+                "internal_error"
+            }
         }
     }
 
@@ -97,19 +102,31 @@ impl LedgerError {
     /// A copy of this error for every caller that shared the failed write.
     pub(crate) fn replicate(&self) -> LedgerError {
         match self {
-            LedgerError::Invalid { code, message } => LedgerError::Invalid { code, message: message.clone() },
-            LedgerError::ContentBlocked { dataset, sha256, reason } => LedgerError::ContentBlocked {
+            LedgerError::Invalid { code, message } => LedgerError::Invalid {
+                code,
+                message: message.clone(),
+            },
+            LedgerError::ContentBlocked {
+                dataset,
+                sha256,
+                reason,
+            } => LedgerError::ContentBlocked {
                 dataset: dataset.clone(),
                 sha256: sha256.clone(),
                 reason: reason.clone(),
             },
-            LedgerError::SourceNotFound { dataset, source_key } => LedgerError::SourceNotFound {
+            LedgerError::SourceNotFound {
+                dataset,
+                source_key,
+            } => LedgerError::SourceNotFound {
                 dataset: dataset.clone(),
                 source_key: source_key.clone(),
             },
             LedgerError::Injected(point) => LedgerError::Injected(*point),
             LedgerError::Unavailable(message) => LedgerError::Unavailable(message.clone()),
-            LedgerError::Storage(error) if is_unavailable(error) => LedgerError::Unavailable(error.to_string()),
+            LedgerError::Storage(error) if is_unavailable(error) => {
+                LedgerError::Unavailable(error.to_string())
+            }
             LedgerError::Storage(error) => LedgerError::Internal(error.to_string()),
             LedgerError::Internal(message) => LedgerError::Internal(message.clone()),
             LedgerError::Corrupt(message) => LedgerError::Corrupt(message.clone()),
@@ -123,7 +140,10 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
         sqlx::Error::Database(database) => {
             // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_IOERR (10), SQLITE_FULL (13),
             // SQLITE_CANTOPEN (14): primary result code in the low byte.
-            let primary = database.code().and_then(|code| code.parse::<i64>().ok()).map(|c| c & 0xff);
+            let primary = database
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .map(|c| c & 0xff);
             matches!(primary, Some(5 | 6 | 10 | 13 | 14))
         }
         _ => false,

@@ -82,11 +82,16 @@ impl FaultPlan {
 
 impl FaultInjector for FaultPlan {
     fn armed(&self) -> bool {
-        self.armed.lock().map(|armed| !armed.is_empty()).unwrap_or(true)
+        self.armed
+            .lock()
+            .map(|armed| !armed.is_empty())
+            .unwrap_or(true)
     }
 
     fn fire(&self, point: FaultPoint) -> bool {
-        let Ok(mut armed) = self.armed.lock() else { return false };
+        let Ok(mut armed) = self.armed.lock() else {
+            return false;
+        };
         match armed.iter().position(|candidate| *candidate == point) {
             Some(index) => {
                 armed.remove(index);

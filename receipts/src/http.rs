@@ -47,7 +47,13 @@ pub struct ErrorBody<'a> {
 impl ApiError {
     /// An error with a status, code and message.
     pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { status, code: code.into(), message: message.into(), details: None, retry_after: None }
+        Self {
+            status,
+            code: code.into(),
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     /// Adds structured details.
@@ -68,20 +74,25 @@ impl ApiError {
 
     /// The JSON body.
     pub fn body(&self) -> ErrorBody<'_> {
-        ErrorBody { code: &self.code, message: &self.message, details: self.details.as_ref() }
+        ErrorBody {
+            code: &self.code,
+            message: &self.message,
+            details: self.details.as_ref(),
+        }
     }
 }
 
 impl From<LedgerError> for ApiError {
     fn from(error: LedgerError) -> Self {
-        let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             tracing::error!(error = %error, code = error.code(), "ledger error");
         }
         let details = match &error {
-            LedgerError::ContentBlocked { dataset, sha256, .. } => {
-                Some(serde_json::json!({ "dataset": dataset, "content_sha256": sha256 }))
-            }
+            LedgerError::ContentBlocked {
+                dataset, sha256, ..
+            } => Some(serde_json::json!({ "dataset": dataset, "content_sha256": sha256 })),
             _ => None,
         };
         let mut api = ApiError::new(status, error.code(), error.public_message());
@@ -153,7 +164,9 @@ where
             .headers
             .get(AUTHORIZATION)
             .ok_or_else(|| unauthenticated("missing `Authorization: Bearer <token>` header"))?;
-        let text = header.to_str().map_err(|_| unauthenticated("the Authorization header is not ASCII"))?;
+        let text = header
+            .to_str()
+            .map_err(|_| unauthenticated("the Authorization header is not ASCII"))?;
         let secret = text
             .strip_prefix("Bearer ")
             .map(str::trim)
@@ -169,9 +182,16 @@ where
 
 /// Reads a JSON body of at most `limit` bytes into `T`. Answers 413 `payload_too_large`,
 /// 415 `unsupported_media_type` or 422 `invalid_json` (unknown fields named by serde).
-pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, limit: usize) -> Result<T, ApiError> {
+pub async fn read_json<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<T, ApiError> {
     if let Some(content_type) = headers.get(CONTENT_TYPE) {
-        let text = content_type.to_str().unwrap_or_default().to_ascii_lowercase();
+        let text = content_type
+            .to_str()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         let essence = text.split(';').next().unwrap_or_default().trim().to_owned();
         if essence != "application/json" && !essence.ends_with("+json") {
             return Err(ApiError::new(
@@ -198,7 +218,19 @@ pub async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body, lim
             return Err(too_large());
         }
     }
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large())?;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())?;
+    if let Err(error) = std::str::from_utf8(&bytes) {
+        return Err(ApiError::unprocessable(
+            "invalid_utf8",
+            format!(
+                "the request body is not UTF-8 (invalid byte at offset {}); send binary content as `content_base64`",
+                error.valid_up_to()
+            ),
+        )
+        .with_details(serde_json::json!({ "offset": error.valid_up_to() })));
+    }
     serde_json::from_slice(&bytes).map_err(|error| {
         ApiError::unprocessable("invalid_json", format!("invalid request body: {error}"))
     })

@@ -8,7 +8,8 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, ContentBlock, HistoryEntry, LedgerCounts, LexicalHit, RevisionDetail, SourceView, Submission,
+    Acceptance, ContentBlock, HistoryEntry, LedgerCounts, LexicalHit, RevisionDetail, SourceView,
+    Submission,
 };
 
 /// Durable acceptance: every method returns only after its writes are on disk.
@@ -35,7 +36,12 @@ pub trait Reader: Send + Sync {
     async fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>>;
 
     /// BM25 search over the passages of current, non-deleted heads.
-    async fn lexical_search(&self, query: &str, datasets: &[String], limit: u32) -> Result<Vec<LexicalHit>>;
+    async fn lexical_search(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+    ) -> Result<Vec<LexicalHit>>;
 
     /// The block on content in a dataset, if any.
     async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>>;

@@ -88,7 +88,10 @@ closed_enum! {
 impl JobState {
     /// Whether no further transition is allowed except an operator's requeue.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, JobState::Pending | JobState::Running | JobState::RetryWait)
+        !matches!(
+            self,
+            JobState::Pending | JobState::Running | JobState::RetryWait
+        )
     }
 }
 

@@ -59,12 +59,19 @@ fn cut_point(text: &str, limit: usize) -> usize {
             return position + separator.len();
         }
     }
-    if let Some(position) = window.rfind(char::is_whitespace).filter(|position| *position > 0) {
+    if let Some(position) = window
+        .rfind(char::is_whitespace)
+        .filter(|position| *position > 0)
+    {
         return position + 1;
     }
     if boundary == 0 {
         // The first character alone is longer than the limit: take it whole.
-        return text.chars().next().map(char::len_utf8).unwrap_or(text.len());
+        return text
+            .chars()
+            .next()
+            .map(char::len_utf8)
+            .unwrap_or(text.len());
     }
     boundary
 }

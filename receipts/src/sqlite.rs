@@ -28,9 +28,9 @@ use crate::faults::{FaultInjector, FaultPoint, NoFaults};
 use crate::ids;
 use crate::ledger::{Acceptor, Reader, Tokens};
 use crate::model::{
-    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, HistoryEntry, Job,
-    JobKind, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, Revision,
-    RevisionDetail, SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, HistoryEntry, Job, JobKind,
+    LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, Revision, RevisionDetail,
+    SourceView, Submission,
 };
 use crate::passages::{self, Passage};
 use crate::policy;
@@ -89,7 +89,11 @@ impl SqliteLedger {
         clock: Arc<dyn Clock>,
         faults: Arc<dyn FaultInjector>,
     ) -> Result<Self> {
-        if let Some(parent) = options.path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        if let Some(parent) = options
+            .path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(parent).map_err(|error| {
                 LedgerError::Unavailable(format!("cannot create {}: {error}", parent.display()))
             })?;
@@ -108,9 +112,13 @@ impl SqliteLedger {
         MIGRATOR.run(&mut write_connection).await.map_err(|error| {
             LedgerError::Unavailable(format!("migrating {}: {error}", options.path.display()))
         })?;
-        sqlx::raw_sql(steps::TABLES).execute(&mut write_connection).await?;
+        sqlx::raw_sql(steps::TABLES)
+            .execute(&mut write_connection)
+            .await?;
         let trigger = steps::trigger();
-        sqlx::raw_sql(&trigger).execute(&mut write_connection).await?;
+        sqlx::raw_sql(&trigger)
+            .execute(&mut write_connection)
+            .await?;
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
@@ -125,7 +133,13 @@ impl SqliteLedger {
             options: options.clone(),
         };
         tokio::spawn(writer.run(receiver));
-        Ok(Self { reads, principals: Arc::default(), writer: sender, clock, options })
+        Ok(Self {
+            reads,
+            principals: Arc::default(),
+            writer: sender,
+            clock,
+            options,
+        })
     }
 
     /// The read pool, for SQL that later crates run against the same database.
@@ -217,7 +231,10 @@ impl WriteOp {
 
 /// An operation's results, held until the commit decides their fate.
 enum Done {
-    Accept(Vec<Result<Acceptance>>, oneshot::Sender<Vec<Result<Acceptance>>>),
+    Accept(
+        Vec<Result<Acceptance>>,
+        oneshot::Sender<Vec<Result<Acceptance>>>,
+    ),
     Block(Result<()>, oneshot::Sender<Result<()>>),
     Token(Result<CreatedToken>, oneshot::Sender<Result<CreatedToken>>),
 }
@@ -229,9 +246,10 @@ impl Done {
             result.and_then(|_| Err(error()))
         }
         match self {
-            Done::Accept(results, reply) => {
-                Done::Accept(results.into_iter().map(|r| fail_one(r, error)).collect(), reply)
-            }
+            Done::Accept(results, reply) => Done::Accept(
+                results.into_iter().map(|r| fail_one(r, error)).collect(),
+                reply,
+            ),
             Done::Block(result, reply) => Done::Block(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
         }
@@ -258,7 +276,9 @@ impl WriteOp {
     /// Answers the op with `error()` without running it.
     fn reject(self, error: &dyn Fn() -> LedgerError) {
         match self {
-            WriteOp::Accept(items, reply) => drop(reply.send(items.iter().map(|_| Err(error())).collect())),
+            WriteOp::Accept(items, reply) => {
+                drop(reply.send(items.iter().map(|_| Err(error())).collect()))
+            }
             WriteOp::Block(_, reply) => drop(reply.send(Err(error()))),
             WriteOp::Token(_, reply) => drop(reply.send(Err(error()))),
         }
@@ -287,11 +307,16 @@ impl Writer {
     async fn commit_group(&mut self, group: Vec<WriteOp>) {
         let started = std::time::Instant::now();
         let operations = group.len();
-        if let Err(error) = sqlx::query("BEGIN IMMEDIATE").execute(&mut self.connection).await {
+        if let Err(error) = sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut self.connection)
+            .await
+        {
             tracing::error!(%error, "ledger writer cannot begin a transaction");
             let message = error.to_string();
             for op in group {
-                op.reject(&|| LedgerError::Unavailable(format!("cannot begin a transaction: {message}")));
+                op.reject(&|| {
+                    LedgerError::Unavailable(format!("cannot begin a transaction: {message}"))
+                });
             }
             return;
         }
@@ -371,19 +396,27 @@ impl Writer {
     }
 
     async fn begin_item(&mut self) -> Result<()> {
-        sqlx::query("SAVEPOINT item").execute(&mut self.connection).await?;
+        sqlx::query("SAVEPOINT item")
+            .execute(&mut self.connection)
+            .await?;
         Ok(())
     }
 
     /// Keeps the item's writes on success, undoes them on failure.
     async fn end_item<T>(&mut self, result: Result<T>) -> Result<T> {
         if result.is_err() {
-            if let Err(error) = sqlx::query("ROLLBACK TO item").execute(&mut self.connection).await {
+            if let Err(error) = sqlx::query("ROLLBACK TO item")
+                .execute(&mut self.connection)
+                .await
+            {
                 tracing::error!(%error, "ledger savepoint could not be rolled back");
                 return Err(LedgerError::from(error));
             }
         }
-        match sqlx::query("RELEASE item").execute(&mut self.connection).await {
+        match sqlx::query("RELEASE item")
+            .execute(&mut self.connection)
+            .await
+        {
             Ok(_) => result,
             Err(error) => {
                 tracing::error!(%error, "ledger savepoint could not be released");
@@ -433,7 +466,11 @@ impl Writer {
         }
         results
             .into_iter()
-            .map(|result| result.unwrap_or_else(|| Err(LedgerError::Internal("item lost in the writer".to_owned()))))
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(LedgerError::Internal("item lost in the writer".to_owned()))
+                })
+            })
             .collect()
     }
 
@@ -474,7 +511,8 @@ impl Writer {
         }
         let rows = staged.rows;
         if !rows.is_empty() {
-            self.write_wave(&rows, &staged.passages, &staged.contents, now).await?;
+            self.write_wave(&rows, &staged.passages, &staged.contents, now)
+                .await?;
         }
 
         Ok(wave
@@ -515,7 +553,11 @@ impl Writer {
             .iter()
             .map(|item| {
                 let (sha256, revision_id) = match &item.change {
-                    PreparedChange::Put { sha256, revision_id, .. } => (Some(sha256.as_str()), Some(revision_id.to_string())),
+                    PreparedChange::Put {
+                        sha256,
+                        revision_id,
+                        ..
+                    } => (Some(sha256.as_str()), Some(revision_id.to_string())),
                     PreparedChange::Delete { .. } => (None, None),
                 };
                 serde_json::json!({
@@ -531,7 +573,11 @@ impl Writer {
             .fetch_all(&mut self.connection)
             .await?;
         if rows.len() != wave.len() {
-            return Err(LedgerError::Internal(format!("decided {} of {} items", rows.len(), wave.len())));
+            return Err(LedgerError::Internal(format!(
+                "decided {} of {} items",
+                rows.len(),
+                wave.len()
+            )));
         }
         rows.iter()
             .map(|row| {
@@ -556,7 +602,12 @@ impl Writer {
         contents: &[(String, usize, String)],
         now: Micros,
     ) -> Result<()> {
-        let backends: Vec<&str> = self.options.backends.iter().map(|backend| backend.as_str()).collect();
+        let backends: Vec<&str> = self
+            .options
+            .backends
+            .iter()
+            .map(|backend| backend.as_str())
+            .collect();
         let parameters = WaveParameters {
             now,
             rows: json_text(rows),
@@ -566,12 +617,22 @@ impl Writer {
             backends: json_text(&backends),
         };
         if !self.faults.armed() {
-            parameters.bind(sqlx::query(steps::PARAMS)).bind(1_i64).execute(&mut self.connection).await?;
+            parameters
+                .bind(sqlx::query(steps::PARAMS))
+                .bind(1_i64)
+                .execute(&mut self.connection)
+                .await?;
             return Ok(());
         }
-        sqlx::query("SAVEPOINT wave").execute(&mut self.connection).await?;
+        sqlx::query("SAVEPOINT wave")
+            .execute(&mut self.connection)
+            .await?;
         let result = self.write_wave_step_by_step(&parameters).await;
-        let resolution: &[&str] = if result.is_ok() { &["RELEASE wave"] } else { &["ROLLBACK TO wave", "RELEASE wave"] };
+        let resolution: &[&str] = if result.is_ok() {
+            &["RELEASE wave"]
+        } else {
+            &["ROLLBACK TO wave", "RELEASE wave"]
+        };
         for statement in resolution {
             if let Err(error) = sqlx::query(statement).execute(&mut self.connection).await {
                 tracing::error!(%error, statement, "ledger savepoint could not be resolved");
@@ -583,7 +644,11 @@ impl Writer {
 
     /// The same steps as the `accept_wave` trigger, one call each, with the fault points.
     async fn write_wave_step_by_step(&mut self, parameters: &WaveParameters) -> Result<()> {
-        parameters.bind(sqlx::query(steps::PARAMS)).bind(0_i64).execute(&mut self.connection).await?;
+        parameters
+            .bind(sqlx::query(steps::PARAMS))
+            .bind(0_i64)
+            .execute(&mut self.connection)
+            .await?;
         let staged = [
             (steps::RETAIN, Some(FaultPoint::AfterBytes)),
             (steps::REVISIONS, Some(FaultPoint::AfterRevision)),
@@ -714,7 +779,11 @@ struct Write {
 
 fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
     match &item.change {
-        PreparedChange::Put { sha256, revision_id, .. } => {
+        PreparedChange::Put {
+            sha256,
+            revision_id,
+            ..
+        } => {
             if let Some(reason) = decision.blocked_reason {
                 return Outcome::Refused(LedgerError::ContentBlocked {
                     dataset: item.dataset.clone(),
@@ -733,7 +802,11 @@ fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
                 tombstone: false,
                 previous: decision.head,
                 accepted_at: decision.existing_accepted_at.unwrap_or(now),
-                cause: if reverted { "reverted_to_earlier_revision" } else { "accepted" },
+                cause: if reverted {
+                    "reverted_to_earlier_revision"
+                } else {
+                    "accepted"
+                },
             })
         }
         PreparedChange::Delete { .. } => match decision.head {
@@ -768,13 +841,27 @@ struct Staged {
 
 impl Staged {
     fn add(&mut self, position: usize, item: &Prepared, write: &Write) {
-        let kind = if write.tombstone { JobKind::Tombstone } else { JobKind::Project };
+        let kind = if write.tombstone {
+            JobKind::Tombstone
+        } else {
+            JobKind::Project
+        };
         let (sha256, byte_length, media_type, tags, metadata, reason) = match &item.change {
-            PreparedChange::Put { document, sha256, passages, .. } => {
+            PreparedChange::Put {
+                document,
+                sha256,
+                passages,
+                ..
+            } => {
                 for (index, passage) in passages.iter().enumerate() {
-                    self.passages.push([position, index, passage.byte_start, passage.byte_end]);
+                    self.passages
+                        .push([position, index, passage.byte_start, passage.byte_end]);
                 }
-                self.contents.push((sha256.clone(), document.bytes.len(), ids::to_hex(&document.bytes)));
+                self.contents.push((
+                    sha256.clone(),
+                    document.bytes.len(),
+                    ids::to_hex(&document.bytes),
+                ));
                 (
                     Some(sha256.as_str()),
                     document.bytes.len(),
@@ -784,9 +871,14 @@ impl Staged {
                     None,
                 )
             }
-            PreparedChange::Delete { reason } => {
-                (None, 0, "application/x-tombstone", "[]".to_owned(), "{}".to_owned(), reason.as_deref())
-            }
+            PreparedChange::Delete { reason } => (
+                None,
+                0,
+                "application/x-tombstone",
+                "[]".to_owned(),
+                "{}".to_owned(),
+                reason.as_deref(),
+            ),
         };
         self.rows.push(serde_json::json!({
             "position": position,
@@ -813,7 +905,8 @@ impl Staged {
 fn duplicate_from_row(row: &SqliteRow) -> Result<Acceptance> {
     let job_id: Option<String> = row.try_get("job_id")?;
     let revision_id = parse_uuid(&row.try_get::<String, _>("id")?)?;
-    let job_id = job_id.ok_or_else(|| LedgerError::Corrupt(format!("revision {revision_id} has no job")))?;
+    let job_id =
+        job_id.ok_or_else(|| LedgerError::Corrupt(format!("revision {revision_id} has no job")))?;
     Ok(Acceptance {
         accepted: true,
         status: AcceptStatus::Duplicate,
@@ -834,7 +927,8 @@ fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
 }
 
 fn parse_uuid(text: &str) -> Result<Uuid> {
-    Uuid::parse_str(text).map_err(|error| LedgerError::Corrupt(format!("bad uuid `{text}`: {error}")))
+    Uuid::parse_str(text)
+        .map_err(|error| LedgerError::Corrupt(format!("bad uuid `{text}`: {error}")))
 }
 
 fn optional_uuid(text: Option<String>) -> Result<Option<Uuid>> {
@@ -845,7 +939,8 @@ fn parse_enum<T: std::str::FromStr>(text: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    text.parse::<T>().map_err(|error| LedgerError::Corrupt(error.to_string()))
+    text.parse::<T>()
+        .map_err(|error| LedgerError::Corrupt(error.to_string()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -861,12 +956,22 @@ fn prepare(submission: Submission) -> Result<Prepared> {
             validate::tags(&document.tags)?;
             validate::metadata(&document.metadata)?;
             let sha256 = ids::sha256_hex(&document.bytes);
-            let revision_id = ids::revision_id(&submission.dataset, &submission.source_key, &sha256, &document);
+            let revision_id = ids::revision_id(
+                &submission.dataset,
+                &submission.source_key,
+                &sha256,
+                &document,
+            );
             let passages = match std::str::from_utf8(&document.bytes) {
                 Ok(text) => passages::split(text),
                 Err(_) => Vec::new(),
             };
-            PreparedChange::Put { document, sha256, revision_id, passages }
+            PreparedChange::Put {
+                document,
+                sha256,
+                revision_id,
+                passages,
+            }
         }
         Change::Delete { reason } => PreparedChange::Delete { reason },
     };
@@ -900,7 +1005,10 @@ impl Acceptor for SqliteLedger {
                 Ok(written) => written,
                 Err(error) => {
                     let message = error.to_string();
-                    slots.iter().map(|_| Err(LedgerError::Unavailable(message.clone()))).collect()
+                    slots
+                        .iter()
+                        .map(|_| Err(LedgerError::Unavailable(message.clone())))
+                        .collect()
                 }
             };
             for (slot, result) in slots.into_iter().zip(written) {
@@ -909,7 +1017,9 @@ impl Acceptor for SqliteLedger {
         }
         results
             .into_iter()
-            .map(|result| result.unwrap_or_else(|| Err(LedgerError::Unavailable("no answer".to_owned()))))
+            .map(|result| {
+                result.unwrap_or_else(|| Err(LedgerError::Unavailable("no answer".to_owned())))
+            })
             .collect()
     }
 
@@ -917,7 +1027,10 @@ impl Acceptor for SqliteLedger {
         validate::dataset(&block.dataset)?;
         validate::sha256_hex(&block.sha256)?;
         if block.reason.trim().is_empty() {
-            return Err(LedgerError::invalid("invalid_reason", "a block needs a reason"));
+            return Err(LedgerError::invalid(
+                "invalid_reason",
+                "a block needs a reason",
+            ));
         }
         self.submit(|reply| WriteOp::Block(block, reply)).await?
     }
@@ -939,8 +1052,10 @@ fn revision_from_row(row: &SqliteRow) -> Result<Revision> {
         content_sha256: row.try_get("content_sha256")?,
         byte_length: row.try_get("byte_length")?,
         media_type: row.try_get("media_type")?,
-        tags: serde_json::from_str(&tags).map_err(|error| LedgerError::Corrupt(error.to_string()))?,
-        metadata: serde_json::from_str(&metadata).map_err(|error| LedgerError::Corrupt(error.to_string()))?,
+        tags: serde_json::from_str(&tags)
+            .map_err(|error| LedgerError::Corrupt(error.to_string()))?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|error| LedgerError::Corrupt(error.to_string()))?,
         tombstone: row.try_get::<i64, _>("tombstone")? == 1,
         previous_revision_id: optional_uuid(row.try_get("previous_revision_id")?)?,
         actor: row.try_get("actor")?,
@@ -1007,12 +1122,13 @@ pub fn fts_query(text: &str) -> Option<String> {
 #[async_trait]
 impl Reader for SqliteLedger {
     async fn source(&self, dataset: &str, source_key: &str) -> Result<Option<SourceView>> {
-        let head: Option<String> =
-            sqlx::query_scalar("SELECT head_revision_id FROM sources WHERE dataset = ? AND source_key = ?")
-                .bind(dataset)
-                .bind(source_key)
-                .fetch_optional(&self.reads)
-                .await?;
+        let head: Option<String> = sqlx::query_scalar(
+            "SELECT head_revision_id FROM sources WHERE dataset = ? AND source_key = ?",
+        )
+        .bind(dataset)
+        .bind(source_key)
+        .fetch_optional(&self.reads)
+        .await?;
         let Some(head) = head else { return Ok(None) };
         let head_id = parse_uuid(&head)?;
         let rows = sqlx::query(&format!(
@@ -1023,7 +1139,10 @@ impl Reader for SqliteLedger {
         .bind(source_key)
         .fetch_all(&self.reads)
         .await?;
-        let revisions = rows.iter().map(revision_from_row).collect::<Result<Vec<_>>>()?;
+        let revisions = rows
+            .iter()
+            .map(revision_from_row)
+            .collect::<Result<Vec<_>>>()?;
         let head = revisions
             .iter()
             .find(|revision| revision.id == head_id)
@@ -1049,10 +1168,12 @@ impl Reader for SqliteLedger {
     }
 
     async fn revision(&self, id: Uuid) -> Result<Option<RevisionDetail>> {
-        let row = sqlx::query(&format!("SELECT {REVISION_COLUMNS} FROM revisions WHERE id = ?"))
-            .bind(id.to_string())
-            .fetch_optional(&self.reads)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE id = ?"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.reads)
+        .await?;
         let Some(row) = row else { return Ok(None) };
         let revision = revision_from_row(&row)?;
         let is_head: bool = sqlx::query_scalar(
@@ -1063,13 +1184,15 @@ impl Reader for SqliteLedger {
         .bind(id.to_string())
         .fetch_one(&self.reads)
         .await?;
-        let job = sqlx::query("SELECT * FROM jobs WHERE revision_id = ? ORDER BY created_at DESC, id DESC LIMIT 1")
-            .bind(id.to_string())
-            .fetch_optional(&self.reads)
-            .await?
-            .as_ref()
-            .map(job_from_row)
-            .transpose()?;
+        let job = sqlx::query(
+            "SELECT * FROM jobs WHERE revision_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.reads)
+        .await?
+        .as_ref()
+        .map(job_from_row)
+        .transpose()?;
         let mut receipts = Vec::new();
         if let Some(job) = &job {
             let rows = sqlx::query(
@@ -1100,7 +1223,13 @@ impl Reader for SqliteLedger {
         .iter()
         .map(history_from_row)
         .collect::<Result<Vec<_>>>()?;
-        Ok(Some(RevisionDetail { revision, is_head, job, receipts, history }))
+        Ok(Some(RevisionDetail {
+            revision,
+            is_head,
+            job,
+            receipts,
+            history,
+        }))
     }
 
     async fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>> {
@@ -1111,8 +1240,15 @@ impl Reader for SqliteLedger {
         Ok(bytes)
     }
 
-    async fn lexical_search(&self, query: &str, datasets: &[String], limit: u32) -> Result<Vec<LexicalHit>> {
-        let Some(fts) = fts_query(query) else { return Ok(Vec::new()) };
+    async fn lexical_search(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+    ) -> Result<Vec<LexicalHit>> {
+        let Some(fts) = fts_query(query) else {
+            return Ok(Vec::new());
+        };
         let rows = sqlx::query(
             "SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.text, \
              -bm25(passages_fts) AS score \
@@ -1190,7 +1326,10 @@ impl Reader for SqliteLedger {
             history: row.try_get("history")?,
             ..LedgerCounts::default()
         };
-        for row in sqlx::query("SELECT state, count(*) AS n FROM jobs GROUP BY state").fetch_all(&self.reads).await? {
+        for row in sqlx::query("SELECT state, count(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(&self.reads)
+            .await?
+        {
             counts.jobs.insert(row.try_get("state")?, row.try_get("n")?);
         }
         for row in sqlx::query("SELECT backend || '/' || state AS key, count(*) AS n FROM projection_receipts GROUP BY backend, state")
@@ -1205,7 +1344,9 @@ impl Reader for SqliteLedger {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.reads).await?;
         if self.writer.is_closed() {
-            return Err(LedgerError::Unavailable("the ledger writer has stopped".to_owned()));
+            return Err(LedgerError::Unavailable(
+                "the ledger writer has stopped".to_owned(),
+            ));
         }
         Ok(())
     }
@@ -1214,11 +1355,20 @@ impl Reader for SqliteLedger {
 #[async_trait]
 impl Tokens for SqliteLedger {
     async fn create_token(&self, token: NewToken) -> Result<CreatedToken> {
-        if token.name.trim().is_empty() || token.name.len() > 128 || token.name.chars().any(char::is_control) {
-            return Err(LedgerError::invalid("invalid_token_name", "a token name is 1-128 printable characters"));
+        if token.name.trim().is_empty()
+            || token.name.len() > 128
+            || token.name.chars().any(char::is_control)
+        {
+            return Err(LedgerError::invalid(
+                "invalid_token_name",
+                "a token name is 1-128 printable characters",
+            ));
         }
         if token.scopes.is_empty() {
-            return Err(LedgerError::invalid("invalid_scopes", "a token needs at least one scope"));
+            return Err(LedgerError::invalid(
+                "invalid_scopes",
+                "a token needs at least one scope",
+            ));
         }
         if let Some(datasets) = &token.datasets {
             for dataset in datasets {
@@ -1237,10 +1387,12 @@ impl Tokens for SqliteLedger {
                 }
             }
         }
-        let row = sqlx::query("SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = ? AND revoked_at IS NULL")
-            .bind(&hash)
-            .fetch_optional(&self.reads)
-            .await?;
+        let row = sqlx::query(
+            "SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = ? AND revoked_at IS NULL",
+        )
+        .bind(&hash)
+        .fetch_optional(&self.reads)
+        .await?;
         let Some(row) = row else { return Ok(None) };
         let scopes: String = row.try_get("scopes")?;
         let datasets: Option<String> = row.try_get("datasets")?;
@@ -1249,7 +1401,10 @@ impl Tokens for SqliteLedger {
             token_id: parse_uuid(&row.try_get::<String, _>("id")?)?,
             name: row.try_get("name")?,
             scopes: serde_json::from_str::<Vec<Scope>>(&scopes).map_err(corrupt)?,
-            datasets: datasets.map(|text| serde_json::from_str(&text)).transpose().map_err(corrupt)?,
+            datasets: datasets
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(corrupt)?,
         };
         if let Ok(mut cache) = self.principals.lock() {
             if cache.len() >= PRINCIPAL_CACHE_ENTRIES {
@@ -1261,8 +1416,10 @@ impl Tokens for SqliteLedger {
     }
 
     async fn token_count(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM tokens WHERE revoked_at IS NULL").fetch_one(&self.reads).await?)
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM tokens WHERE revoked_at IS NULL")
+                .fetch_one(&self.reads)
+                .await?,
+        )
     }
 }
-
-

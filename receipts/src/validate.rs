@@ -19,7 +19,10 @@ pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 fn check_name(field: &str, code: &'static str, value: &str, max: usize) -> Result<(), LedgerError> {
     if value.is_empty() {
-        return Err(LedgerError::invalid(code, format!("{field} must not be empty")));
+        return Err(LedgerError::invalid(
+            code,
+            format!("{field} must not be empty"),
+        ));
     }
     if value.len() > max {
         return Err(LedgerError::invalid(
@@ -46,19 +49,32 @@ fn check_name(field: &str, code: &'static str, value: &str, max: usize) -> Resul
 pub fn dataset(value: &str) -> Result<(), LedgerError> {
     check_name("dataset", "invalid_dataset", value, MAX_DATASET_BYTES)?;
     if value.contains('/') {
-        return Err(LedgerError::invalid("invalid_dataset", "dataset must not contain `/`"));
+        return Err(LedgerError::invalid(
+            "invalid_dataset",
+            "dataset must not contain `/`",
+        ));
     }
     Ok(())
 }
 
 /// A source key: 1-1024 bytes, no control characters, no surrounding whitespace.
 pub fn source_key(value: &str) -> Result<(), LedgerError> {
-    check_name("source_key", "invalid_source_key", value, MAX_SOURCE_KEY_BYTES)
+    check_name(
+        "source_key",
+        "invalid_source_key",
+        value,
+        MAX_SOURCE_KEY_BYTES,
+    )
 }
 
 /// A media type of the form `type/subtype` (parameters allowed).
 pub fn media_type(value: &str) -> Result<(), LedgerError> {
-    check_name("media_type", "invalid_media_type", value, MAX_MEDIA_TYPE_BYTES)?;
+    check_name(
+        "media_type",
+        "invalid_media_type",
+        value,
+        MAX_MEDIA_TYPE_BYTES,
+    )?;
     let essence = value.split(';').next().unwrap_or_default().trim();
     let mut parts = essence.split('/');
     let valid = matches!((parts.next(), parts.next(), parts.next()),
@@ -83,14 +99,21 @@ pub fn tags(values: &[String]) -> Result<(), LedgerError> {
         ));
     }
     for (index, tag) in values.iter().enumerate() {
-        check_name(&format!("tags[{index}]"), "invalid_tags", tag, MAX_TAG_BYTES)?;
+        check_name(
+            &format!("tags[{index}]"),
+            "invalid_tags",
+            tag,
+            MAX_TAG_BYTES,
+        )?;
     }
     Ok(())
 }
 
 /// Metadata: a JSON object of at most 64 KiB serialised.
 pub fn metadata(value: &serde_json::Map<String, serde_json::Value>) -> Result<(), LedgerError> {
-    let size = serde_json::to_vec(value).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
+    let size = serde_json::to_vec(value)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
     if size > MAX_METADATA_BYTES {
         return Err(LedgerError::invalid(
             "invalid_metadata",
@@ -103,16 +126,26 @@ pub fn metadata(value: &serde_json::Map<String, serde_json::Value>) -> Result<()
 /// Content: not empty.
 pub fn content(bytes: &[u8]) -> Result<(), LedgerError> {
     if bytes.is_empty() {
-        return Err(LedgerError::invalid("empty_content", "content must not be empty"));
+        return Err(LedgerError::invalid(
+            "empty_content",
+            "content must not be empty",
+        ));
     }
     Ok(())
 }
 
 /// A content hash: 64 lowercase hex digits.
 pub fn sha256_hex(value: &str) -> Result<(), LedgerError> {
-    if value.len() == 64 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if value.len() == 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         Ok(())
     } else {
-        Err(LedgerError::invalid("invalid_sha256", "sha256 must be 64 lowercase hex digits"))
+        Err(LedgerError::invalid(
+            "invalid_sha256",
+            "sha256 must be 64 lowercase hex digits",
+        ))
     }
 }

@@ -18,13 +18,20 @@ async fn sqlite_harness() -> Harness {
     )
     .await
     .expect("open ledger");
-    Harness { ledger: Arc::new(ledger), clock, faults, guard: Box::new(directory) }
+    Harness {
+        ledger: Arc::new(ledger),
+        clock,
+        faults,
+        guard: Box::new(directory),
+    }
 }
 
 receipts::ledger_conformance!(sqlite_harness);
 
 async fn open(path: &std::path::Path) -> SqliteLedger {
-    SqliteLedger::open(SqliteOptions::new(path), Arc::new(ManualClock::new(START))).await.expect("open")
+    SqliteLedger::open(SqliteOptions::new(path), Arc::new(ManualClock::new(START)))
+        .await
+        .expect("open")
 }
 
 #[tokio::test]
@@ -39,27 +46,50 @@ async fn raw_sql_state_change_lands_in_history_unattributed() {
         .execute(ledger.read_pool())
         .await
         .expect("raw update");
-    sqlx::query("UPDATE projection_receipts SET state = 'failed' WHERE job_id = ? AND backend = 'vector'")
-        .bind(&job)
-        .execute(ledger.read_pool())
+    sqlx::query(
+        "UPDATE projection_receipts SET state = 'failed' WHERE job_id = ? AND backend = 'vector'",
+    )
+    .bind(&job)
+    .execute(ledger.read_pool())
+    .await
+    .expect("raw update");
+    let history = receipts::Reader::history(&ledger, "job", &job)
         .await
-        .expect("raw update");
-    let history = receipts::Reader::history(&ledger, "job", &job).await.expect("history");
+        .expect("history");
     let last = history.last().expect("entries");
-    assert_eq!((last.from.as_deref(), last.to.as_deref()), (Some("pending"), Some("cancelled")));
+    assert_eq!(
+        (last.from.as_deref(), last.to.as_deref()),
+        (Some("pending"), Some("cancelled"))
+    );
     assert_eq!(last.actor, "unattributed");
     assert_eq!(last.cause, "unattributed_write");
-    assert!(last.at > START, "an unattributed write is stamped with the database clock");
-    let receipt_history = receipts::Reader::history(&ledger, "receipt", &format!("{job}/vector")).await.expect("history");
-    assert_eq!(receipt_history.last().and_then(|h| h.to.as_deref()), Some("failed"));
+    assert!(
+        last.at > START,
+        "an unattributed write is stamped with the database clock"
+    );
+    let receipt_history = receipts::Reader::history(&ledger, "receipt", &format!("{job}/vector"))
+        .await
+        .expect("history");
+    assert_eq!(
+        receipt_history.last().and_then(|h| h.to.as_deref()),
+        Some("failed")
+    );
     // A raw head move is recorded too.
     sqlx::query("INSERT INTO revisions SELECT 'raw-rev', dataset, source_key, content_sha256, byte_length, media_type, tags, metadata, 0, id, 'raw', NULL, accepted_at FROM revisions")
         .execute(ledger.read_pool())
         .await
         .expect("raw insert");
-    sqlx::query("UPDATE sources SET head_revision_id = 'raw-rev'").execute(ledger.read_pool()).await.expect("raw update");
-    let moves = receipts::Reader::history(&ledger, "source", "docs/a").await.expect("history");
-    assert_eq!(moves.last().map(|h| (h.to.as_deref(), h.actor.as_str())), Some((Some("raw-rev"), "unattributed")));
+    sqlx::query("UPDATE sources SET head_revision_id = 'raw-rev'")
+        .execute(ledger.read_pool())
+        .await
+        .expect("raw update");
+    let moves = receipts::Reader::history(&ledger, "source", "docs/a")
+        .await
+        .expect("history");
+    assert_eq!(
+        moves.last().map(|h| (h.to.as_deref(), h.actor.as_str())),
+        Some((Some("raw-rev"), "unattributed"))
+    );
 }
 
 #[tokio::test]
@@ -68,11 +98,29 @@ async fn history_is_append_only_and_states_are_checked() {
     let ledger = open(&directory.path().join("ledger.db")).await;
     receipts::Acceptor::accept(&ledger, vec![put("docs", "a", "text")]).await;
     let pool = ledger.read_pool();
-    assert!(sqlx::query("UPDATE history SET actor = 'forged'").execute(pool).await.is_err());
-    assert!(sqlx::query("DELETE FROM history").execute(pool).await.is_err());
-    assert!(sqlx::query("UPDATE jobs SET state = 'exploded'").execute(pool).await.is_err());
-    assert!(sqlx::query("UPDATE projection_receipts SET state = 'done'").execute(pool).await.is_err());
-    assert!(sqlx::query("UPDATE jobs SET lease_id = 'x'").execute(pool).await.is_err(), "a pending job holds no lease");
+    assert!(sqlx::query("UPDATE history SET actor = 'forged'")
+        .execute(pool)
+        .await
+        .is_err());
+    assert!(sqlx::query("DELETE FROM history")
+        .execute(pool)
+        .await
+        .is_err());
+    assert!(sqlx::query("UPDATE jobs SET state = 'exploded'")
+        .execute(pool)
+        .await
+        .is_err());
+    assert!(sqlx::query("UPDATE projection_receipts SET state = 'done'")
+        .execute(pool)
+        .await
+        .is_err());
+    assert!(
+        sqlx::query("UPDATE jobs SET lease_id = 'x'")
+            .execute(pool)
+            .await
+            .is_err(),
+        "a pending job holds no lease"
+    );
 }
 
 #[tokio::test]
@@ -85,8 +133,13 @@ async fn acknowledged_acceptances_survive_reopen() {
         results.pop().expect("result").expect("accepted")
     };
     let ledger = open(&path).await;
-    let detail = receipts::Reader::revision(&ledger, receipt.source_revision_id).await.expect("read").expect("exists");
+    let detail = receipts::Reader::revision(&ledger, receipt.source_revision_id)
+        .await
+        .expect("read")
+        .expect("exists");
     assert!(detail.is_head);
-    let bytes = receipts::Reader::content(&ledger, receipt.content_sha256.as_deref().expect("sha")).await.expect("read");
+    let bytes = receipts::Reader::content(&ledger, receipt.content_sha256.as_deref().expect("sha"))
+        .await
+        .expect("read");
     assert_eq!(bytes.as_deref(), Some(&b"kept"[..]));
 }

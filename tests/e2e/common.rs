@@ -1,0 +1,144 @@
+//! Shared helpers: a real SQLite ledger in a temporary directory, the assembled app driven
+//! without a socket, tokens with chosen scopes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use cairn::config::{Config, Overrides};
+use http_body_util::BodyExt;
+use receipts::auth::NewToken;
+use receipts::{Ledger, Scope};
+use serde_json::Value;
+use tower::ServiceExt;
+
+pub(crate) struct TestApp {
+    pub(crate) app: Router,
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) admin: String,
+    _directory: tempfile::TempDir,
+}
+
+pub(crate) async fn app_with(env: &[(&str, &str)]) -> TestApp {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let overrides = Overrides {
+        data_dir: Some(directory.path().to_path_buf()),
+        ..Overrides::default()
+    };
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config = Config::load(&overrides, &env).expect("config");
+    let ledger: Arc<dyn Ledger> = Arc::new(cairn::open_ledger(&config).await.expect("ledger"));
+    let path = cairn::ensure_admin_token(ledger.as_ref(), &config.data_dir)
+        .await
+        .expect("admin")
+        .expect("created");
+    let admin = std::fs::read_to_string(path)
+        .expect("token")
+        .trim()
+        .to_owned();
+    TestApp {
+        app: cairn::app(ledger.clone(), &config),
+        ledger,
+        admin,
+        _directory: directory,
+    }
+}
+
+pub(crate) async fn app() -> TestApp {
+    app_with(&[]).await
+}
+
+impl TestApp {
+    pub(crate) async fn token(
+        &self,
+        name: &str,
+        scopes: &[Scope],
+        datasets: Option<&[&str]>,
+    ) -> String {
+        self.ledger
+            .create_token(NewToken {
+                name: name.to_owned(),
+                scopes: scopes.to_vec(),
+                datasets: datasets.map(|list| list.iter().map(|d| d.to_string()).collect()),
+                created_by: "test".to_owned(),
+            })
+            .await
+            .expect("token")
+            .secret
+    }
+
+    pub(crate) async fn raw(
+        &self,
+        request: Request<Body>,
+    ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+        let response = self.app.clone().oneshot(request).await.expect("response");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec();
+        (status, headers, bytes)
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut builder = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        let body = match body {
+            Some(value) => {
+                builder = builder.header("content-type", "application/json");
+                Body::from(value.to_string())
+            }
+            None => Body::empty(),
+        };
+        let (status, _, bytes) = self.raw(builder.body(body).expect("request")).await;
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    pub(crate) async fn put(&self, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", "/v1/sources", Some(token), Some(body))
+            .await
+    }
+
+    pub(crate) async fn counts(&self) -> receipts::LedgerCounts {
+        self.ledger.counts().await.expect("counts")
+    }
+}
+
+/// Asserts a typed error: status and code.
+pub(crate) fn assert_error(result: &(StatusCode, Value), status: u16, code: &str) {
+    assert_eq!(
+        result.0.as_u16(),
+        status,
+        "unexpected status; body: {}",
+        result.1
+    );
+    assert_eq!(
+        result.1["code"], code,
+        "unexpected code; body: {}",
+        result.1
+    );
+    assert!(
+        result.1["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "no message: {}",
+        result.1
+    );
+}

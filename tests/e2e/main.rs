@@ -1,0 +1,6 @@
+//! cairn's end-to-end tests: the HTTP API over a real SQLite ledger, and the served binary
+//! under SIGKILL.
+
+mod api;
+mod common;
+mod crash;
