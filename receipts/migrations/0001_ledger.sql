@@ -114,7 +114,7 @@ CREATE TABLE tokens (
 
 -- Append-only trail. `entity` names the table; `event` the kind of change.
 CREATE TABLE history (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq        INTEGER PRIMARY KEY, -- rowid: rows are never deleted, so it only grows
     at         INTEGER NOT NULL,
     entity     TEXT    NOT NULL CHECK (entity IN ('source', 'job', 'receipt', 'block', 'token')),
     entity_id  TEXT    NOT NULL,
@@ -223,31 +223,24 @@ BEGIN
     VALUES (NEW.revoked_at, 'token', NEW.id, 'revoked', OLD.scopes, NULL, 'unattributed', 'revoked');
 END;
 
--- Lexical index: passages of current heads only. `passages` is the content table; the FTS5
--- index follows it through triggers, so removing a source's passages removes its index rows.
+-- Lexical index: passages of current heads only. `passages` holds each passage's byte range in
+-- its retained content (the text is not stored twice); the FTS5 index is contentless and
+-- follows `passages` through a trigger, so removing a source's passages removes its index rows.
 CREATE TABLE passages (
     id            INTEGER PRIMARY KEY,
     dataset       TEXT    NOT NULL,
     source_key    TEXT    NOT NULL,
     revision_id   TEXT    NOT NULL REFERENCES revisions(id),
     passage_index INTEGER NOT NULL CHECK (passage_index >= 0),
-    byte_start    INTEGER NOT NULL,
-    byte_end      INTEGER NOT NULL,
-    text          TEXT    NOT NULL,
+    byte_start    INTEGER NOT NULL CHECK (byte_start >= 0),
+    byte_end      INTEGER NOT NULL CHECK (byte_end > byte_start),
     UNIQUE (revision_id, passage_index)
 ) STRICT;
 CREATE INDEX passages_by_source ON passages(dataset, source_key);
 
 CREATE VIRTUAL TABLE passages_fts USING fts5(
-    text, content = 'passages', content_rowid = 'id', tokenize = 'porter unicode61'
+    text, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
 );
-CREATE TRIGGER passages_ai AFTER INSERT ON passages BEGIN
-    INSERT INTO passages_fts(rowid, text) VALUES (NEW.id, NEW.text);
-END;
 CREATE TRIGGER passages_ad AFTER DELETE ON passages BEGIN
-    INSERT INTO passages_fts(passages_fts, rowid, text) VALUES ('delete', OLD.id, OLD.text);
-END;
-CREATE TRIGGER passages_au AFTER UPDATE ON passages BEGIN
-    INSERT INTO passages_fts(passages_fts, rowid, text) VALUES ('delete', OLD.id, OLD.text);
-    INSERT INTO passages_fts(rowid, text) VALUES (NEW.id, NEW.text);
+    DELETE FROM passages_fts WHERE rowid = OLD.id;
 END;

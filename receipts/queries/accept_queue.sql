@@ -29,10 +29,15 @@ SELECT wave.job_id, backend.value, 'pending', (SELECT now FROM wave_params), wav
 FROM wave AS wave, json_each((SELECT backends FROM wave_params)) AS backend;
 DELETE FROM passages
 WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave);
-INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end, text)
+INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end)
 SELECT wave.dataset, wave.source_key, wave.revision_id, passage.passage_index, passage.byte_start,
-       passage.byte_end,
-       CAST(substr(content.bytes, passage.byte_start + 1, passage.byte_end - passage.byte_start) AS TEXT)
+       passage.byte_end
 FROM wave_passages AS passage
-JOIN wave AS wave ON wave.position = passage.position
-JOIN contents AS content ON content.sha256 = wave.sha256;
+JOIN wave ON wave.position = passage.position;
+INSERT INTO passages_fts (rowid, text)
+SELECT indexed.id,
+       CAST(substr(content.bytes, indexed.byte_start + 1, indexed.byte_end - indexed.byte_start) AS TEXT)
+FROM wave
+JOIN passages AS indexed ON indexed.revision_id = wave.revision_id
+JOIN contents AS content ON content.sha256 = wave.sha256
+WHERE wave.tombstone = 0;

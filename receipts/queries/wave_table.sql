@@ -26,15 +26,16 @@ CREATE TEMP TABLE IF NOT EXISTS wave_passages (
     byte_end      INTEGER NOT NULL,
     PRIMARY KEY (position, passage_index)
 );
+-- Small columns first: reading one never walks the overflow pages of the large JSON ones.
 CREATE TEMP TABLE IF NOT EXISTS wave_params (
     id           INTEGER PRIMARY KEY CHECK (id = 1),
     now          INTEGER NOT NULL,
-    rows         TEXT NOT NULL,
-    passages     TEXT NOT NULL,
-    contents     TEXT NOT NULL,
     max_attempts INTEGER NOT NULL,
     backends     TEXT NOT NULL,
-    run_steps    INTEGER NOT NULL CHECK (run_steps IN (0, 1))
+    run_steps    INTEGER NOT NULL CHECK (run_steps IN (0, 1)),
+    rows         TEXT NOT NULL,
+    passages     TEXT NOT NULL,
+    contents     TEXT NOT NULL
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_superseded (
     job_id TEXT PRIMARY KEY,

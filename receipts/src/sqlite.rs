@@ -1250,11 +1250,14 @@ impl Reader for SqliteLedger {
             return Ok(Vec::new());
         };
         let rows = sqlx::query(
-            "SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.text, \
+            "SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, \
+             CAST(substr(c.bytes, p.byte_start + 1, p.byte_end - p.byte_start) AS TEXT) AS text, \
              -bm25(passages_fts) AS score \
              FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
              JOIN sources s ON s.dataset = p.dataset AND s.source_key = p.source_key \
                 AND s.head_revision_id = p.revision_id \
+             JOIN revisions r ON r.id = p.revision_id \
+             JOIN contents c ON c.sha256 = r.content_sha256 \
              WHERE passages_fts MATCH ?1 \
                AND (json_array_length(?2) = 0 OR p.dataset IN (SELECT value FROM json_each(?2))) \
              ORDER BY bm25(passages_fts) LIMIT ?3",

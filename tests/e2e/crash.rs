@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Starts `cairn serve` on a free port; returns the child and its base URL.
-async fn start(data_dir: &Path) -> (Child, String) {
+pub(crate) async fn start(data_dir: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)

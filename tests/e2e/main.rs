@@ -2,5 +2,6 @@
 //! under SIGKILL.
 
 mod api;
+mod cli;
 mod common;
 mod crash;

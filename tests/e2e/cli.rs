@@ -1,0 +1,119 @@
+//! The binary's commands against a served instance: `cairn ingest`, `cairn status`, and a
+//! graceful stop on SIGTERM.
+
+use std::time::Duration;
+
+use crate::crash::start;
+
+fn cairn() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let corpus = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(corpus.path().join("notes")).expect("mkdir");
+    std::fs::write(corpus.path().join("a.md"), "# Alpha\n\nfirst file").expect("write");
+    std::fs::write(corpus.path().join("notes/b.txt"), "second file").expect("write");
+    std::fs::write(corpus.path().join("notes/empty.txt"), "").expect("write");
+    std::fs::write(
+        corpus.path().join("notes/creds.txt"),
+        "aws AKIAIOSFODNN7EXAMPLE",
+    )
+    .expect("write");
+    std::fs::write(corpus.path().join("blob.bin"), [0u8, 255, 254, 1]).expect("write");
+
+    let (mut server, base) = start(data.path()).await;
+    let (ingest_base, ingest_data, ingest_corpus) = (
+        base.clone(),
+        data.path().to_path_buf(),
+        corpus.path().to_path_buf(),
+    );
+    let run_ingest = move || {
+        let output = cairn()
+            .args([
+                "ingest",
+                "--quiet",
+                "--dataset",
+                "docs",
+                "--server",
+                &ingest_base,
+                "--data-dir",
+            ])
+            .arg(&ingest_data)
+            .arg(&ingest_corpus)
+            .env("CAIRN_LOG", "warn")
+            .output()
+            .expect("run cairn ingest");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = tokio::task::spawn_blocking(run_ingest.clone())
+        .await
+        .expect("ingest");
+    assert_eq!(
+        code,
+        Some(2),
+        "rejected files make the exit status 2:\n{stdout}"
+    );
+    assert!(stdout.contains("accepted  3"), "{stdout}");
+    assert!(stdout.contains("duplicate 0"), "{stdout}");
+    assert!(stdout.contains("rejected  2"), "{stdout}");
+    assert!(
+        stdout.contains("empty_content (1)") && stdout.contains("notes/empty.txt"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("secret_detected (1)") && stdout.contains("notes/creds.txt"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("AKIAIOSFODNN7EXAMPLE"),
+        "secrets are never echoed"
+    );
+
+    let (_, again) = tokio::task::spawn_blocking(run_ingest)
+        .await
+        .expect("ingest");
+    assert!(
+        again.contains("accepted  0") && again.contains("duplicate 3"),
+        "{again}"
+    );
+
+    let base_for_status = base.clone();
+    let data_dir = data.path().to_path_buf();
+    let status = tokio::task::spawn_blocking(move || {
+        cairn()
+            .args([
+                "status",
+                "--json",
+                "--server",
+                &base_for_status,
+                "--data-dir",
+            ])
+            .arg(&data_dir)
+            .output()
+            .expect("run cairn status")
+    })
+    .await
+    .expect("status");
+    assert!(status.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert_eq!(report["status"]["counts"]["sources"], 3);
+    assert_eq!(report["ready"]["status"], "ready");
+
+    let pid = server.id().expect("pid").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("cairn serve stops within 30 s of SIGTERM")
+        .expect("wait");
+    assert!(exit.success(), "graceful stop exits 0, got {exit:?}");
+}
