@@ -123,12 +123,15 @@ enum TokenCommand {
 enum BenchCommand {
     /// Durable receipts per second through the API against a raw sqlx loop.
     Accept {
-        /// Documents for the single-document scenarios.
-        #[arg(long, default_value_t = 2000)]
+        /// Documents per round for the single-document scenarios.
+        #[arg(long, default_value_t = 1000)]
         docs: usize,
-        /// Documents for the batch scenarios (multiple of 1000).
-        #[arg(long, default_value_t = 10_000)]
+        /// Documents per round for the batch scenarios (multiple of 1000).
+        #[arg(long, default_value_t = 5000)]
         batch_docs: usize,
+        /// Rounds; every scenario runs once per round and reports its median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-accept.json")]
         out: PathBuf,
@@ -245,10 +248,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 BenchCommand::Accept {
                     docs,
                     batch_docs,
+                    rounds,
                     out,
                 },
         } => {
-            let report = cairn::bench::accept(docs, batch_docs).await?;
+            let report = cairn::bench::accept(docs, batch_docs, rounds).await?;
             let text = serde_json::to_string_pretty(&report)?;
             std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
             println!("{text}");

@@ -29,7 +29,7 @@ CREATE TABLE revisions (
     reason               TEXT,
     accepted_at          INTEGER NOT NULL,
     CHECK ((tombstone = 1) = (content_sha256 IS NULL))
-) STRICT;
+) STRICT, WITHOUT ROWID;
 CREATE INDEX revisions_by_source ON revisions(dataset, source_key, accepted_at);
 
 CREATE TABLE sources (
@@ -42,7 +42,7 @@ CREATE TABLE sources (
     changed_at       INTEGER NOT NULL,
     change_seq       INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (dataset, source_key)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 
 CREATE TABLE jobs (
     id                 TEXT    PRIMARY KEY,
@@ -73,7 +73,7 @@ CREATE TABLE jobs (
     CHECK ((lease_id IS NULL) = (lease_owner IS NULL)
        AND (lease_id IS NULL) = (lease_expires_at IS NULL)),
     CHECK (state = 'running' OR lease_id IS NULL)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 CREATE INDEX jobs_by_revision ON jobs(revision_id);
 CREATE INDEX jobs_by_source ON jobs(dataset, source_key);
 CREATE INDEX jobs_claimable ON jobs(state, priority, run_at) WHERE state IN ('pending', 'retry_wait');
@@ -90,7 +90,7 @@ CREATE TABLE projection_receipts (
     changed_at   INTEGER NOT NULL,
     change_seq   INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, backend)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 
 CREATE TABLE content_blocks (
     dataset    TEXT    NOT NULL,
@@ -99,7 +99,7 @@ CREATE TABLE content_blocks (
     actor      TEXT    NOT NULL,
     created_at INTEGER NOT NULL,
     PRIMARY KEY (dataset, sha256)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 
 CREATE TABLE tokens (
     id         TEXT    PRIMARY KEY,
@@ -110,7 +110,7 @@ CREATE TABLE tokens (
     created_by TEXT    NOT NULL,
     created_at INTEGER NOT NULL,
     revoked_at INTEGER
-) STRICT;
+) STRICT, WITHOUT ROWID;
 
 -- Append-only trail. `entity` names the table; `event` the kind of change.
 CREATE TABLE history (
@@ -122,11 +122,9 @@ CREATE TABLE history (
     from_state TEXT,
     to_state   TEXT,
     actor      TEXT    NOT NULL,
-    cause      TEXT    NOT NULL,
-    revision_id TEXT
+    cause      TEXT    NOT NULL
 ) STRICT;
 CREATE INDEX history_by_entity ON history(entity, entity_id, seq);
-CREATE INDEX history_by_revision ON history(revision_id, seq);
 
 CREATE TRIGGER history_no_update BEFORE UPDATE ON history
 BEGIN SELECT RAISE(ABORT, 'history is append-only'); END;
@@ -140,60 +138,56 @@ SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) AS now_micr
 -- Sources: creation and every head move.
 CREATE TRIGGER source_created AFTER INSERT ON sources
 BEGIN
-    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause, revision_id)
+    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause)
     VALUES (NEW.changed_at, 'source', NEW.dataset || '/' || NEW.source_key, 'head_moved',
-            NULL, NEW.head_revision_id, NEW.changed_by, NEW.change_cause, NEW.head_revision_id);
+            NULL, NEW.head_revision_id, NEW.changed_by, NEW.change_cause);
 END;
 CREATE TRIGGER source_head_moved AFTER UPDATE OF head_revision_id ON sources
 WHEN NEW.head_revision_id IS NOT OLD.head_revision_id
 BEGIN
-    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause, revision_id)
+    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause)
     SELECT CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.changed_at ELSE now_micros END,
            'source', NEW.dataset || '/' || NEW.source_key, 'head_moved',
            OLD.head_revision_id, NEW.head_revision_id,
            CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.changed_by ELSE 'unattributed' END,
-           CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.change_cause ELSE 'unattributed_write' END,
-           NEW.head_revision_id
+           CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.change_cause ELSE 'unattributed_write' END
     FROM db_clock;
 END;
 
 -- Jobs: creation and every state change.
 CREATE TRIGGER job_created AFTER INSERT ON jobs
 BEGIN
-    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause, revision_id)
+    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause)
     VALUES (NEW.changed_at, 'job', NEW.id, 'state', NULL, NEW.state,
-            NEW.changed_by, NEW.change_cause, NEW.revision_id);
+            NEW.changed_by, NEW.change_cause);
 END;
 CREATE TRIGGER job_state_changed AFTER UPDATE OF state ON jobs
 WHEN NEW.state IS NOT OLD.state
 BEGIN
-    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause, revision_id)
+    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause)
     SELECT CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.changed_at ELSE now_micros END,
            'job', NEW.id, 'state', OLD.state, NEW.state,
            CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.changed_by ELSE 'unattributed' END,
-           CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.change_cause ELSE 'unattributed_write' END,
-           NEW.revision_id
+           CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.change_cause ELSE 'unattributed_write' END
     FROM db_clock;
 END;
 
 -- Receipts: creation and every state change.
 CREATE TRIGGER receipt_created AFTER INSERT ON projection_receipts
 BEGIN
-    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause, revision_id)
-    SELECT NEW.changed_at, 'receipt', NEW.job_id || '/' || NEW.backend, 'state', NULL, NEW.state,
-           NEW.changed_by, NEW.change_cause, jobs.revision_id
-    FROM jobs WHERE jobs.id = NEW.job_id;
+    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause)
+    VALUES (NEW.changed_at, 'receipt', NEW.job_id || '/' || NEW.backend, 'state', NULL, NEW.state,
+            NEW.changed_by, NEW.change_cause);
 END;
 CREATE TRIGGER receipt_state_changed AFTER UPDATE OF state ON projection_receipts
 WHEN NEW.state IS NOT OLD.state
 BEGIN
-    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause, revision_id)
+    INSERT INTO history(at, entity, entity_id, event, from_state, to_state, actor, cause)
     SELECT CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.changed_at ELSE now_micros END,
            'receipt', NEW.job_id || '/' || NEW.backend, 'state', OLD.state, NEW.state,
            CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.changed_by ELSE 'unattributed' END,
-           CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.change_cause ELSE 'unattributed_write' END,
-           jobs.revision_id
-    FROM db_clock, jobs WHERE jobs.id = NEW.job_id;
+           CASE WHEN NEW.change_seq > OLD.change_seq THEN NEW.change_cause ELSE 'unattributed_write' END
+    FROM db_clock;
 END;
 
 -- Content blocks: added and lifted.

@@ -71,6 +71,8 @@ impl SqliteOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
     reads: SqlitePool,
+    /// Acceptances being validated and hashed, not yet handed to the writer.
+    preparing: Arc<std::sync::atomic::AtomicUsize>,
     principals: Arc<std::sync::Mutex<HashMap<String, (Principal, std::time::Instant)>>>,
     writer: mpsc::Sender<WriteOp>,
     clock: Arc<dyn Clock>,
@@ -106,7 +108,9 @@ impl SqliteLedger {
             // that group commits of thousands of documents do not checkpoint on every commit.
             .pragma("cache_size", "-16384")
             .pragma("temp_store", "MEMORY")
-            .pragma("wal_autocheckpoint", "8192")
+            // Checkpoints run on a read connection in the background (see `checkpointer`), so a
+            // commit never waits for one.
+            .pragma("wal_autocheckpoint", "0")
             .connect()
             .await?;
         MIGRATOR.run(&mut write_connection).await.map_err(|error| {
@@ -126,15 +130,19 @@ impl SqliteLedger {
             .await?;
         let (sender, receiver) = mpsc::channel(4096);
         let options = Arc::new(options);
+        let preparing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let writer = Writer {
+            preparing: preparing.clone(),
             connection: write_connection,
             clock: clock.clone(),
             faults,
             options: options.clone(),
         };
         tokio::spawn(writer.run(receiver));
+        tokio::spawn(checkpointer(reads.clone(), sender.downgrade()));
         Ok(Self {
             reads,
+            preparing,
             principals: Arc::default(),
             writer: sender,
             clock,
@@ -174,6 +182,31 @@ impl SqliteLedger {
 const PRINCIPAL_CACHE_TTL: Duration = Duration::from_secs(5);
 /// Most cached principals.
 const PRINCIPAL_CACHE_ENTRIES: usize = 1024;
+
+/// Most times the writer yields for acceptances still being prepared before it commits.
+const MAX_GROUP_YIELDS: usize = 4;
+
+/// How often the background checkpointer copies the WAL into the database file.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Copies committed WAL frames into the database file off the writer's path (`PASSIVE`: it
+/// never blocks the writer or readers). Stops when the ledger is dropped.
+async fn checkpointer(reads: SqlitePool, writer: mpsc::WeakSender<WriteOp>) {
+    let mut ticker = tokio::time::interval(CHECKPOINT_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if writer.upgrade().is_none() {
+            break;
+        }
+        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&reads)
+            .await
+        {
+            tracing::warn!(%error, "WAL checkpoint failed; it will be retried");
+        }
+    }
+}
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -266,6 +299,7 @@ impl Done {
 }
 
 struct Writer {
+    preparing: Arc<std::sync::atomic::AtomicUsize>,
     connection: SqliteConnection,
     clock: Arc<dyn Clock>,
     faults: Arc<dyn FaultInjector>,
@@ -290,11 +324,21 @@ impl Writer {
         while let Some(first) = receiver.recv().await {
             let mut weight = first.weight();
             let mut group = vec![first];
+            // Take what is queued; while acceptances are still being prepared, yield a few
+            // times so that they join this group instead of waiting for the next commit.
+            let mut yields = 0;
             while weight < self.options.max_group {
                 match receiver.try_recv() {
                     Ok(op) => {
                         weight += op.weight();
                         group.push(op);
+                    }
+                    Err(_)
+                        if yields < MAX_GROUP_YIELDS
+                            && self.preparing.load(std::sync::atomic::Ordering::Acquire) > 0 =>
+                    {
+                        yields += 1;
+                        tokio::task::yield_now().await;
                     }
                     Err(_) => break,
                 }
@@ -336,10 +380,13 @@ impl Writer {
             shapes.push((op_items.len(), reply));
             items.extend(op_items);
         }
+        let began_us = started.elapsed().as_micros() as u64;
+        let submissions = items.len();
         let mut results = self.accept_all(items).await.into_iter();
         for (count, reply) in shapes {
             done.push(Done::Accept(results.by_ref().take(count).collect(), reply));
         }
+        let written_us = started.elapsed().as_micros() as u64;
         let outcome = if self.faults.fire(FaultPoint::BeforeCommit) {
             Err(LedgerError::Injected(FaultPoint::BeforeCommit))
         } else {
@@ -351,6 +398,9 @@ impl Writer {
         };
         tracing::debug!(
             operations,
+            submissions,
+            began_us,
+            written_us,
             elapsed_us = started.elapsed().as_micros() as u64,
             committed = outcome.is_ok(),
             "ledger group commit"
@@ -986,6 +1036,7 @@ fn prepare(submission: Submission) -> Result<Prepared> {
 #[async_trait]
 impl Acceptor for SqliteLedger {
     async fn accept(&self, submissions: Vec<Submission>) -> Vec<Result<Acceptance>> {
+        let _preparing = Preparing::enter(&self.preparing);
         let count = submissions.len();
         let mut results: Vec<Option<Result<Acceptance>>> = Vec::with_capacity(count);
         let mut prepared = Vec::with_capacity(count);
@@ -1001,7 +1052,18 @@ impl Acceptor for SqliteLedger {
             }
         }
         if !prepared.is_empty() {
-            let written = match self.submit(|reply| WriteOp::Accept(prepared, reply)).await {
+            let (reply, answer) = oneshot::channel();
+            let sent = self.writer.send(WriteOp::Accept(prepared, reply)).await;
+            drop(_preparing);
+            let submitted = match sent {
+                Ok(()) => answer.await.map_err(|_| {
+                    LedgerError::Unavailable("the ledger writer stopped mid-write".to_owned())
+                }),
+                Err(_) => Err(LedgerError::Unavailable(
+                    "the ledger writer has stopped".to_owned(),
+                )),
+            };
+            let written = match submitted {
                 Ok(written) => written,
                 Err(error) => {
                     let message = error.to_string();
@@ -1214,10 +1276,20 @@ impl Reader for SqliteLedger {
                 });
             }
         }
+        // Every lookup goes through history's (entity, entity_id, seq) index.
         let history = sqlx::query(
-            "SELECT * FROM history WHERE revision_id = ?1 OR (entity = 'source' AND from_state = ?1) ORDER BY seq",
+            "SELECT * FROM history WHERE entity = 'source' AND entity_id = ?2 \
+               AND (to_state = ?1 OR from_state = ?1) \
+             UNION ALL SELECT * FROM history WHERE entity = 'job' \
+               AND entity_id IN (SELECT id FROM jobs WHERE revision_id = ?1) \
+             UNION ALL SELECT * FROM history WHERE entity = 'receipt' \
+               AND entity_id IN (SELECT receipt.job_id || '/' || receipt.backend \
+                 FROM projection_receipts AS receipt JOIN jobs ON jobs.id = receipt.job_id \
+                 WHERE jobs.revision_id = ?1) \
+             ORDER BY seq",
         )
         .bind(id.to_string())
+        .bind(format!("{}/{}", revision.dataset, revision.source_key))
         .fetch_all(&self.reads)
         .await?
         .iter()
@@ -1424,5 +1496,21 @@ impl Tokens for SqliteLedger {
                 .fetch_one(&self.reads)
                 .await?,
         )
+    }
+}
+
+/// Counts an acceptance as being prepared until it is handed to the writer (or dropped).
+struct Preparing<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Preparing<'a> {
+    fn enter(counter: &'a std::sync::atomic::AtomicUsize) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(counter)
+    }
+}
+
+impl Drop for Preparing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
