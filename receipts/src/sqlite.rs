@@ -71,8 +71,6 @@ impl SqliteOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
     reads: SqlitePool,
-    /// Acceptances being validated and hashed, not yet handed to the writer.
-    preparing: Arc<std::sync::atomic::AtomicUsize>,
     principals: Arc<std::sync::Mutex<HashMap<String, (Principal, std::time::Instant)>>>,
     writer: mpsc::Sender<WriteOp>,
     clock: Arc<dyn Clock>,
@@ -130,9 +128,7 @@ impl SqliteLedger {
             .await?;
         let (sender, receiver) = mpsc::channel(4096);
         let options = Arc::new(options);
-        let preparing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let writer = Writer {
-            preparing: preparing.clone(),
             connection: write_connection,
             clock: clock.clone(),
             faults,
@@ -142,7 +138,6 @@ impl SqliteLedger {
         tokio::spawn(checkpointer(reads.clone(), sender.downgrade()));
         Ok(Self {
             reads,
-            preparing,
             principals: Arc::default(),
             writer: sender,
             clock,
@@ -182,9 +177,6 @@ impl SqliteLedger {
 const PRINCIPAL_CACHE_TTL: Duration = Duration::from_secs(5);
 /// Most cached principals.
 const PRINCIPAL_CACHE_ENTRIES: usize = 1024;
-
-/// Most times the writer yields for acceptances still being prepared before it commits.
-const MAX_GROUP_YIELDS: usize = 4;
 
 /// How often the background checkpointer copies the WAL into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
@@ -299,7 +291,6 @@ impl Done {
 }
 
 struct Writer {
-    preparing: Arc<std::sync::atomic::AtomicUsize>,
     connection: SqliteConnection,
     clock: Arc<dyn Clock>,
     faults: Arc<dyn FaultInjector>,
@@ -324,21 +315,12 @@ impl Writer {
         while let Some(first) = receiver.recv().await {
             let mut weight = first.weight();
             let mut group = vec![first];
-            // Take what is queued; while acceptances are still being prepared, yield a few
-            // times so that they join this group instead of waiting for the next commit.
-            let mut yields = 0;
+            // Take whatever else is queued: it shares this group's commit.
             while weight < self.options.max_group {
                 match receiver.try_recv() {
                     Ok(op) => {
                         weight += op.weight();
                         group.push(op);
-                    }
-                    Err(_)
-                        if yields < MAX_GROUP_YIELDS
-                            && self.preparing.load(std::sync::atomic::Ordering::Acquire) > 0 =>
-                    {
-                        yields += 1;
-                        tokio::task::yield_now().await;
                     }
                     Err(_) => break,
                 }
@@ -1036,7 +1018,6 @@ fn prepare(submission: Submission) -> Result<Prepared> {
 #[async_trait]
 impl Acceptor for SqliteLedger {
     async fn accept(&self, submissions: Vec<Submission>) -> Vec<Result<Acceptance>> {
-        let _preparing = Preparing::enter(&self.preparing);
         let count = submissions.len();
         let mut results: Vec<Option<Result<Acceptance>>> = Vec::with_capacity(count);
         let mut prepared = Vec::with_capacity(count);
@@ -1052,18 +1033,7 @@ impl Acceptor for SqliteLedger {
             }
         }
         if !prepared.is_empty() {
-            let (reply, answer) = oneshot::channel();
-            let sent = self.writer.send(WriteOp::Accept(prepared, reply)).await;
-            drop(_preparing);
-            let submitted = match sent {
-                Ok(()) => answer.await.map_err(|_| {
-                    LedgerError::Unavailable("the ledger writer stopped mid-write".to_owned())
-                }),
-                Err(_) => Err(LedgerError::Unavailable(
-                    "the ledger writer has stopped".to_owned(),
-                )),
-            };
-            let written = match submitted {
+            let written = match self.submit(|reply| WriteOp::Accept(prepared, reply)).await {
                 Ok(written) => written,
                 Err(error) => {
                     let message = error.to_string();
@@ -1496,21 +1466,5 @@ impl Tokens for SqliteLedger {
                 .fetch_one(&self.reads)
                 .await?,
         )
-    }
-}
-
-/// Counts an acceptance as being prepared until it is handed to the writer (or dropped).
-struct Preparing<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Preparing<'a> {
-    fn enter(counter: &'a std::sync::atomic::AtomicUsize) -> Self {
-        counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Self(counter)
-    }
-}
-
-impl Drop for Preparing<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }

@@ -25,6 +25,16 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
     std::fs::write(corpus.path().join("blob.bin"), [0u8, 255, 254, 1]).expect("write");
 
     let (mut server, base) = start(data.path()).await;
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(data.path().join("admin.token"))
+            .expect("admin.token")
+            .permissions(),
+    );
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the admin token is readable by its owner only"
+    );
     let (ingest_base, ingest_data, ingest_corpus) = (
         base.clone(),
         data.path().to_path_buf(),
