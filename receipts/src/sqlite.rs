@@ -129,6 +129,7 @@ impl SqliteLedger {
         let (sender, receiver) = mpsc::channel(4096);
         let options = Arc::new(options);
         let writer = Writer {
+            in_transaction: false,
             connection: write_connection,
             clock: clock.clone(),
             faults,
@@ -292,22 +293,11 @@ impl Done {
 
 struct Writer {
     connection: SqliteConnection,
+    /// Whether the group's transaction has been begun.
+    in_transaction: bool,
     clock: Arc<dyn Clock>,
     faults: Arc<dyn FaultInjector>,
     options: Arc<SqliteOptions>,
-}
-
-impl WriteOp {
-    /// Answers the op with `error()` without running it.
-    fn reject(self, error: &dyn Fn() -> LedgerError) {
-        match self {
-            WriteOp::Accept(items, reply) => {
-                drop(reply.send(items.iter().map(|_| Err(error())).collect()))
-            }
-            WriteOp::Block(_, reply) => drop(reply.send(Err(error()))),
-            WriteOp::Token(_, reply) => drop(reply.send(Err(error()))),
-        }
-    }
 }
 
 impl Writer {
@@ -333,19 +323,8 @@ impl Writer {
     async fn commit_group(&mut self, group: Vec<WriteOp>) {
         let started = std::time::Instant::now();
         let operations = group.len();
-        if let Err(error) = sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut self.connection)
-            .await
-        {
-            tracing::error!(%error, "ledger writer cannot begin a transaction");
-            let message = error.to_string();
-            for op in group {
-                op.reject(&|| {
-                    LedgerError::Unavailable(format!("cannot begin a transaction: {message}"))
-                });
-            }
-            return;
-        }
+        // `BEGIN IMMEDIATE` is sent with the group's first statement (one round trip less).
+        self.in_transaction = false;
         // Blocks and tokens first, then every acceptance of the group together, so that the
         // acceptances share waves; any order of concurrent requests is a valid serialisation.
         let mut done = Vec::with_capacity(group.len());
@@ -428,9 +407,15 @@ impl Writer {
     }
 
     async fn begin_item(&mut self) -> Result<()> {
-        sqlx::query("SAVEPOINT item")
-            .execute(&mut self.connection)
-            .await?;
+        let statement = if self.in_transaction {
+            "SAVEPOINT item"
+        } else {
+            "BEGIN IMMEDIATE; SAVEPOINT item"
+        };
+        // Once sent, count the transaction as begun even if the call failed midway: the
+        // group then ends with a ROLLBACK, which is harmless when nothing was begun.
+        self.in_transaction = true;
+        sqlx::query(statement).execute(&mut self.connection).await?;
         Ok(())
     }
 
@@ -600,7 +585,18 @@ impl Writer {
                 })
             })
             .collect();
-        let rows = sqlx::query(include_str!("../queries/accept_decide.sql"))
+        const DECIDE: &str = include_str!("../queries/accept_decide.sql");
+        const BEGIN_AND_DECIDE: &str = concat!(
+            "BEGIN IMMEDIATE;\n",
+            include_str!("../queries/accept_decide.sql")
+        );
+        let statement = if self.in_transaction {
+            DECIDE
+        } else {
+            BEGIN_AND_DECIDE
+        };
+        self.in_transaction = true;
+        let rows = sqlx::query(statement)
             .bind(json_text(&probe))
             .fetch_all(&mut self.connection)
             .await?;
