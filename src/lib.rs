@@ -39,6 +39,25 @@ pub fn app(ledger: Arc<dyn Ledger>, config: &Config) -> Router {
         .merge(ops::router(ledger))
         .fallback(receipts::http::not_found)
         .layer(middleware::from_fn(log_request))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
+}
+
+/// A panic in a handler is a bug: answer 500 `internal_error` (and log it) instead of
+/// dropping the connection.
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "request handler panicked");
+    axum::response::IntoResponse::into_response(receipts::http::ApiError::new(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "internal error; see the server log",
+    ))
 }
 
 async fn log_request(request: Request, next: Next) -> Response {

@@ -59,11 +59,14 @@ fn cut_point(text: &str, limit: usize) -> usize {
             return position + separator.len();
         }
     }
-    if let Some(position) = window
-        .rfind(char::is_whitespace)
-        .filter(|position| *position > 0)
+    // After the last whitespace character (which may be longer than one byte, e.g. U+00A0).
+    if let Some(end) = window
+        .char_indices()
+        .rev()
+        .find(|(position, c)| *position > 0 && c.is_whitespace())
+        .map(|(position, c)| position + c.len_utf8())
     {
-        return position + 1;
+        return end;
     }
     if boundary == 0 {
         // The first character alone is longer than the limit: take it whole.
@@ -80,6 +83,20 @@ fn cut_point(text: &str, limit: usize) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Regression: a cut after a two-byte space (U+00A0) landed inside the character.
+    #[test]
+    fn cuts_after_multibyte_whitespace_on_a_char_boundary() {
+        let text = format!(
+            "{}\u{a0}{}",
+            "x".repeat(PASSAGE_TARGET_BYTES - 10),
+            "y".repeat(400)
+        );
+        let passages = split(&text);
+        assert_eq!(passages.len(), 2);
+        assert_eq!(passages[0].byte_end, PASSAGE_TARGET_BYTES - 10);
+        assert_eq!(passages[1].text, "y".repeat(400));
+    }
 
     #[test]
     fn short_text_is_one_passage() {

@@ -88,6 +88,33 @@ async fn put_returns_a_durable_receipt_and_duplicates_create_nothing() {
     assert_eq!(headers["content-type"], "text/markdown");
 }
 
+/// Regression: a passage cut right after a two-byte space (U+00A0) panicked in the handler.
+#[tokio::test]
+async fn multibyte_whitespace_at_a_passage_boundary_is_accepted() {
+    let app = app().await;
+    // The last whitespace within the first passage's byte budget is the two-byte U+00A0.
+    let content = format!(
+        "{}\u{a0}{} {}",
+        "x".repeat(1190),
+        "y".repeat(20),
+        "zebra ".repeat(50)
+    );
+    let body = json!({"dataset": "docs", "source_key": "nbsp", "content": content});
+    let (status, receipt) = app.put(&app.admin, body).await;
+    assert_eq!(status, 202, "{receipt}");
+    let hits = app
+        .ledger
+        .lexical_search("zebra", &[], 10)
+        .await
+        .expect("search");
+    assert_eq!(hits.len(), 1, "{hits:#?}");
+    assert!(
+        hits[0].text.starts_with("yyyy"),
+        "the second passage starts after U+00A0: {}",
+        hits[0].text
+    );
+}
+
 #[tokio::test]
 async fn base64_content_keeps_binary_bytes() {
     let app = app().await;
