@@ -106,7 +106,46 @@ mod tests {
         assert_eq!(passages[0].byte_start, 2);
     }
 
+    fn check_cover(text: &str) -> Result<(), TestCaseError> {
+        let passages = split(text);
+        let mut last_end = 0;
+        for passage in &passages {
+            prop_assert!(passage.byte_start >= last_end);
+            prop_assert!(passage.byte_end - passage.byte_start <= PASSAGE_TARGET_BYTES.max(4));
+            prop_assert_eq!(
+                &text[passage.byte_start..passage.byte_end],
+                passage.text.as_str()
+            );
+            last_end = passage.byte_end;
+        }
+        let joined: String = passages
+            .iter()
+            .map(|p| p.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        prop_assert_eq!(
+            text.split_whitespace().collect::<Vec<_>>().concat(),
+            joined.split_whitespace().collect::<Vec<_>>().concat()
+        );
+        Ok(())
+    }
+
     proptest! {
+        /// Long texts dense in multi-byte whitespace and separators, cut anywhere.
+        #[test]
+        fn passages_cut_on_char_boundaries(
+            chars in proptest::collection::vec(
+                prop_oneof![
+                    Just(' '), Just('\u{a0}'), Just('\u{3000}'), Just('\u{2028}'), Just('\n'),
+                    Just('.'), Just('!'), any::<char>(), Just('x'), Just('é'),
+                ],
+                0..4000,
+            )
+        ) {
+            let text: String = chars.into_iter().collect();
+            check_cover(&text)?;
+        }
+
         #[test]
         fn passages_cover_text_in_order(text in "(\\PC{0,40}[ \n.]{0,3}){0,200}") {
             let passages = split(&text);
