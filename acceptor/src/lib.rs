@@ -375,20 +375,29 @@ fn revision_id(text: &str) -> Result<Uuid, ApiError> {
     })
 }
 
+/// The revision `id` if the token may read it. A revision outside the token's datasets is
+/// answered as absent (404), so that ids do not leak what exists.
+async fn visible_revision(
+    state: &AcceptorState,
+    auth: &Auth,
+    id: &str,
+) -> Result<receipts::RevisionDetail, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let id = revision_id(id)?;
+    let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
+    let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
+    principal
+        .require_dataset(&detail.revision.dataset)
+        .map_err(|_| not_found())?;
+    Ok(detail)
+}
+
 async fn get_revision(
     State(state): State<AcceptorState>,
     auth: Auth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
-    let id = revision_id(&id)?;
-    let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
-    let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
-    // A revision outside the token's datasets is answered as absent: ids do not leak.
-    principal
-        .require_dataset(&detail.revision.dataset)
-        .map_err(|_| not_found())?;
-    Ok(Json(detail).into_response())
+    Ok(Json(visible_revision(&state, &auth, &id).await?).into_response())
 }
 
 async fn get_content(
@@ -396,13 +405,8 @@ async fn get_content(
     auth: Auth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
-    let id = revision_id(&id)?;
-    let not_found = || ApiError::not_found("revision_not_found", format!("no revision {id}"));
-    let detail = state.ledger.revision(id).await?.ok_or_else(not_found)?;
-    principal
-        .require_dataset(&detail.revision.dataset)
-        .map_err(|_| not_found())?;
+    let detail = visible_revision(&state, &auth, &id).await?;
+    let id = detail.revision.id;
     let Some(sha256) = detail.revision.content_sha256 else {
         return Err(ApiError::new(
             StatusCode::GONE,
