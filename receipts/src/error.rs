@@ -30,6 +30,28 @@ pub enum LedgerError {
         /// Source key.
         source_key: String,
     },
+    /// The lease is no longer valid (expired, rescued, superseded or cancelled): the worker must
+    /// stop; its write changed nothing.
+    #[error("lease on job {job_id} is lost: {reason}")]
+    LeaseLost {
+        /// The job.
+        job_id: uuid::Uuid,
+        /// Why the lease no longer counts.
+        reason: String,
+    },
+    /// The job does not exist.
+    #[error("job {0} not found")]
+    JobNotFound(uuid::Uuid),
+    /// The job's state does not allow the action.
+    #[error("job {job_id} is {state}; cannot {action}")]
+    InvalidTransition {
+        /// The job.
+        job_id: uuid::Uuid,
+        /// Its current state.
+        state: String,
+        /// What was asked.
+        action: &'static str,
+    },
     /// A named fault point fired (tests only).
     #[error("injected fault at {0}")]
     Injected(crate::faults::FaultPoint),
@@ -62,6 +84,9 @@ impl LedgerError {
             LedgerError::Invalid { code, .. } => code,
             LedgerError::ContentBlocked { .. } => "content_blocked",
             LedgerError::SourceNotFound { .. } => "source_not_found",
+            LedgerError::LeaseLost { .. } => "lease_lost",
+            LedgerError::JobNotFound(_) => "job_not_found",
+            LedgerError::InvalidTransition { .. } => "invalid_transition",
             LedgerError::Injected(_) => "injected_fault",
             LedgerError::Unavailable(_) => "ledger_unavailable",
             LedgerError::Storage(error) if is_unavailable(error) => "ledger_unavailable",
@@ -74,8 +99,8 @@ impl LedgerError {
     /// The HTTP status that goes with the code.
     pub fn http_status(&self) -> u16 {
         match self.code() {
-            "content_blocked" => 409,
-            "source_not_found" => 404,
+            "content_blocked" | "lease_lost" | "invalid_transition" => 409,
+            "source_not_found" | "job_not_found" => 404,
             "ledger_unavailable" => 503,
             "internal_error" | "injected_fault" => 500,
             _ => 422,
@@ -121,6 +146,20 @@ impl LedgerError {
             } => LedgerError::SourceNotFound {
                 dataset: dataset.clone(),
                 source_key: source_key.clone(),
+            },
+            LedgerError::LeaseLost { job_id, reason } => LedgerError::LeaseLost {
+                job_id: *job_id,
+                reason: reason.clone(),
+            },
+            LedgerError::JobNotFound(id) => LedgerError::JobNotFound(*id),
+            LedgerError::InvalidTransition {
+                job_id,
+                state,
+                action,
+            } => LedgerError::InvalidTransition {
+                job_id: *job_id,
+                state: state.clone(),
+                action,
             },
             LedgerError::Injected(point) => LedgerError::Injected(*point),
             LedgerError::Unavailable(message) => LedgerError::Unavailable(message.clone()),

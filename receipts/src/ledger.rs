@@ -8,8 +8,8 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, ContentBlock, HistoryEntry, LedgerCounts, LexicalHit, RevisionDetail, SourceView,
-    Submission,
+    Acceptance, ContentBlock, Failure, Heartbeat, HistoryEntry, Job, LeaseToken, LedgerCounts,
+    LexicalHit, RevisionDetail, SourceView, Submission,
 };
 
 /// Durable acceptance: every method returns only after its writes are on disk.
@@ -70,7 +70,43 @@ pub trait Tokens: Send + Sync {
     async fn token_count(&self) -> Result<i64>;
 }
 
-/// The whole ledger.
-pub trait Ledger: Acceptor + Reader + Tokens + std::fmt::Debug + 'static {}
+/// Job leases for workers, and the operator actions on jobs. Every write that presents a
+/// [`LeaseToken`] is fenced: it changes nothing and fails with `lease_lost` unless the token
+/// still holds the job at the time of the write.
+#[async_trait]
+pub trait Leases: Send + Sync {
+    /// Rescues expired leases, then claims up to `limit` due jobs for `owner`.
+    async fn claim(&self, owner: &str, limit: u32) -> Result<Vec<Job>>;
 
-impl<T: Acceptor + Reader + Tokens + std::fmt::Debug + 'static> Ledger for T {}
+    /// Extends a lease (up to the run's deadline).
+    async fn heartbeat(&self, lease: &LeaseToken) -> Result<Heartbeat>;
+
+    /// Marks the job completed.
+    async fn complete(&self, lease: &LeaseToken) -> Result<Job>;
+
+    /// Records a failed run: retry (backoff or retry-after), dead, or cancelled.
+    async fn fail(&self, lease: &LeaseToken, failure: Failure) -> Result<Job>;
+
+    /// Gives the job back without charging an attempt (graceful shutdown).
+    async fn release(&self, lease: &LeaseToken) -> Result<Job>;
+
+    /// Cancels a pending or retry-waiting job; asks a running one to stop.
+    async fn cancel(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job>;
+
+    /// Requeues a dead, cancelled or quarantined job whose revision is still head.
+    async fn requeue(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job>;
+
+    /// Pauses claiming for a dataset (`None`: all).
+    async fn pause(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()>;
+
+    /// Resumes claiming for a dataset (`None`: the global pause).
+    async fn resume(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()>;
+
+    /// A job by id.
+    async fn job(&self, id: Uuid) -> Result<Option<Job>>;
+}
+
+/// The whole ledger.
+pub trait Ledger: Acceptor + Reader + Tokens + Leases + std::fmt::Debug + 'static {}
+
+impl<T: Acceptor + Reader + Tokens + Leases + std::fmt::Debug + 'static> Ledger for T {}

@@ -33,7 +33,8 @@
 //!    content of an earlier revision makes that revision head again (a recorded head move).
 //! 6. Content blocked in a dataset is refused (`content_blocked`) before anything is written.
 //! 7. Every state column has a CHECK constraint; a running job holds a whole lease, nothing
-//!    else holds one. (Lease invariants of claims and heartbeats arrive with the worker.)
+//!    else holds one. Lease invariants (fencing, expiry, deadlines, rescue, attempts and
+//!    crashes) are stated in the `leases` module and hold for every [`Leases`] write.
 //! 8. Times are integer epoch microseconds from an injected [`Clock`].
 //!
 //! ## Tasks
@@ -51,6 +52,7 @@ pub mod faults;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
+mod leases;
 mod ledger;
 pub mod model;
 pub mod passages;
@@ -61,10 +63,10 @@ pub mod validate;
 pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
-pub use ledger::{Acceptor, Ledger, Reader, Tokens};
+pub use ledger::{Acceptor, Leases, Ledger, Reader, Tokens};
 pub use model::{
-    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, HistoryEntry, Job, JobKind,
-    JobState, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, Revision, RevisionDetail,
-    SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, Failure, FailureClass,
+    Heartbeat, HistoryEntry, Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit,
+    ProjectionReceipt, ReceiptState, Revision, RevisionDetail, SourceView, Submission,
 };
 pub use sqlite::{SqliteLedger, SqliteOptions};

@@ -268,8 +268,8 @@ pub struct Job {
     pub crashes: i64,
     /// Not claimable before this time.
     pub run_at: Micros,
-    /// The current lease (fencing token), if running.
-    pub lease_id: Option<Uuid>,
+    /// The current lease's fencing token, if running.
+    pub lease_id: Option<String>,
     /// The worker holding the lease.
     pub lease_owner: Option<String>,
     /// When the lease runs out.
@@ -278,6 +278,12 @@ pub struct Job {
     pub heartbeat_at: Option<Micros>,
     /// The hard deadline of the current run.
     pub deadline_at: Option<Micros>,
+    /// When the current run was claimed.
+    pub started_at: Option<Micros>,
+    /// An operator asked a running job to stop at its next heartbeat.
+    pub cancel_requested: bool,
+    /// Why `run_at` holds its value (`accepted`, `backoff after attempt 2: ...`, ...).
+    pub run_at_rule: String,
     /// Code of the last error.
     pub last_error_code: Option<String>,
     /// Message of the last error.
@@ -405,4 +411,63 @@ pub struct LedgerCounts {
     pub receipts: std::collections::BTreeMap<String, i64>,
     /// History entries.
     pub history: i64,
+}
+
+/// What a worker presents to act on a job it claimed: the fencing token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseToken {
+    /// The job.
+    pub job_id: Uuid,
+    /// The lease's fencing token.
+    pub lease_id: String,
+    /// The worker that holds it.
+    pub owner: String,
+}
+
+impl LeaseToken {
+    /// The token of a job claimed by `owner`, if it holds a lease.
+    pub fn of(job: &Job) -> Option<LeaseToken> {
+        Some(LeaseToken {
+            job_id: job.id,
+            lease_id: job.lease_id.clone()?,
+            owner: job.lease_owner.clone()?,
+        })
+    }
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The lease now runs until this time.
+    pub lease_expires_at: Micros,
+    /// An operator asked the job to stop: the worker should stop and fail it as cancelled.
+    pub cancel_requested: bool,
+}
+
+/// How a job's run failed. Classified by type at the source of the error, never by message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "class")]
+pub enum FailureClass {
+    /// Worth retrying. With `retry_after` (e.g. a store's rate-limit reset) the job waits that
+    /// long and is not charged an attempt (a snooze); without it, exponential backoff applies
+    /// and an attempt is charged.
+    Retryable {
+        /// Microseconds to wait, when the error says.
+        retry_after_micros: Option<i64>,
+    },
+    /// Retrying cannot help: the job is dead.
+    Permanent,
+    /// The run stopped because the job was cancelled.
+    Cancelled,
+}
+
+/// A failed run, as reported by its worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// How to treat it.
+    pub class: FailureClass,
+    /// Stable error code (e.g. `vector_store_unavailable`).
+    pub code: String,
+    /// Human-readable message (recorded as the job's last error).
+    pub message: String,
 }

@@ -20,3 +20,78 @@ pub const DEFAULT_MAX_BATCH_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Most items in one batch request.
 pub const DEFAULT_MAX_BATCH_ITEMS: usize = 1000;
+
+/// How long a claimed lease lasts without a heartbeat (workers heartbeat every third of it).
+pub const DEFAULT_LEASE_MICROS: i64 = 30_000_000;
+
+/// The hard limit of one run: past it heartbeats are refused and the job is rescued.
+pub const DEFAULT_MAX_RUN_MICROS: i64 = 15 * 60 * 1_000_000;
+
+/// Leases lost to crashes or hangs before a job is quarantined.
+pub const DEFAULT_QUARANTINE_AFTER_CRASHES: i64 = 3;
+
+/// First retry delay after a failure.
+pub const DEFAULT_BACKOFF_BASE_MICROS: i64 = 1_000_000;
+
+/// Longest retry delay.
+pub const DEFAULT_BACKOFF_CAP_MICROS: i64 = 10 * 60 * 1_000_000;
+
+/// Jitter: the delay is scaled by a factor drawn from `[1 - JITTER, 1 + JITTER]`.
+pub const BACKOFF_JITTER: f64 = 0.1;
+
+/// Retry and lease policy of a job kind. Defaults are the constants above.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobPolicy {
+    /// Lease length without a heartbeat, in microseconds.
+    pub lease_micros: i64,
+    /// Hard limit of one run, in microseconds.
+    pub max_run_micros: i64,
+    /// Crashes before quarantine.
+    pub quarantine_after_crashes: i64,
+    /// First retry delay, in microseconds.
+    pub backoff_base_micros: i64,
+    /// Longest retry delay, in microseconds.
+    pub backoff_cap_micros: i64,
+}
+
+impl Default for JobPolicy {
+    fn default() -> Self {
+        Self {
+            lease_micros: DEFAULT_LEASE_MICROS,
+            max_run_micros: DEFAULT_MAX_RUN_MICROS,
+            quarantine_after_crashes: DEFAULT_QUARANTINE_AFTER_CRASHES,
+            backoff_base_micros: DEFAULT_BACKOFF_BASE_MICROS,
+            backoff_cap_micros: DEFAULT_BACKOFF_CAP_MICROS,
+        }
+    }
+}
+
+impl JobPolicy {
+    /// The delay before retry after failure number `attempt` (1-based): `base * 2^(attempt-1)`,
+    /// capped, scaled by `1 + JITTER * (2 * unit - 1)` where `unit` is uniform in `[0, 1)`.
+    pub fn backoff_micros(&self, attempt: i64, unit: f64) -> i64 {
+        let exponent = u32::try_from((attempt - 1).clamp(0, 40)).unwrap_or(40);
+        let raw = self
+            .backoff_base_micros
+            .saturating_mul(2_i64.saturating_pow(exponent));
+        let capped = raw.min(self.backoff_cap_micros) as f64;
+        let factor = 1.0 + BACKOFF_JITTER * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+        (capped * factor).round() as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_then_caps_with_bounded_jitter() {
+        let policy = JobPolicy::default();
+        assert_eq!(policy.backoff_micros(1, 0.5), 1_000_000);
+        assert_eq!(policy.backoff_micros(2, 0.5), 2_000_000);
+        assert_eq!(policy.backoff_micros(4, 0.5), 8_000_000);
+        assert_eq!(policy.backoff_micros(30, 0.5), DEFAULT_BACKOFF_CAP_MICROS);
+        assert_eq!(policy.backoff_micros(1, 0.0), 900_000);
+        assert_eq!(policy.backoff_micros(1, 1.0), 1_100_000);
+    }
+}

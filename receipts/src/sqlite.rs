@@ -26,11 +26,12 @@ use crate::clock::{Clock, Micros};
 use crate::error::{LedgerError, Result};
 use crate::faults::{FaultInjector, FaultPoint, NoFaults};
 use crate::ids;
-use crate::ledger::{Acceptor, Reader, Tokens};
+use crate::leases::{self, JobAnswer, JobCommand};
+use crate::ledger::{Acceptor, Leases, Reader, Tokens};
 use crate::model::{
-    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, HistoryEntry, Job, JobKind,
-    LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, Revision, RevisionDetail,
-    SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, Failure, Heartbeat,
+    HistoryEntry, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    ReceiptState, Revision, RevisionDetail, SourceView, Submission,
 };
 use crate::passages::{self, Passage};
 use crate::policy;
@@ -51,6 +52,8 @@ pub struct SqliteOptions {
     pub read_connections: u32,
     /// How long a statement waits for another process's write lock.
     pub busy_timeout: Duration,
+    /// Lease, retry and quarantine policy of jobs.
+    pub job_policy: crate::policy::JobPolicy,
 }
 
 impl SqliteOptions {
@@ -63,6 +66,7 @@ impl SqliteOptions {
             max_group: policy::DEFAULT_MAX_GROUP,
             read_connections: 4,
             busy_timeout: Duration::from_secs(10),
+            job_policy: crate::policy::JobPolicy::default(),
         }
     }
 }
@@ -242,6 +246,7 @@ enum PreparedChange {
 
 enum WriteOp {
     Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
+    Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
     Token(NewToken, oneshot::Sender<Result<CreatedToken>>),
 }
@@ -250,7 +255,7 @@ impl WriteOp {
     fn weight(&self) -> usize {
         match self {
             WriteOp::Accept(items, _) => items.len().max(1),
-            WriteOp::Block(..) | WriteOp::Token(..) => 1,
+            WriteOp::Block(..) | WriteOp::Token(..) | WriteOp::Job(..) => 1,
         }
     }
 }
@@ -263,6 +268,7 @@ enum Done {
     ),
     Block(Result<()>, oneshot::Sender<Result<()>>),
     Token(Result<CreatedToken>, oneshot::Sender<Result<CreatedToken>>),
+    Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
 }
 
 impl Done {
@@ -277,6 +283,7 @@ impl Done {
                 reply,
             ),
             Done::Block(result, reply) => Done::Block(fail_one(result, error), reply),
+            Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
         }
     }
@@ -286,6 +293,7 @@ impl Done {
         match self {
             Done::Accept(results, reply) => drop(reply.send(results)),
             Done::Block(result, reply) => drop(reply.send(result)),
+            Done::Job(result, reply) => drop(reply.send(result)),
             Done::Token(result, reply) => drop(reply.send(result)),
         }
     }
@@ -388,6 +396,24 @@ impl Writer {
             WriteOp::Accept(items, reply) => {
                 let results = self.accept_all(items).await;
                 Done::Accept(results, reply)
+            }
+            WriteOp::Job(command, reply) => {
+                let now = self.clock.now_micros();
+                let unit: f64 = rand::random();
+                let result = match self.begin_item().await {
+                    Ok(()) => {
+                        leases::run(
+                            &mut self.connection,
+                            command,
+                            now,
+                            &self.options.job_policy,
+                            unit,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                Done::Job(self.end_item(result).await, reply)
             }
             WriteOp::Block(block, reply) => {
                 let result = match self.begin_item().await {
@@ -954,7 +980,7 @@ fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
 }
 
-fn parse_uuid(text: &str) -> Result<Uuid> {
+pub(crate) fn parse_uuid(text: &str) -> Result<Uuid> {
     Uuid::parse_str(text)
         .map_err(|error| LedgerError::Corrupt(format!("bad uuid `{text}`: {error}")))
 }
@@ -1092,7 +1118,7 @@ fn revision_from_row(row: &SqliteRow) -> Result<Revision> {
     })
 }
 
-fn job_from_row(row: &SqliteRow) -> Result<Job> {
+pub(crate) fn job_from_row(row: &SqliteRow) -> Result<Job> {
     Ok(Job {
         id: parse_uuid(&row.try_get::<String, _>("id")?)?,
         revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
@@ -1105,11 +1131,14 @@ fn job_from_row(row: &SqliteRow) -> Result<Job> {
         max_attempts: row.try_get("max_attempts")?,
         crashes: row.try_get("crashes")?,
         run_at: row.try_get("run_at")?,
-        lease_id: optional_uuid(row.try_get("lease_id")?)?,
+        lease_id: row.try_get("lease_id")?,
         lease_owner: row.try_get("lease_owner")?,
         lease_expires_at: row.try_get("lease_expires_at")?,
         heartbeat_at: row.try_get("heartbeat_at")?,
         deadline_at: row.try_get("deadline_at")?,
+        started_at: row.try_get("started_at")?,
+        cancel_requested: row.try_get::<i64, _>("cancel_requested")? == 1,
+        run_at_rule: row.try_get("run_at_rule")?,
         last_error_code: row.try_get("last_error_code")?,
         last_error_message: row.try_get("last_error_message")?,
         created_at: row.try_get("created_at")?,
@@ -1462,5 +1491,116 @@ impl Tokens for SqliteLedger {
                 .fetch_one(&self.reads)
                 .await?,
         )
+    }
+}
+
+impl SqliteLedger {
+    async fn job_command(&self, command: JobCommand) -> Result<JobAnswer> {
+        self.submit(|reply| WriteOp::Job(command, reply)).await?
+    }
+
+    async fn job_answer(&self, command: JobCommand) -> Result<Job> {
+        match self.job_command(command).await? {
+            JobAnswer::Job(job) => Ok(*job),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Leases for SqliteLedger {
+    async fn claim(&self, owner: &str, limit: u32) -> Result<Vec<Job>> {
+        if owner.trim().is_empty() || owner.len() > 256 || owner.chars().any(char::is_control) {
+            return Err(LedgerError::invalid(
+                "invalid_owner",
+                "a worker id is 1-256 printable characters",
+            ));
+        }
+        let command = JobCommand::Claim {
+            owner: owner.to_owned(),
+            limit: limit.clamp(1, 10_000),
+        };
+        match self.job_command(command).await? {
+            JobAnswer::Claimed(jobs) => Ok(jobs),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn heartbeat(&self, lease: &LeaseToken) -> Result<Heartbeat> {
+        match self
+            .job_command(JobCommand::Heartbeat(lease.clone()))
+            .await?
+        {
+            JobAnswer::Heartbeat(heartbeat) => Ok(heartbeat),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn complete(&self, lease: &LeaseToken) -> Result<Job> {
+        self.job_answer(JobCommand::Complete(lease.clone())).await
+    }
+
+    async fn fail(&self, lease: &LeaseToken, failure: Failure) -> Result<Job> {
+        self.job_answer(JobCommand::Fail(lease.clone(), failure))
+            .await
+    }
+
+    async fn release(&self, lease: &LeaseToken) -> Result<Job> {
+        self.job_answer(JobCommand::Release(lease.clone())).await
+    }
+
+    async fn cancel(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job> {
+        self.job_answer(JobCommand::Cancel {
+            job_id,
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+        })
+        .await
+    }
+
+    async fn requeue(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job> {
+        self.job_answer(JobCommand::Requeue {
+            job_id,
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+        })
+        .await
+    }
+
+    async fn pause(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()> {
+        if let Some(dataset) = dataset {
+            validate::dataset(dataset)?;
+        }
+        let command = JobCommand::Pause {
+            dataset: dataset.map(str::to_owned),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.job_command(command).await.map(|_| ())
+    }
+
+    async fn resume(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()> {
+        let command = JobCommand::Resume {
+            dataset: dataset.map(str::to_owned),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.job_command(command).await.map(|_| ())
+    }
+
+    async fn job(&self, id: Uuid) -> Result<Option<Job>> {
+        sqlx::query("SELECT * FROM jobs WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.reads)
+            .await?
+            .as_ref()
+            .map(job_from_row)
+            .transpose()
     }
 }

@@ -1,0 +1,597 @@
+//! Job leases: claim, heartbeat, complete, fail, release, cancel, requeue, pause, resume.
+//!
+//! Every function here runs inside the writer's transaction (see [`crate::sqlite`]) and is the
+//! only code that changes `jobs.state` after acceptance. Each write names its actor and cause;
+//! the triggers turn that into history.
+//!
+//! ## Lease invariants
+//! - A job holds at most one lease: claiming sets a new random `lease_id` (the fencing token)
+//!   and only a `running` job holds one (a CHECK constraint).
+//! - A lease counts only while `lease_expires_at > now` at the time of the write; every
+//!   heartbeat, completion, failure and release checks the token and the expiry in the same
+//!   `UPDATE`. A fenced-out write changes nothing and returns `lease_lost`.
+//! - Heartbeats extend the lease to at most `deadline_at` (claim time + max run): no lease is
+//!   renewed forever.
+//! - Expired leases are rescued before every claim: the job returns to `pending` charged a
+//!   `crash` (not an attempt), or goes to `quarantined` once its crashes reach the limit.
+//! - `attempt` counts failures the job caused; a snooze (retry-after) and a release cost none;
+//!   at `max_attempts` a retryable failure makes the job `dead`.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::model::{Failure, FailureClass, Heartbeat, Job, JobState, LeaseToken};
+use crate::policy::JobPolicy;
+use crate::sqlite::job_from_row;
+
+/// A request to the writer about jobs.
+#[derive(Debug)]
+pub(crate) enum JobCommand {
+    Claim {
+        owner: String,
+        limit: u32,
+    },
+    Heartbeat(LeaseToken),
+    Complete(LeaseToken),
+    Fail(LeaseToken, Failure),
+    Release(LeaseToken),
+    Cancel {
+        job_id: Uuid,
+        actor: String,
+        reason: String,
+    },
+    Requeue {
+        job_id: Uuid,
+        actor: String,
+        reason: String,
+    },
+    Pause {
+        dataset: Option<String>,
+        actor: String,
+        reason: String,
+    },
+    Resume {
+        dataset: Option<String>,
+        actor: String,
+        reason: String,
+    },
+}
+
+/// The writer's answer to a [`JobCommand`].
+#[derive(Debug)]
+pub(crate) enum JobAnswer {
+    Claimed(Vec<Job>),
+    Heartbeat(Heartbeat),
+    Job(Box<Job>),
+    Done,
+}
+
+/// Runs one command. `unit` is a uniform sample in `[0, 1)` for backoff jitter.
+pub(crate) async fn run(
+    connection: &mut SqliteConnection,
+    command: JobCommand,
+    now: Micros,
+    policy: &JobPolicy,
+    unit: f64,
+) -> Result<JobAnswer> {
+    match command {
+        JobCommand::Claim { owner, limit } => {
+            rescue_expired(connection, now, policy).await?;
+            claim(connection, &owner, limit, now, policy)
+                .await
+                .map(JobAnswer::Claimed)
+        }
+        JobCommand::Heartbeat(token) => heartbeat(connection, &token, now, policy)
+            .await
+            .map(JobAnswer::Heartbeat),
+        JobCommand::Complete(token) => complete(connection, &token, now)
+            .await
+            .map(|job| JobAnswer::Job(Box::new(job))),
+        JobCommand::Fail(token, failure) => fail(connection, &token, &failure, now, policy, unit)
+            .await
+            .map(|job| JobAnswer::Job(Box::new(job))),
+        JobCommand::Release(token) => release(connection, &token, now)
+            .await
+            .map(|job| JobAnswer::Job(Box::new(job))),
+        JobCommand::Cancel {
+            job_id,
+            actor,
+            reason,
+        } => cancel(connection, job_id, &actor, &reason, now)
+            .await
+            .map(|job| JobAnswer::Job(Box::new(job))),
+        JobCommand::Requeue {
+            job_id,
+            actor,
+            reason,
+        } => requeue(connection, job_id, &actor, &reason, now)
+            .await
+            .map(|job| JobAnswer::Job(Box::new(job))),
+        JobCommand::Pause {
+            dataset,
+            actor,
+            reason,
+        } => pause(connection, dataset.as_deref(), &actor, &reason, now)
+            .await
+            .map(|()| JobAnswer::Done),
+        JobCommand::Resume {
+            dataset,
+            actor,
+            reason,
+        } => resume(connection, dataset.as_deref(), &actor, &reason, now)
+            .await
+            .map(|()| JobAnswer::Done),
+    }
+}
+
+/// Returns expired leases' jobs to `pending` (one more crash) or `quarantines` them.
+pub(crate) async fn rescue_expired(
+    connection: &mut SqliteConnection,
+    now: Micros,
+    policy: &JobPolicy,
+) -> Result<u64> {
+    let result = sqlx::query(
+        "UPDATE jobs SET \
+           state = CASE WHEN cancel_requested = 1 THEN 'cancelled' \
+                        WHEN crashes + 1 >= ?2 THEN 'quarantined' ELSE 'pending' END, \
+           crashes = crashes + 1, \
+           last_error_code = 'lease_expired', \
+           last_error_message = 'lease of ' || lease_owner || ' expired at ' || lease_expires_at \
+             || ' (last heartbeat ' || coalesce(heartbeat_at, 'never') || ')', \
+           lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+           deadline_at = NULL, run_at = ?1, run_at_rule = 'rescued after its lease expired', \
+           changed_by = 'cairn:rescuer', \
+           change_cause = CASE WHEN cancel_requested = 1 THEN 'lease_expired; cancel requested earlier' \
+                               WHEN crashes + 1 >= ?2 THEN 'lease_expired; quarantined after ' || (crashes + 1) || ' lost leases' \
+                               ELSE 'lease_expired' END, \
+           changed_at = ?1, change_seq = change_seq + 1 \
+         WHERE state = 'running' AND lease_expires_at <= ?1",
+    )
+    .bind(now)
+    .bind(policy.quarantine_after_crashes)
+    .execute(&mut *connection)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// Claims up to `limit` due jobs: highest priority first; within a priority, datasets take
+/// turns (the n-th oldest job of every dataset before the (n+1)-th of any), so a busy dataset
+/// cannot starve a quiet one.
+async fn claim(
+    connection: &mut SqliteConnection,
+    owner: &str,
+    limit: u32,
+    now: Micros,
+    policy: &JobPolicy,
+) -> Result<Vec<Job>> {
+    let rows = sqlx::query(
+        "UPDATE jobs SET state = 'running', lease_id = lower(hex(randomblob(16))), lease_owner = ?2, \
+           lease_expires_at = min(?1 + ?3, ?1 + ?4), heartbeat_at = ?1, deadline_at = ?1 + ?4, \
+           started_at = ?1, changed_by = ?2, \
+           change_cause = 'claimed (failures so far ' || attempt || ' of ' || max_attempts || ', crashes ' || crashes || ')', \
+           changed_at = ?1, change_seq = change_seq + 1 \
+         WHERE id IN ( \
+           SELECT id FROM ( \
+             SELECT id, priority, run_at, \
+               row_number() OVER (PARTITION BY priority, dataset ORDER BY run_at, id) AS turn \
+             FROM jobs \
+             WHERE state IN ('pending', 'retry_wait') AND run_at <= ?1 \
+               AND NOT EXISTS (SELECT 1 FROM claim_pauses AS pause \
+                               WHERE pause.dataset = '*' OR pause.dataset = jobs.dataset)) \
+           ORDER BY priority DESC, turn, run_at, id LIMIT ?5) \
+         RETURNING *",
+    )
+    .bind(now)
+    .bind(owner)
+    .bind(policy.lease_micros)
+    .bind(policy.max_run_micros)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *connection)
+    .await?;
+    let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>>>()?;
+    jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
+    Ok(jobs)
+}
+
+/// Why a fenced write found no row.
+async fn lease_lost(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> LedgerError {
+    let job = match load(connection, token.job_id).await {
+        Ok(job) => job,
+        Err(error) => return error,
+    };
+    let reason = match (&job.lease_id, job.lease_expires_at) {
+        _ if job.state != JobState::Running => format!("the job is {}", job.state),
+        (Some(lease), _) if *lease != token.lease_id => "another lease holds the job".to_owned(),
+        (_, Some(expiry)) if expiry <= now => format!("the lease expired at {expiry}"),
+        _ => match job.deadline_at {
+            Some(deadline) if deadline <= now => {
+                format!("the run passed its deadline at {deadline}")
+            }
+            _ => "the lease does not match".to_owned(),
+        },
+    };
+    LedgerError::LeaseLost {
+        job_id: token.job_id,
+        reason,
+    }
+}
+
+async fn load(connection: &mut SqliteConnection, job_id: Uuid) -> Result<Job> {
+    let row = sqlx::query("SELECT * FROM jobs WHERE id = ?")
+        .bind(job_id.to_string())
+        .fetch_optional(&mut *connection)
+        .await?;
+    match row {
+        Some(row) => job_from_row(&row),
+        None => Err(LedgerError::JobNotFound(job_id)),
+    }
+}
+
+async fn heartbeat(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+    policy: &JobPolicy,
+) -> Result<Heartbeat> {
+    let row = sqlx::query(
+        "UPDATE jobs SET lease_expires_at = min(?1 + ?4, deadline_at), heartbeat_at = ?1 \
+         WHERE id = ?2 AND lease_id = ?3 AND state = 'running' AND lease_expires_at > ?1 AND deadline_at > ?1 \
+         RETURNING lease_expires_at, cancel_requested",
+    )
+    .bind(now)
+    .bind(token.job_id.to_string())
+    .bind(&token.lease_id)
+    .bind(policy.lease_micros)
+    .fetch_optional(&mut *connection)
+    .await?;
+    match row {
+        Some(row) => Ok(Heartbeat {
+            lease_expires_at: row.try_get("lease_expires_at")?,
+            cancel_requested: row.try_get::<i64, _>("cancel_requested")? == 1,
+        }),
+        None => Err(lease_lost(connection, token, now).await),
+    }
+}
+
+/// Ends a run: sets the job's state and clears its lease, only while the lease holds.
+#[allow(clippy::too_many_arguments)]
+async fn end_run(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+    state: JobState,
+    attempt_delta: i64,
+    run_at: Micros,
+    run_at_rule: &str,
+    error: Option<(&str, &str)>,
+    cause: &str,
+) -> Result<Job> {
+    let row = sqlx::query(
+        "UPDATE jobs SET state = ?4, attempt = attempt + ?5, run_at = ?6, run_at_rule = ?7, \
+           last_error_code = coalesce(?8, last_error_code), last_error_message = coalesce(?9, last_error_message), \
+           lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, deadline_at = NULL, \
+           changed_by = ?10, change_cause = ?11, changed_at = ?1, change_seq = change_seq + 1 \
+         WHERE id = ?2 AND lease_id = ?3 AND state = 'running' AND lease_expires_at > ?1 \
+         RETURNING *",
+    )
+    .bind(now)
+    .bind(token.job_id.to_string())
+    .bind(&token.lease_id)
+    .bind(state.as_str())
+    .bind(attempt_delta)
+    .bind(run_at)
+    .bind(run_at_rule)
+    .bind(error.map(|(code, _)| code))
+    .bind(error.map(|(_, message)| message))
+    .bind(&token.owner)
+    .bind(cause)
+    .fetch_optional(&mut *connection)
+    .await?;
+    match row {
+        Some(row) => job_from_row(&row),
+        None => Err(lease_lost(connection, token, now).await),
+    }
+}
+
+async fn complete(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> Result<Job> {
+    end_run(
+        connection,
+        token,
+        now,
+        JobState::Completed,
+        0,
+        now,
+        "completed",
+        None,
+        "completed",
+    )
+    .await
+}
+
+async fn release(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> Result<Job> {
+    let job = load(connection, token.job_id).await?;
+    if job.cancel_requested {
+        return end_run(
+            connection,
+            token,
+            now,
+            JobState::Cancelled,
+            0,
+            now,
+            "cancelled",
+            None,
+            "cancelled: released after a cancel request",
+        )
+        .await;
+    }
+    let rule = format!("released by {} without charge", token.owner);
+    end_run(
+        connection,
+        token,
+        now,
+        JobState::Pending,
+        0,
+        now,
+        &rule,
+        None,
+        "released: worker shutting down",
+    )
+    .await
+}
+
+async fn fail(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    failure: &Failure,
+    now: Micros,
+    policy: &JobPolicy,
+    unit: f64,
+) -> Result<Job> {
+    let job = load(connection, token.job_id).await?;
+    let error = Some((failure.code.as_str(), failure.message.as_str()));
+    let code = &failure.code;
+    let class = if job.cancel_requested {
+        FailureClass::Cancelled
+    } else {
+        failure.class
+    };
+    match class {
+        FailureClass::Cancelled => {
+            let cause = format!("cancelled ({code})");
+            end_run(
+                connection,
+                token,
+                now,
+                JobState::Cancelled,
+                0,
+                now,
+                "cancelled",
+                error,
+                &cause,
+            )
+            .await
+        }
+        FailureClass::Permanent => {
+            let cause = format!("dead: permanent error {code}");
+            end_run(
+                connection,
+                token,
+                now,
+                JobState::Dead,
+                1,
+                now,
+                "dead",
+                error,
+                &cause,
+            )
+            .await
+        }
+        FailureClass::Retryable {
+            retry_after_micros: Some(delay),
+        } => {
+            let delay = delay.max(0);
+            let rule = format!(
+                "retry-after {} ms from error {code} (snooze: no attempt charged)",
+                delay / 1000
+            );
+            let cause = format!("snoozed: {code} asked to retry after {} ms", delay / 1000);
+            end_run(
+                connection,
+                token,
+                now,
+                JobState::RetryWait,
+                0,
+                now.saturating_add(delay),
+                &rule,
+                error,
+                &cause,
+            )
+            .await
+        }
+        FailureClass::Retryable {
+            retry_after_micros: None,
+        } => {
+            let attempt = job.attempt + 1;
+            if attempt >= job.max_attempts {
+                let cause = format!(
+                    "dead: attempts exhausted ({attempt} of {}) after {code}",
+                    job.max_attempts
+                );
+                return end_run(
+                    connection,
+                    token,
+                    now,
+                    JobState::Dead,
+                    1,
+                    now,
+                    "dead",
+                    error,
+                    &cause,
+                )
+                .await;
+            }
+            let delay = policy.backoff_micros(attempt, unit);
+            let rule = format!(
+                "backoff after attempt {attempt}: {} ms = {} ms x 2^{} (cap {} ms) with jitter",
+                delay / 1000,
+                policy.backoff_base_micros / 1000,
+                attempt - 1,
+                policy.backoff_cap_micros / 1000
+            );
+            let cause = format!(
+                "retry scheduled after {code} (attempt {attempt} of {})",
+                job.max_attempts
+            );
+            end_run(
+                connection,
+                token,
+                now,
+                JobState::RetryWait,
+                1,
+                now.saturating_add(delay),
+                &rule,
+                error,
+                &cause,
+            )
+            .await
+        }
+    }
+}
+
+async fn cancel(
+    connection: &mut SqliteConnection,
+    job_id: Uuid,
+    actor: &str,
+    reason: &str,
+    now: Micros,
+) -> Result<Job> {
+    let job = load(connection, job_id).await?;
+    let cause = format!("cancelled: {reason}");
+    let sql = match job.state {
+        JobState::Pending | JobState::RetryWait => {
+            "UPDATE jobs SET state = 'cancelled', changed_by = ?2, change_cause = ?3, changed_at = ?1, \
+             change_seq = change_seq + 1 WHERE id = ?4 RETURNING *"
+        }
+        JobState::Running if !job.cancel_requested => {
+            "UPDATE jobs SET cancel_requested = 1, changed_by = ?2, change_cause = 'cancel requested: ' || ?5, \
+             changed_at = ?1, change_seq = change_seq + 1 WHERE id = ?4 RETURNING *"
+        }
+        JobState::Running => return Ok(job),
+        other => {
+            return Err(LedgerError::InvalidTransition { job_id, state: other.to_string(), action: "cancel" });
+        }
+    };
+    let row = sqlx::query(sql)
+        .bind(now)
+        .bind(actor)
+        .bind(&cause)
+        .bind(job_id.to_string())
+        .bind(reason)
+        .fetch_one(&mut *connection)
+        .await?;
+    job_from_row(&row)
+}
+
+async fn requeue(
+    connection: &mut SqliteConnection,
+    job_id: Uuid,
+    actor: &str,
+    reason: &str,
+    now: Micros,
+) -> Result<Job> {
+    let job = load(connection, job_id).await?;
+    if !matches!(
+        job.state,
+        JobState::Dead | JobState::Cancelled | JobState::Quarantined
+    ) {
+        return Err(LedgerError::InvalidTransition {
+            job_id,
+            state: job.state.to_string(),
+            action: "requeue",
+        });
+    }
+    let is_head: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = ? AND source_key = ? AND head_revision_id = ?)",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(job.revision_id.to_string())
+    .fetch_one(&mut *connection)
+    .await?;
+    if !is_head {
+        return Err(LedgerError::InvalidTransition {
+            job_id,
+            state: format!("{} (its revision is no longer head)", job.state),
+            action: "requeue",
+        });
+    }
+    let row = sqlx::query(
+        "UPDATE jobs SET state = 'pending', attempt = 0, crashes = 0, cancel_requested = 0, run_at = ?1, \
+           run_at_rule = 'requeued by ' || ?2, changed_by = ?2, change_cause = 'requeued: ' || ?3, \
+           changed_at = ?1, change_seq = change_seq + 1 WHERE id = ?4 RETURNING *",
+    )
+    .bind(now)
+    .bind(actor)
+    .bind(reason)
+    .bind(job_id.to_string())
+    .fetch_one(&mut *connection)
+    .await?;
+    job_from_row(&row)
+}
+
+async fn pause(
+    connection: &mut SqliteConnection,
+    dataset: Option<&str>,
+    actor: &str,
+    reason: &str,
+    now: Micros,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO claim_pauses (dataset, reason, actor, created_at, changed_by, change_cause, changed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?3, ?2, ?4) ON CONFLICT (dataset) DO NOTHING",
+    )
+    .bind(dataset.unwrap_or("*"))
+    .bind(reason)
+    .bind(actor)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+async fn resume(
+    connection: &mut SqliteConnection,
+    dataset: Option<&str>,
+    actor: &str,
+    reason: &str,
+    now: Micros,
+) -> Result<()> {
+    let dataset = dataset.unwrap_or("*");
+    sqlx::query("UPDATE claim_pauses SET changed_by = ?2, change_cause = ?3, changed_at = ?4 WHERE dataset = ?1")
+        .bind(dataset)
+        .bind(actor)
+        .bind(reason)
+        .bind(now)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query("DELETE FROM claim_pauses WHERE dataset = ?")
+        .bind(dataset)
+        .execute(&mut *connection)
+        .await?;
+    Ok(())
+}
