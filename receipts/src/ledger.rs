@@ -104,6 +104,12 @@ pub trait Leases: Send + Sync {
 
     /// A job by id.
     async fn job(&self, id: Uuid) -> Result<Option<Job>>;
+
+    /// Notified whenever claimable work may have appeared (acceptance, requeue, release), so
+    /// that workers in the same process wake at once instead of at their next poll.
+    fn work_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 /// The whole ledger.

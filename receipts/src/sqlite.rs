@@ -75,6 +75,7 @@ impl SqliteOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
     reads: SqlitePool,
+    work_signal: Arc<tokio::sync::Notify>,
     principals: Arc<std::sync::Mutex<HashMap<String, (Principal, std::time::Instant)>>>,
     writer: mpsc::Sender<WriteOp>,
     clock: Arc<dyn Clock>,
@@ -132,7 +133,9 @@ impl SqliteLedger {
             .await?;
         let (sender, receiver) = mpsc::channel(4096);
         let options = Arc::new(options);
+        let work_signal = Arc::new(tokio::sync::Notify::new());
         let writer = Writer {
+            work_signal: work_signal.clone(),
             in_transaction: false,
             connection: write_connection,
             clock: clock.clone(),
@@ -143,6 +146,7 @@ impl SqliteLedger {
         tokio::spawn(checkpointer(reads.clone(), sender.downgrade()));
         Ok(Self {
             reads,
+            work_signal,
             principals: Arc::default(),
             writer: sender,
             clock,
@@ -288,6 +292,17 @@ impl Done {
         }
     }
 
+    /// Whether this operation, once committed, may have made a job claimable.
+    fn makes_work(&self) -> bool {
+        match self {
+            Done::Accept(results, _) => results
+                .iter()
+                .any(|result| matches!(result, Ok(acceptance) if acceptance.status == AcceptStatus::QueuedNotConfirmed)),
+            Done::Job(Ok(JobAnswer::Job(job)), _) => job.state == crate::model::JobState::Pending,
+            Done::Job(..) | Done::Block(..) | Done::Token(..) => false,
+        }
+    }
+
     fn send(self) {
         // A caller that went away no longer needs its answer; its writes are committed anyway.
         match self {
@@ -300,6 +315,8 @@ impl Done {
 }
 
 struct Writer {
+    /// Woken after a commit that made work claimable.
+    work_signal: Arc<tokio::sync::Notify>,
     connection: SqliteConnection,
     /// Whether the group's transaction has been begun.
     in_transaction: bool,
@@ -375,7 +392,12 @@ impl Writer {
             "ledger group commit"
         );
         match outcome {
-            Ok(()) => done.into_iter().for_each(Done::send),
+            Ok(()) => {
+                if done.iter().any(Done::makes_work) {
+                    self.work_signal.notify_waiters();
+                }
+                done.into_iter().for_each(Done::send);
+            }
             Err(error) => {
                 if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut self.connection).await {
                     tracing::error!(error = %rollback, "ledger rollback failed");
@@ -1592,6 +1614,10 @@ impl Leases for SqliteLedger {
             reason: reason.to_owned(),
         };
         self.job_command(command).await.map(|_| ())
+    }
+
+    fn work_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.work_signal.clone())
     }
 
     async fn job(&self, id: Uuid) -> Result<Option<Job>> {

@@ -1,6 +1,247 @@
-//! # worker: leased projection workers
+//! # worker: leased workers
 //!
-//! Empty until the worker issue lands: it will claim jobs from the ledger under leases
-//! (fencing tokens checked on every write), heartbeat, project revisions through `gateways`,
-//! read every write back, and retry, cancel and rescue jobs. Like every crate it depends on
-//! `receipts` only.
+//! A [`Worker`] claims due jobs from the ledger ([`receipts::Leases`]), runs each one's
+//! [`Work`] under its lease, heartbeats every third of the lease, and ends the run with
+//! `complete`, `fail` (classified by the work's [`Failure`]) or, on shutdown, `release`.
+//!
+//! ## Tasks
+//! One claim loop per worker: it wakes on the ledger's work signal (new acceptances, requeues,
+//! releases) or at the poll interval, and claims as many jobs as it has free slots
+//! (`concurrency`). Each claimed job runs in its own task, which races the work against its
+//! heartbeats and the shutdown signal.
+//!
+//! ## Invariants
+//! - A run never outlives its lease: when a heartbeat answers `lease_lost` (expired, rescued,
+//!   superseded) the work future is dropped at once and nothing more is written for it; the
+//!   ledger fences any late write anyway.
+//! - A heartbeat that reports a cancel request drops the work and records the run as
+//!   cancelled.
+//! - Shutdown stops claiming, lets running jobs finish within the grace period, then drops the
+//!   rest and releases their leases without charging an attempt.
+//! - Errors are classified by the work itself ([`FailureClass`]), never by message text.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use receipts::{Failure, FailureClass, Job, LeaseToken, Ledger, LedgerError};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// The work a job stands for. Implementations classify their own errors.
+#[async_trait]
+pub trait Work: Send + Sync + 'static {
+    /// Does the job's work. Dropping the future must stop it (cancellation).
+    async fn run(&self, job: &Job) -> Result<(), Failure>;
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The lease owner name recorded in history (e.g. `host:pid:worker-1`).
+    pub owner: String,
+    /// Jobs run at once.
+    pub concurrency: usize,
+    /// Claim at least this often even without a signal.
+    pub poll_interval: Duration,
+    /// Heartbeat period (a third of the lease).
+    pub heartbeat_every: Duration,
+    /// How long running jobs may finish after shutdown is asked before they are released.
+    pub shutdown_grace: Duration,
+}
+
+impl WorkerConfig {
+    /// A configuration for `owner` with heartbeats at a third of the ledger's lease.
+    pub fn new(owner: impl Into<String>, policy: &receipts::policy::JobPolicy) -> Self {
+        let lease = Duration::from_micros(u64::try_from(policy.lease_micros).unwrap_or(30_000_000));
+        Self {
+            owner: owner.into(),
+            concurrency: 4,
+            poll_interval: Duration::from_millis(500),
+            heartbeat_every: lease / 3,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a worker did, for logs and benchmarks.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Runs started.
+    pub started: AtomicU64,
+    /// Runs completed.
+    pub completed: AtomicU64,
+    /// Runs that failed (retry, dead or cancelled).
+    pub failed: AtomicU64,
+    /// Runs stopped because their lease was lost.
+    pub lost: AtomicU64,
+    /// Runs released on shutdown.
+    pub released: AtomicU64,
+}
+
+/// A worker over a ledger.
+pub struct Worker {
+    ledger: Arc<dyn Ledger>,
+    work: Arc<dyn Work>,
+    config: WorkerConfig,
+    stats: Arc<WorkerStats>,
+}
+
+impl Worker {
+    /// A worker that runs `work` for jobs claimed from `ledger`.
+    pub fn new(ledger: Arc<dyn Ledger>, work: Arc<dyn Work>, config: WorkerConfig) -> Self {
+        Self {
+            ledger,
+            work,
+            config,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Counters of this worker's runs.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        self.stats.clone()
+    }
+
+    /// Runs until `shutdown` resolves, then stops claiming, waits up to the grace period for
+    /// running jobs and releases the rest.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        let (stop_sender, stop) = watch::channel(false);
+        let signal = self.ledger.work_signal();
+        let mut running = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            let free = slots.available_permits();
+            if free > 0 {
+                match self
+                    .ledger
+                    .claim(&self.config.owner, u32::try_from(free).unwrap_or(u32::MAX))
+                    .await
+                {
+                    Ok(jobs) => {
+                        for job in jobs {
+                            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                                break;
+                            };
+                            let run = Run {
+                                ledger: self.ledger.clone(),
+                                work: self.work.clone(),
+                                heartbeat_every: self.config.heartbeat_every,
+                                stats: self.stats.clone(),
+                                stop: stop.clone(),
+                            };
+                            running.spawn(async move {
+                                run.execute(job).await;
+                                drop(permit);
+                            });
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(owner = %self.config.owner, %error, "claim failed; retrying at the next poll");
+                    }
+                }
+            }
+            let wake = async {
+                match &signal {
+                    Some(signal) => signal.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = wake => {}
+                () = tokio::time::sleep(self.config.poll_interval) => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+            }
+        }
+        tracing::info!(owner = %self.config.owner, running = running.len(), "worker stopping: no new claims");
+        let drained = tokio::time::timeout(self.config.shutdown_grace, async {
+            while running.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            let _ = stop_sender.send(true);
+            while running.join_next().await.is_some() {}
+        }
+        tracing::info!(owner = %self.config.owner, "worker stopped");
+    }
+}
+
+struct Run {
+    ledger: Arc<dyn Ledger>,
+    work: Arc<dyn Work>,
+    heartbeat_every: Duration,
+    stats: Arc<WorkerStats>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Run {
+    async fn execute(mut self, job: Job) {
+        let Some(token) = LeaseToken::of(&job) else {
+            return;
+        };
+        self.stats.started.fetch_add(1, Ordering::Relaxed);
+        let latency_ms = job
+            .started_at
+            .map(|started| (started - job.run_at).max(0) / 1000);
+        tracing::debug!(job_id = %job.id, revision_id = %job.revision_id, dataset = %job.dataset, ?latency_ms, "run started");
+        let work = self.work.clone();
+        let job_for_work = job.clone();
+        let mut work = std::pin::pin!(async move { work.run(&job_for_work).await });
+        let mut heartbeat = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.heartbeat_every,
+            self.heartbeat_every,
+        );
+        loop {
+            tokio::select! {
+                result = &mut work => {
+                    let ended = match result {
+                        Ok(()) => self.ledger.complete(&token).await.map(|_| &self.stats.completed),
+                        Err(failure) => self.ledger.fail(&token, failure).await.map(|_| &self.stats.failed),
+                    };
+                    match ended {
+                        Ok(counter) => { counter.fetch_add(1, Ordering::Relaxed); }
+                        Err(error) => self.lost(&job, &error),
+                    }
+                    return;
+                }
+                _ = heartbeat.tick() => match self.ledger.heartbeat(&token).await {
+                    Ok(beat) if beat.cancel_requested => {
+                        tracing::info!(job_id = %job.id, "cancel requested: stopping the run");
+                        let failure = Failure {
+                            class: FailureClass::Cancelled,
+                            code: "cancelled".to_owned(),
+                            message: "an operator cancelled the job while it ran".to_owned(),
+                        };
+                        match self.ledger.fail(&token, failure).await {
+                            Ok(_) => { self.stats.failed.fetch_add(1, Ordering::Relaxed); }
+                            Err(error) => self.lost(&job, &error),
+                        }
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(error @ LedgerError::LeaseLost { .. }) => {
+                        self.lost(&job, &error);
+                        return;
+                    }
+                    Err(error) => tracing::warn!(job_id = %job.id, %error, "heartbeat failed; retrying"),
+                },
+                _ = self.stop.changed() => {
+                    match self.ledger.release(&token).await {
+                        Ok(_) => { self.stats.released.fetch_add(1, Ordering::Relaxed); }
+                        Err(error) => self.lost(&job, &error),
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn lost(&self, job: &Job, error: &LedgerError) {
+        self.stats.lost.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "run stopped: its lease no longer holds");
+    }
+}

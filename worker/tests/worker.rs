@@ -1,0 +1,291 @@
+//! The worker runtime against a real SQLite ledger with a short lease, driven by scripted
+//! work (a test double for a job's work: it sleeps, succeeds, fails or hangs on command).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use receipts::conformance::put;
+use receipts::policy::JobPolicy;
+use receipts::{
+    Failure, FailureClass, Job, JobState, Ledger, SqliteLedger, SqliteOptions, SystemClock,
+};
+use worker::{Work, Worker, WorkerConfig};
+
+/// What the scripted work does on a job's n-th run (0-based).
+#[derive(Debug, Clone, Copy)]
+enum Script {
+    Succeed(Duration),
+    FailOnceThenSucceed,
+    Hang,
+}
+
+struct ScriptedWork {
+    script: Script,
+    runs: Mutex<HashMap<uuid::Uuid, u32>>,
+    finished: Mutex<HashMap<uuid::Uuid, u32>>,
+}
+
+impl ScriptedWork {
+    fn new(script: Script) -> Arc<Self> {
+        Arc::new(Self {
+            script,
+            runs: Mutex::default(),
+            finished: Mutex::default(),
+        })
+    }
+}
+
+#[async_trait]
+impl Work for ScriptedWork {
+    async fn run(&self, job: &Job) -> Result<(), Failure> {
+        let run = {
+            let mut runs = self.runs.lock().expect("lock");
+            let count = runs.entry(job.id).or_insert(0);
+            *count += 1;
+            *count - 1
+        };
+        match self.script {
+            Script::Succeed(duration) => tokio::time::sleep(duration).await,
+            Script::FailOnceThenSucceed if run == 0 => {
+                return Err(Failure {
+                    class: FailureClass::Retryable {
+                        retry_after_micros: None,
+                    },
+                    code: "transient".to_owned(),
+                    message: "first run fails".to_owned(),
+                })
+            }
+            Script::FailOnceThenSucceed => {}
+            Script::Hang => std::future::pending::<()>().await,
+        }
+        *self
+            .finished
+            .lock()
+            .expect("lock")
+            .entry(job.id)
+            .or_insert(0) += 1;
+        Ok(())
+    }
+}
+
+fn policy() -> JobPolicy {
+    JobPolicy {
+        lease_micros: 600_000,
+        max_run_micros: 20_000_000,
+        backoff_base_micros: 50_000,
+        ..JobPolicy::default()
+    }
+}
+
+async fn ledger(directory: &tempfile::TempDir) -> Arc<dyn Ledger> {
+    let mut options = SqliteOptions::new(directory.path().join("ledger.db"));
+    options.job_policy = policy();
+    Arc::new(
+        SqliteLedger::open(options, Arc::new(SystemClock))
+            .await
+            .expect("open"),
+    )
+}
+
+fn config(owner: &str) -> WorkerConfig {
+    let mut config = WorkerConfig::new(owner, &policy());
+    config.poll_interval = Duration::from_millis(50);
+    config.shutdown_grace = Duration::from_millis(200);
+    config
+}
+
+async fn accept(ledger: &Arc<dyn Ledger>, count: usize) -> Vec<uuid::Uuid> {
+    let submissions = (0..count)
+        .map(|index| {
+            put(
+                &format!("d{}", index % 3),
+                &format!("k{index}"),
+                &format!("text {index}"),
+            )
+        })
+        .collect();
+    ledger
+        .accept(submissions)
+        .await
+        .into_iter()
+        .map(|result| result.expect("accepted").projection_job_id)
+        .collect()
+}
+
+async fn wait_until(ledger: &Arc<dyn Ledger>, jobs: &[uuid::Uuid], state: JobState) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut all = true;
+        for id in jobs {
+            all &= ledger.job(*id).await.expect("read").expect("job").state == state;
+        }
+        if all {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "jobs did not reach {state} in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_complete_every_job_exactly_once() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = ledger(&directory).await;
+    let work = ScriptedWork::new(Script::Succeed(Duration::from_millis(5)));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut handles = Vec::new();
+    for index in 0..2 {
+        let worker = Worker::new(ledger.clone(), work.clone(), config(&format!("w{index}")));
+        let mut stopped = stopped.clone();
+        handles.push(tokio::spawn(worker.run(async move {
+            let _ = stopped.changed().await;
+        })));
+    }
+    let jobs = accept(&ledger, 60).await;
+    wait_until(&ledger, &jobs, JobState::Completed).await;
+    let _ = stop.send(true);
+    for handle in handles {
+        handle.await.expect("worker");
+    }
+    let finished = work.finished.lock().expect("lock");
+    assert_eq!(finished.len(), 60);
+    assert!(
+        finished.values().all(|count| *count == 1),
+        "every job ran to completion exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_slow_job_alive_and_retries_follow_failures() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = ledger(&directory).await;
+    let slow = ScriptedWork::new(Script::Succeed(Duration::from_millis(1500)));
+    let worker = Worker::new(ledger.clone(), slow.clone(), config("slow"));
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(worker.run(async move {
+        let _ = stopped.changed().await;
+    }));
+    let jobs = accept(&ledger, 1).await;
+    wait_until(&ledger, &jobs, JobState::Completed).await;
+    let job = ledger.job(jobs[0]).await.expect("read").expect("job");
+    assert_eq!(
+        (job.crashes, job.attempt),
+        (0, 0),
+        "a run of 2.5 leases survived on heartbeats"
+    );
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+
+    let flaky = ScriptedWork::new(Script::FailOnceThenSucceed);
+    let worker = Worker::new(ledger.clone(), flaky.clone(), config("flaky"));
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(worker.run(async move {
+        let _ = stopped.changed().await;
+    }));
+    let more = ledger
+        .accept(vec![put("d9", "flaky", "flaky text")])
+        .await
+        .pop()
+        .expect("one")
+        .expect("accepted");
+    wait_until(&ledger, &[more.projection_job_id], JobState::Completed).await;
+    let job = ledger
+        .job(more.projection_job_id)
+        .await
+        .expect("read")
+        .expect("job");
+    assert_eq!(job.attempt, 1, "the failed run was charged one attempt");
+    let history = ledger
+        .history("job", &job.id.to_string())
+        .await
+        .expect("history");
+    assert!(history
+        .iter()
+        .any(|h| h.cause.starts_with("retry scheduled after transient")));
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_running_job_and_shutdown_releases_without_charge() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = ledger(&directory).await;
+    let hang = ScriptedWork::new(Script::Hang);
+    let worker = Worker::new(ledger.clone(), hang.clone(), config("hang"));
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(worker.run(async move {
+        let _ = stopped.changed().await;
+    }));
+    let jobs = accept(&ledger, 2).await;
+    wait_until(&ledger, &jobs, JobState::Running).await;
+    ledger
+        .cancel(jobs[0], "token:ops", "stop it")
+        .await
+        .expect("cancel");
+    wait_until(&ledger, &jobs[..1], JobState::Cancelled).await;
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+    let released = ledger.job(jobs[1]).await.expect("read").expect("job");
+    assert_eq!(
+        (released.state, released.attempt, released.crashes),
+        (JobState::Pending, 0, 0)
+    );
+    let history = ledger
+        .history("job", &jobs[1].to_string())
+        .await
+        .expect("history");
+    assert_eq!(
+        history.last().map(|h| h.cause.as_str()),
+        Some("released: worker shutting down")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_run_is_dropped() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = ledger(&directory).await;
+    let hang = ScriptedWork::new(Script::Hang);
+    let worker = Worker::new(ledger.clone(), hang.clone(), config("hang"));
+    let stats = worker.stats();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(worker.run(async move {
+        let _ = stopped.changed().await;
+    }));
+    let first = ledger
+        .accept(vec![put("d", "k", "one")])
+        .await
+        .pop()
+        .expect("one")
+        .expect("accepted");
+    wait_until(&ledger, &[first.projection_job_id], JobState::Running).await;
+    ledger
+        .accept(vec![put("d", "k", "two")])
+        .await
+        .pop()
+        .expect("one")
+        .expect("accepted");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while stats.lost.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the superseded run was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        ledger
+            .job(first.projection_job_id)
+            .await
+            .expect("read")
+            .expect("job")
+            .state,
+        JobState::Superseded
+    );
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+}
