@@ -39,7 +39,9 @@
 //!
 //! ## Tasks
 //! [`SqliteLedger`] runs one writer task that owns the only write connection and commits
-//! queued operations in groups (see [`sqlite`]); reads use a pool of other connections.
+//! queued operations (acceptances, lease operations, blocks, tokens) in groups (see
+//! [`sqlite`]); reads use a pool of other connections, and a background task checkpoints the
+//! WAL every 500 ms so that no commit waits for a checkpoint.
 //!
 //! Ids are described in [`ids`].
 
