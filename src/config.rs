@@ -41,6 +41,9 @@ struct FileLedger {
     backends: Option<Vec<String>>,
     max_attempts: Option<i64>,
     max_group: Option<usize>,
+    lease_ms: Option<i64>,
+    max_run_ms: Option<i64>,
+    quarantine_after_crashes: Option<i64>,
 }
 
 /// Validated configuration of a cairn node.
@@ -58,6 +61,8 @@ pub struct Config {
     pub max_attempts: i64,
     /// Most submissions per group commit.
     pub max_group: usize,
+    /// Lease, deadline, retry and quarantine policy of jobs.
+    pub job_policy: receipts::policy::JobPolicy,
 }
 
 /// Flags that override the file and the environment.
@@ -140,7 +145,21 @@ impl Config {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?,
         };
+        let defaults = receipts::policy::JobPolicy::default();
+        let job_policy = receipts::policy::JobPolicy {
+            lease_micros: env_number::<i64>(env, "CAIRN_LEASE_MS")?
+                .or(file.ledger.lease_ms)
+                .map_or(defaults.lease_micros, |ms| ms.saturating_mul(1000)),
+            max_run_micros: env_number::<i64>(env, "CAIRN_MAX_RUN_MS")?
+                .or(file.ledger.max_run_ms)
+                .map_or(defaults.max_run_micros, |ms| ms.saturating_mul(1000)),
+            quarantine_after_crashes: env_number(env, "CAIRN_QUARANTINE_AFTER_CRASHES")?
+                .or(file.ledger.quarantine_after_crashes)
+                .unwrap_or(defaults.quarantine_after_crashes),
+            ..defaults
+        };
         let config = Config {
+            job_policy,
             data_dir,
             bind,
             acceptor,
@@ -171,6 +190,13 @@ impl Config {
         if self.max_group == 0 {
             bail!("ledger.max_group must be at least 1");
         }
+        let policy = &self.job_policy;
+        if policy.lease_micros < 100_000 || policy.max_run_micros < policy.lease_micros {
+            bail!("ledger.lease_ms must be at least 100 and ledger.max_run_ms at least lease_ms");
+        }
+        if policy.quarantine_after_crashes < 1 {
+            bail!("ledger.quarantine_after_crashes must be at least 1");
+        }
         Ok(())
     }
 
@@ -190,6 +216,7 @@ impl Config {
         options.backends = self.backends.clone();
         options.max_attempts = self.max_attempts;
         options.max_group = self.max_group;
+        options.job_policy = self.job_policy;
         options
     }
 }

@@ -179,3 +179,16 @@ pub async fn shutdown_signal() {
         () = terminate => tracing::info!("SIGTERM: shutting down"),
     }
 }
+
+/// Fault-injection work for tests of the job lifecycle (`cairn worker --simulate-work-ms`):
+/// every job sleeps for the given time, then completes. Not projection.
+#[derive(Debug, Clone, Copy)]
+pub struct SimulatedWork(pub std::time::Duration);
+
+#[async_trait::async_trait]
+impl worker::Work for SimulatedWork {
+    async fn run(&self, _job: &receipts::Job) -> Result<(), receipts::Failure> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
+    }
+}

@@ -49,6 +49,26 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Run leased workers on the data directory (a separate process beside `cairn serve`).
+    Worker {
+        /// Data directory (the server's).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Jobs run at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Lease owner name (default: host-pid).
+        #[arg(long)]
+        owner: Option<String>,
+        /// Fault-injection setting for tests: instead of projecting, every job sleeps this many
+        /// milliseconds and completes. Projection work arrives with the projection issue;
+        /// until then this is the only work `cairn worker` can run.
+        #[arg(long, hide = true)]
+        simulate_work_ms: Option<u64>,
+    },
     /// Send files and folders to cairn through the batch API.
     Ingest {
         /// Files or folders (walked recursively; the source key is the path inside the folder).
@@ -169,6 +189,42 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             cairn::serve(config, cairn::shutdown_signal()).await?;
         }
+        Command::Worker {
+            data_dir,
+            config,
+            concurrency,
+            owner,
+            simulate_work_ms,
+        } => {
+            let config = Config::load(
+                &Overrides {
+                    data_dir,
+                    bind: None,
+                    config_file: config,
+                },
+                &env,
+            )?;
+            let Some(delay) = simulate_work_ms else {
+                anyhow::bail!(
+                    "cairn worker has no projection work to run yet (it arrives with projection: \
+                     chunks, embeddings, vector writes); jobs stay pending meanwhile"
+                );
+            };
+            let ledger: std::sync::Arc<dyn receipts::Ledger> =
+                std::sync::Arc::new(cairn::open_ledger(&config).await?);
+            let owner = owner.unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+            let mut worker_config = worker::WorkerConfig::new(owner.clone(), &config.job_policy);
+            worker_config.concurrency = concurrency.max(1);
+            let work = std::sync::Arc::new(cairn::SimulatedWork(std::time::Duration::from_millis(
+                delay,
+            )));
+            println!("worker {owner} running (simulated work of {delay} ms per job)");
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            worker::Worker::new(ledger, work, worker_config)
+                .run(cairn::shutdown_signal())
+                .await;
+        }
         Command::Ingest {
             paths,
             dataset,
@@ -260,6 +316,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "host".to_owned())
 }
 
 fn whoami() -> String {

@@ -2,6 +2,7 @@
 //! under SIGKILL.
 
 mod api;
+mod chaos;
 mod cli;
 mod common;
 mod crash;
