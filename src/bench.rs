@@ -332,3 +332,148 @@ async fn raw_loop(
     connection.close().await?;
     Ok(report)
 }
+
+/// No-op work for the queue benchmark: completes at once.
+#[derive(Debug, Clone, Copy)]
+struct NoOp;
+
+#[async_trait::async_trait]
+impl worker::Work for NoOp {
+    async fn run(&self, _job: &receipts::Job) -> Result<(), receipts::Failure> {
+        Ok(())
+    }
+}
+
+fn percentile(sorted: &[i64], fraction: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let index = ((sorted.len() - 1) as f64 * fraction).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+async fn queue_ledger(directory: &Path, name: &str) -> anyhow::Result<Arc<dyn receipts::Ledger>> {
+    let options = receipts::SqliteOptions::new(directory.join(format!("{name}.db")));
+    Ok(Arc::new(
+        receipts::SqliteLedger::open(options, Arc::new(receipts::SystemClock)).await?,
+    ))
+}
+
+/// `cairn bench queue`: no-op jobs claimed and completed per second with 1, 2 and 4 workers
+/// (each running 8 jobs at once), and enqueue-to-start latency of jobs accepted one by one
+/// while a worker waits.
+pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
+    let directory = tempfile::tempdir().context("creating a temporary directory")?;
+    let mut throughput = serde_json::Map::new();
+    for workers in [1usize, 2, 4] {
+        let ledger = queue_ledger(directory.path(), &format!("throughput-{workers}")).await?;
+        for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
+            let submissions = chunk
+                .iter()
+                .map(|index| receipts::Submission {
+                    dataset: format!("d{}", index % 4),
+                    source_key: format!("k{index}"),
+                    actor: "bench".to_owned(),
+                    change: receipts::Change::Put(receipts::Document {
+                        bytes: format!("job {index}").into_bytes(),
+                        media_type: "text/plain".to_owned(),
+                        tags: Vec::new(),
+                        metadata: serde_json::Map::new(),
+                    }),
+                })
+                .collect();
+            for result in ledger.accept(submissions).await {
+                result?;
+            }
+        }
+        eprintln!("queue: {jobs} no-op jobs with {workers} worker(s)");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for index in 0..workers {
+            let mut config = worker::WorkerConfig::new(
+                format!("bench-{index}"),
+                &receipts::policy::JobPolicy::default(),
+            );
+            config.concurrency = 8;
+            config.poll_interval = std::time::Duration::from_millis(20);
+            let runner = worker::Worker::new(ledger.clone(), Arc::new(NoOp), config);
+            let mut stopped = stopped.clone();
+            handles.push(tokio::spawn(runner.run(async move {
+                let _ = stopped.changed().await;
+            })));
+        }
+        loop {
+            let counts = ledger.counts().await?;
+            if counts.jobs.get("completed").copied().unwrap_or(0) >= jobs as i64 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let report = result(jobs, started);
+        let _ = stop.send(true);
+        for handle in handles {
+            handle.await?;
+        }
+        throughput.insert(format!("{workers}_workers"), report);
+    }
+
+    eprintln!("queue: enqueue-to-start latency over {latency_jobs} jobs accepted one by one");
+    let ledger = queue_ledger(directory.path(), "latency").await?;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let mut config = worker::WorkerConfig::new("latency", &receipts::policy::JobPolicy::default());
+    config.poll_interval = std::time::Duration::from_millis(500);
+    let runner = worker::Worker::new(ledger.clone(), Arc::new(NoOp), config);
+    let handle = tokio::spawn(runner.run(async move {
+        let _ = stopped.changed().await;
+    }));
+    let mut ids = Vec::new();
+    for index in 0..latency_jobs {
+        let submission = receipts::Submission {
+            dataset: "latency".to_owned(),
+            source_key: format!("k{index}"),
+            actor: "bench".to_owned(),
+            change: receipts::Change::Put(receipts::Document {
+                bytes: format!("latency {index}").into_bytes(),
+                media_type: "text/plain".to_owned(),
+                tags: Vec::new(),
+                metadata: serde_json::Map::new(),
+            }),
+        };
+        let receipt = ledger
+            .accept(vec![submission])
+            .await
+            .pop()
+            .context("no result")??;
+        ids.push(receipt.projection_job_id);
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let mut latencies = Vec::new();
+    for id in ids {
+        loop {
+            let job = ledger.job(id).await?.context("job vanished")?;
+            if job.state == receipts::JobState::Completed {
+                latencies.push(job.started_at.unwrap_or(job.run_at) - job.created_at);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    let _ = stop.send(true);
+    handle.await?;
+    latencies.sort_unstable();
+    Ok(json!({
+        "benchmark": "queue",
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "jobs": jobs,
+        "work": "no-op; each worker runs 8 jobs at once; claim and completion are durable (synchronous=FULL)",
+        "throughput": throughput,
+        "enqueue_to_start_ms": {
+            "jobs": latencies.len(),
+            "p50": percentile(&latencies, 0.5) as f64 / 1000.0,
+            "p99": percentile(&latencies, 0.99) as f64 / 1000.0,
+            "max": latencies.last().copied().unwrap_or(0) as f64 / 1000.0,
+        },
+        "peer": "apalis (SQLite) not measured yet",
+    }))
+}

@@ -141,6 +141,19 @@ enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// No-op jobs claimed and completed per second with 1, 2 and 4 workers, and
+    /// enqueue-to-start latency.
+    Queue {
+        /// Jobs per throughput scenario.
+        #[arg(long, default_value_t = 5000)]
+        jobs: usize,
+        /// Jobs accepted one by one for the latency scenario.
+        #[arg(long, default_value_t = 300)]
+        latency_jobs: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-queue.json")]
+        out: PathBuf,
+    },
     /// Durable receipts per second through the API against a raw sqlx loop.
     Accept {
         /// Documents per round for the single-document scenarios.
@@ -298,6 +311,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "token {} created; the secret above is shown once",
                 created.id
             );
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Queue {
+                    jobs,
+                    latency_jobs,
+                    out,
+                },
+        } => {
+            let report = cairn::bench::queue(jobs, latency_jobs).await?;
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
+            println!("{text}");
         }
         Command::Bench {
             command:

@@ -49,3 +49,8 @@ BEGIN
     VALUES (OLD.changed_at, 'pause', OLD.dataset, 'resumed', 'paused', NULL, OLD.changed_by,
             OLD.change_cause);
 END;
+
+-- Claims walk the datasets with due work through this index (a skip scan), and take each
+-- dataset's first jobs from it: a claim costs O(datasets x batch), not O(pending jobs).
+CREATE INDEX jobs_claim_by_dataset ON jobs(dataset, priority DESC, run_at)
+    WHERE state IN ('pending', 'retry_wait');

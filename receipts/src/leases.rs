@@ -78,12 +78,9 @@ pub(crate) async fn run(
     unit: f64,
 ) -> Result<JobAnswer> {
     match command {
-        JobCommand::Claim { owner, limit } => {
-            rescue_expired(connection, now, policy).await?;
-            claim(connection, &owner, limit, now, policy)
-                .await
-                .map(JobAnswer::Claimed)
-        }
+        JobCommand::Claim { owner, limit } => claim(connection, &owner, limit, now, policy)
+            .await
+            .map(JobAnswer::Claimed),
         JobCommand::Heartbeat(token) => heartbeat(connection, &token, now, policy)
             .await
             .map(JobAnswer::Heartbeat),
@@ -127,39 +124,11 @@ pub(crate) async fn run(
     }
 }
 
-/// Returns expired leases' jobs to `pending` (one more crash) or `quarantines` them.
-pub(crate) async fn rescue_expired(
-    connection: &mut SqliteConnection,
-    now: Micros,
-    policy: &JobPolicy,
-) -> Result<u64> {
-    let result = sqlx::query(
-        "UPDATE jobs SET \
-           state = CASE WHEN cancel_requested = 1 THEN 'cancelled' \
-                        WHEN crashes + 1 >= ?2 THEN 'quarantined' ELSE 'pending' END, \
-           crashes = crashes + 1, \
-           last_error_code = 'lease_expired', \
-           last_error_message = 'lease of ' || lease_owner || ' expired at ' || lease_expires_at \
-             || ' (last heartbeat ' || coalesce(heartbeat_at, 'never') || ')', \
-           lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
-           deadline_at = NULL, run_at = ?1, run_at_rule = 'rescued after its lease expired', \
-           changed_by = 'cairn:rescuer', \
-           change_cause = CASE WHEN cancel_requested = 1 THEN 'lease_expired; cancel requested earlier' \
-                               WHEN crashes + 1 >= ?2 THEN 'lease_expired; quarantined after ' || (crashes + 1) || ' lost leases' \
-                               ELSE 'lease_expired' END, \
-           changed_at = ?1, change_seq = change_seq + 1 \
-         WHERE state = 'running' AND lease_expires_at <= ?1",
-    )
-    .bind(now)
-    .bind(policy.quarantine_after_crashes)
-    .execute(&mut *connection)
-    .await?;
-    Ok(result.rows_affected())
-}
-
 /// Claims up to `limit` due jobs: highest priority first; within a priority, datasets take
 /// turns (the n-th oldest job of every dataset before the (n+1)-th of any), so a busy dataset
-/// cannot starve a quiet one.
+/// cannot starve a quiet one. Datasets with due work are found by a skip scan of
+/// `jobs_claim_by_dataset`, and each contributes at most `limit` candidates, so the cost is
+/// O(datasets x limit), not O(pending jobs).
 async fn claim(
     connection: &mut SqliteConnection,
     owner: &str,
@@ -167,28 +136,45 @@ async fn claim(
     now: Micros,
     policy: &JobPolicy,
 ) -> Result<Vec<Job>> {
-    let rows = sqlx::query(
+    // One call: rescue expired leases, then claim (both statements number their parameters
+    // without gaps, as sqlx binds multi-statement queries per statement).
+    let rows = sqlx::query(concat!(
+        include_str!("../queries/rescue_expired.sql"),
         "UPDATE jobs SET state = 'running', lease_id = lower(hex(randomblob(16))), lease_owner = ?2, \
            lease_expires_at = min(?1 + ?3, ?1 + ?4), heartbeat_at = ?1, deadline_at = ?1 + ?4, \
            started_at = ?1, changed_by = ?2, \
            change_cause = 'claimed (failures so far ' || attempt || ' of ' || max_attempts || ', crashes ' || crashes || ')', \
            changed_at = ?1, change_seq = change_seq + 1 \
          WHERE id IN ( \
+           WITH RECURSIVE due(dataset) AS ( \
+             SELECT (SELECT min(dataset) FROM jobs INDEXED BY jobs_claim_by_dataset \
+                     WHERE state IN ('pending', 'retry_wait')) \
+             UNION ALL \
+             SELECT (SELECT min(next.dataset) FROM jobs AS next INDEXED BY jobs_claim_by_dataset \
+                     WHERE next.state IN ('pending', 'retry_wait') AND next.dataset > due.dataset) \
+             FROM due WHERE due.dataset IS NOT NULL), \
+           candidates AS ( \
+             SELECT job.id, job.dataset, job.priority, job.run_at FROM due JOIN jobs AS job \
+             WHERE due.dataset IS NOT NULL \
+               AND NOT EXISTS (SELECT 1 FROM claim_pauses AS pause \
+                               WHERE pause.dataset = '*' OR pause.dataset = due.dataset) \
+               AND job.id IN (SELECT first.id FROM jobs AS first INDEXED BY jobs_claim_by_dataset \
+                              WHERE first.state IN ('pending', 'retry_wait') \
+                                AND first.dataset = due.dataset AND first.run_at <= ?1 \
+                              ORDER BY first.priority DESC, first.run_at LIMIT ?5)) \
            SELECT id FROM ( \
              SELECT id, priority, run_at, \
                row_number() OVER (PARTITION BY priority, dataset ORDER BY run_at, id) AS turn \
-             FROM jobs \
-             WHERE state IN ('pending', 'retry_wait') AND run_at <= ?1 \
-               AND NOT EXISTS (SELECT 1 FROM claim_pauses AS pause \
-                               WHERE pause.dataset = '*' OR pause.dataset = jobs.dataset)) \
+             FROM candidates) \
            ORDER BY priority DESC, turn, run_at, id LIMIT ?5) \
-         RETURNING *",
-    )
+         RETURNING *"
+    ))
     .bind(now)
     .bind(owner)
     .bind(policy.lease_micros)
     .bind(policy.max_run_micros)
     .bind(i64::from(limit))
+    .bind(policy.quarantine_after_crashes)
     .fetch_all(&mut *connection)
     .await?;
     let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>>>()?;

@@ -420,9 +420,11 @@ impl Writer {
                 Done::Accept(results, reply)
             }
             WriteOp::Job(command, reply) => {
+                // No savepoint: every lease operation's writes are single statements, each
+                // atomic on its own, so a failed operation leaves nothing partial behind.
                 let now = self.clock.now_micros();
                 let unit: f64 = rand::random();
-                let result = match self.begin_item().await {
+                let result = match self.ensure_transaction().await {
                     Ok(()) => {
                         leases::run(
                             &mut self.connection,
@@ -435,7 +437,7 @@ impl Writer {
                     }
                     Err(error) => Err(error),
                 };
-                Done::Job(self.end_item(result).await, reply)
+                Done::Job(result, reply)
             }
             WriteOp::Block(block, reply) => {
                 let result = match self.begin_item().await {
@@ -452,6 +454,16 @@ impl Writer {
                 Done::Token(self.end_item(result).await, reply)
             }
         }
+    }
+
+    async fn ensure_transaction(&mut self) -> Result<()> {
+        if !self.in_transaction {
+            self.in_transaction = true;
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut self.connection)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn begin_item(&mut self) -> Result<()> {

@@ -113,9 +113,11 @@ impl Worker {
         let signal = self.ledger.work_signal();
         let mut running = JoinSet::new();
         tokio::pin!(shutdown);
+        // Claims are batched: with work running, wait until half the slots are free.
+        let batch = (self.config.concurrency.max(1) / 2).max(1);
         loop {
             let free = slots.available_permits();
-            if free > 0 {
+            if free >= batch || (free > 0 && running.is_empty()) {
                 match self
                     .ledger
                     .claim(&self.config.owner, u32::try_from(free).unwrap_or(u32::MAX))
