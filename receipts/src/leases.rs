@@ -84,8 +84,10 @@ pub(crate) async fn run(
         JobCommand::Heartbeat(token) => heartbeat(connection, &token, now, policy)
             .await
             .map(JobAnswer::Heartbeat),
-        JobCommand::Complete(token) => complete(connection, &token, now)
+        JobCommand::Complete(token) => complete_many(connection, std::slice::from_ref(&token), now)
             .await
+            .pop()
+            .unwrap_or_else(|| Err(LedgerError::Internal("no completion result".to_owned())))
             .map(|job| JobAnswer::Job(Box::new(job))),
         JobCommand::Fail(token, failure) => fail(connection, &token, &failure, now, policy, unit)
             .await
@@ -286,23 +288,55 @@ async fn end_run(
     }
 }
 
-async fn complete(
+/// Completes many runs in one statement (the writer batches the completions of a group).
+/// Each result is the completed job, or `lease_lost` for a token that no longer holds its job.
+pub(crate) async fn complete_many(
     connection: &mut SqliteConnection,
-    token: &LeaseToken,
+    tokens: &[LeaseToken],
     now: Micros,
-) -> Result<Job> {
-    end_run(
-        connection,
-        token,
-        now,
-        JobState::Completed,
-        0,
-        now,
-        "completed",
-        None,
-        "completed",
+) -> Vec<Result<Job>> {
+    let leases: Vec<serde_json::Value> = tokens
+        .iter()
+        .map(|token| serde_json::json!({ "id": token.job_id.to_string(), "lease": token.lease_id }))
+        .collect();
+    let leases = serde_json::Value::from(leases).to_string();
+    let rows = sqlx::query(
+        "UPDATE jobs SET state = 'completed', run_at = ?1, run_at_rule = 'completed', \
+           lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, deadline_at = NULL, \
+           changed_by = lease_owner, change_cause = 'completed', changed_at = ?1, change_seq = change_seq + 1 \
+         WHERE state = 'running' AND lease_expires_at > ?1 \
+           AND (id, lease_id) IN (SELECT value ->> 'id', value ->> 'lease' FROM json_each(?2)) \
+         RETURNING *",
     )
-    .await
+    .bind(now)
+    .bind(&leases)
+    .fetch_all(&mut *connection)
+    .await;
+    let mut completed = std::collections::HashMap::new();
+    match rows {
+        Ok(rows) => {
+            for row in rows {
+                match job_from_row(&row) {
+                    Ok(job) => {
+                        completed.insert(job.id, job);
+                    }
+                    Err(error) => return tokens.iter().map(|_| Err(error.replicate())).collect(),
+                }
+            }
+        }
+        Err(error) => {
+            let error = LedgerError::from(error);
+            return tokens.iter().map(|_| Err(error.replicate())).collect();
+        }
+    }
+    let mut results = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        results.push(match completed.remove(&token.job_id) {
+            Some(job) => Ok(job),
+            None => Err(lease_lost(connection, token, now).await),
+        });
+    }
+    results
 }
 
 async fn release(

@@ -354,10 +354,29 @@ impl Writer {
         // acceptances share waves; any order of concurrent requests is a valid serialisation.
         let mut done = Vec::with_capacity(group.len());
         let mut acceptances = Vec::new();
+        let mut completions = Vec::new();
         for op in group {
             match op {
                 WriteOp::Accept(items, reply) => acceptances.push((items, reply)),
+                WriteOp::Job(JobCommand::Complete(token), reply) => {
+                    completions.push((token, reply))
+                }
                 other => done.push(self.apply(other).await),
+            }
+        }
+        // Completions of the group share one statement.
+        if !completions.is_empty() {
+            let (tokens, replies): (Vec<_>, Vec<_>) = completions.into_iter().unzip();
+            let now = self.clock.now_micros();
+            let results = match self.ensure_transaction().await {
+                Ok(()) => leases::complete_many(&mut self.connection, &tokens, now).await,
+                Err(error) => tokens.iter().map(|_| Err(error.replicate())).collect(),
+            };
+            for (result, reply) in results.into_iter().zip(replies) {
+                done.push(Done::Job(
+                    result.map(|job| JobAnswer::Job(Box::new(job))),
+                    reply,
+                ));
             }
         }
         let mut shapes = Vec::with_capacity(acceptances.len());
