@@ -370,16 +370,13 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
         for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
             let submissions = chunk
                 .iter()
-                .map(|index| receipts::Submission {
-                    dataset: format!("d{}", index % 4),
-                    source_key: format!("k{index}"),
-                    actor: "bench".to_owned(),
-                    change: receipts::Change::Put(receipts::Document {
-                        bytes: format!("job {index}").into_bytes(),
-                        media_type: "text/plain".to_owned(),
-                        tags: Vec::new(),
-                        metadata: serde_json::Map::new(),
-                    }),
+                .map(|index| {
+                    receipts::Submission::text(
+                        &format!("d{}", index % 4),
+                        &format!("k{index}"),
+                        "bench",
+                        &format!("job {index}"),
+                    )
                 })
                 .collect();
             for result in ledger.accept(submissions).await {
@@ -429,17 +426,12 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
     }));
     let mut ids = Vec::new();
     for index in 0..latency_jobs {
-        let submission = receipts::Submission {
-            dataset: "latency".to_owned(),
-            source_key: format!("k{index}"),
-            actor: "bench".to_owned(),
-            change: receipts::Change::Put(receipts::Document {
-                bytes: format!("latency {index}").into_bytes(),
-                media_type: "text/plain".to_owned(),
-                tags: Vec::new(),
-                metadata: serde_json::Map::new(),
-            }),
-        };
+        let submission = receipts::Submission::text(
+            "latency",
+            &format!("k{index}"),
+            "bench",
+            &format!("latency {index}"),
+        );
         let receipt = ledger
             .accept(vec![submission])
             .await

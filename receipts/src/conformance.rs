@@ -12,7 +12,7 @@ use crate::clock::ManualClock;
 use crate::faults::{FaultPlan, FaultPoint};
 use crate::ledger::Ledger;
 use crate::model::{
-    AcceptStatus, Acceptance, Change, ContentBlock, Document, Failure, FailureClass, Job, JobState,
+    AcceptStatus, Acceptance, Change, ContentBlock, Failure, FailureClass, Job, JobState,
     LeaseToken, ReceiptState, Submission,
 };
 use crate::LedgerError;
@@ -34,17 +34,7 @@ pub const START: i64 = 1_767_225_600_000_000;
 
 /// A text submission.
 pub fn put(dataset: &str, key: &str, text: &str) -> Submission {
-    Submission {
-        dataset: dataset.to_owned(),
-        source_key: key.to_owned(),
-        actor: "test:conformance".to_owned(),
-        change: Change::Put(Document {
-            bytes: text.as_bytes().to_vec(),
-            media_type: "text/plain".to_owned(),
-            tags: Vec::new(),
-            metadata: serde_json::Map::new(),
-        }),
-    }
+    Submission::text(dataset, key, "test:conformance", text)
 }
 
 /// A deletion.

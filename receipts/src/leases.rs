@@ -69,6 +69,10 @@ pub(crate) enum JobAnswer {
     Done,
 }
 
+fn answer(result: Result<Job>) -> Result<JobAnswer> {
+    result.map(|job| JobAnswer::Job(Box::new(job)))
+}
+
 /// Runs one command. `unit` is a uniform sample in `[0, 1)` for backoff jitter.
 pub(crate) async fn run(
     connection: &mut SqliteConnection,
@@ -89,26 +93,20 @@ pub(crate) async fn run(
             .pop()
             .unwrap_or_else(|| Err(LedgerError::Internal("no completion result".to_owned())))
             .map(|job| JobAnswer::Job(Box::new(job))),
-        JobCommand::Fail(token, failure) => fail(connection, &token, &failure, now, policy, unit)
-            .await
-            .map(|job| JobAnswer::Job(Box::new(job))),
-        JobCommand::Release(token) => release(connection, &token, now)
-            .await
-            .map(|job| JobAnswer::Job(Box::new(job))),
+        JobCommand::Fail(token, failure) => {
+            answer(fail(connection, &token, &failure, now, policy, unit).await)
+        }
+        JobCommand::Release(token) => answer(release(connection, &token, now).await),
         JobCommand::Cancel {
             job_id,
             actor,
             reason,
-        } => cancel(connection, job_id, &actor, &reason, now)
-            .await
-            .map(|job| JobAnswer::Job(Box::new(job))),
+        } => answer(cancel(connection, job_id, &actor, &reason, now).await),
         JobCommand::Requeue {
             job_id,
             actor,
             reason,
-        } => requeue(connection, job_id, &actor, &reason, now)
-            .await
-            .map(|job| JobAnswer::Job(Box::new(job))),
+        } => answer(requeue(connection, job_id, &actor, &reason, now).await),
         JobCommand::Pause {
             dataset,
             actor,

@@ -160,6 +160,23 @@ pub struct Submission {
     pub change: Change,
 }
 
+impl Submission {
+    /// New UTF-8 text content for a source, as `text/plain` without tags or metadata.
+    pub fn text(dataset: &str, source_key: &str, actor: &str, text: &str) -> Submission {
+        Submission {
+            dataset: dataset.to_owned(),
+            source_key: source_key.to_owned(),
+            actor: actor.to_owned(),
+            change: Change::Put(Document {
+                bytes: text.as_bytes().to_vec(),
+                media_type: "text/plain".to_owned(),
+                tags: Vec::new(),
+                metadata: serde_json::Map::new(),
+            }),
+        }
+    }
+}
+
 /// A new revision's content, or a deletion.
 #[derive(Debug, Clone)]
 pub enum Change {
