@@ -64,6 +64,14 @@ async fn must_accept(harness: &Harness, submission: Submission) -> Acceptance {
     }
 }
 
+async fn lexical_hits(harness: &Harness, query: &str) -> usize {
+    must(
+        harness.ledger.lexical_search(query, &[], 10).await,
+        "lexical search",
+    )
+    .len()
+}
+
 async fn job_state(harness: &Harness, revision: Uuid) -> JobState {
     let detail = harness
         .ledger
@@ -242,15 +250,7 @@ pub async fn revert_reactivates_earlier_revision(harness: Harness) {
 /// Deleting a source makes a tombstone head and removes it from lexical search.
 pub async fn tombstone_deletes_source(harness: Harness) {
     let first = must_accept(&harness, put("docs", "a.txt", "zebra crossing")).await;
-    assert_eq!(
-        harness
-            .ledger
-            .lexical_search("zebra", &[], 10)
-            .await
-            .expect("search")
-            .len(),
-        1
-    );
+    assert_eq!(lexical_hits(&harness, "zebra").await, 1);
     let tombstone = must_accept(&harness, delete("docs", "a.txt")).await;
     assert!(tombstone.tombstone);
     assert_eq!(tombstone.content_sha256, None);
@@ -262,12 +262,7 @@ pub async fn tombstone_deletes_source(harness: Harness) {
         job_state(&harness, first.source_revision_id).await,
         JobState::Superseded
     );
-    assert!(harness
-        .ledger
-        .lexical_search("zebra", &[], 10)
-        .await
-        .expect("search")
-        .is_empty());
+    assert!(lexical_hits(&harness, "zebra").await == 0);
     let source = harness
         .ledger
         .source("docs", "a.txt")
@@ -288,15 +283,7 @@ pub async fn tombstone_deletes_source(harness: Harness) {
     // The old content can come back; its revision becomes head again.
     let back = must_accept(&harness, put("docs", "a.txt", "zebra crossing")).await;
     assert_eq!(back.source_revision_id, first.source_revision_id);
-    assert_eq!(
-        harness
-            .ledger
-            .lexical_search("zebra", &[], 10)
-            .await
-            .expect("search")
-            .len(),
-        1
-    );
+    assert_eq!(lexical_hits(&harness, "zebra").await, 1);
 }
 
 /// Blocked content is refused in its dataset only, and the block is in history.
@@ -346,12 +333,7 @@ pub async fn lexical_index_holds_current_heads_only(harness: Harness) {
     let first = must_accept(&harness, put("docs", "a.txt", "alpha bravo")).await;
     let second = must_accept(&harness, put("docs", "a.txt", "charlie delta")).await;
     must_accept(&harness, put("notes", "n.txt", "charlie echo")).await;
-    assert!(harness
-        .ledger
-        .lexical_search("alpha", &[], 10)
-        .await
-        .expect("search")
-        .is_empty());
+    assert!(lexical_hits(&harness, "alpha").await == 0);
     let hits = harness
         .ledger
         .lexical_search("charlie", &["docs".to_owned()], 10)
@@ -360,15 +342,7 @@ pub async fn lexical_index_holds_current_heads_only(harness: Harness) {
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].revision_id, second.source_revision_id);
     assert_ne!(hits[0].revision_id, first.source_revision_id);
-    assert_eq!(
-        harness
-            .ledger
-            .lexical_search("charlie", &[], 10)
-            .await
-            .expect("search")
-            .len(),
-        2
-    );
+    assert_eq!(lexical_hits(&harness, "charlie").await, 2);
     // Query syntax never reaches the index.
     assert!(harness
         .ledger
@@ -410,21 +384,8 @@ pub async fn faults_leave_no_partial_rows(harness: Harness) {
                 job_state(&harness, base.source_revision_id).await,
                 JobState::Pending
             );
-            assert_eq!(
-                harness
-                    .ledger
-                    .lexical_search("stable", &[], 10)
-                    .await
-                    .expect("search")
-                    .len(),
-                1
-            );
-            assert!(harness
-                .ledger
-                .lexical_search("failing", &[], 10)
-                .await
-                .expect("search")
-                .is_empty());
+            assert_eq!(lexical_hits(&harness, "stable").await, 1);
+            assert!(lexical_hits(&harness, "failing").await == 0);
         }
     }
     // The ledger still works afterwards.

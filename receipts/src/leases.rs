@@ -246,18 +246,45 @@ async fn heartbeat(
     }
 }
 
+/// How a run ends: the job's next state and why.
+#[derive(Debug, Clone, PartialEq)]
+struct Ending {
+    state: JobState,
+    /// Failures charged by this run (0 or 1).
+    attempt_delta: i64,
+    run_at: Micros,
+    /// Why `run_at` holds its value.
+    rule: String,
+    /// The history cause.
+    cause: String,
+    /// The error to record as the job's last error, as `(code, message)`.
+    error: Option<(String, String)>,
+}
+
+impl Ending {
+    fn new(
+        state: JobState,
+        run_at: Micros,
+        rule: impl Into<String>,
+        cause: impl Into<String>,
+    ) -> Self {
+        Self {
+            state,
+            attempt_delta: 0,
+            run_at,
+            rule: rule.into(),
+            cause: cause.into(),
+            error: None,
+        }
+    }
+}
+
 /// Ends a run: sets the job's state and clears its lease, only while the lease holds.
-#[allow(clippy::too_many_arguments)]
 async fn end_run(
     connection: &mut SqliteConnection,
     token: &LeaseToken,
     now: Micros,
-    state: JobState,
-    attempt_delta: i64,
-    run_at: Micros,
-    run_at_rule: &str,
-    error: Option<(&str, &str)>,
-    cause: &str,
+    ending: &Ending,
 ) -> Result<Job> {
     let row = sqlx::query(
         "UPDATE jobs SET state = ?4, attempt = attempt + ?5, run_at = ?6, run_at_rule = ?7, \
@@ -270,14 +297,14 @@ async fn end_run(
     .bind(now)
     .bind(token.job_id.to_string())
     .bind(&token.lease_id)
-    .bind(state.as_str())
-    .bind(attempt_delta)
-    .bind(run_at)
-    .bind(run_at_rule)
-    .bind(error.map(|(code, _)| code))
-    .bind(error.map(|(_, message)| message))
+    .bind(ending.state.as_str())
+    .bind(ending.attempt_delta)
+    .bind(ending.run_at)
+    .bind(&ending.rule)
+    .bind(ending.error.as_ref().map(|(code, _)| code.as_str()))
+    .bind(ending.error.as_ref().map(|(_, message)| message.as_str()))
     .bind(&token.owner)
-    .bind(cause)
+    .bind(&ending.cause)
     .fetch_optional(&mut *connection)
     .await?;
     match row {
@@ -343,33 +370,23 @@ async fn release(
     now: Micros,
 ) -> Result<Job> {
     let job = load(connection, token.job_id).await?;
-    if job.cancel_requested {
-        return end_run(
-            connection,
-            token,
-            now,
+    let ending = if job.cancel_requested {
+        Ending::new(
             JobState::Cancelled,
-            0,
             now,
             "cancelled",
-            None,
             "cancelled: released after a cancel request",
         )
-        .await;
-    }
-    let rule = format!("released by {} without charge", token.owner);
-    end_run(
-        connection,
-        token,
-        now,
-        JobState::Pending,
-        0,
-        now,
-        &rule,
-        None,
-        "released: worker shutting down",
-    )
-    .await
+    } else {
+        let rule = format!("released by {} without charge", token.owner);
+        Ending::new(
+            JobState::Pending,
+            now,
+            rule,
+            "released: worker shutting down",
+        )
+    };
+    end_run(connection, token, now, &ending).await
 }
 
 async fn fail(
@@ -381,65 +398,55 @@ async fn fail(
     unit: f64,
 ) -> Result<Job> {
     let job = load(connection, token.job_id).await?;
-    let error = Some((failure.code.as_str(), failure.message.as_str()));
+    let ending = failure_ending(&job, failure, now, policy, unit);
+    end_run(connection, token, now, &ending).await
+}
+
+/// How a failed run ends, by the failure's class: cancelled (also whenever a cancel was
+/// requested), dead (permanent, or attempts exhausted), or waiting for a retry set by the
+/// error's retry-after (no attempt charged) or by exponential backoff (one attempt charged).
+fn failure_ending(
+    job: &Job,
+    failure: &Failure,
+    now: Micros,
+    policy: &JobPolicy,
+    unit: f64,
+) -> Ending {
     let code = &failure.code;
     let class = if job.cancel_requested {
         FailureClass::Cancelled
     } else {
         failure.class
     };
-    match class {
-        FailureClass::Cancelled => {
-            let cause = format!("cancelled ({code})");
-            end_run(
-                connection,
-                token,
-                now,
-                JobState::Cancelled,
-                0,
-                now,
-                "cancelled",
-                error,
-                &cause,
-            )
-            .await
-        }
-        FailureClass::Permanent => {
-            let cause = format!("dead: permanent error {code}");
-            end_run(
-                connection,
-                token,
-                now,
+    let mut ending = match class {
+        FailureClass::Cancelled => Ending::new(
+            JobState::Cancelled,
+            now,
+            "cancelled",
+            format!("cancelled ({code})"),
+        ),
+        FailureClass::Permanent => Ending {
+            attempt_delta: 1,
+            ..Ending::new(
                 JobState::Dead,
-                1,
                 now,
                 "dead",
-                error,
-                &cause,
+                format!("dead: permanent error {code}"),
             )
-            .await
-        }
+        },
         FailureClass::Retryable {
             retry_after_micros: Some(delay),
         } => {
             let delay = delay.max(0);
-            let rule = format!(
-                "retry-after {} ms from error {code} (snooze: no attempt charged)",
-                delay / 1000
-            );
-            let cause = format!("snoozed: {code} asked to retry after {} ms", delay / 1000);
-            end_run(
-                connection,
-                token,
-                now,
+            Ending::new(
                 JobState::RetryWait,
-                0,
                 now.saturating_add(delay),
-                &rule,
-                error,
-                &cause,
+                format!(
+                    "retry-after {} ms from error {code} (snooze: no attempt charged)",
+                    delay / 1000
+                ),
+                format!("snoozed: {code} asked to retry after {} ms", delay / 1000),
             )
-            .await
         }
         FailureClass::Retryable {
             retry_after_micros: None,
@@ -450,45 +457,32 @@ async fn fail(
                     "dead: attempts exhausted ({attempt} of {}) after {code}",
                     job.max_attempts
                 );
-                return end_run(
-                    connection,
-                    token,
-                    now,
-                    JobState::Dead,
-                    1,
-                    now,
-                    "dead",
-                    error,
-                    &cause,
-                )
-                .await;
+                Ending {
+                    attempt_delta: 1,
+                    ..Ending::new(JobState::Dead, now, "dead", cause)
+                }
+            } else {
+                let delay = policy.backoff_micros(attempt, unit);
+                let rule = format!(
+                    "backoff after attempt {attempt}: {} ms = {} ms x 2^{} (cap {} ms) with jitter",
+                    delay / 1000,
+                    policy.backoff_base_micros / 1000,
+                    attempt - 1,
+                    policy.backoff_cap_micros / 1000
+                );
+                let cause = format!(
+                    "retry scheduled after {code} (attempt {attempt} of {})",
+                    job.max_attempts
+                );
+                Ending {
+                    attempt_delta: 1,
+                    ..Ending::new(JobState::RetryWait, now.saturating_add(delay), rule, cause)
+                }
             }
-            let delay = policy.backoff_micros(attempt, unit);
-            let rule = format!(
-                "backoff after attempt {attempt}: {} ms = {} ms x 2^{} (cap {} ms) with jitter",
-                delay / 1000,
-                policy.backoff_base_micros / 1000,
-                attempt - 1,
-                policy.backoff_cap_micros / 1000
-            );
-            let cause = format!(
-                "retry scheduled after {code} (attempt {attempt} of {})",
-                job.max_attempts
-            );
-            end_run(
-                connection,
-                token,
-                now,
-                JobState::RetryWait,
-                1,
-                now.saturating_add(delay),
-                &rule,
-                error,
-                &cause,
-            )
-            .await
         }
-    }
+    };
+    ending.error = Some((failure.code.clone(), failure.message.clone()));
+    ending
 }
 
 async fn cancel(
