@@ -388,10 +388,7 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
         let started = Instant::now();
         let mut handles = Vec::new();
         for index in 0..workers {
-            let mut config = worker::WorkerConfig::new(
-                format!("bench-{index}"),
-                &receipts::policy::JobPolicy::default(),
-            );
+            let mut config = worker::WorkerConfig::new(format!("bench-{index}"));
             config.concurrency = 8;
             config.poll_interval = std::time::Duration::from_millis(20);
             let runner = worker::Worker::new(ledger.clone(), Arc::new(NoOp), config);
@@ -418,7 +415,7 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
     eprintln!("queue: enqueue-to-start latency over {latency_jobs} jobs accepted one by one");
     let ledger = queue_ledger(directory.path(), "latency").await?;
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let mut config = worker::WorkerConfig::new("latency", &receipts::policy::JobPolicy::default());
+    let mut config = worker::WorkerConfig::new("latency");
     config.poll_interval = std::time::Duration::from_millis(500);
     let runner = worker::Worker::new(ledger.clone(), Arc::new(NoOp), config);
     let handle = tokio::spawn(runner.run(async move {

@@ -25,6 +25,10 @@ struct FileConfig {
     limits: FileLimits,
     #[serde(default)]
     ledger: FileLedger,
+    #[serde(default)]
+    jobs: FileJobs,
+    #[serde(default)]
+    workers: FileWorkers,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -39,12 +43,89 @@ struct FileLimits {
 #[serde(deny_unknown_fields)]
 struct FileLedger {
     backends: Option<Vec<String>>,
-    max_attempts: Option<i64>,
     max_group: Option<usize>,
+}
+
+/// One job kind's policy as written; every field is optional.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePolicy {
+    max_attempts: Option<i64>,
     lease_ms: Option<i64>,
     max_run_ms: Option<i64>,
     quarantine_after_crashes: Option<i64>,
+    backoff_base_ms: Option<i64>,
+    backoff_cap_ms: Option<i64>,
 }
+
+impl FilePolicy {
+    /// Fields set here win over `under`'s.
+    fn over(self, under: FilePolicy) -> FilePolicy {
+        FilePolicy {
+            max_attempts: self.max_attempts.or(under.max_attempts),
+            lease_ms: self.lease_ms.or(under.lease_ms),
+            max_run_ms: self.max_run_ms.or(under.max_run_ms),
+            quarantine_after_crashes: self
+                .quarantine_after_crashes
+                .or(under.quarantine_after_crashes),
+            backoff_base_ms: self.backoff_base_ms.or(under.backoff_base_ms),
+            backoff_cap_ms: self.backoff_cap_ms.or(under.backoff_cap_ms),
+        }
+    }
+
+    fn resolve(self) -> policy::JobPolicy {
+        let defaults = policy::JobPolicy::default();
+        let micros =
+            |ms: Option<i64>, default: i64| ms.map_or(default, |ms| ms.saturating_mul(1000));
+        policy::JobPolicy {
+            max_attempts: self.max_attempts.unwrap_or(defaults.max_attempts),
+            lease_micros: micros(self.lease_ms, defaults.lease_micros),
+            max_run_micros: micros(self.max_run_ms, defaults.max_run_micros),
+            quarantine_after_crashes: self
+                .quarantine_after_crashes
+                .unwrap_or(defaults.quarantine_after_crashes),
+            backoff_base_micros: micros(self.backoff_base_ms, defaults.backoff_base_micros),
+            backoff_cap_micros: micros(self.backoff_cap_ms, defaults.backoff_cap_micros),
+        }
+    }
+}
+
+/// `[jobs]`: a policy for every kind, and `[jobs.project]` / `[jobs.tombstone]` per kind.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileJobs {
+    max_attempts: Option<i64>,
+    lease_ms: Option<i64>,
+    max_run_ms: Option<i64>,
+    quarantine_after_crashes: Option<i64>,
+    backoff_base_ms: Option<i64>,
+    backoff_cap_ms: Option<i64>,
+    #[serde(default)]
+    project: FilePolicy,
+    #[serde(default)]
+    tombstone: FilePolicy,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWorkers {
+    count: Option<usize>,
+    concurrency: Option<usize>,
+}
+
+/// Workers that `cairn serve` runs in its own process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerSettings {
+    /// Claim loops (0: none; run `cairn worker` beside it instead).
+    pub count: usize,
+    /// Jobs each one runs at once.
+    pub concurrency: usize,
+}
+
+/// Default number of in-process workers of `cairn serve`.
+pub const DEFAULT_WORKERS: usize = 1;
+/// Default jobs per worker at once.
+pub const DEFAULT_WORKER_CONCURRENCY: usize = 4;
 
 /// Validated configuration of a cairn node.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,12 +138,12 @@ pub struct Config {
     pub acceptor: acceptor::AcceptorConfig,
     /// Backends that get a projection receipt per job.
     pub backends: Vec<Backend>,
-    /// Failures allowed per projection job.
-    pub max_attempts: i64,
     /// Most submissions per group commit.
     pub max_group: usize,
-    /// Lease, deadline, retry and quarantine policy of jobs.
-    pub job_policy: receipts::policy::JobPolicy,
+    /// Attempts, lease, deadline, retry and quarantine policy of each job kind.
+    pub job_policies: policy::JobPolicies,
+    /// Workers inside `cairn serve`.
+    pub workers: WorkerSettings,
 }
 
 /// Flags that override the file and the environment.
@@ -145,29 +226,43 @@ impl Config {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?,
         };
-        let defaults = receipts::policy::JobPolicy::default();
-        let job_policy = receipts::policy::JobPolicy {
-            lease_micros: env_number::<i64>(env, "CAIRN_LEASE_MS")?
-                .or(file.ledger.lease_ms)
-                .map_or(defaults.lease_micros, |ms| ms.saturating_mul(1000)),
-            max_run_micros: env_number::<i64>(env, "CAIRN_MAX_RUN_MS")?
-                .or(file.ledger.max_run_ms)
-                .map_or(defaults.max_run_micros, |ms| ms.saturating_mul(1000)),
-            quarantine_after_crashes: env_number(env, "CAIRN_QUARANTINE_AFTER_CRASHES")?
-                .or(file.ledger.quarantine_after_crashes)
-                .unwrap_or(defaults.quarantine_after_crashes),
-            ..defaults
+        // Per kind: environment (every kind), then `[jobs.KIND]`, then `[jobs]`, then defaults.
+        let from_env = FilePolicy {
+            max_attempts: env_number(env, "CAIRN_MAX_ATTEMPTS")?,
+            lease_ms: env_number(env, "CAIRN_LEASE_MS")?,
+            max_run_ms: env_number(env, "CAIRN_MAX_RUN_MS")?,
+            quarantine_after_crashes: env_number(env, "CAIRN_QUARANTINE_AFTER_CRASHES")?,
+            backoff_base_ms: env_number(env, "CAIRN_BACKOFF_BASE_MS")?,
+            backoff_cap_ms: env_number(env, "CAIRN_BACKOFF_CAP_MS")?,
+        };
+        let jobs = &file.jobs;
+        let every_kind = FilePolicy {
+            max_attempts: jobs.max_attempts,
+            lease_ms: jobs.lease_ms,
+            max_run_ms: jobs.max_run_ms,
+            quarantine_after_crashes: jobs.quarantine_after_crashes,
+            backoff_base_ms: jobs.backoff_base_ms,
+            backoff_cap_ms: jobs.backoff_cap_ms,
+        };
+        let job_policies = policy::JobPolicies {
+            project: from_env.over(jobs.project.over(every_kind)).resolve(),
+            tombstone: from_env.over(jobs.tombstone.over(every_kind)).resolve(),
+        };
+        let workers = WorkerSettings {
+            count: env_number(env, "CAIRN_WORKERS")?
+                .or(file.workers.count)
+                .unwrap_or(DEFAULT_WORKERS),
+            concurrency: env_number(env, "CAIRN_WORKER_CONCURRENCY")?
+                .or(file.workers.concurrency)
+                .unwrap_or(DEFAULT_WORKER_CONCURRENCY),
         };
         let config = Config {
-            job_policy,
+            job_policies,
+            workers,
             data_dir,
             bind,
             acceptor,
             backends,
-            max_attempts: file
-                .ledger
-                .max_attempts
-                .unwrap_or(policy::DEFAULT_MAX_ATTEMPTS),
             max_group: file.ledger.max_group.unwrap_or(policy::DEFAULT_MAX_GROUP),
         };
         config.validate()?;
@@ -184,18 +279,19 @@ impl Config {
         if self.acceptor.max_batch_items == 0 || self.acceptor.max_batch_items > 100_000 {
             bail!("limits.max_batch_items must be between 1 and 100000");
         }
-        if self.max_attempts < 1 {
-            bail!("ledger.max_attempts must be at least 1");
-        }
         if self.max_group == 0 {
             bail!("ledger.max_group must be at least 1");
         }
-        let policy = &self.job_policy;
-        if policy.lease_micros < 100_000 || policy.max_run_micros < policy.lease_micros {
-            bail!("ledger.lease_ms must be at least 100 and ledger.max_run_ms at least lease_ms");
+        for (kind, policy) in self.job_policies.all() {
+            if let Err(problem) = policy.check() {
+                bail!("jobs.{kind}: {problem}");
+            }
         }
-        if policy.quarantine_after_crashes < 1 {
-            bail!("ledger.quarantine_after_crashes must be at least 1");
+        if self.workers.concurrency == 0 || self.workers.concurrency > 1024 {
+            bail!("workers.concurrency must be between 1 and 1024");
+        }
+        if self.workers.count > 64 {
+            bail!("workers.count must be at most 64");
         }
         Ok(())
     }
@@ -214,9 +310,8 @@ impl Config {
     pub fn ledger_options(&self) -> receipts::SqliteOptions {
         let mut options = receipts::SqliteOptions::new(self.ledger_path());
         options.backends = self.backends.clone();
-        options.max_attempts = self.max_attempts;
         options.max_group = self.max_group;
-        options.job_policy = self.job_policy;
+        options.job_policies = self.job_policies;
         options
     }
 }
@@ -273,6 +368,39 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/env"));
         assert_eq!(config.acceptor.max_batch_items, 7);
         assert_eq!(config.backends.len(), 3);
+    }
+
+    #[test]
+    fn job_policy_per_kind_env_beats_kind_beats_every_kind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cairn.toml");
+        std::fs::write(
+            &file,
+            "[jobs]\nmax_attempts = 7\nlease_ms = 5000\n[jobs.tombstone]\nmax_attempts = 2\nbackoff_base_ms = 10\n",
+        )
+        .expect("write");
+        let overrides = Overrides {
+            config_file: Some(file),
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides, &env(&[("CAIRN_LEASE_MS", "2000")])).expect("config");
+        let project = config.job_policies.project;
+        let tombstone = config.job_policies.tombstone;
+        assert_eq!(project.max_attempts, 7);
+        assert_eq!(tombstone.max_attempts, 2);
+        assert_eq!(project.lease_micros, 2_000_000);
+        assert_eq!(tombstone.lease_micros, 2_000_000);
+        assert_eq!(tombstone.backoff_base_micros, 10_000);
+        assert_eq!(
+            project.backoff_base_micros,
+            policy::DEFAULT_BACKOFF_BASE_MICROS
+        );
+        let error = Config::load(
+            &Overrides::default(),
+            &env(&[("CAIRN_LEASE_MS", "2000"), ("CAIRN_MAX_RUN_MS", "1000")]),
+        )
+        .expect_err("max run below lease");
+        assert!(format!("{error:#}").contains("jobs.project"), "{error:#}");
     }
 
     #[test]

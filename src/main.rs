@@ -226,7 +226,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let ledger: std::sync::Arc<dyn receipts::Ledger> =
                 std::sync::Arc::new(cairn::open_ledger(&config).await?);
             let owner = owner.unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
-            let mut worker_config = worker::WorkerConfig::new(owner.clone(), &config.job_policy);
+            let mut worker_config = worker::WorkerConfig::new(owner.clone());
             worker_config.concurrency = concurrency.max(1);
             let work = std::sync::Arc::new(cairn::SimulatedWork(std::time::Duration::from_millis(
                 delay,

@@ -21,7 +21,7 @@ SET state = 'superseded', lease_id = NULL, lease_owner = NULL, lease_expires_at 
 WHERE id IN (SELECT job_id FROM wave_superseded);
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
     run_at, created_at, changed_by, change_cause, changed_at)
-SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM wave_params), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
+SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
 FROM wave;
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
     changed_at)

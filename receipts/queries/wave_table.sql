@@ -30,7 +30,6 @@ CREATE TEMP TABLE IF NOT EXISTS wave_passages (
 CREATE TEMP TABLE IF NOT EXISTS wave_params (
     id           INTEGER PRIMARY KEY CHECK (id = 1),
     now          INTEGER NOT NULL,
-    max_attempts INTEGER NOT NULL,
     backends     TEXT NOT NULL,
     run_steps    INTEGER NOT NULL CHECK (run_steps IN (0, 1)),
     rows         TEXT NOT NULL,
@@ -41,4 +40,13 @@ CREATE TEMP TABLE IF NOT EXISTS wave_superseded (
     job_id TEXT PRIMARY KEY,
     actor  TEXT NOT NULL,
     cause  TEXT NOT NULL
+);
+-- The writer's job policy per kind (from its configuration), read by claims, heartbeats,
+-- rescues and acceptance so that SQL and Rust apply one policy.
+CREATE TEMP TABLE IF NOT EXISTS job_policies (
+    kind                     TEXT PRIMARY KEY,
+    max_attempts             INTEGER NOT NULL,
+    lease_micros             INTEGER NOT NULL,
+    max_run_micros           INTEGER NOT NULL,
+    quarantine_after_crashes INTEGER NOT NULL
 );

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::{Failure, FailureClass, Heartbeat, Job, JobState, LeaseToken};
-use crate::policy::JobPolicy;
+use crate::policy::{JobPolicies, JobPolicy};
 use crate::sqlite::job_from_row;
 
 /// A request to the writer about jobs.
@@ -78,14 +78,14 @@ pub(crate) async fn run(
     connection: &mut SqliteConnection,
     command: JobCommand,
     now: Micros,
-    policy: &JobPolicy,
+    policies: &JobPolicies,
     unit: f64,
 ) -> Result<JobAnswer> {
     match command {
-        JobCommand::Claim { owner, limit } => claim(connection, &owner, limit, now, policy)
+        JobCommand::Claim { owner, limit } => claim(connection, &owner, limit, now)
             .await
             .map(JobAnswer::Claimed),
-        JobCommand::Heartbeat(token) => heartbeat(connection, &token, now, policy)
+        JobCommand::Heartbeat(token) => heartbeat(connection, &token, now)
             .await
             .map(JobAnswer::Heartbeat),
         JobCommand::Complete(token) => complete_many(connection, std::slice::from_ref(&token), now)
@@ -94,7 +94,7 @@ pub(crate) async fn run(
             .unwrap_or_else(|| Err(LedgerError::Internal("no completion result".to_owned())))
             .map(|job| JobAnswer::Job(Box::new(job))),
         JobCommand::Fail(token, failure) => {
-            answer(fail(connection, &token, &failure, now, policy, unit).await)
+            answer(fail(connection, &token, &failure, now, policies, unit).await)
         }
         JobCommand::Release(token) => answer(release(connection, &token, now).await),
         JobCommand::Cancel {
@@ -134,18 +134,19 @@ async fn claim(
     owner: &str,
     limit: u32,
     now: Micros,
-    policy: &JobPolicy,
 ) -> Result<Vec<Job>> {
     // One call: rescue expired leases, then claim (both statements number their parameters
     // without gaps, as sqlx binds multi-statement queries per statement).
     let rows = sqlx::query(concat!(
         include_str!("../queries/rescue_expired.sql"),
         "UPDATE jobs SET state = 'running', lease_id = lower(hex(randomblob(16))), lease_owner = ?2, \
-           lease_expires_at = min(?1 + ?3, ?1 + ?4), heartbeat_at = ?1, deadline_at = ?1 + ?4, \
+           lease_expires_at = ?1 + min(policy.lease_micros, policy.max_run_micros), heartbeat_at = ?1, \
+           deadline_at = ?1 + policy.max_run_micros, \
            started_at = ?1, changed_by = ?2, \
-           change_cause = 'claimed (failures so far ' || attempt || ' of ' || max_attempts || ', crashes ' || crashes || ')', \
+           change_cause = 'claimed (failures so far ' || jobs.attempt || ' of ' || jobs.max_attempts || ', crashes ' || jobs.crashes || ')', \
            changed_at = ?1, change_seq = change_seq + 1 \
-         WHERE id IN ( \
+         FROM job_policies AS policy \
+         WHERE policy.kind = jobs.kind AND jobs.id IN ( \
            WITH RECURSIVE due(dataset) AS ( \
              SELECT (SELECT min(dataset) FROM jobs INDEXED BY jobs_claim_by_dataset \
                      WHERE state IN ('pending', 'retry_wait')) \
@@ -161,20 +162,17 @@ async fn claim(
                AND job.id IN (SELECT first.id FROM jobs AS first INDEXED BY jobs_claim_by_dataset \
                               WHERE first.state IN ('pending', 'retry_wait') \
                                 AND first.dataset = due.dataset AND first.run_at <= ?1 \
-                              ORDER BY first.priority DESC, first.run_at LIMIT ?5)) \
+                              ORDER BY first.priority DESC, first.run_at LIMIT ?3)) \
            SELECT id FROM ( \
              SELECT id, priority, run_at, \
                row_number() OVER (PARTITION BY priority, dataset ORDER BY run_at, id) AS turn \
              FROM candidates) \
-           ORDER BY priority DESC, turn, run_at, id LIMIT ?5) \
+           ORDER BY priority DESC, turn, run_at, id LIMIT ?3) \
          RETURNING *"
     ))
     .bind(now)
     .bind(owner)
-    .bind(policy.lease_micros)
-    .bind(policy.max_run_micros)
     .bind(i64::from(limit))
-    .bind(policy.quarantine_after_crashes)
     .fetch_all(&mut *connection)
     .await?;
     let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>>>()?;
@@ -224,17 +222,17 @@ async fn heartbeat(
     connection: &mut SqliteConnection,
     token: &LeaseToken,
     now: Micros,
-    policy: &JobPolicy,
 ) -> Result<Heartbeat> {
     let row = sqlx::query(
-        "UPDATE jobs SET lease_expires_at = min(?1 + ?4, deadline_at), heartbeat_at = ?1 \
-         WHERE id = ?2 AND lease_id = ?3 AND state = 'running' AND lease_expires_at > ?1 AND deadline_at > ?1 \
+        "UPDATE jobs SET lease_expires_at = min(?1 + policy.lease_micros, deadline_at), heartbeat_at = ?1 \
+         FROM job_policies AS policy \
+         WHERE policy.kind = jobs.kind AND id = ?2 AND lease_id = ?3 AND state = 'running' \
+           AND lease_expires_at > ?1 AND deadline_at > ?1 \
          RETURNING lease_expires_at, cancel_requested",
     )
     .bind(now)
     .bind(token.job_id.to_string())
     .bind(&token.lease_id)
-    .bind(policy.lease_micros)
     .fetch_optional(&mut *connection)
     .await?;
     match row {
@@ -394,11 +392,11 @@ async fn fail(
     token: &LeaseToken,
     failure: &Failure,
     now: Micros,
-    policy: &JobPolicy,
+    policies: &JobPolicies,
     unit: f64,
 ) -> Result<Job> {
     let job = load(connection, token.job_id).await?;
-    let ending = failure_ending(&job, failure, now, policy, unit);
+    let ending = failure_ending(&job, failure, now, policies.of(job.kind), unit);
     end_run(connection, token, now, &ending).await
 }
 

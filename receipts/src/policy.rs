@@ -1,9 +1,9 @@
 //! Defaults, defined once. Every other place that needs one of these values reads it from
 //! here (or from configuration that starts from here).
 
-use crate::model::Backend;
+use crate::model::{Backend, JobKind};
 
-/// Failures a projection job may cause before it is dead.
+/// Failures a job may cause before it is dead (per kind: [`JobPolicy::max_attempts`]).
 pub const DEFAULT_MAX_ATTEMPTS: i64 = 5;
 
 /// Backends that get a projection receipt when none are configured.
@@ -42,6 +42,8 @@ pub const BACKOFF_JITTER: f64 = 0.1;
 /// Retry and lease policy of a job kind. Defaults are the constants above.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct JobPolicy {
+    /// Failures the job may cause before it is dead.
+    pub max_attempts: i64,
     /// Lease length without a heartbeat, in microseconds.
     pub lease_micros: i64,
     /// Hard limit of one run, in microseconds.
@@ -57,6 +59,7 @@ pub struct JobPolicy {
 impl Default for JobPolicy {
     fn default() -> Self {
         Self {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease_micros: DEFAULT_LEASE_MICROS,
             max_run_micros: DEFAULT_MAX_RUN_MICROS,
             quarantine_after_crashes: DEFAULT_QUARANTINE_AFTER_CRASHES,
@@ -67,6 +70,29 @@ impl Default for JobPolicy {
 }
 
 impl JobPolicy {
+    /// Why this policy cannot work, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.max_attempts < 1 {
+            return Err("max_attempts must be at least 1".to_owned());
+        }
+        if self.lease_micros < 100_000 {
+            return Err("lease_ms must be at least 100".to_owned());
+        }
+        if self.max_run_micros < self.lease_micros {
+            return Err("max_run_ms must be at least lease_ms".to_owned());
+        }
+        if self.quarantine_after_crashes < 1 {
+            return Err("quarantine_after_crashes must be at least 1".to_owned());
+        }
+        if self.backoff_base_micros < 1_000 || self.backoff_cap_micros < self.backoff_base_micros {
+            return Err(
+                "backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
     /// The delay before retry after failure number `attempt` (1-based): `base * 2^(attempt-1)`,
     /// capped, scaled by `1 + JITTER * (2 * unit - 1)` where `unit` is uniform in `[0, 1)`.
     pub fn backoff_micros(&self, attempt: i64, unit: f64) -> i64 {
@@ -77,6 +103,50 @@ impl JobPolicy {
         let capped = raw.min(self.backoff_cap_micros) as f64;
         let factor = 1.0 + BACKOFF_JITTER * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
         (capped * factor).round() as i64
+    }
+}
+
+/// The policy of every job kind. A kind's policy is read from here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct JobPolicies {
+    /// Jobs that project a content revision.
+    pub project: JobPolicy,
+    /// Jobs that exclude a deleted source.
+    pub tombstone: JobPolicy,
+}
+
+impl JobPolicies {
+    /// The same policy for every kind.
+    pub fn uniform(policy: JobPolicy) -> Self {
+        Self {
+            project: policy,
+            tombstone: policy,
+        }
+    }
+
+    /// The policy of `kind`.
+    pub fn of(&self, kind: JobKind) -> &JobPolicy {
+        match kind {
+            JobKind::Project => &self.project,
+            JobKind::Tombstone => &self.tombstone,
+        }
+    }
+
+    /// Every kind with its policy.
+    pub fn all(&self) -> [(JobKind, &JobPolicy); 2] {
+        [
+            (JobKind::Project, &self.project),
+            (JobKind::Tombstone, &self.tombstone),
+        ]
+    }
+
+    /// The shortest lease of any kind (workers heartbeat at a third of it).
+    pub fn shortest_lease_micros(&self) -> i64 {
+        self.all()
+            .iter()
+            .map(|(_, policy)| policy.lease_micros)
+            .min()
+            .unwrap_or(DEFAULT_LEASE_MICROS)
     }
 }
 

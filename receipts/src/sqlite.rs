@@ -44,16 +44,14 @@ pub struct SqliteOptions {
     pub path: PathBuf,
     /// Backends that get a projection receipt per job.
     pub backends: Vec<Backend>,
-    /// Failures allowed per projection job.
-    pub max_attempts: i64,
     /// Most submissions committed in one transaction.
     pub max_group: usize,
     /// Connections in the read pool.
     pub read_connections: u32,
     /// How long a statement waits for another process's write lock.
     pub busy_timeout: Duration,
-    /// Lease, retry and quarantine policy of jobs.
-    pub job_policy: crate::policy::JobPolicy,
+    /// Lease, retry and quarantine policy of each job kind.
+    pub job_policies: crate::policy::JobPolicies,
 }
 
 impl SqliteOptions {
@@ -62,11 +60,10 @@ impl SqliteOptions {
         Self {
             path: path.into(),
             backends: policy::DEFAULT_BACKENDS.to_vec(),
-            max_attempts: policy::DEFAULT_MAX_ATTEMPTS,
             max_group: policy::DEFAULT_MAX_GROUP,
             read_connections: 4,
             busy_timeout: Duration::from_secs(10),
-            job_policy: crate::policy::JobPolicy::default(),
+            job_policies: crate::policy::JobPolicies::default(),
         }
     }
 }
@@ -126,6 +123,22 @@ impl SqliteLedger {
         sqlx::raw_sql(&trigger)
             .execute(&mut write_connection)
             .await?;
+        for (kind, policy) in options.job_policies.all() {
+            policy.check().map_err(|problem| {
+                LedgerError::Unavailable(format!("job policy of {kind} jobs: {problem}"))
+            })?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO job_policies (kind, max_attempts, lease_micros, max_run_micros, \
+                 quarantine_after_crashes) VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(kind.as_str())
+            .bind(policy.max_attempts)
+            .bind(policy.lease_micros)
+            .bind(policy.max_run_micros)
+            .bind(policy.quarantine_after_crashes)
+            .execute(&mut write_connection)
+            .await?;
+        }
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
             .acquire_timeout(Duration::from_secs(10))
@@ -449,7 +462,7 @@ impl Writer {
                             &mut self.connection,
                             command,
                             now,
-                            &self.options.job_policy,
+                            &self.options.job_policies,
                             unit,
                         )
                         .await
@@ -720,7 +733,6 @@ impl Writer {
             rows: json_text(rows),
             passages: json_text(passages),
             contents: json_text(contents),
-            max_attempts: self.options.max_attempts,
             backends: json_text(&backends),
         };
         if !self.faults.armed() {
@@ -831,13 +843,12 @@ mod steps {
 }
 
 /// Parameters of `accept_params.sql`: `?1` now, `?2` wave rows, `?3` passage offsets, `?4`
-/// contents, `?5` max attempts, `?6` backends (`?7`, run every step, is bound by the caller).
+/// contents, `?5` backends (`?6`, run every step, is bound by the caller).
 struct WaveParameters {
     now: Micros,
     rows: String,
     passages: String,
     contents: String,
-    max_attempts: i64,
     backends: String,
 }
 
@@ -851,7 +862,6 @@ impl WaveParameters {
             .bind(self.rows.as_str())
             .bind(self.passages.as_str())
             .bind(self.contents.as_str())
-            .bind(self.max_attempts)
             .bind(self.backends.as_str())
     }
 }

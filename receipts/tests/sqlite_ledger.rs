@@ -143,3 +143,66 @@ async fn acknowledged_acceptances_survive_reopen() {
         .expect("read");
     assert_eq!(bytes.as_deref(), Some(&b"kept"[..]));
 }
+
+#[tokio::test]
+async fn each_job_kind_gets_its_own_policy() {
+    use receipts::policy::{JobPolicies, JobPolicy};
+    use receipts::{JobKind, Leases};
+    let directory = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    let mut options = SqliteOptions::new(directory.path().join("ledger.db"));
+    options.job_policies = JobPolicies {
+        project: JobPolicy {
+            max_attempts: 9,
+            lease_micros: 5_000_000,
+            ..JobPolicy::default()
+        },
+        tombstone: JobPolicy {
+            max_attempts: 2,
+            lease_micros: 700_000,
+            quarantine_after_crashes: 1,
+            ..JobPolicy::default()
+        },
+    };
+    let ledger = SqliteLedger::open(options, clock.clone())
+        .await
+        .expect("open");
+    receipts::Acceptor::accept(&ledger, vec![put("docs", "a", "text")])
+        .await
+        .pop()
+        .expect("result")
+        .expect("accepted");
+    let project = ledger
+        .claim("w", 1)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("job");
+    assert_eq!(project.kind, JobKind::Project);
+    assert_eq!(project.max_attempts, 9);
+    assert_eq!(project.lease_expires_at, Some(START + 5_000_000));
+    // The tombstone supersedes the running project job and queues its own.
+    receipts::Acceptor::accept(&ledger, vec![receipts::conformance::delete("docs", "a")])
+        .await
+        .pop()
+        .expect("result")
+        .expect("accepted");
+    let tombstone = ledger
+        .claim("w", 1)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("job");
+    assert_eq!(tombstone.kind, JobKind::Tombstone);
+    assert_eq!(tombstone.max_attempts, 2);
+    assert_eq!(tombstone.lease_expires_at, Some(START + 700_000));
+    // Its lease expires: one crash quarantines it under the tombstone policy.
+    clock.advance(700_000);
+    assert!(ledger.claim("w", 1).await.expect("claim").is_empty());
+    let rescued = ledger
+        .job(tombstone.id)
+        .await
+        .expect("job")
+        .expect("exists");
+    assert_eq!(rescued.state, receipts::JobState::Quarantined);
+}

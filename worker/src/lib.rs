@@ -3,6 +3,8 @@
 //! A [`Worker`] claims due jobs from the ledger ([`receipts::Leases`]), runs each one's
 //! [`Work`] under its lease, heartbeats every third of the lease, and ends the run with
 //! `complete`, `fail` (classified by the work's [`Failure`]) or, on shutdown, `release`.
+//! The heartbeat period is a third of the lease the claim granted, so each job kind's lease
+//! policy (in the ledger) sets it; workers have no lease setting of their own.
 //!
 //! ## Tasks
 //! One claim loop per worker: it wakes on the ledger's work signal (new acceptances, requeues,
@@ -46,24 +48,29 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Claim at least this often even without a signal.
     pub poll_interval: Duration,
-    /// Heartbeat period (a third of the lease).
-    pub heartbeat_every: Duration,
     /// How long running jobs may finish after shutdown is asked before they are released.
     pub shutdown_grace: Duration,
 }
 
 impl WorkerConfig {
-    /// A configuration for `owner` with heartbeats at a third of the ledger's lease.
-    pub fn new(owner: impl Into<String>, policy: &receipts::policy::JobPolicy) -> Self {
-        let lease = Duration::from_micros(u64::try_from(policy.lease_micros).unwrap_or(30_000_000));
+    /// A configuration for `owner`: 4 jobs at once, polling every 500 ms, 10 s of grace.
+    pub fn new(owner: impl Into<String>) -> Self {
         Self {
             owner: owner.into(),
             concurrency: 4,
             poll_interval: Duration::from_millis(500),
-            heartbeat_every: lease / 3,
             shutdown_grace: Duration::from_secs(10),
         }
     }
+}
+
+/// A run heartbeats every third of the lease its claim granted (the job kind's lease).
+fn heartbeat_period(job: &Job) -> Duration {
+    let granted = match (job.lease_expires_at, job.heartbeat_at) {
+        (Some(expiry), Some(claimed)) => expiry - claimed,
+        _ => receipts::policy::DEFAULT_LEASE_MICROS,
+    };
+    Duration::from_micros(u64::try_from(granted / 3).unwrap_or(0)).max(Duration::from_millis(10))
 }
 
 /// What a worker did, for logs and benchmarks.
@@ -131,7 +138,6 @@ impl Worker {
                             let run = Run {
                                 ledger: self.ledger.clone(),
                                 work: self.work.clone(),
-                                heartbeat_every: self.config.heartbeat_every,
                                 stats: self.stats.clone(),
                                 stop: stop.clone(),
                             };
@@ -175,7 +181,6 @@ impl Worker {
 struct Run {
     ledger: Arc<dyn Ledger>,
     work: Arc<dyn Work>,
-    heartbeat_every: Duration,
     stats: Arc<WorkerStats>,
     stop: watch::Receiver<bool>,
 }
@@ -193,10 +198,8 @@ impl Run {
         let work = self.work.clone();
         let job_for_work = job.clone();
         let mut work = std::pin::pin!(async move { work.run(&job_for_work).await });
-        let mut heartbeat = tokio::time::interval_at(
-            tokio::time::Instant::now() + self.heartbeat_every,
-            self.heartbeat_every,
-        );
+        let period = heartbeat_period(&job);
+        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {
                 result = &mut work => {

@@ -81,7 +81,7 @@ fn policy() -> JobPolicy {
 
 async fn ledger(directory: &tempfile::TempDir) -> Arc<dyn Ledger> {
     let mut options = SqliteOptions::new(directory.path().join("ledger.db"));
-    options.job_policy = policy();
+    options.job_policies = receipts::policy::JobPolicies::uniform(policy());
     Arc::new(
         SqliteLedger::open(options, Arc::new(SystemClock))
             .await
@@ -90,7 +90,7 @@ async fn ledger(directory: &tempfile::TempDir) -> Arc<dyn Ledger> {
 }
 
 fn config(owner: &str) -> WorkerConfig {
-    let mut config = WorkerConfig::new(owner, &policy());
+    let mut config = WorkerConfig::new(owner);
     config.poll_interval = Duration::from_millis(50);
     config.shutdown_grace = Duration::from_millis(200);
     config
@@ -288,4 +288,79 @@ async fn a_superseded_run_is_dropped() {
     );
     let _ = stop.send(true);
     handle.await.expect("worker");
+}
+
+/// Records the dataset of every finished run, in order.
+#[derive(Default)]
+struct OrderRecorder {
+    order: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Work for OrderRecorder {
+    async fn run(&self, job: &Job) -> Result<(), Failure> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        self.order.lock().expect("lock").push(job.dataset.clone());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_dataset_cannot_starve_a_quiet_one_under_load() {
+    const BUSY: usize = 3000;
+    const QUIET: usize = 20;
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = ledger(&directory).await;
+    let submissions = (0..BUSY)
+        .map(|index| put("busy", &format!("b{index}"), &format!("busy {index}")))
+        .collect();
+    for result in ledger.accept(submissions).await {
+        result.expect("accepted");
+    }
+    let work = Arc::new(OrderRecorder::default());
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let mut worker_config = config("w");
+    worker_config.concurrency = 8;
+    let handle = tokio::spawn(
+        Worker::new(ledger.clone(), work.clone(), worker_config).run(async move {
+            let _ = stopped.changed().await;
+        }),
+    );
+    // Let the busy backlog start draining, then the quiet dataset arrives behind it.
+    while work.order.lock().expect("lock").len() < 100 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let submissions = (0..QUIET)
+        .map(|index| put("quiet", &format!("q{index}"), &format!("quiet {index}")))
+        .collect();
+    let quiet: Vec<uuid::Uuid> = ledger
+        .accept(submissions)
+        .await
+        .into_iter()
+        .map(|result| result.expect("accepted").projection_job_id)
+        .collect();
+    let finished_before_quiet = work.order.lock().expect("lock").len();
+    wait_until(&ledger, &quiet, JobState::Completed).await;
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+    let order = work.order.lock().expect("lock").clone();
+    let last_quiet = order
+        .iter()
+        .rposition(|dataset| dataset == "quiet")
+        .expect("quiet jobs ran");
+    let busy_meanwhile = order[finished_before_quiet..=last_quiet]
+        .iter()
+        .filter(|dataset| *dataset == "busy")
+        .count();
+    // Datasets take turns within each claim: the quiet jobs interleave with busy ones (plus
+    // what was already running), instead of waiting behind the whole busy backlog.
+    assert!(
+        busy_meanwhile <= 2 * QUIET + 16,
+        "{busy_meanwhile} busy jobs finished while {QUIET} quiet ones waited"
+    );
+    let busy_left = BUSY - order.iter().filter(|dataset| *dataset == "busy").count();
+    assert!(
+        busy_left > 1000,
+        "the quiet jobs finished with {busy_left} busy jobs still queued"
+    );
 }
