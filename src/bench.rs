@@ -344,6 +344,32 @@ impl worker::Work for NoOp {
     }
 }
 
+#[cfg(feature = "peer-apalis")]
+#[path = "bench_apalis.rs"]
+mod apalis_peer;
+
+/// The peer's throughput on the same workload, when it is built in.
+async fn peer_throughput(
+    directory: &Path,
+    jobs: usize,
+    workers: usize,
+    concurrency: usize,
+) -> anyhow::Result<Option<Value>> {
+    #[cfg(feature = "peer-apalis")]
+    {
+        eprintln!("queue: the same {jobs} jobs on apalis with {workers} worker(s)");
+        let poll = std::time::Duration::from_millis(10);
+        apalis_peer::throughput(directory, jobs, workers, concurrency, poll)
+            .await
+            .map(Some)
+    }
+    #[cfg(not(feature = "peer-apalis"))]
+    {
+        let _ = (directory, jobs, workers, concurrency);
+        Ok(None)
+    }
+}
+
 fn percentile(sorted: &[i64], fraction: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
@@ -359,12 +385,30 @@ async fn queue_ledger(directory: &Path, name: &str) -> anyhow::Result<Arc<dyn re
     ))
 }
 
-/// `cairn bench queue`: no-op jobs claimed and completed per second with 1, 2 and 4 workers
-/// (each running 8 jobs at once), and enqueue-to-start latency of jobs accepted one by one
-/// while a worker waits.
-pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
+/// How the queue benchmark runs.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueBench {
+    /// Jobs per throughput scenario.
+    pub jobs: usize,
+    /// Jobs accepted one by one for the latency scenario.
+    pub latency_jobs: usize,
+    /// Jobs each worker runs at once (cairn and the peer alike).
+    pub concurrency: usize,
+}
+
+/// `cairn bench queue`: no-op jobs claimed and completed per second with 1, 2 and 4 workers,
+/// and enqueue-to-start latency of jobs accepted one by one while a worker waits. Built with
+/// the `peer-apalis` feature, the same run measures apalis (SQLite) on the same workload.
+pub async fn queue(bench: QueueBench) -> anyhow::Result<Value> {
+    let QueueBench {
+        jobs,
+        latency_jobs,
+        concurrency,
+    } = bench;
     let directory = tempfile::tempdir().context("creating a temporary directory")?;
     let mut throughput = serde_json::Map::new();
+    let mut peer = serde_json::Map::new();
+    let mut ratios = serde_json::Map::new();
     for workers in [1usize, 2, 4] {
         let ledger = queue_ledger(directory.path(), &format!("throughput-{workers}")).await?;
         for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
@@ -387,27 +431,45 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let started = Instant::now();
         let mut handles = Vec::new();
+        let mut stats = Vec::new();
         for index in 0..workers {
             let mut config = worker::WorkerConfig::new(format!("bench-{index}"));
-            config.concurrency = 8;
+            config.concurrency = concurrency;
             config.poll_interval = std::time::Duration::from_millis(20);
             let runner = worker::Worker::new(ledger.clone(), Arc::new(NoOp), config);
+            stats.push(runner.stats());
             let mut stopped = stopped.clone();
             handles.push(tokio::spawn(runner.run(async move {
                 let _ = stopped.changed().await;
             })));
         }
-        loop {
-            let counts = ledger.counts().await?;
-            if counts.jobs.get("completed").copied().unwrap_or(0) >= jobs as i64 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        // A run counts once `complete` returned: its completion is committed.
+        while stats
+            .iter()
+            .map(|stats| stats.completed.load(std::sync::atomic::Ordering::Relaxed))
+            .sum::<u64>()
+            < jobs as u64
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
-        let report = result(jobs, started);
+        let seconds = started.elapsed().as_secs_f64();
+        let report =
+            json!({ "jobs": jobs, "seconds": seconds, "per_second": jobs as f64 / seconds });
         let _ = stop.send(true);
         for handle in handles {
             handle.await?;
+        }
+        let completed = ledger.counts().await?.jobs.get("completed").copied();
+        anyhow::ensure!(
+            completed == Some(jobs as i64),
+            "the ledger counts {completed:?} completed jobs, not {jobs}"
+        );
+        if let Some(apalis) = peer_throughput(directory.path(), jobs, workers, concurrency).await? {
+            ratios.insert(
+                format!("{workers}_workers"),
+                json!(per_second(&report) / per_second(&apalis)),
+            );
+            peer.insert(format!("{workers}_workers"), apalis);
         }
         throughput.insert(format!("{workers}_workers"), report);
     }
@@ -455,7 +517,8 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
         "benchmark": "queue",
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "jobs": jobs,
-        "work": "no-op; each worker runs 8 jobs at once; claim and completion are durable (synchronous=FULL)",
+        "concurrency_per_worker": concurrency,
+        "work": "no-op; claim and completion are durable (WAL, synchronous=FULL)",
         "throughput": throughput,
         "enqueue_to_start_ms": {
             "jobs": latencies.len(),
@@ -463,6 +526,14 @@ pub async fn queue(jobs: usize, latency_jobs: usize) -> anyhow::Result<Value> {
             "p99": percentile(&latencies, 0.99) as f64 / 1000.0,
             "max": latencies.last().copied().unwrap_or(0) as f64 / 1000.0,
         },
-        "peer": "apalis (SQLite) not measured yet",
+        "peer": if cfg!(feature = "peer-apalis") {
+            json!({
+                "name": "apalis 0.7.4 + apalis-sql 0.7.3 (SQLite, WAL, synchronous=FULL), poll 10 ms, buffer = concurrency",
+                "throughput": peer,
+                "cairn_over_peer": ratios,
+            })
+        } else {
+            json!("not measured: build with --features peer-apalis")
+        },
     }))
 }

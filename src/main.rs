@@ -150,6 +150,9 @@ enum BenchCommand {
         /// Jobs accepted one by one for the latency scenario.
         #[arg(long, default_value_t = 300)]
         latency_jobs: usize,
+        /// Jobs each worker runs at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-queue.json")]
         out: PathBuf,
@@ -317,10 +320,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 BenchCommand::Queue {
                     jobs,
                     latency_jobs,
+                    concurrency,
                     out,
                 },
         } => {
-            let report = cairn::bench::queue(jobs, latency_jobs).await?;
+            let report = cairn::bench::queue(cairn::bench::QueueBench {
+                jobs,
+                latency_jobs,
+                concurrency: concurrency.max(1),
+            })
+            .await?;
             let text = serde_json::to_string_pretty(&report)?;
             std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
             println!("{text}");

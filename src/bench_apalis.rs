@@ -1,0 +1,118 @@
+//! The queue benchmark's peer: apalis 0.7 with its SQLite storage (`apalis-sql`), on the same
+//! workload as cairn's (no-op jobs, durable SQLite: WAL with `synchronous=FULL`). Built only
+//! with the `peer-apalis` feature.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use apalis::prelude::*;
+use apalis_sql::sqlite::SqliteStorage;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+/// The peer's no-op job.
+#[derive(Debug, Serialize, Deserialize)]
+struct NoOpJob {
+    index: usize,
+}
+
+async fn no_op(_job: NoOpJob, done: Data<Arc<AtomicUsize>>) -> Result<(), Error> {
+    done.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn connect_options(path: &Path, synchronous: SqliteSynchronous) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(synchronous)
+        .busy_timeout(Duration::from_secs(30))
+}
+
+/// Jobs per second for `workers` apalis workers, each running `concurrency` jobs at once and
+/// fetching up to `concurrency` ids per poll (every `poll`).
+pub(crate) async fn throughput(
+    directory: &Path,
+    jobs: usize,
+    workers: usize,
+    concurrency: usize,
+    poll: Duration,
+) -> anyhow::Result<Value> {
+    let path = directory.join(format!("apalis-{workers}.db"));
+    let namespace = "bench";
+    {
+        // Loading is not measured: push through a non-durable connection to save time.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(connect_options(&path, SqliteSynchronous::Off))
+            .await?;
+        SqliteStorage::<()>::setup(&pool)
+            .await
+            .context("apalis setup")?;
+        let mut storage: SqliteStorage<NoOpJob> =
+            SqliteStorage::new_with_config(pool.clone(), apalis_sql::Config::new(namespace));
+        for index in 0..jobs {
+            storage
+                .push(NoOpJob { index })
+                .await
+                .context("apalis push")?;
+        }
+        pool.close().await;
+    }
+    let pool = SqlitePoolOptions::new()
+        .max_connections(8)
+        .connect_with(connect_options(&path, SqliteSynchronous::Full))
+        .await?;
+    let config = apalis_sql::Config::new(namespace)
+        .set_poll_interval(poll)
+        .set_buffer_size(concurrency);
+    let storage: SqliteStorage<NoOpJob> = SqliteStorage::new_with_config(pool.clone(), config);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut monitor = Monitor::new().shutdown_timeout(Duration::from_secs(5));
+    for index in 0..workers {
+        monitor = monitor.register(
+            WorkerBuilder::new(format!("apalis-{index}"))
+                .concurrency(concurrency)
+                .data(handled.clone())
+                .backend(storage.clone())
+                .build_fn(no_op),
+        );
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(monitor.run_with_signal(async move {
+        let _ = stopped.await;
+        Ok(())
+    }));
+    // Done means acknowledged in the database, as for cairn's completions.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if handled.load(Ordering::Relaxed) >= jobs {
+            let done: i64 = sqlx::query_scalar("SELECT count(*) FROM Jobs WHERE status = 'Done'")
+                .fetch_one(&pool)
+                .await?;
+            if done >= jobs as i64 {
+                break;
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "apalis did not finish within 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    let _ = running.await;
+    pool.close().await;
+    Ok(json!({
+        "jobs": jobs,
+        "seconds": seconds,
+        "per_second": jobs as f64 / seconds,
+    }))
+}
