@@ -1,5 +1,49 @@
 //! # gateways: adapters to real stores
 //!
-//! Empty until the projection issue lands: relational chunk rows, the local embedding model,
-//! and vector stores, each behind a small capability trait with read-back. Depends on
-//! `receipts` only.
+//! Each store cairn projects into sits behind a small capability trait with a real
+//! implementation here: the local embedding model ([`Embedder`], fastembed), the chunker
+//! ([`Chunker`], the model's own tokenizer), relational chunk rows and vectors. Depends on
+//! `receipts` only; the worker composes these into the projection job.
+//!
+//! ## Invariants
+//! - No trait here names a vendor type (fastembed, qdrant-edge, sqlx): other implementations
+//!   (a Qdrant server, Postgres) fit behind the same traits.
+//! - Every write has a read-back that checks what the store holds, not what was sent.
+//! - Model inference never runs on the async executor (tokio's blocking pool).
+//! - Errors are typed ([`GatewayError`]); the worker classifies them for retries by type.
+
+pub mod chunker;
+pub mod embedder;
+
+pub use chunker::{Chunk, Chunker, ChunkerSettings};
+pub use embedder::{Embedder, LocalEmbedder, ModelFiles};
+
+/// What can go wrong in a store.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GatewayError {
+    /// The model files are missing or unreadable (setup has not run).
+    #[error("embedding model unavailable: {0}")]
+    ModelMissing(String),
+    /// The model failed on an input.
+    #[error("embedding failed: {0}")]
+    Embedder(String),
+    /// A store refused or failed a write or read (retryable).
+    #[error("{store} unavailable: {message}")]
+    Unavailable {
+        /// Which store.
+        store: &'static str,
+        /// What it said.
+        message: String,
+    },
+    /// A read-back found something other than what was written.
+    #[error("read-back mismatch in {store}: {message}")]
+    ReadbackMismatch {
+        /// Which store.
+        store: &'static str,
+        /// What differs.
+        message: String,
+    },
+    /// The configuration cannot work (e.g. a generation changed under existing data).
+    #[error("{0}")]
+    Config(String),
+}

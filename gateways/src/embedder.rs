@@ -1,0 +1,208 @@
+//! The local embedding model: sentence-transformers/all-MiniLM-L6-v2 through fastembed (ONNX
+//! Runtime loaded dynamically from the file that `scripts/setup-model` installs).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+
+use crate::GatewayError;
+
+/// The model's identity, recorded in receipts and the projection generation.
+pub const MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
+/// Its output dimension.
+pub const MODEL_DIMENSION: usize = 384;
+/// Its window in tokens, including `[CLS]` and `[SEP]`.
+pub const MODEL_MAX_TOKENS: usize = 256;
+/// The ONNX Runtime library file `scripts/setup-model` installs.
+pub const ORT_LIBRARY: &str = "onnxruntime/libonnxruntime.so.1.31.1";
+/// The model's directory under the models directory.
+pub const MODEL_DIRECTORY: &str = "all-MiniLM-L6-v2";
+
+/// Turns texts into unit vectors. Implementations run the model off the async executor.
+#[async_trait]
+pub trait Embedder: Send + Sync + 'static {
+    /// The model id (e.g. `sentence-transformers/all-MiniLM-L6-v2`).
+    fn model_id(&self) -> &str;
+    /// The vectors' dimension.
+    fn dimension(&self) -> usize;
+    /// One L2-normalised vector per text, in order.
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError>;
+}
+
+/// Where the model files are.
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    /// `models/all-MiniLM-L6-v2`: model.onnx and the tokenizer files.
+    pub model_dir: PathBuf,
+    /// `models/onnxruntime/libonnxruntime.so.1.31.1`.
+    pub ort_library: PathBuf,
+}
+
+impl ModelFiles {
+    /// The files under a models directory (as `scripts/setup-model` lays them out), checked
+    /// to exist. A missing file is an error that names the command that installs it.
+    pub fn locate(models_dir: &Path) -> Result<ModelFiles, GatewayError> {
+        let files = ModelFiles {
+            model_dir: models_dir.join(MODEL_DIRECTORY),
+            ort_library: models_dir.join(ORT_LIBRARY),
+        };
+        for path in [
+            files.model_dir.join("model.onnx"),
+            files.model_dir.join("tokenizer.json"),
+            files.model_dir.join("config.json"),
+            files.model_dir.join("special_tokens_map.json"),
+            files.model_dir.join("tokenizer_config.json"),
+            files.ort_library.clone(),
+        ] {
+            if !path.is_file() {
+                return Err(GatewayError::ModelMissing(format!(
+                    "{} is missing; run scripts/setup-model (or point CAIRN_MODELS_DIR at a directory it filled)",
+                    path.display()
+                )));
+            }
+        }
+        Ok(files)
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>, GatewayError> {
+        let path = self.model_dir.join(name);
+        std::fs::read(&path).map_err(|error| {
+            GatewayError::ModelMissing(format!("reading {}: {error}", path.display()))
+        })
+    }
+
+    /// The model's tokenizer without the padding and truncation baked into `tokenizer.json`
+    /// (the chunker must see every token).
+    pub fn tokenizer(&self) -> Result<tokenizers::Tokenizer, GatewayError> {
+        let mut tokenizer = tokenizers::Tokenizer::from_bytes(self.read("tokenizer.json")?)
+            .map_err(|error| GatewayError::ModelMissing(format!("tokenizer.json: {error}")))?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|error| GatewayError::ModelMissing(format!("tokenizer.json: {error}")))?;
+        Ok(tokenizer)
+    }
+}
+
+/// ONNX Runtime is loaded, and its one environment created, once per process.
+fn onnx_runtime(library: &Path) -> Result<ort::environment::Environment, GatewayError> {
+    static LOADED: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let builder = ort::init_from(library).map_err(|error| {
+                format!("loading ONNX Runtime from {}: {error}", library.display())
+            })?;
+            builder
+                .with_name("cairn")
+                .build()
+                .map_err(|error| format!("creating the ONNX Runtime environment: {error}"))
+        })
+        .clone()
+        .map_err(GatewayError::ModelMissing)
+}
+
+/// fastembed running the local model in process. Inference runs on tokio's blocking pool,
+/// one batch at a time (the session is not shared between threads).
+pub struct LocalEmbedder {
+    model: Arc<Mutex<fastembed::TextEmbedding>>,
+    batch_size: usize,
+}
+
+impl std::fmt::Debug for LocalEmbedder {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("LocalEmbedder")
+            .field("model", &MODEL_ID)
+            .field("batch_size", &self.batch_size)
+            .finish()
+    }
+}
+
+/// Texts per ONNX Runtime call (measured: batches of 4-8 chunks are fastest on 2 cores).
+pub const DEFAULT_EMBED_BATCH: usize = 8;
+
+impl LocalEmbedder {
+    /// Loads the model (a second or two). `threads`: ONNX Runtime intra-op threads (`None`:
+    /// every core).
+    pub fn load(files: &ModelFiles, threads: Option<usize>) -> Result<LocalEmbedder, GatewayError> {
+        let environment = onnx_runtime(&files.ort_library)?;
+        let model = fastembed::UserDefinedEmbeddingModel::new(
+            files.read("model.onnx")?,
+            fastembed::TokenizerFiles {
+                tokenizer_file: files.read("tokenizer.json")?,
+                config_file: files.read("config.json")?,
+                special_tokens_map_file: files.read("special_tokens_map.json")?,
+                tokenizer_config_file: files.read("tokenizer_config.json")?,
+            },
+        )
+        .with_pooling(fastembed::Pooling::Mean);
+        let mut options = fastembed::InitOptionsUserDefined::new()
+            .with_environment(environment)
+            .with_max_length(MODEL_MAX_TOKENS);
+        if let Some(threads) = threads {
+            options = options.with_intra_threads(threads.max(1));
+        }
+        let model = fastembed::TextEmbedding::try_new_from_user_defined(model, options)
+            .map_err(|error| GatewayError::ModelMissing(format!("loading {MODEL_ID}: {error}")))?;
+        Ok(LocalEmbedder {
+            model: Arc::new(Mutex::new(model)),
+            batch_size: DEFAULT_EMBED_BATCH,
+        })
+    }
+
+    /// Sets the texts per ONNX Runtime call.
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size.max(1);
+        self
+    }
+
+    /// Embeds on the calling thread (for benchmarks and blocking callers).
+    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, GatewayError> {
+        embed_locked(&self.model, texts, self.batch_size)
+    }
+}
+
+fn embed_locked(
+    model: &Mutex<fastembed::TextEmbedding>,
+    texts: &[String],
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>, GatewayError> {
+    let mut model = model
+        .lock()
+        .map_err(|_| GatewayError::Embedder("the embedding model lock is poisoned".to_owned()))?;
+    let vectors = model
+        .embed(texts, Some(batch_size))
+        .map_err(|error| GatewayError::Embedder(error.to_string()))?;
+    if vectors.len() != texts.len() || vectors.iter().any(|v| v.len() != MODEL_DIMENSION) {
+        return Err(GatewayError::Embedder(format!(
+            "the model returned {} vectors for {} texts (dimension {:?}, expected {MODEL_DIMENSION})",
+            vectors.len(),
+            texts.len(),
+            vectors.first().map(Vec::len)
+        )));
+    }
+    Ok(vectors)
+}
+
+#[async_trait]
+impl Embedder for LocalEmbedder {
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+
+    fn dimension(&self) -> usize {
+        MODEL_DIMENSION
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let model = self.model.clone();
+        let batch_size = self.batch_size;
+        tokio::task::spawn_blocking(move || embed_locked(&model, &texts, batch_size))
+            .await
+            .map_err(|error| GatewayError::Embedder(format!("embedding task failed: {error}")))?
+    }
+}
