@@ -14,9 +14,11 @@
 
 pub mod chunker;
 pub mod embedder;
+pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{Embedder, LocalEmbedder, ModelFiles};
+pub use vectors::{EdgeVectorStore, RevisionPoints, VectorHit, VectorPoint, VectorStore};
 
 /// What can go wrong in a store.
 #[derive(Debug, Clone, thiserror::Error)]

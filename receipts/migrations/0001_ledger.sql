@@ -116,7 +116,7 @@ CREATE TABLE tokens (
 CREATE TABLE history (
     seq        INTEGER PRIMARY KEY, -- rowid: rows are never deleted, so it only grows
     at         INTEGER NOT NULL,
-    entity     TEXT    NOT NULL CHECK (entity IN ('source', 'job', 'receipt', 'block', 'token', 'pause')),
+    entity     TEXT    NOT NULL CHECK (entity IN ('source', 'job', 'receipt', 'block', 'token', 'pause', 'generation')),
     entity_id  TEXT    NOT NULL,
     event      TEXT    NOT NULL,
     from_state TEXT,

@@ -52,6 +52,19 @@ pub enum LedgerError {
         /// What was asked.
         action: &'static str,
     },
+    /// A different projection generation is active (model, dimension, chunker or backends
+    /// changed under existing data).
+    #[error(
+        "projection generation {requested} differs from the active generation {active}: the \
+         embedding model, dimension, chunker settings or backends changed; start a new \
+         generation (rebuild) instead of mixing them"
+    )]
+    GenerationMismatch {
+        /// The active generation.
+        active: String,
+        /// The one asked for.
+        requested: String,
+    },
     /// A named fault point fired (tests only).
     #[error("injected fault at {0}")]
     Injected(crate::faults::FaultPoint),
@@ -87,6 +100,7 @@ impl LedgerError {
             LedgerError::LeaseLost { .. } => "lease_lost",
             LedgerError::JobNotFound(_) => "job_not_found",
             LedgerError::InvalidTransition { .. } => "invalid_transition",
+            LedgerError::GenerationMismatch { .. } => "generation_mismatch",
             LedgerError::Injected(_) => "injected_fault",
             LedgerError::Unavailable(_) => "ledger_unavailable",
             LedgerError::Storage(error) if is_unavailable(error) => "ledger_unavailable",
@@ -99,7 +113,7 @@ impl LedgerError {
     /// The HTTP status that goes with the code.
     pub fn http_status(&self) -> u16 {
         match self.code() {
-            "content_blocked" | "lease_lost" | "invalid_transition" => 409,
+            "content_blocked" | "lease_lost" | "invalid_transition" | "generation_mismatch" => 409,
             "source_not_found" | "job_not_found" => 404,
             "ledger_unavailable" => 503,
             "internal_error" | "injected_fault" => 500,
@@ -161,6 +175,12 @@ impl LedgerError {
                 state: state.clone(),
                 action,
             },
+            LedgerError::GenerationMismatch { active, requested } => {
+                LedgerError::GenerationMismatch {
+                    active: active.clone(),
+                    requested: requested.clone(),
+                }
+            }
             LedgerError::Injected(point) => LedgerError::Injected(*point),
             LedgerError::Unavailable(message) => LedgerError::Unavailable(message.clone()),
             LedgerError::Storage(error) if is_unavailable(error) => {

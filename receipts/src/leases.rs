@@ -181,7 +181,7 @@ async fn claim(
 }
 
 /// Why a fenced write found no row.
-async fn lease_lost(
+pub(crate) async fn lease_lost(
     connection: &mut SqliteConnection,
     token: &LeaseToken,
     now: Micros,

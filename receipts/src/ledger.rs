@@ -8,8 +8,9 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, ContentBlock, Failure, Heartbeat, HistoryEntry, Job, LeaseToken, LedgerCounts,
-    LexicalHit, RevisionDetail, SourceView, Submission,
+    Acceptance, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation, Heartbeat, HistoryEntry,
+    Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptUpdate, RevisionDetail,
+    SourceView, Submission,
 };
 
 /// Durable acceptance: every method returns only after its writes are on disk.
@@ -112,7 +113,46 @@ pub trait Leases: Send + Sync {
     }
 }
 
-/// The whole ledger.
-pub trait Ledger: Acceptor + Reader + Tokens + Leases + std::fmt::Debug + 'static {}
+/// Projection state: the active generation, the relational backend's chunk rows, and the
+/// per-backend receipts. Writes are fenced by the run's lease like every lease operation.
+#[async_trait]
+pub trait Projections: Send + Sync {
+    /// Makes `generation` the active one, or confirms it already is; refuses
+    /// (`generation_mismatch`) while a different generation is active.
+    async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()>;
 
-impl<T: Acceptor + Reader + Tokens + Leases + std::fmt::Debug + 'static> Ledger for T {}
+    /// The active generation, if one was activated.
+    async fn active_generation(&self) -> Result<Option<Generation>>;
+
+    /// Replaces the chunk rows of the lease's revision.
+    async fn write_chunks(
+        &self,
+        lease: &LeaseToken,
+        generation: &str,
+        chunks: Vec<ChunkRow>,
+    ) -> Result<()>;
+
+    /// What the relational backend holds for a revision (its read-back).
+    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary>;
+
+    /// A revision's chunk rows, in order.
+    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>>;
+
+    /// Records a receipt state of the lease's job; a verified or excluded receipt supersedes
+    /// the same backend's verified receipts of the source's other revisions.
+    async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()>;
+
+    /// A job's receipts, by backend.
+    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>>;
+}
+
+/// The whole ledger.
+pub trait Ledger:
+    Acceptor + Reader + Tokens + Leases + Projections + std::fmt::Debug + 'static
+{
+}
+
+impl<T: Acceptor + Reader + Tokens + Leases + Projections + std::fmt::Debug + 'static> Ledger
+    for T
+{
+}

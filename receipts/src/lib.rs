@@ -59,16 +59,18 @@ mod ledger;
 pub mod model;
 pub mod passages;
 pub mod policy;
+mod projection;
 pub mod sqlite;
 pub mod validate;
 
 pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
-pub use ledger::{Acceptor, Leases, Ledger, Reader, Tokens};
+pub use ledger::{Acceptor, Leases, Ledger, Projections, Reader, Tokens};
 pub use model::{
-    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, Failure, FailureClass,
-    Heartbeat, HistoryEntry, Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit,
-    ProjectionReceipt, ReceiptState, Revision, RevisionDetail, SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, Change, ChunkRow, ChunkSummary, ContentBlock, Document,
+    Failure, FailureClass, Generation, Heartbeat, HistoryEntry, Job, JobKind, JobState, LeaseToken,
+    LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision,
+    RevisionDetail, SourceView, Submission,
 };
 pub use sqlite::{SqliteLedger, SqliteOptions};

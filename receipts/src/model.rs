@@ -488,3 +488,98 @@ pub struct Failure {
     /// Human-readable message (recorded as the job's last error).
     pub message: String,
 }
+
+/// The identity of a projection: the embedding model, its dimension, the chunker settings and
+/// the backends. Receipts and chunk rows record it; changing any part needs a new generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Generation {
+    /// `g-` and 16 hex digits of the sha256 of the other fields.
+    pub id: String,
+    /// Embedding model id.
+    pub model: String,
+    /// Vector dimension.
+    pub dimension: i64,
+    /// Chunker settings, as text.
+    pub chunker: String,
+    /// Backends projected into (sorted).
+    pub backends: Vec<Backend>,
+}
+
+impl Generation {
+    /// The generation of these settings; its id is derived from them.
+    pub fn new(model: &str, dimension: i64, chunker: &str, backends: &[Backend]) -> Generation {
+        use sha2::Digest;
+        let mut backends = backends.to_vec();
+        backends.sort_by_key(|backend| backend.as_str());
+        backends.dedup();
+        let names: Vec<&str> = backends.iter().map(|backend| backend.as_str()).collect();
+        let identity = format!("{model}\n{dimension}\n{chunker}\n{}", names.join(","));
+        let digest = sha2::Sha256::digest(identity.as_bytes());
+        Generation {
+            id: format!("g-{}", &crate::ids::to_hex(&digest)[..16]),
+            model: model.to_owned(),
+            dimension,
+            chunker: chunker.to_owned(),
+            backends,
+        }
+    }
+}
+
+/// One chunk row of a revision (the relational backend).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRow {
+    /// Position in the revision (0-based).
+    pub chunk_index: i64,
+    /// The chunk's text.
+    pub text: String,
+    /// Byte offset of its first byte in the revision's text.
+    pub byte_start: i64,
+    /// Byte offset after its last byte.
+    pub byte_end: i64,
+    /// Tokens in it.
+    pub token_count: i64,
+    /// Hex sha256 of the text.
+    pub sha256: String,
+}
+
+/// What the relational backend holds for a revision: read back after every write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkSummary {
+    /// Rows stored.
+    pub count: i64,
+    /// Hex sha256 over the rows' hashes in chunk order, one per line.
+    pub checksum: String,
+}
+
+impl ChunkSummary {
+    /// The summary of rows with these hashes, in chunk order.
+    pub fn of<'a>(hashes: impl IntoIterator<Item = &'a str>) -> ChunkSummary {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        let mut count = 0;
+        for hash in hashes {
+            hasher.update(hash.as_bytes());
+            hasher.update(b"\n");
+            count += 1;
+        }
+        ChunkSummary {
+            count,
+            checksum: crate::ids::to_hex(&hasher.finalize()),
+        }
+    }
+}
+
+/// A receipt state change written by a projection run (fenced by its lease).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiptUpdate {
+    /// The backend.
+    pub backend: Backend,
+    /// The new state.
+    pub state: ReceiptState,
+    /// Evidence: counts, checksums, model, dimension, durations.
+    pub evidence: serde_json::Value,
+    /// Why, for history.
+    pub cause: String,
+    /// The projection generation.
+    pub generation: String,
+}

@@ -27,14 +27,16 @@ use crate::error::{LedgerError, Result};
 use crate::faults::{FaultInjector, FaultPoint, NoFaults};
 use crate::ids;
 use crate::leases::{self, JobAnswer, JobCommand};
-use crate::ledger::{Acceptor, Leases, Reader, Tokens};
+use crate::ledger::{Acceptor, Leases, Projections, Reader, Tokens};
 use crate::model::{
-    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Document, Failure, Heartbeat,
-    HistoryEntry, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
-    ReceiptState, Revision, RevisionDetail, SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, Change, ChunkRow, ChunkSummary, ContentBlock, Document,
+    Failure, Generation, Heartbeat, HistoryEntry, Job, JobKind, LeaseToken, LedgerCounts,
+    LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision, RevisionDetail,
+    SourceView, Submission,
 };
 use crate::passages::{self, Passage};
 use crate::policy;
+use crate::projection::{self, ProjectCommand};
 use crate::validate;
 
 /// How to open a SQLite ledger.
@@ -264,6 +266,7 @@ enum PreparedChange {
 enum WriteOp {
     Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
     Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
+    Project(ProjectCommand, oneshot::Sender<Result<()>>),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
     Token(NewToken, oneshot::Sender<Result<CreatedToken>>),
 }
@@ -272,7 +275,7 @@ impl WriteOp {
     fn weight(&self) -> usize {
         match self {
             WriteOp::Accept(items, _) => items.len().max(1),
-            WriteOp::Block(..) | WriteOp::Token(..) | WriteOp::Job(..) => 1,
+            WriteOp::Block(..) | WriteOp::Token(..) | WriteOp::Job(..) | WriteOp::Project(..) => 1,
         }
     }
 }
@@ -284,6 +287,7 @@ enum Done {
         oneshot::Sender<Vec<Result<Acceptance>>>,
     ),
     Block(Result<()>, oneshot::Sender<Result<()>>),
+    Project(Result<()>, oneshot::Sender<Result<()>>),
     Token(Result<CreatedToken>, oneshot::Sender<Result<CreatedToken>>),
     Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
 }
@@ -300,6 +304,7 @@ impl Done {
                 reply,
             ),
             Done::Block(result, reply) => Done::Block(fail_one(result, error), reply),
+            Done::Project(result, reply) => Done::Project(fail_one(result, error), reply),
             Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
         }
@@ -312,7 +317,7 @@ impl Done {
                 .iter()
                 .any(|result| matches!(result, Ok(acceptance) if acceptance.status == AcceptStatus::QueuedNotConfirmed)),
             Done::Job(Ok(JobAnswer::Job(job)), _) => job.state == crate::model::JobState::Pending,
-            Done::Job(..) | Done::Block(..) | Done::Token(..) => false,
+            Done::Job(..) | Done::Block(..) | Done::Token(..) | Done::Project(..) => false,
         }
     }
 
@@ -321,6 +326,7 @@ impl Done {
         match self {
             Done::Accept(results, reply) => drop(reply.send(results)),
             Done::Block(result, reply) => drop(reply.send(result)),
+            Done::Project(result, reply) => drop(reply.send(result)),
             Done::Job(result, reply) => drop(reply.send(result)),
             Done::Token(result, reply) => drop(reply.send(result)),
         }
@@ -470,6 +476,15 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Job(result, reply)
+            }
+            WriteOp::Project(command, reply) => {
+                // A savepoint: a chunk write is two statements, kept or undone together.
+                let now = self.clock.now_micros();
+                let result = match self.begin_item().await {
+                    Ok(()) => projection::run(&mut self.connection, command, now).await,
+                    Err(error) => Err(error),
+                };
+                Done::Project(self.end_item(result).await, reply)
             }
             WriteOp::Block(block, reply) => {
                 let result = match self.begin_item().await {
@@ -1313,27 +1328,10 @@ impl Reader for SqliteLedger {
         .as_ref()
         .map(job_from_row)
         .transpose()?;
-        let mut receipts = Vec::new();
-        if let Some(job) = &job {
-            let rows = sqlx::query(
-                "SELECT backend, state, evidence, updated_at FROM projection_receipts WHERE job_id = ? ORDER BY backend",
-            )
-            .bind(job.id.to_string())
-            .fetch_all(&self.reads)
-            .await?;
-            for row in rows {
-                let evidence: Option<String> = row.try_get("evidence")?;
-                receipts.push(ProjectionReceipt {
-                    backend: parse_enum::<Backend>(&row.try_get::<String, _>("backend")?)?,
-                    state: parse_enum::<ReceiptState>(&row.try_get::<String, _>("state")?)?,
-                    evidence: evidence
-                        .map(|text| serde_json::from_str(&text))
-                        .transpose()
-                        .map_err(|error| LedgerError::Corrupt(error.to_string()))?,
-                    updated_at: row.try_get("updated_at")?,
-                });
-            }
-        }
+        let receipts = match &job {
+            Some(job) => self.load_receipts(job.id).await?,
+            None => Vec::new(),
+        };
         // Every lookup goes through history's (entity, entity_id, seq) index.
         let history = sqlx::query(
             "SELECT * FROM history WHERE entity = 'source' AND entity_id = ?2 \
@@ -1558,6 +1556,34 @@ impl Tokens for SqliteLedger {
 }
 
 impl SqliteLedger {
+    async fn load_receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
+        let rows = sqlx::query(
+            "SELECT backend, state, evidence, updated_at FROM projection_receipts WHERE job_id = ? ORDER BY backend",
+        )
+        .bind(job_id.to_string())
+        .fetch_all(&self.reads)
+        .await?;
+        let mut receipts = Vec::with_capacity(rows.len());
+        for row in rows {
+            let evidence: Option<String> = row.try_get("evidence")?;
+            receipts.push(ProjectionReceipt {
+                backend: parse_enum::<Backend>(&row.try_get::<String, _>("backend")?)?,
+                state: parse_enum::<ReceiptState>(&row.try_get::<String, _>("state")?)?,
+                evidence: evidence
+                    .map(|text| serde_json::from_str(&text))
+                    .transpose()
+                    .map_err(|error| LedgerError::Corrupt(error.to_string()))?,
+                updated_at: row.try_get("updated_at")?,
+            });
+        }
+        Ok(receipts)
+    }
+
+    async fn project_command(&self, command: ProjectCommand) -> Result<()> {
+        self.submit(|reply| WriteOp::Project(command, reply))
+            .await?
+    }
+
     async fn job_command(&self, command: JobCommand) -> Result<JobAnswer> {
         self.submit(|reply| WriteOp::Job(command, reply)).await?
     }
@@ -1669,5 +1695,83 @@ impl Leases for SqliteLedger {
             .as_ref()
             .map(job_from_row)
             .transpose()
+    }
+}
+
+#[async_trait]
+impl Projections for SqliteLedger {
+    async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()> {
+        self.project_command(ProjectCommand::Activate {
+            generation: generation.clone(),
+            actor: actor.to_owned(),
+        })
+        .await
+    }
+
+    async fn active_generation(&self) -> Result<Option<Generation>> {
+        sqlx::query("SELECT * FROM generations WHERE active = 1")
+            .fetch_optional(&self.reads)
+            .await?
+            .as_ref()
+            .map(projection::generation_from_row)
+            .transpose()
+    }
+
+    async fn write_chunks(
+        &self,
+        lease: &LeaseToken,
+        generation: &str,
+        chunks: Vec<ChunkRow>,
+    ) -> Result<()> {
+        self.project_command(ProjectCommand::WriteChunks {
+            token: lease.clone(),
+            generation: generation.to_owned(),
+            chunks,
+        })
+        .await
+    }
+
+    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary> {
+        let hashes: Vec<String> = sqlx::query_scalar(
+            "SELECT sha256 FROM chunks WHERE revision_id = ? ORDER BY chunk_index",
+        )
+        .bind(revision_id.to_string())
+        .fetch_all(&self.reads)
+        .await?;
+        Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
+    }
+
+    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>> {
+        let rows = sqlx::query(
+            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
+             WHERE revision_id = ? ORDER BY chunk_index",
+        )
+        .bind(revision_id.to_string())
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChunkRow {
+                    chunk_index: row.try_get("chunk_index")?,
+                    text: row.try_get("text")?,
+                    byte_start: row.try_get("byte_start")?,
+                    byte_end: row.try_get("byte_end")?,
+                    token_count: row.try_get("token_count")?,
+                    sha256: row.try_get("sha256")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()> {
+        self.project_command(ProjectCommand::Receipt {
+            token: lease.clone(),
+            update,
+        })
+        .await
+    }
+
+    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
+        self.load_receipts(job_id).await
     }
 }

@@ -1,0 +1,500 @@
+//! The vector backend: a [`VectorStore`] trait free of vendor types, and its qdrant-edge
+//! implementation (the in-process Qdrant engine, persisted under the data directory, one
+//! shard per projection generation).
+//!
+//! ## Invariants
+//! - Point ids are derived from (revision id, chunk index): projecting twice overwrites, never
+//!   duplicates.
+//! - Payload indexes on the filtered fields exist before the first point is written.
+//! - [`VectorStore::upsert`] returns after the write is flushed to disk.
+//! - Search filters by dataset and `is_current = true` inside the engine; the caller still
+//!   binds every hit to the ledger's current head.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use qdrant_edge::{
+    Condition, CountRequest, Distance, EdgeConfigBuilder, EdgeShard, EdgeVectorParamsBuilder,
+    FieldCondition, Filter, JsonPath, Match, PayloadFieldSchema, PayloadSchemaType, PointId,
+    PointStruct, SearchRequest, ValueVariants, WithPayloadInterface, WithVector,
+    DEFAULT_VECTOR_NAME,
+};
+use uuid::Uuid;
+
+use crate::GatewayError;
+
+/// One chunk's vector and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorPoint {
+    /// Dataset of the source.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision the chunk belongs to.
+    pub revision_id: Uuid,
+    /// The chunk's position in the revision.
+    pub chunk_index: u32,
+    /// The embedding.
+    pub vector: Vec<f32>,
+}
+
+/// A nearest-neighbour hit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorHit {
+    /// Dataset of the source.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision the point belongs to.
+    pub revision_id: Uuid,
+    /// The chunk's position in the revision.
+    pub chunk_index: u32,
+    /// Cosine similarity.
+    pub score: f32,
+}
+
+/// What the store holds for a revision (the read-back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevisionPoints {
+    /// Points stored for the revision.
+    pub count: usize,
+    /// Of those, points whose vector has the store's dimension.
+    pub with_dimension: usize,
+    /// Of those, points marked current.
+    pub current: usize,
+}
+
+/// A store of chunk vectors.
+#[async_trait]
+pub trait VectorStore: Send + Sync + 'static {
+    /// The store's name for receipts and logs (e.g. `qdrant-edge`).
+    fn name(&self) -> &'static str;
+    /// The vectors' dimension.
+    fn dimension(&self) -> usize;
+    /// Writes points (marked current) durably, replacing points with the same identity.
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError>;
+    /// Reads back what is stored for a revision.
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError>;
+    /// Marks every point of the source not current, except those of `keep` (which are marked
+    /// current). `keep = None` (a tombstone) makes the whole source not current.
+    async fn set_current(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        keep: Option<Uuid>,
+    ) -> Result<(), GatewayError>;
+    /// Marks a revision's points not current (a stale run undoing its own write).
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
+    /// Nearest current points in `datasets`.
+    async fn search(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError>;
+}
+
+/// The point id of a chunk: UUID v5 of the chunk index in the revision's namespace.
+pub fn point_id(revision_id: Uuid, chunk_index: u32) -> Uuid {
+    Uuid::new_v5(&revision_id, chunk_index.to_string().as_bytes())
+}
+
+fn unavailable(error: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Unavailable {
+        store: "qdrant-edge",
+        message: error.to_string(),
+    }
+}
+
+/// The payload fields, parsed once.
+#[derive(Debug, Clone)]
+struct Fields {
+    dataset: JsonPath,
+    source_key: JsonPath,
+    revision_id: JsonPath,
+    is_current: JsonPath,
+}
+
+fn payload_path(key: &str) -> Result<JsonPath, GatewayError> {
+    key.parse()
+        .map_err(|()| GatewayError::Config(format!("invalid payload path {key}")))
+}
+
+impl Fields {
+    fn new() -> Result<Fields, GatewayError> {
+        Ok(Fields {
+            dataset: payload_path("dataset")?,
+            source_key: payload_path("source_key")?,
+            revision_id: payload_path("revision_id")?,
+            is_current: payload_path("is_current")?,
+        })
+    }
+}
+
+fn keyword(key: &JsonPath, value: &str) -> Condition {
+    Condition::Field(FieldCondition::new_match(
+        key.clone(),
+        Match::new_value(ValueVariants::String(value.to_owned())),
+    ))
+}
+
+fn flag(key: &JsonPath, value: bool) -> Condition {
+    Condition::Field(FieldCondition::new_match(
+        key.clone(),
+        Match::new_value(ValueVariants::Bool(value)),
+    ))
+}
+
+fn all_of(conditions: Vec<Condition>) -> Filter {
+    Filter {
+        must: Some(conditions),
+        ..Filter::default()
+    }
+}
+
+/// Fields search and projection filter by, indexed before any point is written.
+const INDEXED: [(&str, PayloadSchemaType); 5] = [
+    ("dataset", PayloadSchemaType::Keyword),
+    ("source_key", PayloadSchemaType::Keyword),
+    ("revision_id", PayloadSchemaType::Keyword),
+    ("is_current", PayloadSchemaType::Bool),
+    ("chunk_index", PayloadSchemaType::Integer),
+];
+
+struct Shard {
+    shard: EdgeShard,
+    /// Writes (and their flush) exclusive, reads shared: the engine's flush expects no
+    /// concurrent writer.
+    lock: RwLock<()>,
+}
+
+/// qdrant-edge, in process, persisted at a directory.
+#[derive(Clone)]
+pub struct EdgeVectorStore {
+    inner: Arc<Shard>,
+    fields: Fields,
+    dimension: usize,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for EdgeVectorStore {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("EdgeVectorStore")
+            .field("path", &self.path)
+            .field("dimension", &self.dimension)
+            .finish()
+    }
+}
+
+impl EdgeVectorStore {
+    /// Opens the shard at `path`, creating it (cosine distance, `dimension`, payload indexes)
+    /// when it does not exist yet.
+    pub fn open(path: &Path, dimension: usize) -> Result<EdgeVectorStore, GatewayError> {
+        std::fs::create_dir_all(path)
+            .map_err(|error| unavailable(format!("creating {}: {error}", path.display())))?;
+        let existing = path.join("edge_config.json").is_file();
+        let shard = if existing {
+            EdgeShard::load(path, None).map_err(unavailable)?
+        } else {
+            let config = EdgeConfigBuilder::new()
+                .vector(
+                    DEFAULT_VECTOR_NAME,
+                    EdgeVectorParamsBuilder::new(dimension, Distance::Cosine).build(),
+                )
+                .build();
+            let shard = EdgeShard::new(path, config).map_err(unavailable)?;
+            for (field, schema) in INDEXED {
+                shard
+                    .update(qdrant_edge::UpdateOperation::FieldIndexOperation(
+                        qdrant_edge::FieldIndexOperations::CreateIndex(qdrant_edge::CreateIndex {
+                            field_name: payload_path(field)?,
+                            field_schema: Some(PayloadFieldSchema::FieldType(schema)),
+                        }),
+                    ))
+                    .map_err(unavailable)?;
+            }
+            shard.flush();
+            shard
+        };
+        let configured = shard
+            .config()
+            .vectors
+            .get(DEFAULT_VECTOR_NAME)
+            .map(|params| params.size);
+        if configured != Some(dimension) {
+            return Err(GatewayError::Config(format!(
+                "the vector shard at {} has dimension {configured:?}, the model {dimension}; \
+                 start a new generation",
+                path.display()
+            )));
+        }
+        Ok(EdgeVectorStore {
+            inner: Arc::new(Shard {
+                shard,
+                lock: RwLock::new(()),
+            }),
+            fields: Fields::new()?,
+            dimension,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Runs `f` on the blocking pool with the shard's read or write lock.
+    async fn with_shard<T: Send + 'static>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&EdgeShard) -> Result<T, GatewayError> + Send + 'static,
+    ) -> Result<T, GatewayError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            if write {
+                let _guard = inner
+                    .lock
+                    .write()
+                    .map_err(|_| unavailable("the shard lock is poisoned"))?;
+                let result = f(&inner.shard);
+                if result.is_ok() {
+                    inner.shard.flush();
+                }
+                result
+            } else {
+                let _guard = inner
+                    .lock
+                    .read()
+                    .map_err(|_| unavailable("the shard lock is poisoned"))?;
+                f(&inner.shard)
+            }
+        })
+        .await
+        .map_err(|error| unavailable(format!("vector task failed: {error}")))?
+    }
+
+    /// Points in the shard (all revisions).
+    pub async fn total_points(&self) -> Result<usize, GatewayError> {
+        self.with_shard(false, |shard| {
+            shard
+                .count(CountRequest {
+                    filter: None,
+                    exact: true,
+                })
+                .map_err(unavailable)
+        })
+        .await
+    }
+}
+
+fn set_payload(filter: Filter, is_current: bool) -> qdrant_edge::UpdateOperation {
+    let mut payload = serde_json::Map::new();
+    payload.insert("is_current".to_owned(), serde_json::Value::Bool(is_current));
+    qdrant_edge::UpdateOperation::PayloadOperation(qdrant_edge::PayloadOps::SetPayload(
+        qdrant_edge::SetPayloadOp {
+            payload: qdrant_edge::Payload(payload),
+            points: None,
+            filter: Some(filter),
+            key: None,
+        },
+    ))
+}
+
+fn payload_text(payload: &Option<qdrant_edge::Payload>, key: &str) -> Option<String> {
+    payload.as_ref()?.0.get(key)?.as_str().map(str::to_owned)
+}
+
+#[async_trait]
+impl VectorStore for EdgeVectorStore {
+    fn name(&self) -> &'static str {
+        "qdrant-edge"
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        if let Some(bad) = points.iter().find(|p| p.vector.len() != self.dimension) {
+            return Err(GatewayError::Config(format!(
+                "a vector of dimension {} for a store of dimension {}",
+                bad.vector.len(),
+                self.dimension
+            )));
+        }
+        let points: Vec<qdrant_edge::PointStructPersisted> = points
+            .into_iter()
+            .map(|point| {
+                let payload = serde_json::json!({
+                    "dataset": point.dataset,
+                    "source_key": point.source_key,
+                    "revision_id": point.revision_id.to_string(),
+                    "chunk_index": point.chunk_index,
+                    "is_current": true,
+                });
+                PointStruct::new(
+                    PointId::Uuid(point_id(point.revision_id, point.chunk_index)),
+                    point.vector,
+                    payload,
+                )
+                .into()
+            })
+            .collect();
+        self.with_shard(true, move |shard| {
+            shard
+                .update(qdrant_edge::UpdateOperation::PointOperation(
+                    qdrant_edge::PointOperations::UpsertPoints(
+                        qdrant_edge::PointInsertOperations::PointsList(points),
+                    ),
+                ))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
+        let dimension = self.dimension;
+        let fields = self.fields.clone();
+        self.with_shard(false, move |shard| {
+            let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
+            let count = shard
+                .count(CountRequest {
+                    filter: Some(filter.clone()),
+                    exact: true,
+                })
+                .map_err(unavailable)?;
+            let current = shard
+                .count(CountRequest {
+                    filter: Some(filter.merge_owned(all_of(vec![flag(&fields.is_current, true)]))),
+                    exact: true,
+                })
+                .map_err(unavailable)?;
+            let ids: Vec<PointId> = (0..u32::try_from(count).unwrap_or(u32::MAX))
+                .map(|index| PointId::Uuid(point_id(revision_id, index)))
+                .collect();
+            let records = shard
+                .retrieve(
+                    &ids,
+                    Some(WithPayloadInterface::Bool(false)),
+                    Some(WithVector::Bool(true)),
+                )
+                .map_err(unavailable)?;
+            let with_dimension = records
+                .iter()
+                .filter(|record| match &record.vector {
+                    Some(qdrant_edge::VectorStructInternal::Single(vector)) => {
+                        vector.len() == dimension
+                    }
+                    Some(qdrant_edge::VectorStructInternal::Named(named)) => named
+                        .get(DEFAULT_VECTOR_NAME)
+                        .is_some_and(|vector| match vector {
+                            qdrant_edge::VectorInternal::Dense(values) => values.len() == dimension,
+                            _ => false,
+                        }),
+                    _ => false,
+                })
+                .count();
+            Ok(RevisionPoints {
+                count,
+                with_dimension,
+                current,
+            })
+        })
+        .await
+    }
+
+    async fn set_current(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        keep: Option<Uuid>,
+    ) -> Result<(), GatewayError> {
+        let fields = self.fields.clone();
+        let source = vec![
+            keyword(&fields.dataset, dataset),
+            keyword(&fields.source_key, source_key),
+        ];
+        self.with_shard(true, move |shard| {
+            let mut others = all_of(source.clone());
+            if let Some(keep) = keep {
+                others.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
+                let mut mine = source;
+                mine.push(keyword(&fields.revision_id, &keep.to_string()));
+                shard
+                    .update(set_payload(all_of(mine), true))
+                    .map_err(unavailable)?;
+            }
+            shard
+                .update(set_payload(others, false))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
+        let fields = self.fields.clone();
+        self.with_shard(true, move |shard| {
+            let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
+            shard
+                .update(set_payload(filter, false))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn search(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        let filter = Filter {
+            should: Some(
+                datasets
+                    .iter()
+                    .map(|d| keyword(&self.fields.dataset, d))
+                    .collect(),
+            ),
+            must: Some(vec![flag(&self.fields.is_current, true)]),
+            ..Filter::default()
+        };
+        self.with_shard(false, move |shard| {
+            let points = shard
+                .search(SearchRequest {
+                    query: qdrant_edge::QueryEnum::Nearest(qdrant_edge::NamedQuery::default_dense(
+                        vector,
+                    )),
+                    filter: Some(filter),
+                    params: None,
+                    limit,
+                    offset: 0,
+                    with_payload: Some(WithPayloadInterface::Bool(true)),
+                    with_vector: None,
+                    score_threshold: None,
+                })
+                .map_err(unavailable)?;
+            Ok(points
+                .into_iter()
+                .filter_map(|point| {
+                    let revision_id = payload_text(&point.payload, "revision_id")?.parse().ok()?;
+                    let chunk_index = point
+                        .payload
+                        .as_ref()?
+                        .0
+                        .get("chunk_index")?
+                        .as_u64()
+                        .and_then(|index| u32::try_from(index).ok())?;
+                    Some(VectorHit {
+                        dataset: payload_text(&point.payload, "dataset")?,
+                        source_key: payload_text(&point.payload, "source_key")?,
+                        revision_id,
+                        chunk_index,
+                        score: point.score,
+                    })
+                })
+                .collect())
+        })
+        .await
+    }
+}

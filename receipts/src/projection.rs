@@ -1,0 +1,211 @@
+//! Projection writes: generations, chunk rows (the relational backend) and receipt states.
+//!
+//! Every function here runs inside the writer's transaction, like the lease operations. Chunk
+//! and receipt writes are fenced: they happen only while the run's lease holds (checked against
+//! the current time in the same transaction), so a worker that lost its lease changes nothing.
+//!
+//! ## Invariants
+//! - At most one generation is active; activating a different one while another is active is
+//!   refused (`generation_mismatch`): a changed model, dimension, chunker or backend set needs
+//!   a new generation and a rebuild, never a silent mix.
+//! - A revision's chunk rows are replaced whole, so a retried run leaves one set.
+//! - When a receipt becomes `verified` (or `excluded`), the same backend's verified or
+//!   excluded receipts of every other revision of the source become `superseded` (history
+//!   records it): at most one revision per source is current in each backend.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::Row;
+
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::model::{ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
+use crate::sqlite::job_from_row;
+
+/// A projection write, run by the writer.
+#[derive(Debug)]
+pub(crate) enum ProjectCommand {
+    Activate {
+        generation: Generation,
+        actor: String,
+    },
+    WriteChunks {
+        token: LeaseToken,
+        generation: String,
+        chunks: Vec<ChunkRow>,
+    },
+    Receipt {
+        token: LeaseToken,
+        update: ReceiptUpdate,
+    },
+}
+
+/// Runs one projection write.
+pub(crate) async fn run(
+    connection: &mut SqliteConnection,
+    command: ProjectCommand,
+    now: Micros,
+) -> Result<()> {
+    match command {
+        ProjectCommand::Activate { generation, actor } => {
+            activate(connection, &generation, &actor, now).await
+        }
+        ProjectCommand::WriteChunks {
+            token,
+            generation,
+            chunks,
+        } => write_chunks(connection, &token, &generation, &chunks, now).await,
+        ProjectCommand::Receipt { token, update } => {
+            receipt(connection, &token, &update, now).await
+        }
+    }
+}
+
+/// The job, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
+async fn fence(connection: &mut SqliteConnection, token: &LeaseToken, now: Micros) -> Result<Job> {
+    let row = sqlx::query(
+        "SELECT * FROM jobs WHERE id = ?1 AND lease_id = ?2 AND state = 'running' \
+         AND lease_expires_at > ?3 AND deadline_at > ?3",
+    )
+    .bind(token.job_id.to_string())
+    .bind(&token.lease_id)
+    .bind(now)
+    .fetch_optional(&mut *connection)
+    .await?;
+    match row {
+        Some(row) => job_from_row(&row),
+        None => Err(crate::leases::lease_lost(connection, token, now).await),
+    }
+}
+
+async fn activate(
+    connection: &mut SqliteConnection,
+    generation: &Generation,
+    actor: &str,
+    now: Micros,
+) -> Result<()> {
+    let active: Option<String> = sqlx::query_scalar("SELECT id FROM generations WHERE active = 1")
+        .fetch_optional(&mut *connection)
+        .await?;
+    match active {
+        Some(id) if id == generation.id => Ok(()),
+        Some(id) => Err(LedgerError::GenerationMismatch {
+            active: id,
+            requested: generation.id.clone(),
+        }),
+        None => {
+            let backends: Vec<&str> = generation.backends.iter().map(|b| b.as_str()).collect();
+            sqlx::query(
+                "INSERT INTO generations (id, model, dimension, chunker, backends, active, created_at, created_by) \
+                 VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+            )
+            .bind(&generation.id)
+            .bind(&generation.model)
+            .bind(generation.dimension)
+            .bind(&generation.chunker)
+            .bind(serde_json::to_string(&backends).unwrap_or_else(|_| "[]".to_owned()))
+            .bind(now)
+            .bind(actor)
+            .execute(&mut *connection)
+            .await?;
+            Ok(())
+        }
+    }
+}
+
+async fn write_chunks(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    generation: &str,
+    chunks: &[ChunkRow],
+    now: Micros,
+) -> Result<()> {
+    let job = fence(connection, token, now).await?;
+    let revision = job.revision_id.to_string();
+    sqlx::query("DELETE FROM chunks WHERE revision_id = ?")
+        .bind(&revision)
+        .execute(&mut *connection)
+        .await?;
+    let rows = serde_json::to_string(chunks)
+        .map_err(|error| LedgerError::Internal(format!("encoding chunk rows: {error}")))?;
+    sqlx::query(
+        "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, token_count, sha256, generation) \
+         SELECT ?1, value ->> 'chunk_index', value ->> 'text', value ->> 'byte_start', value ->> 'byte_end', \
+                value ->> 'token_count', value ->> 'sha256', ?2 \
+         FROM json_each(?3)",
+    )
+    .bind(&revision)
+    .bind(generation)
+    .bind(rows)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+async fn receipt(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    update: &ReceiptUpdate,
+    now: Micros,
+) -> Result<()> {
+    let job = fence(connection, token, now).await?;
+    let evidence = update.evidence.to_string();
+    sqlx::query(
+        "INSERT INTO projection_receipts (job_id, backend, state, evidence, updated_at, changed_by, \
+           change_cause, changed_at, generation) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?5, ?8) \
+         ON CONFLICT (job_id, backend) DO UPDATE SET state = excluded.state, evidence = excluded.evidence, \
+           updated_at = excluded.updated_at, changed_by = excluded.changed_by, \
+           change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
+           generation = excluded.generation, change_seq = change_seq + 1",
+    )
+    .bind(job.id.to_string())
+    .bind(update.backend.as_str())
+    .bind(update.state.as_str())
+    .bind(&evidence)
+    .bind(now)
+    .bind(&token.owner)
+    .bind(&update.cause)
+    .bind(&update.generation)
+    .execute(&mut *connection)
+    .await?;
+    if matches!(
+        update.state,
+        ReceiptState::Verified | ReceiptState::Excluded
+    ) {
+        sqlx::query(
+            "UPDATE projection_receipts SET state = 'superseded', updated_at = ?1, changed_by = ?2, \
+               change_cause = 'superseded_by:' || ?3, changed_at = ?1, change_seq = change_seq + 1 \
+             WHERE backend = ?4 AND state IN ('verified', 'excluded') \
+               AND job_id IN (SELECT id FROM jobs WHERE dataset = ?5 AND source_key = ?6 AND revision_id != ?3)",
+        )
+        .bind(now)
+        .bind(&token.owner)
+        .bind(job.revision_id.to_string())
+        .bind(update.backend.as_str())
+        .bind(&job.dataset)
+        .bind(&job.source_key)
+        .execute(&mut *connection)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The active generation, if any (read side).
+pub(crate) fn generation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Generation> {
+    let backends: String = row.try_get("backends")?;
+    let names: Vec<String> = serde_json::from_str(&backends)
+        .map_err(|error| LedgerError::Corrupt(format!("generation backends: {error}")))?;
+    let backends = names
+        .iter()
+        .map(|name| {
+            name.parse()
+                .map_err(|error| LedgerError::Corrupt(format!("generation backend: {error}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Generation {
+        id: row.try_get("id")?,
+        model: row.try_get("model")?,
+        dimension: row.try_get("dimension")?,
+        chunker: row.try_get("chunker")?,
+        backends,
+    })
+}
