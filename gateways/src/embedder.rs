@@ -206,3 +206,101 @@ impl Embedder for LocalEmbedder {
             .map_err(|error| GatewayError::Embedder(format!("embedding task failed: {error}")))?
     }
 }
+
+struct EmbedRequest {
+    texts: Vec<String>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, GatewayError>>,
+}
+
+/// Batches embedding requests across jobs so the model stays busy: while one batch runs,
+/// requests queue; the next batch takes everything queued (up to `max_texts`) in one call.
+#[derive(Clone)]
+pub struct BatchingEmbedder {
+    sender: tokio::sync::mpsc::Sender<EmbedRequest>,
+    model_id: String,
+    dimension: usize,
+}
+
+impl std::fmt::Debug for BatchingEmbedder {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("BatchingEmbedder")
+            .field("model", &self.model_id)
+            .finish()
+    }
+}
+
+impl BatchingEmbedder {
+    /// Starts the batching task over `inner` (on the current tokio runtime).
+    pub fn start(inner: Arc<dyn Embedder>, max_texts: usize) -> BatchingEmbedder {
+        let (sender, mut receiver) = tokio::sync::mpsc::channel::<EmbedRequest>(1024);
+        let model_id = inner.model_id().to_owned();
+        let dimension = inner.dimension();
+        let max_texts = max_texts.max(1);
+        tokio::spawn(async move {
+            while let Some(first) = receiver.recv().await {
+                let mut batch = vec![first];
+                let mut texts: usize = batch[0].texts.len();
+                while texts < max_texts {
+                    match receiver.try_recv() {
+                        Ok(request) => {
+                            texts += request.texts.len();
+                            batch.push(request);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let sizes: Vec<usize> = batch.iter().map(|request| request.texts.len()).collect();
+                let all: Vec<String> = batch
+                    .iter_mut()
+                    .flat_map(|request| std::mem::take(&mut request.texts))
+                    .collect();
+                match inner.embed(all).await {
+                    Ok(vectors) => {
+                        let mut vectors = vectors.into_iter();
+                        for (request, size) in batch.into_iter().zip(sizes) {
+                            let _ = request
+                                .reply
+                                .send(Ok(vectors.by_ref().take(size).collect()));
+                        }
+                    }
+                    Err(error) => {
+                        for request in batch {
+                            let _ = request.reply.send(Err(error.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        BatchingEmbedder {
+            sender,
+            model_id,
+            dimension,
+        }
+    }
+}
+
+#[async_trait]
+impl Embedder for BatchingEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.sender
+            .send(EmbedRequest { texts, reply })
+            .await
+            .map_err(|_| GatewayError::Embedder("the embedding batcher stopped".to_owned()))?;
+        answer.await.map_err(|_| {
+            GatewayError::Embedder("the embedding batcher dropped a request".to_owned())
+        })?
+    }
+}

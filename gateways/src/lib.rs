@@ -17,7 +17,7 @@ pub mod embedder;
 pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
-pub use embedder::{Embedder, LocalEmbedder, ModelFiles};
+pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
 pub use vectors::{EdgeVectorStore, RevisionPoints, VectorHit, VectorPoint, VectorStore};
 
 /// What can go wrong in a store.

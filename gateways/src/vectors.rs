@@ -84,6 +84,8 @@ pub trait VectorStore: Send + Sync + 'static {
         source_key: &str,
         keep: Option<Uuid>,
     ) -> Result<(), GatewayError>;
+    /// Points of a source marked current (a tombstone's read-back expects none).
+    async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
     /// Marks a revision's points not current (a stale run undoing its own write).
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
     /// Nearest current points in `datasets`.
@@ -164,6 +166,8 @@ const INDEXED: [(&str, PayloadSchemaType); 5] = [
 
 struct Shard {
     shard: EdgeShard,
+    /// Held while the shard is open: one process owns an embedded shard.
+    _owner: std::fs::File,
     /// Writes (and their flush) exclusive, reads shared: the engine's flush expects no
     /// concurrent writer.
     lock: RwLock<()>,
@@ -194,6 +198,30 @@ impl EdgeVectorStore {
     pub fn open(path: &Path, dimension: usize) -> Result<EdgeVectorStore, GatewayError> {
         std::fs::create_dir_all(path)
             .map_err(|error| unavailable(format!("creating {}: {error}", path.display())))?;
+        let lock_path = path.join("cairn.lock");
+        let owner = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|error| unavailable(format!("opening {}: {error}", lock_path.display())))?;
+        match owner.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(GatewayError::Config(format!(
+                    "the vector store at {} is open in another cairn process (one process owns \
+                     an embedded qdrant-edge shard: run projection inside `cairn serve` with \
+                     workers.count, or stop the other process)",
+                    path.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(unavailable(format!(
+                    "locking {}: {error}",
+                    lock_path.display()
+                )))
+            }
+        }
         let existing = path.join("edge_config.json").is_file();
         let shard = if existing {
             EdgeShard::load(path, None).map_err(unavailable)?
@@ -233,6 +261,7 @@ impl EdgeVectorStore {
         Ok(EdgeVectorStore {
             inner: Arc::new(Shard {
                 shard,
+                _owner: owner,
                 lock: RwLock::new(()),
             }),
             fields: Fields::new()?,
@@ -427,6 +456,24 @@ impl VectorStore for EdgeVectorStore {
             }
             shard
                 .update(set_payload(others, false))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {
+        let fields = self.fields.clone();
+        let filter = all_of(vec![
+            keyword(&fields.dataset, dataset),
+            keyword(&fields.source_key, source_key),
+            flag(&fields.is_current, true),
+        ]);
+        self.with_shard(false, move |shard| {
+            shard
+                .count(CountRequest {
+                    filter: Some(filter),
+                    exact: true,
+                })
                 .map_err(unavailable)
         })
         .await

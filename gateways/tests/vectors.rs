@@ -110,6 +110,11 @@ async fn points_are_idempotent_current_only_and_survive_reopen() {
             .is_empty());
     }
     let store = EdgeVectorStore::open(&path, DIMENSION).expect("reopen");
+    let second = EdgeVectorStore::open(&path, DIMENSION).expect_err("one owner at a time");
+    assert!(
+        second.to_string().contains("another cairn process"),
+        "{second}"
+    );
     assert_eq!(store.total_points().await.expect("count"), 6);
     assert_eq!(store.revision_points(other).await.expect("read").current, 1);
     assert_eq!(store.revision_points(new).await.expect("read").current, 0);

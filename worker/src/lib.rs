@@ -22,6 +22,10 @@
 //!   rest and releases their leases without charging an attempt.
 //! - Errors are classified by the work itself ([`FailureClass`]), never by message text.
 
+pub mod projection;
+
+pub use projection::Projector;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,0 +1,442 @@
+//! The projection job: turns a revision's retained bytes into chunk rows, embeddings and
+//! vector points, reads every write back, and records one receipt per backend.
+//!
+//! ## Order (a `project` job)
+//! relational write -> read-back -> embed -> vector write -> read-back -> mark the source's
+//! other revisions not current -> receipts. Ledger writes (chunk rows, receipts) are fenced by
+//! the lease; before each vector-store step the run heartbeats, so a run that lost its lease
+//! stops before writing. A `tombstone` job marks every revision of the source not current,
+//! reads that back, and records `excluded` receipts; it writes no content.
+//!
+//! ## Invariants
+//! - Reconcile before writing: rows or points that already exist and verify are recorded as
+//!   verified with `reconciled: true`, not written again.
+//! - A stale run can never leave an old revision current: if its final receipt write is
+//!   fenced out and its revision is no longer head, it retires its own points; the newer
+//!   job's `set_current` step covers anything it left before that.
+//! - Errors are classified by type ([`GatewayError`] and [`LedgerError`] variants), never by
+//!   message text.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use gateways::{Chunker, Embedder, GatewayError, VectorPoint, VectorStore};
+use receipts::{
+    Backend, ChunkRow, ChunkSummary, Failure, FailureClass, Generation, Job, JobKind, LeaseToken,
+    Ledger, LedgerError, ReceiptState, ReceiptUpdate,
+};
+use serde_json::json;
+
+use crate::Work;
+
+/// The stores a projection writes to.
+#[derive(Clone)]
+pub struct Projector {
+    ledger: Arc<dyn Ledger>,
+    embedder: Arc<dyn Embedder>,
+    chunker: Arc<Chunker>,
+    vectors: Option<Arc<dyn VectorStore>>,
+    generation: Generation,
+}
+
+impl std::fmt::Debug for Projector {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Projector")
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+fn retryable(code: &str, message: impl Into<String>) -> Failure {
+    Failure {
+        class: FailureClass::Retryable {
+            retry_after_micros: None,
+        },
+        code: code.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn permanent(code: &str, message: impl Into<String>) -> Failure {
+    Failure {
+        class: FailureClass::Permanent,
+        code: code.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// A store error as a job failure, by its type.
+fn store_failure(error: GatewayError) -> Failure {
+    let message = error.to_string();
+    match error {
+        GatewayError::ModelMissing(_) => retryable("model_unavailable", message),
+        GatewayError::Embedder(_) => retryable("embed_error", message),
+        GatewayError::Unavailable { .. } => retryable("vector_unavailable", message),
+        GatewayError::ReadbackMismatch { .. } => retryable("readback_mismatch", message),
+        GatewayError::Config(_) => permanent("config_error", message),
+    }
+}
+
+/// A ledger error as a job failure, by its type.
+fn ledger_failure(error: LedgerError) -> Failure {
+    let message = error.to_string();
+    match error {
+        LedgerError::LeaseLost { .. } => retryable("lease_lost", message),
+        LedgerError::GenerationMismatch { .. } => permanent("generation_mismatch", message),
+        error if error.is_retryable() => retryable("relational_unavailable", message),
+        _ => permanent("ledger_error", message),
+    }
+}
+
+fn millis(started: Instant) -> f64 {
+    (started.elapsed().as_secs_f64() * 1000.0 * 10.0).round() / 10.0
+}
+
+impl Projector {
+    /// A projector for `generation`. `vectors` is required when the generation includes the
+    /// vector backend.
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        embedder: Arc<dyn Embedder>,
+        chunker: Arc<Chunker>,
+        vectors: Option<Arc<dyn VectorStore>>,
+        generation: Generation,
+    ) -> Result<Projector, GatewayError> {
+        if generation.backends.contains(&Backend::Vector) && vectors.is_none() {
+            return Err(GatewayError::Config(
+                "the vector backend is configured but no vector store is open".to_owned(),
+            ));
+        }
+        if generation.backends.contains(&Backend::Graph) {
+            return Err(GatewayError::Config(
+                "the graph backend is not available in this build; remove it from backends"
+                    .to_owned(),
+            ));
+        }
+        Ok(Projector {
+            ledger,
+            embedder,
+            chunker,
+            vectors,
+            generation,
+        })
+    }
+
+    fn has(&self, backend: Backend) -> bool {
+        self.generation.backends.contains(&backend)
+    }
+
+    async fn receipt(
+        &self,
+        token: &LeaseToken,
+        backend: Backend,
+        state: ReceiptState,
+        cause: &str,
+        evidence: serde_json::Value,
+    ) -> Result<(), Failure> {
+        self.ledger
+            .record_receipt(
+                token,
+                ReceiptUpdate {
+                    backend,
+                    state,
+                    evidence,
+                    cause: cause.to_owned(),
+                    generation: self.generation.id.clone(),
+                },
+            )
+            .await
+            .map_err(ledger_failure)
+    }
+
+    /// Heartbeats before a step that the ledger cannot fence (a vector-store write): a lost
+    /// lease or a cancel request stops the run here.
+    async fn still_leased(&self, token: &LeaseToken) -> Result<(), Failure> {
+        let beat = self.ledger.heartbeat(token).await.map_err(ledger_failure)?;
+        if beat.cancel_requested {
+            return Err(Failure {
+                class: FailureClass::Cancelled,
+                code: "cancelled".to_owned(),
+                message: "an operator cancelled the job while it projected".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn text(&self, job: &Job) -> Result<String, Failure> {
+        let detail = self
+            .ledger
+            .revision(job.revision_id)
+            .await
+            .map_err(ledger_failure)?
+            .ok_or_else(|| {
+                permanent(
+                    "revision_missing",
+                    "the job's revision is not in the ledger",
+                )
+            })?;
+        let sha256 = detail
+            .revision
+            .content_sha256
+            .ok_or_else(|| permanent("no_content", "the revision has no retained content"))?;
+        let bytes = self
+            .ledger
+            .content(&sha256)
+            .await
+            .map_err(ledger_failure)?
+            .ok_or_else(|| {
+                permanent(
+                    "content_missing",
+                    format!("content {sha256} is not retained"),
+                )
+            })?;
+        String::from_utf8(bytes).map_err(|error| {
+            permanent(
+                "not_text",
+                format!(
+                    "the content is not UTF-8 text (byte {})",
+                    error.utf8_error().valid_up_to()
+                ),
+            )
+        })
+    }
+
+    async fn project(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
+        let started = Instant::now();
+        let text = self.text(job).await?;
+        let chunker = self.chunker.clone();
+        let chunks = tokio::task::spawn_blocking(move || chunker.chunk(&text))
+            .await
+            .map_err(|error| permanent("chunker_failed", format!("chunking failed: {error}")))?;
+        let chunk_ms = millis(started);
+        let expected = ChunkSummary::of(chunks.iter().map(|chunk| chunk.sha256.as_str()));
+        let tokens: usize = chunks.iter().map(|chunk| chunk.token_count).sum();
+
+        // Relational: chunk rows in the ledger, read back by count and checksum.
+        if self.has(Backend::Relational) {
+            let step = Instant::now();
+            let existing = self
+                .ledger
+                .chunk_summary(job.revision_id)
+                .await
+                .map_err(ledger_failure)?;
+            let reconciled = existing == expected;
+            if !reconciled {
+                let rows = chunks
+                    .iter()
+                    .map(|chunk| ChunkRow {
+                        chunk_index: i64::from(chunk.index),
+                        text: chunk.text.clone(),
+                        byte_start: chunk.byte_start as i64,
+                        byte_end: chunk.byte_end as i64,
+                        token_count: chunk.token_count as i64,
+                        sha256: chunk.sha256.clone(),
+                    })
+                    .collect();
+                self.ledger
+                    .write_chunks(token, &self.generation.id, rows)
+                    .await
+                    .map_err(ledger_failure)?;
+                let stored = self
+                    .ledger
+                    .chunk_summary(job.revision_id)
+                    .await
+                    .map_err(ledger_failure)?;
+                if stored != expected {
+                    return Err(store_failure(GatewayError::ReadbackMismatch {
+                        store: "relational",
+                        message: format!(
+                            "wrote {} chunk rows (checksum {}), read back {} (checksum {})",
+                            expected.count, expected.checksum, stored.count, stored.checksum
+                        ),
+                    }));
+                }
+            }
+            self.receipt(
+                token,
+                Backend::Relational,
+                ReceiptState::Verified,
+                if reconciled {
+                    "verified: rows already present (reconciled)"
+                } else {
+                    "verified: rows read back"
+                },
+                json!({
+                    "rows": expected.count,
+                    "checksum": expected.checksum,
+                    "tokens": tokens,
+                    "reconciled": reconciled,
+                    "chunk_ms": chunk_ms,
+                    "write_ms": millis(step),
+                    "generation": self.generation.id,
+                }),
+            )
+            .await?;
+        }
+
+        // Vector: embed, upsert, read back, then make this revision the source's current one.
+        if let (true, Some(vectors)) = (self.has(Backend::Vector), &self.vectors) {
+            let count = chunks.len();
+            let existing = vectors
+                .revision_points(job.revision_id)
+                .await
+                .map_err(store_failure)?;
+            let reconciled =
+                count > 0 && existing.count == count && existing.with_dimension == count;
+            let mut embed_ms = 0.0;
+            let mut write_ms = 0.0;
+            if !reconciled {
+                self.still_leased(token).await?;
+                let step = Instant::now();
+                let vectors_out = self
+                    .embedder
+                    .embed(chunks.iter().map(|chunk| chunk.text.clone()).collect())
+                    .await
+                    .map_err(store_failure)?;
+                embed_ms = millis(step);
+                self.still_leased(token).await?;
+                let step = Instant::now();
+                let points = chunks
+                    .iter()
+                    .zip(vectors_out)
+                    .map(|(chunk, vector)| VectorPoint {
+                        dataset: job.dataset.clone(),
+                        source_key: job.source_key.clone(),
+                        revision_id: job.revision_id,
+                        chunk_index: chunk.index,
+                        vector,
+                    })
+                    .collect();
+                vectors.upsert(points).await.map_err(store_failure)?;
+                write_ms = millis(step);
+                self.receipt(
+                    token,
+                    Backend::Vector,
+                    ReceiptState::Written,
+                    "written: points upserted, read-back pending",
+                    json!({ "points": count, "embed_ms": embed_ms, "write_ms": write_ms }),
+                )
+                .await?;
+            }
+            let step = Instant::now();
+            let stored = vectors
+                .revision_points(job.revision_id)
+                .await
+                .map_err(store_failure)?;
+            if stored.count != count || stored.with_dimension != count {
+                return Err(store_failure(GatewayError::ReadbackMismatch {
+                    store: "vector",
+                    message: format!(
+                        "expected {count} points of dimension {}, read back {} ({} with that dimension)",
+                        vectors.dimension(),
+                        stored.count,
+                        stored.with_dimension
+                    ),
+                }));
+            }
+            self.still_leased(token).await?;
+            vectors
+                .set_current(&job.dataset, &job.source_key, Some(job.revision_id))
+                .await
+                .map_err(store_failure)?;
+            let verified = self
+                .receipt(
+                    token,
+                    Backend::Vector,
+                    ReceiptState::Verified,
+                    if reconciled {
+                        "verified: points already present (reconciled)"
+                    } else {
+                        "verified: points read back"
+                    },
+                    json!({
+                        "points": count,
+                        "dimension": vectors.dimension(),
+                        "model": self.embedder.model_id(),
+                        "store": vectors.name(),
+                        "reconciled": reconciled,
+                        "embed_ms": embed_ms,
+                        "write_ms": write_ms,
+                        "readback_ms": millis(step),
+                        "total_ms": millis(started),
+                        "generation": self.generation.id,
+                    }),
+                )
+                .await;
+            if let Err(failure) = verified {
+                self.retire_if_stale(job).await;
+                return Err(failure);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a fenced-out final write: if the revision is no longer head, its points must not
+    /// stay current.
+    async fn retire_if_stale(&self, job: &Job) {
+        let Some(vectors) = &self.vectors else { return };
+        let is_head = match self.ledger.revision(job.revision_id).await {
+            Ok(Some(detail)) => detail.is_head,
+            _ => false,
+        };
+        if !is_head {
+            if let Err(error) = vectors.retire_revision(job.revision_id).await {
+                tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "could not retire a stale revision's points; the newer job's set_current covers them");
+            }
+        }
+    }
+
+    async fn exclude(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
+        let started = Instant::now();
+        if self.has(Backend::Relational) {
+            self.receipt(
+                token,
+                Backend::Relational,
+                ReceiptState::Excluded,
+                "excluded: the source is deleted (lexical passages removed at acceptance)",
+                json!({ "generation": self.generation.id }),
+            )
+            .await?;
+        }
+        if let (true, Some(vectors)) = (self.has(Backend::Vector), &self.vectors) {
+            self.still_leased(token).await?;
+            vectors
+                .set_current(&job.dataset, &job.source_key, None)
+                .await
+                .map_err(store_failure)?;
+            let current = vectors
+                .source_current(&job.dataset, &job.source_key)
+                .await
+                .map_err(store_failure)?;
+            if current != 0 {
+                return Err(store_failure(GatewayError::ReadbackMismatch {
+                    store: "vector",
+                    message: format!("{current} points of the deleted source are still current"),
+                }));
+            }
+            self.receipt(
+                token,
+                Backend::Vector,
+                ReceiptState::Excluded,
+                "excluded: no point of the source is current",
+                json!({ "current_points": 0, "total_ms": millis(started), "generation": self.generation.id }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Work for Projector {
+    async fn run(&self, job: &Job) -> Result<(), Failure> {
+        let token = LeaseToken::of(job)
+            .ok_or_else(|| permanent("not_leased", "the job was handed over without a lease"))?;
+        match job.kind {
+            JobKind::Project => self.project(job, &token).await,
+            JobKind::Tombstone => self.exclude(job, &token).await,
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! The projection job end to end, in process: a real SQLite ledger, the real embedding model
+//! (fastembed, files from `scripts/setup-model`), real qdrant-edge on disk, leased workers.
+//! Fault injection uses wrappers named `Faulty*` around the real stores.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
+use gateways::{
+    Chunker, ChunkerSettings, EdgeVectorStore, Embedder, GatewayError, RevisionPoints, VectorHit,
+    VectorPoint, VectorStore,
+};
+use receipts::conformance::{delete, put};
+use receipts::policy::{JobPolicies, JobPolicy};
+use receipts::{
+    Backend, Generation, JobState, Ledger, ReceiptState, SqliteLedger, SqliteOptions, SystemClock,
+};
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+use worker::{Projector, Worker, WorkerConfig};
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("CAIRN_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models")))
+}
+
+/// The model loads once per test binary (a second or two).
+async fn embedder() -> Arc<dyn Embedder> {
+    static MODEL: OnceCell<Arc<LocalEmbedder>> = OnceCell::const_new();
+    MODEL
+        .get_or_init(|| async {
+            let files = match ModelFiles::locate(&models_dir()) {
+                Ok(files) => files,
+                Err(error) => panic!("{error}"),
+            };
+            Arc::new(LocalEmbedder::load(&files, Some(2)).expect("load the model"))
+        })
+        .await
+        .clone()
+}
+
+fn chunker() -> Arc<Chunker> {
+    let files = ModelFiles::locate(&models_dir()).expect("model files");
+    Arc::new(
+        Chunker::new(
+            files.tokenizer().expect("tokenizer"),
+            ChunkerSettings::default(),
+        )
+        .expect("chunker"),
+    )
+}
+
+struct World {
+    ledger: Arc<dyn Ledger>,
+    vectors: Arc<EdgeVectorStore>,
+    generation: Generation,
+    directory: tempfile::TempDir,
+}
+
+async fn world_at(directory: tempfile::TempDir) -> World {
+    let mut options = SqliteOptions::new(directory.path().join("ledger.db"));
+    options.job_policies = JobPolicies::uniform(JobPolicy {
+        max_attempts: 2,
+        backoff_base_micros: 20_000,
+        lease_micros: 5_000_000,
+        ..JobPolicy::default()
+    });
+    let ledger: Arc<dyn Ledger> = Arc::new(
+        SqliteLedger::open(options, Arc::new(SystemClock))
+            .await
+            .expect("ledger"),
+    );
+    let generation = Generation::new(
+        MODEL_ID,
+        MODEL_DIMENSION as i64,
+        &ChunkerSettings::default().fingerprint(),
+        &[Backend::Relational, Backend::Vector],
+    );
+    ledger
+        .activate_generation(&generation, "test")
+        .await
+        .expect("generation");
+    let vectors = Arc::new(
+        EdgeVectorStore::open(
+            &directory.path().join("vectors").join(&generation.id),
+            MODEL_DIMENSION,
+        )
+        .expect("vector store"),
+    );
+    World {
+        ledger,
+        vectors,
+        generation,
+        directory,
+    }
+}
+
+impl World {
+    fn projector(
+        &self,
+        embedder: Arc<dyn Embedder>,
+        vectors: Arc<dyn VectorStore>,
+    ) -> Arc<Projector> {
+        Arc::new(
+            Projector::new(
+                self.ledger.clone(),
+                embedder,
+                chunker(),
+                Some(vectors),
+                self.generation.clone(),
+            )
+            .expect("projector"),
+        )
+    }
+
+    /// Runs a worker until `done` holds (or 60 s pass).
+    async fn run_until(&self, projector: Arc<Projector>, done: impl AsyncCheck) {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let mut config = WorkerConfig::new("projection-test");
+        config.poll_interval = Duration::from_millis(20);
+        let handle = tokio::spawn(Worker::new(self.ledger.clone(), projector, config).run(
+            async move {
+                let _ = stopped.changed().await;
+            },
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !done.check(&self.ledger).await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "projection did not finish in time"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = stop.send(true);
+        handle.await.expect("worker");
+    }
+}
+
+#[async_trait]
+trait AsyncCheck: Send + Sync {
+    async fn check(&self, ledger: &Arc<dyn Ledger>) -> bool;
+}
+
+/// Every listed job has reached `state`.
+struct JobsIn(Vec<Uuid>, JobState);
+
+#[async_trait]
+impl AsyncCheck for JobsIn {
+    async fn check(&self, ledger: &Arc<dyn Ledger>) -> bool {
+        for id in &self.0 {
+            match ledger.job(*id).await {
+                Ok(Some(job)) if job.state == self.1 => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+async fn accept(
+    ledger: &Arc<dyn Ledger>,
+    submissions: Vec<receipts::Submission>,
+) -> Vec<(Uuid, Uuid)> {
+    ledger
+        .accept(submissions)
+        .await
+        .into_iter()
+        .map(|result| {
+            let acceptance = result.expect("accepted");
+            (acceptance.source_revision_id, acceptance.projection_job_id)
+        })
+        .collect()
+}
+
+const GUITAR: &str = "A man is playing a guitar on a small stage while people listen.";
+const TAXES: &str = "Quarterly tax filings are due at the end of the month.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projects_reads_back_supersedes_and_excludes() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let embedder = embedder().await;
+    let projector = world.projector(embedder.clone(), world.vectors.clone());
+    let long = "Leased workers project each revision into every store. ".repeat(60);
+    let accepted = accept(
+        &world.ledger,
+        vec![
+            put("docs", "guitar", GUITAR),
+            put("docs", "taxes", TAXES),
+            put("docs", "long", &long),
+        ],
+    )
+    .await;
+    let jobs: Vec<Uuid> = accepted.iter().map(|(_, job)| *job).collect();
+    world
+        .run_until(projector.clone(), JobsIn(jobs.clone(), JobState::Completed))
+        .await;
+
+    for (revision, job) in &accepted {
+        let receipts = world.ledger.receipts(*job).await.expect("receipts");
+        assert_eq!(receipts.len(), 2);
+        for receipt in &receipts {
+            assert_eq!(receipt.state, ReceiptState::Verified, "{receipt:?}");
+        }
+        let rows = world.ledger.chunk_summary(*revision).await.expect("rows");
+        let points = world
+            .vectors
+            .revision_points(*revision)
+            .await
+            .expect("points");
+        assert!(rows.count >= 1);
+        assert_eq!(
+            points,
+            RevisionPoints {
+                count: rows.count as usize,
+                with_dimension: rows.count as usize,
+                current: rows.count as usize
+            }
+        );
+    }
+    let long_rows = world
+        .ledger
+        .chunk_summary(accepted[2].0)
+        .await
+        .expect("rows");
+    assert!(
+        long_rows.count >= 2,
+        "a long text is cut into several chunks"
+    );
+
+    // The real model finds the right document.
+    let query = embedder
+        .embed(vec!["someone performing music".to_owned()])
+        .await
+        .expect("embed");
+    let hits = world
+        .vectors
+        .search(query[0].clone(), &["docs".to_owned()], 3)
+        .await
+        .expect("search");
+    assert_eq!(hits[0].source_key, "guitar", "{hits:?}");
+
+    // Supersede: a new revision of "guitar" becomes the only current one.
+    let newer = accept(
+        &world.ledger,
+        vec![put("docs", "guitar", "A violinist plays in the orchestra.")],
+    )
+    .await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![newer[0].1], JobState::Completed),
+        )
+        .await;
+    assert_eq!(
+        world
+            .vectors
+            .revision_points(accepted[0].0)
+            .await
+            .expect("old")
+            .current,
+        0
+    );
+    assert!(
+        world
+            .vectors
+            .revision_points(newer[0].0)
+            .await
+            .expect("new")
+            .current
+            >= 1
+    );
+    let old_receipts = world
+        .ledger
+        .receipts(accepted[0].1)
+        .await
+        .expect("receipts");
+    assert!(
+        old_receipts
+            .iter()
+            .all(|r| r.state == ReceiptState::Superseded),
+        "{old_receipts:?}"
+    );
+
+    // Tombstone: nothing of "taxes" stays current; receipts say excluded.
+    let deleted = accept(&world.ledger, vec![delete("docs", "taxes")]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![deleted[0].1], JobState::Completed),
+        )
+        .await;
+    assert_eq!(
+        world
+            .vectors
+            .source_current("docs", "taxes")
+            .await
+            .expect("count"),
+        0
+    );
+    let receipts = world.ledger.receipts(deleted[0].1).await.expect("receipts");
+    assert!(
+        receipts.iter().all(|r| r.state == ReceiptState::Excluded),
+        "{receipts:?}"
+    );
+    let query = embedder.embed(vec![TAXES.to_owned()]).await.expect("embed");
+    let hits = world
+        .vectors
+        .search(query[0].clone(), &["docs".to_owned()], 10)
+        .await
+        .expect("search");
+    assert!(hits.iter().all(|hit| hit.source_key != "taxes"), "{hits:?}");
+
+    // Restart: reopen the store and the points are there.
+    let total = world.vectors.total_points().await.expect("total");
+    let World {
+        directory,
+        generation,
+        vectors,
+        ledger,
+        ..
+    } = world;
+    // Every handle on the shard closes before it is reopened (one process, one owner).
+    drop(projector);
+    drop(vectors);
+    drop(ledger);
+    let reopened = EdgeVectorStore::open(
+        &directory.path().join("vectors").join(&generation.id),
+        MODEL_DIMENSION,
+    )
+    .expect("reopen");
+    assert_eq!(reopened.total_points().await.expect("total"), total);
+    assert_eq!(
+        reopened
+            .revision_points(accepted[2].0)
+            .await
+            .expect("long")
+            .current,
+        long_rows.count as usize
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projecting_twice_leaves_one_set_and_reconciles() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    let accepted = accept(&world.ledger, vec![put("docs", "a", GUITAR)]).await;
+    let claimed = world
+        .ledger
+        .claim("twice", 1)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("job");
+    use worker::Work;
+    projector.run(&claimed).await.expect("first run");
+    let points = world.vectors.total_points().await.expect("points");
+    let rows = world
+        .ledger
+        .chunk_summary(accepted[0].0)
+        .await
+        .expect("rows");
+    projector.run(&claimed).await.expect("second run");
+    assert_eq!(world.vectors.total_points().await.expect("points"), points);
+    assert_eq!(
+        world
+            .ledger
+            .chunk_summary(accepted[0].0)
+            .await
+            .expect("rows"),
+        rows
+    );
+    let receipts = world.ledger.receipts(claimed.id).await.expect("receipts");
+    assert!(
+        receipts
+            .iter()
+            .all(|r| r.evidence.as_ref().is_some_and(|e| e["reconciled"] == true)),
+        "{receipts:?}"
+    );
+}
+
+/// Fault injection: an embedder that always fails.
+struct FaultyEmbedder;
+
+#[async_trait]
+impl Embedder for FaultyEmbedder {
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+    fn dimension(&self) -> usize {
+        MODEL_DIMENSION
+    }
+    async fn embed(&self, _texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        Err(GatewayError::Embedder("injected fault".to_owned()))
+    }
+}
+
+/// Fault injection around the real store: writes fail, or reads back one point short.
+struct FaultyVectors {
+    real: Arc<EdgeVectorStore>,
+    fail_writes: bool,
+    short_reads: bool,
+    writes: AtomicUsize,
+}
+
+#[async_trait]
+impl VectorStore for FaultyVectors {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn dimension(&self) -> usize {
+        self.real.dimension()
+    }
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        if self.fail_writes {
+            return Err(GatewayError::Unavailable {
+                store: "faulty",
+                message: "injected fault".to_owned(),
+            });
+        }
+        self.real.upsert(points).await
+    }
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
+        let mut points = self.real.revision_points(revision_id).await?;
+        if self.short_reads {
+            points.count = points.count.saturating_sub(1);
+        }
+        Ok(points)
+    }
+    async fn set_current(
+        &self,
+        dataset: &str,
+        key: &str,
+        keep: Option<Uuid>,
+    ) -> Result<(), GatewayError> {
+        self.real.set_current(dataset, key, keep).await
+    }
+    async fn source_current(&self, dataset: &str, key: &str) -> Result<usize, GatewayError> {
+        self.real.source_current(dataset, key).await
+    }
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
+        self.real.retire_revision(revision_id).await
+    }
+    async fn search(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.real.search(vector, datasets, limit).await
+    }
+}
+
+async fn dies_with(world: &World, projector: Arc<Projector>, code: &str) {
+    let accepted = accept(
+        &world.ledger,
+        vec![put("docs", &format!("fault-{code}"), TAXES)],
+    )
+    .await;
+    let job_id = accepted[0].1;
+    world
+        .run_until(projector, JobsIn(vec![job_id], JobState::Dead))
+        .await;
+    let job = world
+        .ledger
+        .job(job_id)
+        .await
+        .expect("job")
+        .expect("exists");
+    assert_eq!(job.last_error_code.as_deref(), Some(code), "{job:?}");
+    assert_eq!(job.attempt, 2, "retried per the policy before dying");
+    let receipts = world.ledger.receipts(job_id).await.expect("receipts");
+    let vector = receipts
+        .iter()
+        .find(|r| r.backend == Backend::Vector)
+        .expect("vector receipt");
+    assert_ne!(vector.state, ReceiptState::Verified);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_faults_retry_then_die_with_a_specific_code() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let faulty = |fail_writes, short_reads| -> Arc<dyn VectorStore> {
+        Arc::new(FaultyVectors {
+            real: world.vectors.clone(),
+            fail_writes,
+            short_reads,
+            writes: AtomicUsize::new(0),
+        })
+    };
+    dies_with(
+        &world,
+        world.projector(Arc::new(FaultyEmbedder), world.vectors.clone()),
+        "embed_error",
+    )
+    .await;
+    dies_with(
+        &world,
+        world.projector(embedder().await, faulty(true, false)),
+        "vector_unavailable",
+    )
+    .await;
+    dies_with(
+        &world,
+        world.projector(embedder().await, faulty(false, true)),
+        "readback_mismatch",
+    )
+    .await;
+}
