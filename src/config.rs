@@ -29,7 +29,35 @@ struct FileConfig {
     jobs: FileJobs,
     #[serde(default)]
     workers: FileWorkers,
+    #[serde(default)]
+    projection: FileProjection,
 }
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProjection {
+    models_dir: Option<PathBuf>,
+    chunk_max_tokens: Option<usize>,
+    chunk_overlap_tokens: Option<usize>,
+    embed_batch: Option<usize>,
+    embed_threads: Option<usize>,
+}
+
+/// How revisions are projected: where the model is, how text is cut, how the model runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionSettings {
+    /// The directory `scripts/setup-model` fills.
+    pub models_dir: PathBuf,
+    /// Chunk size and overlap, in tokens.
+    pub chunker: gateways::ChunkerSettings,
+    /// Texts per ONNX Runtime call.
+    pub embed_batch: usize,
+    /// ONNX Runtime intra-op threads (`None`: every core).
+    pub embed_threads: Option<usize>,
+}
+
+/// Default directory of the model files (relative to the working directory).
+pub const DEFAULT_MODELS_DIR: &str = "./models";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,6 +172,8 @@ pub struct Config {
     pub job_policies: policy::JobPolicies,
     /// Workers inside `cairn serve`.
     pub workers: WorkerSettings,
+    /// Chunking and embedding.
+    pub projection: ProjectionSettings,
 }
 
 /// Flags that override the file and the environment.
@@ -256,7 +286,31 @@ impl Config {
                 .or(file.workers.concurrency)
                 .unwrap_or(DEFAULT_WORKER_CONCURRENCY),
         };
+        let chunker_defaults = gateways::ChunkerSettings::default();
+        let projection = ProjectionSettings {
+            models_dir: env
+                .get("CAIRN_MODELS_DIR")
+                .map(PathBuf::from)
+                .or(file.projection.models_dir)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_MODELS_DIR)),
+            chunker: gateways::ChunkerSettings {
+                max_tokens: file
+                    .projection
+                    .chunk_max_tokens
+                    .unwrap_or(chunker_defaults.max_tokens),
+                overlap_tokens: file
+                    .projection
+                    .chunk_overlap_tokens
+                    .unwrap_or(chunker_defaults.overlap_tokens),
+            },
+            embed_batch: env_number(env, "CAIRN_EMBED_BATCH")?
+                .or(file.projection.embed_batch)
+                .unwrap_or(gateways::embedder::DEFAULT_EMBED_BATCH),
+            embed_threads: env_number(env, "CAIRN_EMBED_THREADS")?
+                .or(file.projection.embed_threads),
+        };
         let config = Config {
+            projection,
             job_policies,
             workers,
             data_dir,
@@ -292,6 +346,17 @@ impl Config {
         }
         if self.workers.count > 64 {
             bail!("workers.count must be at most 64");
+        }
+        let chunker = &self.projection.chunker;
+        let window = gateways::embedder::MODEL_MAX_TOKENS - 2;
+        if chunker.max_tokens == 0 || chunker.max_tokens > window {
+            bail!("projection.chunk_max_tokens must be between 1 and {window}");
+        }
+        if chunker.overlap_tokens >= chunker.max_tokens {
+            bail!("projection.chunk_overlap_tokens must be below chunk_max_tokens");
+        }
+        if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
+            bail!("projection.embed_batch must be between 1 and 512");
         }
         Ok(())
     }

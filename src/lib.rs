@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod client;
 pub mod config;
+pub mod projection;
 
 use std::future::Future;
 use std::io::Write;
@@ -143,6 +144,7 @@ pub async fn serve(
             path.display()
         );
     }
+    let workers = start_workers(&config, ledger.clone()).await?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -150,12 +152,64 @@ pub async fn serve(
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
     tracing::info!(%address, data_dir = %config.data_dir.display(), backends = ?config.backends, "cairn serving");
-    axum::serve(listener, app(ledger, &config))
+    let served = axum::serve(listener, app(ledger, &config))
         .with_graceful_shutdown(shutdown)
         .await
-        .context("serving HTTP")?;
+        .context("serving HTTP");
+    workers.stop().await;
+    served?;
     tracing::info!("cairn stopped");
     Ok(())
+}
+
+/// The name a worker records as lease owner: `host:pid:name`.
+pub fn worker_owner(name: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|host| host.trim().to_owned())
+        .unwrap_or_else(|_| "host".to_owned());
+    format!("{host}:{}:{name}", std::process::id())
+}
+
+/// Workers running in this process, stopped together.
+struct RunningWorkers {
+    stop: tokio::sync::watch::Sender<bool>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningWorkers {
+    /// Stops claiming, lets running jobs finish within the grace period, releases the rest.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for handle in self.handles {
+            let _ = handle.await;
+        }
+    }
+}
+
+/// Starts `workers.count` projection workers (none when the count is 0).
+async fn start_workers(config: &Config, ledger: Arc<dyn Ledger>) -> anyhow::Result<RunningWorkers> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut handles = Vec::new();
+    if config.workers.count > 0 {
+        let projector = projection::open_projector(config, ledger.clone()).await?;
+        for index in 0..config.workers.count {
+            let mut worker_config =
+                worker::WorkerConfig::new(worker_owner(&format!("serve-{index}")));
+            worker_config.concurrency = config.workers.concurrency;
+            let runner = worker::Worker::new(ledger.clone(), projector.clone(), worker_config);
+            let mut stopped = stopped.clone();
+            handles.push(tokio::spawn(runner.run(async move {
+                let _ = stopped.changed().await;
+            })));
+        }
+        println!(
+            "projecting with {} worker(s) x {} jobs, generation {}",
+            config.workers.count,
+            config.workers.concurrency,
+            projection::generation(config).id
+        );
+    }
+    Ok(RunningWorkers { stop, handles })
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -49,7 +49,9 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Run leased workers on the data directory (a separate process beside `cairn serve`).
+    /// Run projection workers on the data directory in a process of their own (for a data
+    /// directory whose `cairn serve` runs with workers.count = 0, or none running: one process
+    /// owns the embedded vector store).
     Worker {
         /// Data directory (the server's).
         #[arg(long)]
@@ -63,9 +65,8 @@ enum Command {
         /// Lease owner name (default: host-pid).
         #[arg(long)]
         owner: Option<String>,
-        /// Fault-injection setting for tests: instead of projecting, every job sleeps this many
-        /// milliseconds and completes. Projection work arrives with the projection issue;
-        /// until then this is the only work `cairn worker` can run.
+        /// Fault-injection setting for tests of the job lifecycle: instead of projecting, every
+        /// job sleeps this many milliseconds and completes.
         #[arg(long, hide = true)]
         simulate_work_ms: Option<u64>,
     },
@@ -175,8 +176,17 @@ enum BenchCommand {
 }
 
 fn init_tracing(format: &str) {
+    // qdrant-edge warns at start-up about process-wide flags that only a Qdrant server sets;
+    // its real warnings and errors still show.
+    let quiet = "qdrant_edge::common::flags=error,qdrant_edge::common::mmap=error";
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .map(|filter| {
+            quiet
+                .split(',')
+                .filter_map(|directive| directive.parse().ok())
+                .fold(filter, |filter, directive| filter.add_directive(directive))
+        })
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{quiet}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -220,21 +230,31 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 &env,
             )?;
-            let Some(delay) = simulate_work_ms else {
-                anyhow::bail!(
-                    "cairn worker has no projection work to run yet (it arrives with projection: \
-                     chunks, embeddings, vector writes); jobs stay pending meanwhile"
-                );
-            };
             let ledger: std::sync::Arc<dyn receipts::Ledger> =
                 std::sync::Arc::new(cairn::open_ledger(&config).await?);
-            let owner = owner.unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+            let owner = owner.unwrap_or_else(|| cairn::worker_owner("worker"));
             let mut worker_config = worker::WorkerConfig::new(owner.clone());
             worker_config.concurrency = concurrency.max(1);
-            let work = std::sync::Arc::new(cairn::SimulatedWork(std::time::Duration::from_millis(
-                delay,
-            )));
-            println!("worker {owner} running (simulated work of {delay} ms per job)");
+            let (work, what): (std::sync::Arc<dyn worker::Work>, String) = match simulate_work_ms {
+                Some(delay) => (
+                    std::sync::Arc::new(cairn::SimulatedWork(std::time::Duration::from_millis(
+                        delay,
+                    ))),
+                    format!("simulated work of {delay} ms per job"),
+                ),
+                None => {
+                    let projector =
+                        cairn::projection::open_projector(&config, ledger.clone()).await?;
+                    (
+                        projector,
+                        format!(
+                            "projection, generation {}",
+                            cairn::projection::generation(&config).id
+                        ),
+                    )
+                }
+            };
+            println!("worker {owner} running ({what})");
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             worker::Worker::new(ledger, work, worker_config)
@@ -351,12 +371,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_else(|_| "host".to_owned())
 }
 
 fn whoami() -> String {

@@ -16,6 +16,10 @@ pub(crate) async fn start(data_dir: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .env(
+            "CAIRN_MODELS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
+        )
         .env("CAIRN_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -6,3 +6,4 @@ mod chaos;
 mod cli;
 mod common;
 mod crash;
+mod projection;

@@ -1,0 +1,71 @@
+//! Assembles the projection job from configuration: the model files, the embedder (batched
+//! across jobs), the chunker, the projection generation and the vector store.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
+use gateways::{BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, VectorStore};
+use receipts::{Backend, Generation, Ledger};
+use worker::Projector;
+
+use crate::Config;
+
+/// The projection generation of a configuration.
+pub fn generation(config: &Config) -> Generation {
+    Generation::new(
+        MODEL_ID,
+        MODEL_DIMENSION as i64,
+        &config.projection.chunker.fingerprint(),
+        &config.backends,
+    )
+}
+
+/// Where a generation's vector shard lives.
+pub fn vector_path(config: &Config, generation: &Generation) -> PathBuf {
+    config.data_dir.join("vectors").join(&generation.id)
+}
+
+/// Loads the model, activates the generation in the ledger (refusing a changed one) and opens
+/// the vector store. Must run inside a tokio runtime (the embedding batcher is a task).
+pub async fn open_projector(
+    config: &Config,
+    ledger: Arc<dyn Ledger>,
+) -> anyhow::Result<Arc<Projector>> {
+    let files = ModelFiles::locate(&config.projection.models_dir)?;
+    let threads = config.projection.embed_threads;
+    let batch = config.projection.embed_batch;
+    let model_files = files.clone();
+    let local = tokio::task::spawn_blocking(move || {
+        LocalEmbedder::load(&model_files, threads).map(|model| model.with_batch_size(batch))
+    })
+    .await
+    .context("loading the embedding model")??;
+    let embedder: Arc<dyn Embedder> =
+        Arc::new(BatchingEmbedder::start(Arc::new(local), batch.max(1) * 4));
+    let chunker = Arc::new(Chunker::new(files.tokenizer()?, config.projection.chunker)?);
+    let generation = generation(config);
+    ledger
+        .activate_generation(&generation, "cairn:startup")
+        .await
+        .with_context(|| {
+            format!(
+                "activating projection generation {} ({MODEL_ID}, {}, backends {:?})",
+                generation.id, generation.chunker, generation.backends
+            )
+        })?;
+    let vectors: Option<Arc<dyn VectorStore>> = if config.backends.contains(&Backend::Vector) {
+        let path = vector_path(config, &generation);
+        let store =
+            tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, MODEL_DIMENSION))
+                .await
+                .context("opening the vector store")??;
+        Some(Arc::new(store))
+    } else {
+        None
+    };
+    Ok(Arc::new(Projector::new(
+        ledger, embedder, chunker, vectors, generation,
+    )?))
+}

@@ -1,0 +1,150 @@
+//! `cairn serve` projects what it accepts: its in-process workers chunk, embed (the real
+//! model), write qdrant-edge points and read them back; receipts turn verified, a deletion
+//! turns them excluded, and a restart keeps everything.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::crash::start;
+
+async fn revision(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value {
+    http.get(format!("{base}/v1/revisions/{id}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("GET revision")
+        .json()
+        .await
+        .expect("revision json")
+}
+
+/// Polls a revision until its job reaches `state`; returns the detail.
+async fn wait_for_job(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    id: &str,
+    state: &str,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let detail = revision(http, base, token, id).await;
+        if detail["job"]["state"] == state {
+            return detail;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job of {id} did not reach {state}: {detail}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn receipt_states(detail: &Value) -> Vec<(String, String)> {
+    detail["receipts"]
+        .as_array()
+        .expect("receipts")
+        .iter()
+        .map(|r| {
+            (
+                r["backend"].as_str().unwrap_or("").to_owned(),
+                r["state"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = start(data.path()).await;
+    let token = std::fs::read_to_string(data.path().join("admin.token"))
+        .expect("admin token")
+        .trim()
+        .to_owned();
+    let http = reqwest::Client::new();
+    let body = json!({
+        "dataset": "docs",
+        "source_key": "guitar",
+        "content": "A man is playing a guitar on a small stage.\n\nPeople listen quietly.",
+    });
+    let receipt: Value = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(&token)
+        .json(&body)
+        .send()
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("receipt");
+    let id = receipt["source_revision_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let detail = wait_for_job(&http, &base, &token, &id, "completed").await;
+    assert_eq!(
+        receipt_states(&detail),
+        [
+            ("relational".to_owned(), "verified".to_owned()),
+            ("vector".to_owned(), "verified".to_owned())
+        ]
+    );
+    let vector = detail["receipts"]
+        .as_array()
+        .expect("receipts")
+        .iter()
+        .find(|r| r["backend"] == "vector")
+        .expect("vector receipt")
+        .clone();
+    assert_eq!(vector["evidence"]["dimension"], 384);
+    assert_eq!(
+        vector["evidence"]["model"],
+        "sentence-transformers/all-MiniLM-L6-v2"
+    );
+    assert!(vector["evidence"]["points"].as_u64().expect("points") >= 1);
+
+    let deleted: Value = http
+        .delete(format!("{base}/v1/sources?dataset=docs&source_key=guitar"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("DELETE")
+        .json()
+        .await
+        .expect("tombstone receipt");
+    let tombstone = deleted["source_revision_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let detail = wait_for_job(&http, &base, &token, &tombstone, "completed").await;
+    assert_eq!(
+        receipt_states(&detail),
+        [
+            ("relational".to_owned(), "excluded".to_owned()),
+            ("vector".to_owned(), "excluded".to_owned())
+        ]
+    );
+    let old = revision(&http, &base, &token, &id).await;
+    assert!(
+        receipt_states(&old)
+            .iter()
+            .all(|(_, state)| state == "superseded"),
+        "{old}"
+    );
+
+    // A graceful stop, a restart on the same data: the same generation, the same receipts.
+    let pid = server.id().expect("pid");
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("stopped in time")
+        .expect("exit status");
+    assert!(status.success(), "{status:?}");
+    let (_server, base) = start(data.path()).await;
+    let again = revision(&http, &base, &token, &tombstone).await;
+    assert_eq!(receipt_states(&again), receipt_states(&detail));
+}
