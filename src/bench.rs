@@ -348,6 +348,10 @@ impl worker::Work for NoOp {
 #[path = "bench_apalis.rs"]
 mod apalis_peer;
 
+#[path = "bench_project.rs"]
+mod projection;
+pub use projection::{project, ProjectBench};
+
 /// The peer's throughput on the same workload, when it is built in.
 async fn peer_throughput(
     directory: &Path,

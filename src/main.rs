@@ -158,6 +158,28 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-queue.json")]
         out: PathBuf,
     },
+    /// Projection throughput (accepted to verified) against the raw embedder on the same
+    /// chunks, qdrant-edge upsert rate and peak RSS.
+    Project {
+        /// A BEIR corpus.jsonl.
+        #[arg(long, default_value = "../shared/eval/scifact/corpus.jsonl")]
+        corpus: PathBuf,
+        /// Documents to project (from the start of the corpus).
+        #[arg(long, default_value_t = 400)]
+        docs: usize,
+        /// Workers.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Jobs each worker runs at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// TOML configuration file (projection settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-project.json")]
+        out: PathBuf,
+    },
     /// Durable receipts per second through the API against a raw sqlx loop.
     Accept {
         /// Documents per round for the single-document scenarios.
@@ -349,6 +371,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 latency_jobs,
                 concurrency: concurrency.max(1),
             })
+            .await?;
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
+            println!("{text}");
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Project {
+                    corpus,
+                    docs,
+                    workers,
+                    concurrency,
+                    config,
+                    out,
+                },
+        } => {
+            let config = Config::load(
+                &Overrides {
+                    data_dir: None,
+                    bind: None,
+                    config_file: config,
+                },
+                &env,
+            )?;
+            let report = cairn::bench::project(
+                &config,
+                cairn::bench::ProjectBench {
+                    corpus,
+                    docs,
+                    workers: workers.max(1),
+                    concurrency: concurrency.max(1),
+                },
+            )
             .await?;
             let text = serde_json::to_string_pretty(&report)?;
             std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;

@@ -1,0 +1,210 @@
+//! `cairn bench project`: end-to-end projection throughput (chunks per second from accepted
+//! to verified, through leased workers, the ledger, the real model and qdrant-edge) on a BEIR
+//! corpus, and in the same run the raw embedder alone on the same chunks. Also peak RSS and
+//! qdrant-edge's upsert rate.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION};
+use gateways::{Chunker, EdgeVectorStore, VectorPoint, VectorStore};
+use receipts::{JobState, Ledger};
+use serde_json::{json, Value};
+
+use crate::config::Config;
+
+/// How the projection benchmark runs.
+#[derive(Debug, Clone)]
+pub struct ProjectBench {
+    /// A BEIR `corpus.jsonl` (`_id`, `title`, `text`).
+    pub corpus: std::path::PathBuf,
+    /// Documents to project (the first ones of the corpus).
+    pub docs: usize,
+    /// Workers and jobs per worker.
+    pub workers: usize,
+    /// Jobs each worker runs at once.
+    pub concurrency: usize,
+}
+
+fn read_corpus(path: &Path, limit: usize) -> anyhow::Result<Vec<(String, String)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut documents = Vec::new();
+    for (number, line) in text.lines().enumerate().take(limit) {
+        let record: Value = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}", path.display(), number + 1))?;
+        let id = record["_id"]
+            .as_str()
+            .context("a record without _id")?
+            .to_owned();
+        let title = record["title"].as_str().unwrap_or("");
+        let body = record["text"].as_str().unwrap_or("");
+        documents.push((id, format!("{title}\n\n{body}")));
+    }
+    Ok(documents)
+}
+
+/// Peak resident memory of this process, in MiB (Linux `VmHWM`).
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Runs the benchmark with `config`'s projection settings on a temporary data directory.
+pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Value> {
+    let documents = read_corpus(&bench.corpus, bench.docs)?;
+    anyhow::ensure!(!documents.is_empty(), "the corpus has no documents");
+    let directory = tempfile::tempdir().context("creating a temporary directory")?;
+    let mut config = config.clone();
+    config.data_dir = directory.path().to_path_buf();
+    let files = ModelFiles::locate(&config.projection.models_dir)?;
+
+    // The raw embedder on the same chunks, first.
+    let chunker = Chunker::new(files.tokenizer()?, config.projection.chunker)?;
+    let chunk_texts: Vec<String> = documents
+        .iter()
+        .flat_map(|(_, text)| chunker.chunk(text))
+        .map(|chunk| chunk.text)
+        .collect();
+    let raw_model = LocalEmbedder::load(&files, config.projection.embed_threads)?
+        .with_batch_size(config.projection.embed_batch);
+    eprintln!(
+        "project: raw embedder on {} chunks of {} documents",
+        chunk_texts.len(),
+        documents.len()
+    );
+    let started = Instant::now();
+    let raw_texts = chunk_texts.clone();
+    let raw_model = Arc::new(raw_model);
+    let embedder = raw_model.clone();
+    let vectors = tokio::task::spawn_blocking(move || embedder.embed_blocking(&raw_texts))
+        .await
+        .context("raw embedding")??;
+    let raw_seconds = started.elapsed().as_secs_f64();
+    drop(raw_model);
+
+    // qdrant-edge alone: upsert the raw vectors in batches of 64.
+    let store = EdgeVectorStore::open(&directory.path().join("upsert-only"), MODEL_DIMENSION)?;
+    let started = Instant::now();
+    let points: Vec<VectorPoint> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, vector)| VectorPoint {
+            dataset: "bench".to_owned(),
+            source_key: format!("s{}", index / 4),
+            revision_id: uuid::Uuid::from_u128(index as u128 / 4 + 1),
+            chunk_index: (index % 4) as u32,
+            vector,
+        })
+        .collect();
+    let point_count = points.len();
+    for batch in points.chunks(64) {
+        store.upsert(batch.to_vec()).await?;
+    }
+    let upsert_seconds = started.elapsed().as_secs_f64();
+    drop(store);
+
+    // The pipeline: accept every document, let leased workers project them all.
+    let ledger: Arc<dyn Ledger> = Arc::new(crate::open_ledger(&config).await?);
+    let projector = crate::projection::open_projector(&config, ledger.clone()).await?;
+    eprintln!(
+        "project: pipeline with {} worker(s) x {} jobs",
+        bench.workers, bench.concurrency
+    );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let mut jobs = Vec::new();
+    for batch in documents.chunks(500) {
+        let submissions = batch
+            .iter()
+            .map(|(id, text)| receipts::Submission::text("scifact", id, "bench", text))
+            .collect();
+        for result in ledger.accept(submissions).await {
+            jobs.push(result?);
+        }
+    }
+    let mut handles = Vec::new();
+    for index in 0..bench.workers {
+        let mut worker_config = worker::WorkerConfig::new(format!("bench-{index}"));
+        worker_config.concurrency = bench.concurrency;
+        worker_config.poll_interval = std::time::Duration::from_millis(50);
+        let runner = worker::Worker::new(ledger.clone(), projector.clone(), worker_config);
+        let mut stopped = stopped.clone();
+        handles.push(tokio::spawn(runner.run(async move {
+            let _ = stopped.changed().await;
+        })));
+    }
+    let mut last = None;
+    loop {
+        let counts = ledger.counts().await?;
+        let completed = counts.jobs.get("completed").copied().unwrap_or(0);
+        let dead = counts.jobs.get("dead").copied().unwrap_or(0);
+        anyhow::ensure!(dead == 0, "{dead} projection jobs died; see the log");
+        if completed as usize >= jobs.len() {
+            break;
+        }
+        if last != Some(completed) {
+            eprintln!("project: {completed} of {} documents verified", jobs.len());
+            last = Some(completed);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let pipeline_seconds = started.elapsed().as_secs_f64();
+    let _ = stop.send(true);
+    for handle in handles {
+        handle.await?;
+    }
+    let mut chunk_rows = 0;
+    for acceptance in &jobs {
+        let job = ledger
+            .job(acceptance.projection_job_id)
+            .await?
+            .context("a job vanished")?;
+        anyhow::ensure!(
+            job.state == JobState::Completed,
+            "job {} is {}",
+            job.id,
+            job.state
+        );
+        chunk_rows += ledger
+            .chunk_summary(acceptance.source_revision_id)
+            .await?
+            .count;
+    }
+    anyhow::ensure!(
+        chunk_rows as usize == chunk_texts.len(),
+        "the pipeline stored {chunk_rows} chunks, the chunker made {}",
+        chunk_texts.len()
+    );
+    let raw_rate = chunk_texts.len() as f64 / raw_seconds;
+    let pipeline_rate = chunk_texts.len() as f64 / pipeline_seconds;
+    Ok(json!({
+        "benchmark": "project",
+        "corpus": bench.corpus.display().to_string(),
+        "documents": documents.len(),
+        "chunks": chunk_texts.len(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "embed_batch": config.projection.embed_batch,
+        "workers": bench.workers,
+        "concurrency_per_worker": bench.concurrency,
+        "raw_embedder": { "seconds": raw_seconds, "chunks_per_second": raw_rate },
+        "pipeline": {
+            "seconds": pipeline_seconds,
+            "chunks_per_second": pipeline_rate,
+            "note": "accepted -> relational rows read back -> embedded -> qdrant-edge points read back -> receipts verified -> job completed",
+        },
+        "pipeline_over_raw": pipeline_rate / raw_rate,
+        "qdrant_edge_upsert": {
+            "points": point_count,
+            "batch": 64,
+            "seconds": upsert_seconds,
+            "points_per_second": point_count as f64 / upsert_seconds,
+            "note": "each batch flushed to disk before the next",
+        },
+        "peak_rss_mib": peak_rss_mib(),
+    }))
+}
