@@ -65,11 +65,13 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
 
     // The raw embedder on the same chunks, first.
     let chunker = Chunker::new(files.tokenizer()?, config.projection.chunker)?;
+    let started = Instant::now();
     let chunk_texts: Vec<String> = documents
         .iter()
         .flat_map(|(_, text)| chunker.chunk(text))
         .map(|chunk| chunk.text)
         .collect();
+    let chunk_seconds = started.elapsed().as_secs_f64();
     let raw_model = LocalEmbedder::load(&files, config.projection.embed_threads)?
         .with_batch_size(config.projection.embed_batch);
     eprintln!(
@@ -159,6 +161,8 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         handle.await?;
     }
     let mut chunk_rows = 0;
+    // Where a job's time goes, from its receipts' evidence (milliseconds, mean per job).
+    let mut stages: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for acceptance in &jobs {
         let job = ledger
             .job(acceptance.projection_job_id)
@@ -174,7 +178,29 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             .chunk_summary(acceptance.source_revision_id)
             .await?
             .count;
+        for receipt in ledger.receipts(job.id).await? {
+            let Some(evidence) = receipt.evidence else {
+                continue;
+            };
+            for key in [
+                "chunk_ms",
+                "write_ms",
+                "embed_ms",
+                "readback_ms",
+                "total_ms",
+            ] {
+                if let Some(ms) = evidence.get(key).and_then(Value::as_f64) {
+                    *stages
+                        .entry(format!("{}.{key}", receipt.backend))
+                        .or_default() += ms;
+                }
+            }
+        }
     }
+    let stage_means: serde_json::Map<String, Value> = stages
+        .into_iter()
+        .map(|(key, total)| (key, json!(total / jobs.len() as f64)))
+        .collect();
     anyhow::ensure!(
         chunk_rows as usize == chunk_texts.len(),
         "the pipeline stored {chunk_rows} chunks, the chunker made {}",
@@ -198,6 +224,8 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             "note": "accepted -> relational rows read back -> embedded -> qdrant-edge points read back -> receipts verified -> job completed",
         },
         "pipeline_over_raw": pipeline_rate / raw_rate,
+        "chunker_alone_seconds": chunk_seconds,
+        "mean_stage_ms_per_job": stage_means,
         "qdrant_edge_upsert": {
             "points": point_count,
             "batch": 64,

@@ -878,6 +878,192 @@ pub async fn release_pause_and_fair_claims(harness: Harness) {
     );
 }
 
+/// A generation of the test backends.
+fn test_generation(chunker: &str) -> crate::model::Generation {
+    crate::model::Generation::new(
+        "test-model",
+        3,
+        chunker,
+        &[
+            crate::model::Backend::Relational,
+            crate::model::Backend::Vector,
+        ],
+    )
+}
+
+fn rows(texts: &[&str]) -> Vec<crate::model::ChunkRow> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| crate::model::ChunkRow {
+            chunk_index: index as i64,
+            text: (*text).to_owned(),
+            byte_start: 0,
+            byte_end: text.len() as i64,
+            token_count: 1,
+            sha256: crate::ids::sha256_hex(text.as_bytes()),
+        })
+        .collect()
+}
+
+/// One generation at a time; a changed one is refused; activation is recorded in history.
+pub async fn generations_are_fixed_once_active(harness: Harness) {
+    let first = test_generation("chunker-a");
+    must(
+        harness.ledger.activate_generation(&first, "test").await,
+        "activate",
+    );
+    must(
+        harness.ledger.activate_generation(&first, "test").await,
+        "activate again",
+    );
+    let active = must(harness.ledger.active_generation().await, "active");
+    assert_eq!(active.as_ref(), Some(&first));
+    match harness
+        .ledger
+        .activate_generation(&test_generation("chunker-b"), "test")
+        .await
+    {
+        Err(error @ LedgerError::GenerationMismatch { .. }) => {
+            assert_eq!(error.code(), "generation_mismatch");
+        }
+        other => panic!("expected generation_mismatch, got {other:?}"),
+    }
+    let history = must(
+        harness.ledger.history("generation", &first.id).await,
+        "history",
+    );
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].actor, "test");
+}
+
+/// Chunk rows and receipts are written only under a live lease; the read-back sees exactly
+/// what was written; a verified receipt supersedes the older revision's.
+pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
+    let generation = test_generation("chunker-a");
+    must(
+        harness
+            .ledger
+            .activate_generation(&generation, "test")
+            .await,
+        "activate",
+    );
+    let first = must_accept(&harness, put("docs", "a", "first text")).await;
+    let (_, token) = claim_one(&harness, "w1").await;
+    let written = rows(&["first", "text"]);
+    must(
+        harness
+            .ledger
+            .write_chunks(&token, &generation.id, written.clone())
+            .await,
+        "write chunks",
+    );
+    // Rewriting replaces the rows whole.
+    must(
+        harness
+            .ledger
+            .write_chunks(&token, &generation.id, written.clone())
+            .await,
+        "write chunks again",
+    );
+    let summary = must(
+        harness.ledger.chunk_summary(first.source_revision_id).await,
+        "summary",
+    );
+    assert_eq!(
+        summary,
+        crate::model::ChunkSummary::of(written.iter().map(|row| row.sha256.as_str()))
+    );
+    assert_eq!(summary.count, 2);
+    assert_eq!(
+        must(
+            harness.ledger.chunks(first.source_revision_id).await,
+            "chunks"
+        ),
+        written
+    );
+    let verified = |backend| crate::model::ReceiptUpdate {
+        backend,
+        state: ReceiptState::Verified,
+        evidence: serde_json::json!({"rows": 2}),
+        cause: "verified: read back".to_owned(),
+        generation: generation.id.clone(),
+    };
+    must(
+        harness
+            .ledger
+            .record_receipt(&token, verified(crate::model::Backend::Relational))
+            .await,
+        "receipt",
+    );
+    must(harness.ledger.complete(&token).await, "complete");
+    // The completed job's lease no longer holds: late writes change nothing.
+    lost(
+        harness
+            .ledger
+            .write_chunks(&token, &generation.id, rows(&["late"]))
+            .await,
+    );
+    lost(
+        harness
+            .ledger
+            .record_receipt(&token, verified(crate::model::Backend::Vector))
+            .await,
+    );
+    assert_eq!(
+        must(
+            harness.ledger.chunk_summary(first.source_revision_id).await,
+            "summary"
+        ),
+        summary
+    );
+    let receipts = must(
+        harness.ledger.receipts(first.projection_job_id).await,
+        "receipts",
+    );
+    let states: Vec<_> = receipts.iter().map(|r| (r.backend, r.state)).collect();
+    assert_eq!(
+        states,
+        [
+            (crate::model::Backend::Relational, ReceiptState::Verified),
+            (crate::model::Backend::Vector, ReceiptState::Pending)
+        ]
+    );
+    // A newer revision verified in the same backend supersedes the older receipt.
+    let second = must_accept(&harness, put("docs", "a", "second text")).await;
+    let (_, token) = claim_one(&harness, "w2").await;
+    must(
+        harness
+            .ledger
+            .record_receipt(&token, verified(crate::model::Backend::Relational))
+            .await,
+        "receipt",
+    );
+    let old = must(
+        harness.ledger.receipts(first.projection_job_id).await,
+        "receipts",
+    );
+    assert_eq!(old[0].state, ReceiptState::Superseded);
+    let new = must(
+        harness.ledger.receipts(second.projection_job_id).await,
+        "receipts",
+    );
+    assert_eq!(new[0].state, ReceiptState::Verified);
+    let trail = must(
+        harness
+            .ledger
+            .history(
+                "receipt",
+                &format!("{}/relational", first.projection_job_id),
+            )
+            .await,
+        "history",
+    );
+    let last = trail.last().expect("receipt history");
+    assert_eq!(last.to.as_deref(), Some("superseded"));
+    assert_eq!(last.actor, "w2");
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh harness from
 /// `$factory` (an async fn returning [`Harness`]).
 #[macro_export]
@@ -904,6 +1090,8 @@ macro_rules! ledger_conformance {
             cancel_and_requeue,
             superseded_running_job_fences_its_worker,
             release_pause_and_fair_claims,
+            generations_are_fixed_once_active,
+            projection_writes_are_fenced_and_read_back,
         );
     };
     (@tests $factory:path; $($name:ident,)+) => {
