@@ -139,7 +139,10 @@ impl LocalEmbedder {
         .with_pooling(fastembed::Pooling::Mean);
         let mut options = fastembed::InitOptionsUserDefined::new()
             .with_environment(environment)
-            .with_max_length(MODEL_MAX_TOKENS);
+            .with_max_length(MODEL_MAX_TOKENS)
+            // Idle ONNX Runtime threads sleep instead of spinning: the model shares the CPU
+            // with the ledger, the vector store and the HTTP server.
+            .with_session_config("session.intra_op.allow_spinning", "0");
         if let Some(threads) = threads {
             options = options.with_intra_threads(threads.max(1));
         }

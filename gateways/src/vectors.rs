@@ -168,9 +168,35 @@ struct Shard {
     shard: EdgeShard,
     /// Held while the shard is open: one process owns an embedded shard.
     _owner: std::fs::File,
-    /// Writes (and their flush) exclusive, reads shared: the engine's flush expects no
+    /// Writes (and flushes) exclusive, reads shared: the engine's flush expects no
     /// concurrent writer.
     lock: RwLock<()>,
+    /// Writes applied so far (a sequence number, bumped under the write lock).
+    written: std::sync::atomic::AtomicU64,
+    /// Writes known to be on disk. Held while flushing, so concurrent callers share one
+    /// flush (group flush): a write that happened before a flush began is covered by it.
+    flushed: std::sync::Mutex<u64>,
+}
+
+impl Shard {
+    /// Returns once write number `seq` is on disk, flushing unless a flush already covered it.
+    fn sync(&self, seq: u64) -> Result<(), GatewayError> {
+        let mut flushed = self
+            .flushed
+            .lock()
+            .map_err(|_| unavailable("the flush lock is poisoned"))?;
+        if *flushed >= seq {
+            return Ok(());
+        }
+        let _guard = self
+            .lock
+            .write()
+            .map_err(|_| unavailable("the shard lock is poisoned"))?;
+        let target = self.written.load(std::sync::atomic::Ordering::SeqCst);
+        self.shard.flush();
+        *flushed = target;
+        Ok(())
+    }
 }
 
 /// qdrant-edge, in process, persisted at a directory.
@@ -262,6 +288,8 @@ impl EdgeVectorStore {
             inner: Arc::new(Shard {
                 shard,
                 _owner: owner,
+                written: std::sync::atomic::AtomicU64::new(0),
+                flushed: std::sync::Mutex::new(0),
                 lock: RwLock::new(()),
             }),
             fields: Fields::new()?,
@@ -270,7 +298,8 @@ impl EdgeVectorStore {
         })
     }
 
-    /// Runs `f` on the blocking pool with the shard's read or write lock.
+    /// Runs `f` on the blocking pool with the shard's read or write lock; a write returns once
+    /// it is on disk (group flush).
     async fn with_shard<T: Send + 'static>(
         &self,
         write: bool,
@@ -279,15 +308,21 @@ impl EdgeVectorStore {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             if write {
-                let _guard = inner
-                    .lock
-                    .write()
-                    .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                let result = f(&inner.shard);
-                if result.is_ok() {
-                    inner.shard.flush();
-                }
-                result
+                let (result, seq) = {
+                    let _guard = inner
+                        .lock
+                        .write()
+                        .map_err(|_| unavailable("the shard lock is poisoned"))?;
+                    let result = f(&inner.shard);
+                    let seq = inner
+                        .written
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        + 1;
+                    (result, seq)
+                };
+                let value = result?;
+                inner.sync(seq)?;
+                Ok(value)
             } else {
                 let _guard = inner
                     .lock
