@@ -229,7 +229,7 @@ fn item_error(index: usize, error: ApiError) -> Value {
         "message": error.message,
     });
     if let (Some(details), Some(object)) = (error.details, value.as_object_mut()) {
-        object.insert("details".to_owned(), details);
+        object.insert("details".to_owned(), *details);
     }
     value
 }

@@ -26,8 +26,8 @@ pub struct ApiError {
     pub code: String,
     /// Human-readable explanation (never echoes secrets).
     pub message: String,
-    /// Extra structured fields.
-    pub details: Option<serde_json::Value>,
+    /// Extra structured fields (boxed: errors stay small on the success path).
+    pub details: Option<Box<serde_json::Value>>,
     /// Seconds after which a retry may succeed (`Retry-After`).
     pub retry_after: Option<u64>,
 }
@@ -58,7 +58,7 @@ impl ApiError {
 
     /// Adds structured details.
     pub fn with_details(mut self, details: serde_json::Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -77,7 +77,7 @@ impl ApiError {
         ErrorBody {
             code: &self.code,
             message: &self.message,
-            details: self.details.as_ref(),
+            details: self.details.as_deref(),
         }
     }
 }
@@ -96,7 +96,7 @@ impl From<LedgerError> for ApiError {
             _ => None,
         };
         let mut api = ApiError::new(status, error.code(), error.public_message());
-        api.details = details;
+        api.details = details.map(Box::new);
         if status == StatusCode::SERVICE_UNAVAILABLE {
             api.retry_after = Some(1);
         }
@@ -157,7 +157,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let unauthenticated = |message: &str| {
             let mut error = ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message);
-            error.details = Some(serde_json::json!({ "scheme": "Bearer" }));
+            error.details = Some(Box::new(serde_json::json!({ "scheme": "Bearer" })));
             error
         };
         let header = parts
