@@ -100,6 +100,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             source_key: format!("s{}", index / 4),
             revision_id: uuid::Uuid::from_u128(index as u128 / 4 + 1),
             chunk_index: (index % 4) as u32,
+            head_at: 0,
             vector,
         })
         .collect();

@@ -35,6 +35,9 @@ pub struct VectorPoint {
     pub revision_id: Uuid,
     /// The chunk's position in the revision.
     pub chunk_index: u32,
+    /// When the revision became head (the job's creation, epoch microseconds): orders the
+    /// source's revisions, so a late write of an older head can never retire a newer one.
+    pub head_at: i64,
     /// The embedding.
     pub vector: Vec<f32>,
 }
@@ -78,11 +81,17 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError>;
     /// Marks every point of the source not current, except those of `keep` (which are marked
     /// current). `keep = None` (a tombstone) makes the whole source not current.
+    ///
+    /// Makes the revision that became head at `head_at` the source's current one: points of
+    /// revisions that became head earlier turn not current, `keep`'s points turn current (and
+    /// take `head_at`). `keep = None` (a tombstone) retires everything older than `head_at`.
+    /// Points of a revision that became head later are never touched.
     async fn set_current(
         &self,
         dataset: &str,
         source_key: &str,
         keep: Option<Uuid>,
+        head_at: i64,
     ) -> Result<(), GatewayError>;
     /// Points of a source marked current (a tombstone's read-back expects none).
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
@@ -116,6 +125,7 @@ struct Fields {
     source_key: JsonPath,
     revision_id: JsonPath,
     is_current: JsonPath,
+    head_at: JsonPath,
 }
 
 fn payload_path(key: &str) -> Result<JsonPath, GatewayError> {
@@ -130,6 +140,7 @@ impl Fields {
             source_key: payload_path("source_key")?,
             revision_id: payload_path("revision_id")?,
             is_current: payload_path("is_current")?,
+            head_at: payload_path("head_at")?,
         })
     }
 }
@@ -156,7 +167,8 @@ fn all_of(conditions: Vec<Condition>) -> Filter {
 }
 
 /// Fields search and projection filter by, indexed before any point is written.
-const INDEXED: [(&str, PayloadSchemaType); 5] = [
+const INDEXED: [(&str, PayloadSchemaType); 6] = [
+    ("head_at", PayloadSchemaType::Integer),
     ("dataset", PayloadSchemaType::Keyword),
     ("source_key", PayloadSchemaType::Keyword),
     ("revision_id", PayloadSchemaType::Keyword),
@@ -349,9 +361,28 @@ impl EdgeVectorStore {
     }
 }
 
-fn set_payload(filter: Filter, is_current: bool) -> qdrant_edge::UpdateOperation {
+fn before(key: &JsonPath, limit: i64) -> Condition {
+    Condition::Field(FieldCondition::new_range(
+        key.clone(),
+        qdrant_edge::Range {
+            lt: Some(ordered_float::OrderedFloat(limit as f64)),
+            gt: None,
+            gte: None,
+            lte: None,
+        },
+    ))
+}
+
+fn set_payload(
+    filter: Filter,
+    is_current: bool,
+    head_at: Option<i64>,
+) -> qdrant_edge::UpdateOperation {
     let mut payload = serde_json::Map::new();
     payload.insert("is_current".to_owned(), serde_json::Value::Bool(is_current));
+    if let Some(head_at) = head_at {
+        payload.insert("head_at".to_owned(), serde_json::Value::from(head_at));
+    }
     qdrant_edge::UpdateOperation::PayloadOperation(qdrant_edge::PayloadOps::SetPayload(
         qdrant_edge::SetPayloadOp {
             payload: qdrant_edge::Payload(payload),
@@ -395,6 +426,7 @@ impl VectorStore for EdgeVectorStore {
                     "source_key": point.source_key,
                     "revision_id": point.revision_id.to_string(),
                     "chunk_index": point.chunk_index,
+                    "head_at": point.head_at,
                     "is_current": true,
                 });
                 PointStruct::new(
@@ -473,6 +505,7 @@ impl VectorStore for EdgeVectorStore {
         dataset: &str,
         source_key: &str,
         keep: Option<Uuid>,
+        head_at: i64,
     ) -> Result<(), GatewayError> {
         let fields = self.fields.clone();
         let source = vec![
@@ -480,17 +513,19 @@ impl VectorStore for EdgeVectorStore {
             keyword(&fields.source_key, source_key),
         ];
         self.with_shard(true, move |shard| {
-            let mut others = all_of(source.clone());
+            let mut older = source.clone();
+            older.push(before(&fields.head_at, head_at));
+            let mut older = all_of(older);
             if let Some(keep) = keep {
-                others.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
+                older.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
                 let mut mine = source;
                 mine.push(keyword(&fields.revision_id, &keep.to_string()));
                 shard
-                    .update(set_payload(all_of(mine), true))
+                    .update(set_payload(all_of(mine), true, Some(head_at)))
                     .map_err(unavailable)?;
             }
             shard
-                .update(set_payload(others, false))
+                .update(set_payload(older, false, None))
                 .map_err(unavailable)
         })
         .await
@@ -519,7 +554,7 @@ impl VectorStore for EdgeVectorStore {
         self.with_shard(true, move |shard| {
             let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
             shard
-                .update(set_payload(filter, false))
+                .update(set_payload(filter, false, None))
                 .map_err(unavailable)
         })
         .await

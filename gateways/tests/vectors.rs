@@ -21,6 +21,7 @@ fn points(dataset: &str, key: &str, revision: Uuid, count: u32, seed: u32) -> Ve
             source_key: key.to_owned(),
             revision_id: revision,
             chunk_index: index,
+            head_at: i64::from(seed),
             vector: unit(seed + index),
         })
         .collect()
@@ -57,9 +58,19 @@ async fn points_are_idempotent_current_only_and_survive_reopen() {
             "no duplicates"
         );
         store
-            .set_current("docs", "a", Some(new))
+            .set_current("docs", "a", Some(new), 7)
             .await
             .expect("set current");
+        // A late write of the older head (head since 1) cannot retire the newer one.
+        store
+            .set_current("docs", "a", Some(old), 1)
+            .await
+            .expect("late older write");
+        assert_eq!(store.revision_points(new).await.expect("read").current, 2);
+        store
+            .retire_revision(old)
+            .await
+            .expect("the stale run retires itself");
         let old_points = store.revision_points(old).await.expect("read back");
         assert_eq!(
             (
@@ -100,7 +111,7 @@ async fn points_are_idempotent_current_only_and_survive_reopen() {
         );
         // A tombstone retires the whole source.
         store
-            .set_current("docs", "a", None)
+            .set_current("docs", "a", None, 9)
             .await
             .expect("tombstone");
         assert!(store

@@ -306,6 +306,7 @@ impl Projector {
                         source_key: job.source_key.clone(),
                         revision_id: job.revision_id,
                         chunk_index: chunk.index,
+                        head_at: job.created_at,
                         vector,
                     })
                     .collect();
@@ -338,7 +339,12 @@ impl Projector {
             }
             self.still_leased(token).await?;
             vectors
-                .set_current(&job.dataset, &job.source_key, Some(job.revision_id))
+                .set_current(
+                    &job.dataset,
+                    &job.source_key,
+                    Some(job.revision_id),
+                    job.created_at,
+                )
                 .await
                 .map_err(store_failure)?;
             let verified = self
@@ -403,7 +409,7 @@ impl Projector {
         if let (true, Some(vectors)) = (self.has(Backend::Vector), &self.vectors) {
             self.still_leased(token).await?;
             vectors
-                .set_current(&job.dataset, &job.source_key, None)
+                .set_current(&job.dataset, &job.source_key, None, job.created_at)
                 .await
                 .map_err(store_failure)?;
             let current = vectors

@@ -436,8 +436,9 @@ impl VectorStore for FaultyVectors {
         dataset: &str,
         key: &str,
         keep: Option<Uuid>,
+        head_at: i64,
     ) -> Result<(), GatewayError> {
-        self.real.set_current(dataset, key, keep).await
+        self.real.set_current(dataset, key, keep, head_at).await
     }
     async fn source_current(&self, dataset: &str, key: &str) -> Result<usize, GatewayError> {
         self.real.source_current(dataset, key).await
@@ -510,4 +511,145 @@ async fn injected_faults_retry_then_die_with_a_specific_code() {
         "readback_mismatch",
     )
     .await;
+}
+
+/// Fault injection around the real store: the first `set_current` waits at a gate, so a test
+/// can let a newer revision project completely while an older run is about to mark itself
+/// current.
+struct FaultyGatedVectors {
+    real: Arc<EdgeVectorStore>,
+    entered: Arc<tokio::sync::Notify>,
+    gate: Arc<tokio::sync::Semaphore>,
+    first: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl VectorStore for FaultyGatedVectors {
+    fn name(&self) -> &'static str {
+        "faulty-gated"
+    }
+    fn dimension(&self) -> usize {
+        self.real.dimension()
+    }
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        self.real.upsert(points).await
+    }
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
+        self.real.revision_points(revision_id).await
+    }
+    async fn set_current(
+        &self,
+        dataset: &str,
+        key: &str,
+        keep: Option<Uuid>,
+        head_at: i64,
+    ) -> Result<(), GatewayError> {
+        if self.first.swap(false, Ordering::SeqCst) {
+            self.entered.notify_one();
+            let _permit = self.gate.acquire().await;
+        }
+        self.real.set_current(dataset, key, keep, head_at).await
+    }
+    async fn source_current(&self, dataset: &str, key: &str) -> Result<usize, GatewayError> {
+        self.real.source_current(dataset, key).await
+    }
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
+        self.real.retire_revision(revision_id).await
+    }
+    async fn search(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.real.search(vector, datasets, limit).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_run_never_leaves_its_revision_current() {
+    use worker::Work;
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let gated: Arc<dyn VectorStore> = Arc::new(FaultyGatedVectors {
+        real: world.vectors.clone(),
+        entered: entered.clone(),
+        gate: gate.clone(),
+        first: std::sync::atomic::AtomicBool::new(true),
+    });
+    let slow = world.projector(embedder().await, gated);
+    let fast = world.projector(embedder().await, world.vectors.clone());
+    let old = accept(&world.ledger, vec![put("docs", "race", GUITAR)]).await[0];
+    let old_job = world
+        .ledger
+        .claim("slow", 1)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("job");
+    let slow_run = tokio::spawn(async move { slow.run(&old_job).await });
+    // The old run has written and read back its points and is about to mark them current.
+    tokio::time::timeout(Duration::from_secs(60), entered.notified())
+        .await
+        .expect("the old run reached set_current");
+    assert_eq!(
+        world
+            .vectors
+            .revision_points(old.0)
+            .await
+            .expect("old")
+            .count,
+        1
+    );
+    // Meanwhile a newer revision is accepted and projected completely.
+    let new = accept(&world.ledger, vec![put("docs", "race", TAXES)]).await[0];
+    let new_job = world
+        .ledger
+        .claim("fast", 1)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("job");
+    assert_eq!(new_job.revision_id, new.0);
+    fast.run(&new_job).await.expect("the new run");
+    world
+        .ledger
+        .complete(&receipts::LeaseToken::of(&new_job).expect("lease"))
+        .await
+        .expect("complete");
+    // Now the old run goes on: its late set_current cannot retire the newer revision, and its
+    // fenced-out receipt makes it retire its own points.
+    gate.add_permits(1);
+    let outcome = slow_run.await.expect("old run task");
+    let failure = outcome.expect_err("the old run is fenced out");
+    assert_eq!(failure.code, "lease_lost");
+    let newer = world.vectors.revision_points(new.0).await.expect("new");
+    assert_eq!(
+        newer.current, newer.count,
+        "the newer revision stays current"
+    );
+    assert_eq!(
+        world
+            .vectors
+            .revision_points(old.0)
+            .await
+            .expect("old")
+            .current,
+        0
+    );
+    assert_eq!(
+        world
+            .vectors
+            .source_current("docs", "race")
+            .await
+            .expect("count"),
+        newer.count
+    );
+    let old_receipts = world.ledger.receipts(old.1).await.expect("receipts");
+    let vector = old_receipts
+        .iter()
+        .find(|r| r.backend == Backend::Vector)
+        .expect("receipt");
+    assert_ne!(vector.state, ReceiptState::Verified, "{old_receipts:?}");
 }
