@@ -72,8 +72,12 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         .map(|chunk| chunk.text)
         .collect();
     let chunk_seconds = started.elapsed().as_secs_f64();
-    let raw_model = LocalEmbedder::load(&files, config.projection.embed_threads)?
-        .with_batch_size(config.projection.embed_batch);
+    let raw_model = LocalEmbedder::load(
+        &files,
+        config.projection.embed_sessions,
+        config.projection.embed_threads,
+    )?
+    .with_batch_size(config.projection.embed_batch);
     eprintln!(
         "project: raw embedder on {} chunks of {} documents",
         chunk_texts.len(),
@@ -83,7 +87,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     let raw_texts = chunk_texts.clone();
     let raw_model = Arc::new(raw_model);
     let embedder = raw_model.clone();
-    let vectors = tokio::task::spawn_blocking(move || embedder.embed_blocking(&raw_texts))
+    let vectors = tokio::task::spawn_blocking(move || embedder.embed_parallel(&raw_texts))
         .await
         .context("raw embedding")??;
     let raw_seconds = started.elapsed().as_secs_f64();
@@ -216,6 +220,8 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         "chunks": chunk_texts.len(),
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "embed_batch": config.projection.embed_batch,
+        "embed_sessions": config.projection.embed_sessions,
+        "embed_threads_per_session": config.projection.embed_threads,
         "workers": bench.workers,
         "concurrency_per_worker": bench.concurrency,
         "raw_embedder": { "seconds": raw_seconds, "chunks_per_second": raw_rate },

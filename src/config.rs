@@ -40,6 +40,7 @@ struct FileProjection {
     chunk_max_tokens: Option<usize>,
     chunk_overlap_tokens: Option<usize>,
     embed_batch: Option<usize>,
+    embed_sessions: Option<usize>,
     embed_threads: Option<usize>,
 }
 
@@ -54,6 +55,8 @@ pub struct ProjectionSettings {
     pub embed_batch: usize,
     /// ONNX Runtime intra-op threads (`None`: every core).
     pub embed_threads: Option<usize>,
+    /// Model sessions that embed batches in parallel.
+    pub embed_sessions: usize,
 }
 
 /// Default directory of the model files (relative to the working directory).
@@ -306,6 +309,9 @@ impl Config {
             embed_batch: env_number(env, "CAIRN_EMBED_BATCH")?
                 .or(file.projection.embed_batch)
                 .unwrap_or(gateways::embedder::DEFAULT_EMBED_BATCH),
+            embed_sessions: env_number(env, "CAIRN_EMBED_SESSIONS")?
+                .or(file.projection.embed_sessions)
+                .unwrap_or(1),
             embed_threads: env_number(env, "CAIRN_EMBED_THREADS")?
                 .or(file.projection.embed_threads),
         };
@@ -354,6 +360,9 @@ impl Config {
         }
         if chunker.overlap_tokens >= chunker.max_tokens {
             bail!("projection.chunk_overlap_tokens must be below chunk_max_tokens");
+        }
+        if self.projection.embed_sessions == 0 || self.projection.embed_sessions > 16 {
+            bail!("projection.embed_sessions must be between 1 and 16");
         }
         if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
             bail!("projection.embed_batch must be between 1 and 512");

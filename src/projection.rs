@@ -36,14 +36,19 @@ pub async fn open_projector(
     let files = ModelFiles::locate(&config.projection.models_dir)?;
     let threads = config.projection.embed_threads;
     let batch = config.projection.embed_batch;
+    let sessions = config.projection.embed_sessions;
     let model_files = files.clone();
     let local = tokio::task::spawn_blocking(move || {
-        LocalEmbedder::load(&model_files, threads).map(|model| model.with_batch_size(batch))
+        LocalEmbedder::load(&model_files, sessions, threads)
+            .map(|model| model.with_batch_size(batch))
     })
     .await
     .context("loading the embedding model")??;
-    let embedder: Arc<dyn Embedder> =
-        Arc::new(BatchingEmbedder::start(Arc::new(local), batch.max(1) * 4));
+    let embedder: Arc<dyn Embedder> = Arc::new(BatchingEmbedder::start(
+        Arc::new(local),
+        batch.max(1) * 4,
+        sessions,
+    ));
     let chunker = Arc::new(Chunker::new(files.tokenizer()?, config.projection.chunker)?);
     let generation = generation(config);
     ledger

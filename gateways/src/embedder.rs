@@ -105,7 +105,9 @@ fn onnx_runtime(library: &Path) -> Result<ort::environment::Environment, Gateway
 /// fastembed running the local model in process. Inference runs on tokio's blocking pool,
 /// one batch at a time (the session is not shared between threads).
 pub struct LocalEmbedder {
-    model: Arc<Mutex<fastembed::TextEmbedding>>,
+    /// Independent ONNX Runtime sessions of the same model: batches run on them in parallel.
+    sessions: Arc<Vec<Mutex<fastembed::TextEmbedding>>>,
+    next: Arc<std::sync::atomic::AtomicUsize>,
     batch_size: usize,
 }
 
@@ -115,6 +117,7 @@ impl std::fmt::Debug for LocalEmbedder {
             .debug_struct("LocalEmbedder")
             .field("model", &MODEL_ID)
             .field("batch_size", &self.batch_size)
+            .field("sessions", &self.sessions.len())
             .finish()
     }
 }
@@ -123,9 +126,28 @@ impl std::fmt::Debug for LocalEmbedder {
 pub const DEFAULT_EMBED_BATCH: usize = 8;
 
 impl LocalEmbedder {
-    /// Loads the model (a second or two). `threads`: ONNX Runtime intra-op threads (`None`:
-    /// every core).
-    pub fn load(files: &ModelFiles, threads: Option<usize>) -> Result<LocalEmbedder, GatewayError> {
+    /// Loads the model (a second or two per session). `sessions`: independent inference
+    /// sessions that run batches in parallel; `threads`: ONNX Runtime intra-op threads per
+    /// session (`None`: every core).
+    pub fn load(
+        files: &ModelFiles,
+        sessions: usize,
+        threads: Option<usize>,
+    ) -> Result<LocalEmbedder, GatewayError> {
+        let loaded = (0..sessions.max(1))
+            .map(|_| Self::session(files, threads).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LocalEmbedder {
+            sessions: Arc::new(loaded),
+            next: Arc::default(),
+            batch_size: DEFAULT_EMBED_BATCH,
+        })
+    }
+
+    fn session(
+        files: &ModelFiles,
+        threads: Option<usize>,
+    ) -> Result<fastembed::TextEmbedding, GatewayError> {
         let environment = onnx_runtime(&files.ort_library)?;
         let model = fastembed::UserDefinedEmbeddingModel::new(
             files.read("model.onnx")?,
@@ -146,12 +168,13 @@ impl LocalEmbedder {
         if let Some(threads) = threads {
             options = options.with_intra_threads(threads.max(1));
         }
-        let model = fastembed::TextEmbedding::try_new_from_user_defined(model, options)
-            .map_err(|error| GatewayError::ModelMissing(format!("loading {MODEL_ID}: {error}")))?;
-        Ok(LocalEmbedder {
-            model: Arc::new(Mutex::new(model)),
-            batch_size: DEFAULT_EMBED_BATCH,
-        })
+        fastembed::TextEmbedding::try_new_from_user_defined(model, options)
+            .map_err(|error| GatewayError::ModelMissing(format!("loading {MODEL_ID}: {error}")))
+    }
+
+    /// Sessions that can run at once.
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
     }
 
     /// Sets the texts per ONNX Runtime call.
@@ -160,9 +183,53 @@ impl LocalEmbedder {
         self
     }
 
-    /// Embeds on the calling thread (for benchmarks and blocking callers).
+    /// Embeds on the calling thread, on one session (a free one when there is).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, GatewayError> {
-        embed_locked(&self.model, texts, self.batch_size)
+        embed_on(&self.sessions, &self.next, texts, self.batch_size)
+    }
+
+    /// Embeds with every session at once, each on its own thread over a share of the texts
+    /// (the raw embedder's best rate, for benchmarks).
+    pub fn embed_parallel(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, GatewayError> {
+        let share = texts.len().div_ceil(self.sessions.len()).max(1);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = texts
+                .chunks(share)
+                .zip(self.sessions.iter())
+                .map(|(part, session)| {
+                    scope.spawn(move || embed_locked(session, part, self.batch_size))
+                })
+                .collect();
+            let mut vectors = Vec::with_capacity(texts.len());
+            for handle in handles {
+                let part = handle.join().map_err(|_| {
+                    GatewayError::Embedder("an embedding thread panicked".to_owned())
+                })??;
+                vectors.extend(part);
+            }
+            Ok(vectors)
+        })
+    }
+}
+
+/// Runs on a free session, or waits for the next one in turn when all are busy.
+fn embed_on(
+    sessions: &[Mutex<fastembed::TextEmbedding>],
+    next: &std::sync::atomic::AtomicUsize,
+    texts: &[String],
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>, GatewayError> {
+    for session in sessions {
+        if let Ok(mut model) = session.try_lock() {
+            return embed_with(&mut model, texts, batch_size);
+        }
+    }
+    let turn = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % sessions.len().max(1);
+    match sessions.get(turn) {
+        Some(session) => embed_locked(session, texts, batch_size),
+        None => Err(GatewayError::Embedder(
+            "no embedding session is loaded".to_owned(),
+        )),
     }
 }
 
@@ -174,6 +241,14 @@ fn embed_locked(
     let mut model = model
         .lock()
         .map_err(|_| GatewayError::Embedder("the embedding model lock is poisoned".to_owned()))?;
+    embed_with(&mut model, texts, batch_size)
+}
+
+fn embed_with(
+    model: &mut fastembed::TextEmbedding,
+    texts: &[String],
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>, GatewayError> {
     let vectors = model
         .embed(texts, Some(batch_size))
         .map_err(|error| GatewayError::Embedder(error.to_string()))?;
@@ -202,9 +277,10 @@ impl Embedder for LocalEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let model = self.model.clone();
+        let sessions = self.sessions.clone();
+        let next = self.next.clone();
         let batch_size = self.batch_size;
-        tokio::task::spawn_blocking(move || embed_locked(&model, &texts, batch_size))
+        tokio::task::spawn_blocking(move || embed_on(&sessions, &next, &texts, batch_size))
             .await
             .map_err(|error| GatewayError::Embedder(format!("embedding task failed: {error}")))?
     }
@@ -234,14 +310,23 @@ impl std::fmt::Debug for BatchingEmbedder {
 }
 
 impl BatchingEmbedder {
-    /// Starts the batching task over `inner` (on the current tokio runtime).
-    pub fn start(inner: Arc<dyn Embedder>, max_texts: usize) -> BatchingEmbedder {
+    /// Starts the batching task over `inner` (on the current tokio runtime), running up to
+    /// `parallel` batches at once (one per model session).
+    pub fn start(inner: Arc<dyn Embedder>, max_texts: usize, parallel: usize) -> BatchingEmbedder {
         let (sender, mut receiver) = tokio::sync::mpsc::channel::<EmbedRequest>(1024);
         let model_id = inner.model_id().to_owned();
         let dimension = inner.dimension();
         let max_texts = max_texts.max(1);
+        let slots = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
         tokio::spawn(async move {
-            while let Some(first) = receiver.recv().await {
+            loop {
+                // Wait for a free session first, so requests keep queueing into the next batch.
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                let Some(first) = receiver.recv().await else {
+                    break;
+                };
                 let mut batch = vec![first];
                 let mut texts: usize = batch[0].texts.len();
                 while texts < max_texts {
@@ -258,21 +343,25 @@ impl BatchingEmbedder {
                     .iter_mut()
                     .flat_map(|request| std::mem::take(&mut request.texts))
                     .collect();
-                match inner.embed(all).await {
-                    Ok(vectors) => {
-                        let mut vectors = vectors.into_iter();
-                        for (request, size) in batch.into_iter().zip(sizes) {
-                            let _ = request
-                                .reply
-                                .send(Ok(vectors.by_ref().take(size).collect()));
+                let inner = inner.clone();
+                tokio::spawn(async move {
+                    match inner.embed(all).await {
+                        Ok(vectors) => {
+                            let mut vectors = vectors.into_iter();
+                            for (request, size) in batch.into_iter().zip(sizes) {
+                                let _ = request
+                                    .reply
+                                    .send(Ok(vectors.by_ref().take(size).collect()));
+                            }
+                        }
+                        Err(error) => {
+                            for request in batch {
+                                let _ = request.reply.send(Err(error.clone()));
+                            }
                         }
                     }
-                    Err(error) => {
-                        for request in batch {
-                            let _ = request.reply.send(Err(error.clone()));
-                        }
-                    }
-                }
+                    drop(slot);
+                });
             }
         });
         BatchingEmbedder {

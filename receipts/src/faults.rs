@@ -16,6 +16,9 @@ pub enum FaultPoint {
     AfterHeadMove,
     /// Every row of the group is written; the commit has not run.
     BeforeCommit,
+    /// A projection run is about to write its chunk rows (the relational backend's write).
+    /// Not an acceptance step, so not in [`FaultPoint::ALL`].
+    BeforeChunkWrite,
 }
 
 impl FaultPoint {
@@ -35,6 +38,7 @@ impl fmt::Display for FaultPoint {
             FaultPoint::AfterRevision => "after_revision",
             FaultPoint::AfterHeadMove => "after_head_move",
             FaultPoint::BeforeCommit => "before_commit",
+            FaultPoint::BeforeChunkWrite => "before_chunk_write",
         };
         f.write_str(name)
     }

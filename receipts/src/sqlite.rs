@@ -480,7 +480,10 @@ impl Writer {
             WriteOp::Project(command, reply) => {
                 // A savepoint: a chunk write is two statements, kept or undone together.
                 let now = self.clock.now_micros();
+                let fault = matches!(command, ProjectCommand::WriteChunks { .. })
+                    && self.faults.fire(FaultPoint::BeforeChunkWrite);
                 let result = match self.begin_item().await {
+                    Ok(()) if fault => Err(LedgerError::Injected(FaultPoint::BeforeChunkWrite)),
                     Ok(()) => projection::run(&mut self.connection, command, now).await,
                     Err(error) => Err(error),
                 };

@@ -37,7 +37,7 @@ async fn embedder() -> Arc<dyn Embedder> {
                 Ok(files) => files,
                 Err(error) => panic!("{error}"),
             };
-            Arc::new(LocalEmbedder::load(&files, Some(2)).expect("load the model"))
+            Arc::new(LocalEmbedder::load(&files, 1, Some(2)).expect("load the model"))
         })
         .await
         .clone()
@@ -62,6 +62,13 @@ struct World {
 }
 
 async fn world_at(directory: tempfile::TempDir) -> World {
+    world_with_faults(directory, Arc::new(receipts::faults::NoFaults)).await
+}
+
+async fn world_with_faults(
+    directory: tempfile::TempDir,
+    faults: Arc<dyn receipts::faults::FaultInjector>,
+) -> World {
     let mut options = SqliteOptions::new(directory.path().join("ledger.db"));
     options.job_policies = JobPolicies::uniform(JobPolicy {
         max_attempts: 2,
@@ -70,7 +77,7 @@ async fn world_at(directory: tempfile::TempDir) -> World {
         ..JobPolicy::default()
     });
     let ledger: Arc<dyn Ledger> = Arc::new(
-        SqliteLedger::open(options, Arc::new(SystemClock))
+        SqliteLedger::open_with_faults(options, Arc::new(SystemClock), faults)
             .await
             .expect("ledger"),
     );
@@ -454,6 +461,21 @@ impl VectorStore for FaultyVectors {
     ) -> Result<Vec<VectorHit>, GatewayError> {
         self.real.search(vector, datasets, limit).await
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_relational_write_retries_then_dies() {
+    let plan = Arc::new(receipts::faults::FaultPlan::default());
+    let world = world_with_faults(tempfile::tempdir().expect("tempdir"), plan.clone()).await;
+    plan.arm(receipts::faults::FaultPoint::BeforeChunkWrite);
+    plan.arm(receipts::faults::FaultPoint::BeforeChunkWrite);
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    dies_with(&world, projector, "relational_unavailable").await;
+    assert_eq!(
+        world.vectors.total_points().await.expect("points"),
+        0,
+        "nothing reached the vector store"
+    );
 }
 
 async fn dies_with(world: &World, projector: Arc<Projector>, code: &str) {
