@@ -372,9 +372,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 concurrency: concurrency.max(1),
             })
             .await?;
-            let text = serde_json::to_string_pretty(&report)?;
-            std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
-            println!("{text}");
+            write_report(&out, &report)?;
         }
         Command::Bench {
             command:
@@ -405,9 +403,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
             )
             .await?;
-            let text = serde_json::to_string_pretty(&report)?;
-            std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
-            println!("{text}");
+            write_report(&out, &report)?;
         }
         Command::Bench {
             command:
@@ -419,13 +415,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => {
             let report = cairn::bench::accept(docs, batch_docs, rounds).await?;
-            let text = serde_json::to_string_pretty(&report)?;
-            std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
-            println!("{text}");
-            eprintln!("written to {}", out.display());
+            write_report(&out, &report)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a benchmark's JSON report to `out` and prints it.
+fn write_report(out: &std::path::Path, report: &serde_json::Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    std::fs::write(out, &text).with_context(|| format!("writing {}", out.display()))?;
+    println!("{text}");
+    eprintln!("written to {}", out.display());
+    Ok(())
 }
 
 fn whoami() -> String {

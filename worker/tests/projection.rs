@@ -3,7 +3,7 @@
 //! Fault injection uses wrappers named `Faulty*` around the real stores.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -405,12 +405,27 @@ impl Embedder for FaultyEmbedder {
     }
 }
 
-/// Fault injection around the real store: writes fail, or reads back one point short.
+/// Fault injection around the real store: writes fail, reads back one point short, or the
+/// first `set_current` waits at a gate (so a test can let a newer revision project completely
+/// while an older run is about to mark itself current).
 struct FaultyVectors {
     real: Arc<EdgeVectorStore>,
     fail_writes: bool,
     short_reads: bool,
-    writes: AtomicUsize,
+    gate: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Semaphore>)>,
+    gated_once: std::sync::atomic::AtomicBool,
+}
+
+impl FaultyVectors {
+    fn new(real: Arc<EdgeVectorStore>) -> FaultyVectors {
+        FaultyVectors {
+            real,
+            fail_writes: false,
+            short_reads: false,
+            gate: None,
+            gated_once: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
 }
 
 #[async_trait]
@@ -422,7 +437,6 @@ impl VectorStore for FaultyVectors {
         self.real.dimension()
     }
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
         if self.fail_writes {
             return Err(GatewayError::Unavailable {
                 store: "faulty",
@@ -445,6 +459,12 @@ impl VectorStore for FaultyVectors {
         keep: Option<Uuid>,
         head_at: i64,
     ) -> Result<(), GatewayError> {
+        if let Some((entered, gate)) = &self.gate {
+            if !self.gated_once.swap(true, Ordering::SeqCst) {
+                entered.notify_one();
+                let _permit = gate.acquire().await;
+            }
+        }
         self.real.set_current(dataset, key, keep, head_at).await
     }
     async fn source_current(&self, dataset: &str, key: &str) -> Result<usize, GatewayError> {
@@ -509,10 +529,9 @@ async fn injected_faults_retry_then_die_with_a_specific_code() {
     let world = world_at(tempfile::tempdir().expect("tempdir")).await;
     let faulty = |fail_writes, short_reads| -> Arc<dyn VectorStore> {
         Arc::new(FaultyVectors {
-            real: world.vectors.clone(),
             fail_writes,
             short_reads,
-            writes: AtomicUsize::new(0),
+            ..FaultyVectors::new(world.vectors.clone())
         })
     };
     dies_with(
@@ -535,70 +554,15 @@ async fn injected_faults_retry_then_die_with_a_specific_code() {
     .await;
 }
 
-/// Fault injection around the real store: the first `set_current` waits at a gate, so a test
-/// can let a newer revision project completely while an older run is about to mark itself
-/// current.
-struct FaultyGatedVectors {
-    real: Arc<EdgeVectorStore>,
-    entered: Arc<tokio::sync::Notify>,
-    gate: Arc<tokio::sync::Semaphore>,
-    first: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait]
-impl VectorStore for FaultyGatedVectors {
-    fn name(&self) -> &'static str {
-        "faulty-gated"
-    }
-    fn dimension(&self) -> usize {
-        self.real.dimension()
-    }
-    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
-        self.real.upsert(points).await
-    }
-    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
-        self.real.revision_points(revision_id).await
-    }
-    async fn set_current(
-        &self,
-        dataset: &str,
-        key: &str,
-        keep: Option<Uuid>,
-        head_at: i64,
-    ) -> Result<(), GatewayError> {
-        if self.first.swap(false, Ordering::SeqCst) {
-            self.entered.notify_one();
-            let _permit = self.gate.acquire().await;
-        }
-        self.real.set_current(dataset, key, keep, head_at).await
-    }
-    async fn source_current(&self, dataset: &str, key: &str) -> Result<usize, GatewayError> {
-        self.real.source_current(dataset, key).await
-    }
-    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
-        self.real.retire_revision(revision_id).await
-    }
-    async fn search(
-        &self,
-        vector: Vec<f32>,
-        datasets: &[String],
-        limit: usize,
-    ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.real.search(vector, datasets, limit).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_superseded_run_never_leaves_its_revision_current() {
     use worker::Work;
     let world = world_at(tempfile::tempdir().expect("tempdir")).await;
     let entered = Arc::new(tokio::sync::Notify::new());
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let gated: Arc<dyn VectorStore> = Arc::new(FaultyGatedVectors {
-        real: world.vectors.clone(),
-        entered: entered.clone(),
-        gate: gate.clone(),
-        first: std::sync::atomic::AtomicBool::new(true),
+    let gated: Arc<dyn VectorStore> = Arc::new(FaultyVectors {
+        gate: Some((entered.clone(), gate.clone())),
+        ..FaultyVectors::new(world.vectors.clone())
     });
     let slow = world.projector(embedder().await, gated);
     let fast = world.projector(embedder().await, world.vectors.clone());
