@@ -128,3 +128,44 @@ fn chunks_fit_the_window_cover_the_text_and_are_deterministic() {
     assert_eq!(chunker.chunk(&text), chunks);
     assert!(chunker.chunk("   \n  ").is_empty());
 }
+
+#[test]
+fn every_chunk_fits_the_window_when_encoded_on_its_own() {
+    // Chunk sizes come from one tokenization of the whole document; the model encodes each
+    // chunk alone. Text with long unbroken words, digits and accents forces cuts inside words,
+    // where the two can differ: the model's own count must still fit.
+    let files = files();
+    let tokenizer = files.tokenizer().expect("tokenizer");
+    let chunker = Chunker::new(tokenizer.clone(), ChunkerSettings::default()).expect("chunker");
+    let mut text = String::new();
+    for index in 0..400 {
+        text.push_str(&format!(
+            "Pseudopseudohypoparathyroidism{index} naïveté-{}; ",
+            index * 7919
+        ));
+        if index % 50 == 0 {
+            text.push_str(&"x".repeat(900));
+            text.push_str("\n");
+        }
+    }
+    let chunks = chunker.chunk(&text);
+    assert!(chunks.len() > 10, "{} chunks", chunks.len());
+    for chunk in &chunks {
+        let alone = tokenizer
+            .encode(chunk.text.as_str(), false)
+            .expect("encode")
+            .len();
+        assert!(
+            alone <= 254,
+            "chunk {} has {alone} tokens on its own (sized as {})",
+            chunk.index,
+            chunk.token_count
+        );
+        assert!(
+            alone.abs_diff(chunk.token_count) <= 2,
+            "chunk {} sized {} but encodes to {alone}",
+            chunk.index,
+            chunk.token_count
+        );
+    }
+}
