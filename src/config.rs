@@ -42,6 +42,9 @@ struct FileProjection {
     embed_batch: Option<usize>,
     embed_sessions: Option<usize>,
     embed_threads: Option<usize>,
+    optimize_min_new_points: Option<u64>,
+    optimize_max_new_points: Option<u64>,
+    optimize_quiet_ms: Option<u64>,
 }
 
 /// How revisions are projected: where the model is, how text is cut, how the model runs.
@@ -57,6 +60,8 @@ pub struct ProjectionSettings {
     pub embed_threads: Option<usize>,
     /// Model sessions that embed batches in parallel.
     pub embed_sessions: usize,
+    /// When the vector store's background optimiser builds indexes.
+    pub optimize: gateways::OptimizePolicy,
 }
 
 /// Default directory of the model files (relative to the working directory).
@@ -314,6 +319,24 @@ impl Config {
                 .unwrap_or(1),
             embed_threads: env_number(env, "CAIRN_EMBED_THREADS")?
                 .or(file.projection.embed_threads),
+            optimize: {
+                let defaults = gateways::OptimizePolicy::default();
+                gateways::OptimizePolicy {
+                    min_new_points: file
+                        .projection
+                        .optimize_min_new_points
+                        .unwrap_or(defaults.min_new_points),
+                    max_new_points: file
+                        .projection
+                        .optimize_max_new_points
+                        .unwrap_or(defaults.max_new_points),
+                    quiet: file
+                        .projection
+                        .optimize_quiet_ms
+                        .map_or(defaults.quiet, std::time::Duration::from_millis),
+                    check_every: defaults.check_every,
+                }
+            },
         };
         let config = Config {
             projection,
@@ -360,6 +383,9 @@ impl Config {
         }
         if chunker.overlap_tokens >= chunker.max_tokens {
             bail!("projection.chunk_overlap_tokens must be below chunk_max_tokens");
+        }
+        if self.projection.optimize.min_new_points > self.projection.optimize.max_new_points {
+            bail!("projection.optimize_min_new_points must not exceed optimize_max_new_points");
         }
         if self.projection.embed_sessions == 0 || self.projection.embed_sessions > 16 {
             bail!("projection.embed_sessions must be between 1 and 16");

@@ -66,6 +66,7 @@ pub async fn open_projector(
             tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, MODEL_DIMENSION))
                 .await
                 .context("opening the vector store")??;
+        store.spawn_optimizer(config.projection.optimize)?;
         Some(Arc::new(store))
     } else {
         None

@@ -94,7 +94,9 @@ impl<'a> DocumentSizer<'a> {
     /// Tokens of the document's bytes `start..end`.
     fn tokens_in(&self, start: usize, end: usize) -> usize {
         let first = self.ends.partition_point(|&token_end| token_end <= start);
-        let after = self.starts.partition_point(|&token_start| token_start < end);
+        let after = self
+            .starts
+            .partition_point(|&token_start| token_start < end);
         after.saturating_sub(first)
     }
 }

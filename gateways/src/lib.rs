@@ -18,7 +18,10 @@ pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
-pub use vectors::{EdgeVectorStore, RevisionPoints, VectorHit, VectorPoint, VectorStore};
+pub use vectors::{
+    EdgeVectorStore, OptimizePolicy, OptimizerStats, RevisionPoints, VectorHit, VectorPoint,
+    VectorStore,
+};
 
 /// What can go wrong in a store.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -9,9 +9,13 @@
 //! - [`VectorStore::upsert`] returns after the write is flushed to disk.
 //! - Search filters by dataset and `is_current = true` inside the engine; the caller still
 //!   binds every hit to the ledger's current head.
+//! - Index building (HNSW) runs on a background thread under an [`OptimizePolicy`], never on
+//!   the write or search path; a flush that meets the optimiser mid-swap is retried, not fatal.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use qdrant_edge::{
@@ -178,6 +182,12 @@ const INDEXED: [(&str, PayloadSchemaType); 6] = [
 
 struct Shard {
     shard: EdgeShard,
+    /// Points written since the store opened, and when the last write happened
+    /// (milliseconds since `opened`): the optimiser's policy inputs.
+    points_written: AtomicU64,
+    last_write_ms: AtomicU64,
+    opened: Instant,
+    optimizer: std::sync::Mutex<OptimizerStats>,
     /// Held while the shard is open: one process owns an embedded shard.
     _owner: std::fs::File,
     /// Writes (and flushes) exclusive, reads shared: the engine's flush expects no
@@ -204,11 +214,132 @@ impl Shard {
             .lock
             .write()
             .map_err(|_| unavailable("the shard lock is poisoned"))?;
-        let target = self.written.load(std::sync::atomic::Ordering::SeqCst);
-        self.shard.flush();
+        let target = self.written.load(Ordering::SeqCst);
+        flush(&self.shard)?;
         *flushed = target;
         Ok(())
     }
+
+    fn stats(&self) -> OptimizerStats {
+        self.optimizer
+            .lock()
+            .map(|stats| stats.clone())
+            .unwrap_or_default()
+    }
+
+    fn update_stats(&self, change: impl FnOnce(&mut OptimizerStats)) {
+        if let Ok(mut stats) = self.optimizer.lock() {
+            change(&mut stats);
+        }
+    }
+}
+
+std::thread_local! {
+    /// Set while this thread runs engine code whose panics cairn catches and retries.
+    static CAUGHT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into an error. qdrant-edge 0.7's `flush` asserts that it gets its
+/// locks at once (`try_lock().expect(..)`), which fails while the background optimiser swaps
+/// segments; catching it keeps that race from killing a projection. The panic hook stays quiet
+/// for panics caught here (they are logged as warnings with their message instead).
+fn catching<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CAUGHT.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    CAUGHT.with(|caught| caught.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CAUGHT.with(|caught| caught.set(false));
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|text| (*text).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned())
+    })
+}
+
+/// Flushes the shard (WAL and segments) to disk, retrying while the optimiser holds the
+/// segment lock.
+fn flush(shard: &EdgeShard) -> Result<(), GatewayError> {
+    const ATTEMPTS: u32 = 200;
+    let mut last = String::new();
+    for attempt in 1..=ATTEMPTS {
+        match catching(|| shard.flush()) {
+            Ok(()) => return Ok(()),
+            Err(message) => {
+                if attempt == 1 {
+                    tracing::debug!(%message, "qdrant-edge flush contended; retrying");
+                }
+                last = message;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    tracing::warn!(message = %last, attempts = ATTEMPTS, "qdrant-edge flush kept failing");
+    Err(unavailable(format!(
+        "flush failed {ATTEMPTS} times (last: {last})"
+    )))
+}
+
+/// When the background optimiser asks qdrant-edge to build its indexes (HNSW, segment
+/// merges). The engine decides what is worth indexing (segments above its indexing threshold,
+/// about 6,500 points of 384 dimensions); this decides when to ask, so that bursts of
+/// projection finish first and search stays on the brute-force path only while it is cheap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptimizePolicy {
+    /// Points written since the last run before a run is considered.
+    pub min_new_points: u64,
+    /// Writes must have been quiet this long...
+    pub quiet: Duration,
+    /// ...unless this many points have been written since the last run.
+    pub max_new_points: u64,
+    /// How often the policy is checked.
+    pub check_every: Duration,
+}
+
+impl Default for OptimizePolicy {
+    fn default() -> Self {
+        Self {
+            min_new_points: 5_000,
+            quiet: Duration::from_secs(10),
+            max_new_points: 50_000,
+            check_every: Duration::from_secs(2),
+        }
+    }
+}
+
+impl OptimizePolicy {
+    /// Whether to run now, `new_points` after the last run and `quiet` after the last write.
+    pub fn due(&self, new_points: u64, quiet: Duration) -> bool {
+        new_points >= self.max_new_points
+            || (new_points >= self.min_new_points && new_points > 0 && quiet >= self.quiet)
+    }
+}
+
+/// What the background optimiser has done (for logs, metrics and benchmarks).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct OptimizerStats {
+    /// Runs finished.
+    pub runs: u64,
+    /// Runs that failed (the engine's error or panic message is in `last_error`).
+    pub failures: u64,
+    /// Whether a run is in progress.
+    pub running: bool,
+    /// Points written when the last run started.
+    pub points_at_last_run: u64,
+    /// Milliseconds the last run took.
+    pub last_run_ms: Option<u64>,
+    /// Whether the last run changed anything (built an index, merged segments).
+    pub last_run_changed: Option<bool>,
+    /// The last failure.
+    pub last_error: Option<String>,
 }
 
 /// qdrant-edge, in process, persisted at a directory.
@@ -281,7 +412,7 @@ impl EdgeVectorStore {
                     ))
                     .map_err(unavailable)?;
             }
-            shard.flush();
+            flush(&shard)?;
             shard
         };
         let configured = shard
@@ -299,8 +430,12 @@ impl EdgeVectorStore {
         Ok(EdgeVectorStore {
             inner: Arc::new(Shard {
                 shard,
+                points_written: AtomicU64::new(0),
+                last_write_ms: AtomicU64::new(0),
+                opened: Instant::now(),
+                optimizer: std::sync::Mutex::new(OptimizerStats::default()),
                 _owner: owner,
-                written: std::sync::atomic::AtomicU64::new(0),
+                written: AtomicU64::new(0),
                 flushed: std::sync::Mutex::new(0),
                 lock: RwLock::new(()),
             }),
@@ -326,10 +461,11 @@ impl EdgeVectorStore {
                         .write()
                         .map_err(|_| unavailable("the shard lock is poisoned"))?;
                     let result = f(&inner.shard);
-                    let seq = inner
-                        .written
-                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-                        + 1;
+                    let seq = inner.written.fetch_add(1, Ordering::SeqCst) + 1;
+                    inner.last_write_ms.store(
+                        u64::try_from(inner.opened.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        Ordering::SeqCst,
+                    );
                     (result, seq)
                 };
                 let value = result?;
@@ -345,6 +481,91 @@ impl EdgeVectorStore {
         })
         .await
         .map_err(|error| unavailable(format!("vector task failed: {error}")))?
+    }
+
+    /// Starts the background optimiser: a thread that checks `policy` and runs qdrant-edge's
+    /// optimisers while projection and search go on. It holds the shard only while a run is in
+    /// progress and ends when the store is dropped; returns a flag that stops it sooner.
+    pub fn spawn_optimizer(&self, policy: OptimizePolicy) -> Result<Arc<AtomicBool>, GatewayError> {
+        let shard: Weak<Shard> = Arc::downgrade(&self.inner);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let path = self.path.clone();
+        std::thread::Builder::new()
+            .name("qdrant-optimizer".to_owned())
+            .spawn(move || loop {
+                std::thread::sleep(policy.check_every);
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Some(shard) = shard.upgrade() else {
+                    return;
+                };
+                let written = shard.points_written.load(Ordering::SeqCst);
+                let since = written.saturating_sub(shard.stats().points_at_last_run);
+                let now_ms = u64::try_from(shard.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let quiet = Duration::from_millis(
+                    now_ms.saturating_sub(shard.last_write_ms.load(Ordering::SeqCst)),
+                );
+                if !policy.due(since, quiet) {
+                    continue;
+                }
+                shard.update_stats(|stats| stats.running = true);
+                tracing::info!(path = %path.display(), new_points = since, "vector index optimisation started");
+                let started = Instant::now();
+                let outcome = catching(|| shard.shard.optimize());
+                let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let outcome = match outcome {
+                    Ok(Ok(changed)) => Ok(changed),
+                    Ok(Err(error)) => Err(error.to_string()),
+                    Err(panic) => Err(panic),
+                };
+                match &outcome {
+                    Ok(changed) => tracing::info!(
+                        path = %path.display(), ms = elapsed, changed,
+                        "vector index optimisation finished"
+                    ),
+                    Err(message) => tracing::warn!(
+                        path = %path.display(), ms = elapsed, %message,
+                        "vector index optimisation failed; retried at the next policy check"
+                    ),
+                }
+                shard.update_stats(|stats| {
+                    stats.running = false;
+                    stats.last_run_ms = Some(elapsed);
+                    match outcome {
+                        Ok(changed) => {
+                            stats.runs += 1;
+                            stats.points_at_last_run = written;
+                            stats.last_run_changed = Some(changed);
+                        }
+                        Err(message) => {
+                            stats.failures += 1;
+                            stats.last_error = Some(message);
+                        }
+                    }
+                });
+            })
+            .map_err(|error| unavailable(format!("starting the optimiser thread: {error}")))?;
+        Ok(stop)
+    }
+
+    /// What the background optimiser has done so far.
+    pub fn optimizer_stats(&self) -> OptimizerStats {
+        self.inner.stats()
+    }
+
+    /// Runs qdrant-edge's optimisers now, on the blocking pool, alongside writes and searches
+    /// (benchmarks and tests; the server relies on [`EdgeVectorStore::spawn_optimizer`]).
+    pub async fn optimize_now(&self) -> Result<bool, GatewayError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            catching(|| inner.shard.optimize())
+                .map_err(unavailable)?
+                .map_err(unavailable)
+        })
+        .await
+        .map_err(|error| unavailable(format!("optimiser task failed: {error}")))?
     }
 
     /// Points in the shard (all revisions).
@@ -437,6 +658,8 @@ impl VectorStore for EdgeVectorStore {
                 .into()
             })
             .collect();
+        let count = points.len() as u64;
+        self.inner.points_written.fetch_add(count, Ordering::SeqCst);
         self.with_shard(true, move |shard| {
             shard
                 .update(qdrant_edge::UpdateOperation::PointOperation(
