@@ -214,7 +214,10 @@ async fn index_building_runs_alongside_writes_flushes_and_searches() {
     }
     let waited = std::time::Instant::now();
     let changed = optimizer.await.expect("join").expect("optimise");
-    eprintln!("{writes_during} writes during the build; waited {:?} after them", waited.elapsed());
+    eprintln!(
+        "{writes_during} writes during the build; waited {:?} after them",
+        waited.elapsed()
+    );
     assert!(changed, "the optimiser built nothing for 8,000+ points");
     assert!(
         writes_during > 0 && searches_during > 0,

@@ -66,7 +66,7 @@ async fn must_accept(harness: &Harness, submission: Submission) -> Acceptance {
 
 async fn lexical_hits(harness: &Harness, query: &str) -> usize {
     must(
-        harness.ledger.lexical_search(query, &[], 10).await,
+        harness.ledger.lexical_search(query, &[], 10, None).await,
         "lexical search",
     )
     .len()
@@ -336,7 +336,7 @@ pub async fn lexical_index_holds_current_heads_only(harness: Harness) {
     assert!(lexical_hits(&harness, "alpha").await == 0);
     let hits = harness
         .ledger
-        .lexical_search("charlie", &["docs".to_owned()], 10)
+        .lexical_search("charlie", &["docs".to_owned()], 10, None)
         .await
         .expect("search");
     assert_eq!(hits.len(), 1);
@@ -346,7 +346,7 @@ pub async fn lexical_index_holds_current_heads_only(harness: Harness) {
     // Query syntax never reaches the index.
     assert!(harness
         .ledger
-        .lexical_search("\"unbalanced AND (", &[], 10)
+        .lexical_search("\"unbalanced AND (", &[], 10, None)
         .await
         .is_ok());
 }
@@ -1064,6 +1064,140 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
     assert_eq!(last.actor, "w2");
 }
 
+/// Binding a hit tells current from superseded and deleted revisions, and vector-searchable
+/// (relational and vector receipts verified in the active generation) from pending.
+pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
+    use crate::model::{Backend, HitRef};
+    let generation = test_generation("chunker-a");
+    must(
+        harness
+            .ledger
+            .activate_generation(&generation, "test")
+            .await,
+        "activate",
+    );
+    let old = must_accept(&harness, put("docs", "a", "old text")).await;
+    let new = must_accept(&harness, put("docs", "a", "new text")).await;
+    let gone = must_accept(&harness, put("docs", "b", "deleted soon")).await;
+    must_accept(&harness, delete("docs", "b")).await;
+    let pending = must_accept(&harness, put("notes", "c", "not projected")).await;
+    // Project `new` fully: chunk rows, relational and vector receipts verified.
+    let claimed = must(harness.ledger.claim("w", 10).await, "claim");
+    let job = claimed
+        .iter()
+        .find(|job| job.revision_id == new.source_revision_id)
+        .expect("the new head's job is claimable");
+    let token = LeaseToken::of(job).expect("lease");
+    must(
+        harness
+            .ledger
+            .write_chunks(&token, &generation.id, rows(&["new text"]))
+            .await,
+        "write chunks",
+    );
+    for backend in [Backend::Relational, Backend::Vector] {
+        must(
+            harness
+                .ledger
+                .record_receipt(
+                    &token,
+                    crate::model::ReceiptUpdate {
+                        backend,
+                        state: ReceiptState::Verified,
+                        evidence: serde_json::json!({}),
+                        cause: "verified".to_owned(),
+                        generation: generation.id.clone(),
+                    },
+                )
+                .await,
+            "receipt",
+        );
+    }
+    let asked = [
+        HitRef {
+            revision_id: new.source_revision_id,
+            chunk_index: Some(0),
+        },
+        HitRef {
+            revision_id: old.source_revision_id,
+            chunk_index: Some(0),
+        },
+        HitRef {
+            revision_id: gone.source_revision_id,
+            chunk_index: None,
+        },
+        HitRef {
+            revision_id: Uuid::now_v7(),
+            chunk_index: None,
+        },
+        HitRef {
+            revision_id: pending.source_revision_id,
+            chunk_index: None,
+        },
+        HitRef {
+            revision_id: new.source_revision_id,
+            chunk_index: Some(5),
+        },
+    ];
+    let bound = must(harness.ledger.bind_hits(&asked).await, "bind");
+    let summary: Vec<_> = bound
+        .iter()
+        .map(|b| (b.hit, b.current, b.vector_searchable, b.chunk_text.clone()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (asked[0], true, true, Some("new text".to_owned())),
+            (asked[1], false, false, None),
+            (asked[2], false, false, None),
+            (asked[4], true, false, None),
+            (asked[5], true, true, None),
+        ],
+        "unknown revisions are left out; the rest keep the order asked"
+    );
+    assert_eq!(bound[3].dataset, "notes");
+    assert_eq!(bound[3].source_key, "c");
+    assert!(must(harness.ledger.bind_hits(&[]).await, "bind nothing").is_empty());
+}
+
+/// A lexical search with a deadline ends at the deadline, with real SQLite work interrupted
+/// (not abandoned), and leaves its connection usable.
+pub async fn lexical_search_ends_at_its_deadline(harness: Harness) {
+    must_accept(&harness, put("docs", "a", "zulu yankee")).await;
+    harness.faults.arm(FaultPoint::SlowLexical);
+    let started = std::time::Instant::now();
+    let deadline = started + std::time::Duration::from_millis(150);
+    match harness
+        .ledger
+        .lexical_search("zulu", &[], 10, Some(deadline))
+        .await
+    {
+        Err(error @ LedgerError::DeadlineExceeded(_)) => {
+            assert_eq!(error.code(), "deadline_exceeded");
+            assert_eq!(error.http_status(), 504);
+        }
+        other => panic!("expected deadline_exceeded, got {other:?}"),
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < std::time::Duration::from_secs(5),
+        "the interrupted query ran for {elapsed:?}"
+    );
+    // Every pooled connection still answers (no deadline handler left behind).
+    for _ in 0..8 {
+        assert_eq!(lexical_hits(&harness, "zulu").await, 1);
+    }
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let hits = must(
+        harness
+            .ledger
+            .lexical_search("yankee", &[], 10, Some(far))
+            .await,
+        "search with a far deadline",
+    );
+    assert_eq!(hits.len(), 1);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh harness from
 /// `$factory` (an async fn returning [`Harness`]).
 #[macro_export]
@@ -1092,6 +1226,8 @@ macro_rules! ledger_conformance {
             release_pause_and_fair_claims,
             generations_are_fixed_once_active,
             projection_writes_are_fenced_and_read_back,
+            hits_bind_to_current_searchable_revisions,
+            lexical_search_ends_at_its_deadline,
         );
     };
     (@tests $factory:path; $($name:ident,)+) => {

@@ -68,6 +68,9 @@ pub enum LedgerError {
     /// A named fault point fired (tests only).
     #[error("injected fault at {0}")]
     Injected(crate::faults::FaultPoint),
+    /// A bounded read ran out of time (the caller's deadline) and was interrupted.
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
     /// The ledger could not be reached (writer stopped, pool closed, disk I/O).
     #[error("ledger unavailable: {0}")]
     Unavailable(String),
@@ -102,6 +105,7 @@ impl LedgerError {
             LedgerError::InvalidTransition { .. } => "invalid_transition",
             LedgerError::GenerationMismatch { .. } => "generation_mismatch",
             LedgerError::Injected(_) => "injected_fault",
+            LedgerError::DeadlineExceeded(_) => "deadline_exceeded",
             LedgerError::Unavailable(_) => "ledger_unavailable",
             LedgerError::Storage(error) if is_unavailable(error) => "ledger_unavailable",
             LedgerError::Storage(_) | LedgerError::Internal(_) | LedgerError::Corrupt(_) => {
@@ -116,6 +120,7 @@ impl LedgerError {
             "content_blocked" | "lease_lost" | "invalid_transition" | "generation_mismatch" => 409,
             "source_not_found" | "job_not_found" => 404,
             "ledger_unavailable" => 503,
+            "deadline_exceeded" => 504,
             "internal_error" | "injected_fault" => 500,
             _ => 422,
         }
@@ -183,6 +188,9 @@ impl LedgerError {
             }
             LedgerError::Injected(point) => LedgerError::Injected(*point),
             LedgerError::Unavailable(message) => LedgerError::Unavailable(message.clone()),
+            LedgerError::DeadlineExceeded(message) => {
+                LedgerError::DeadlineExceeded(message.clone())
+            }
             LedgerError::Storage(error) if is_unavailable(error) => {
                 LedgerError::Unavailable(error.to_string())
             }

@@ -19,6 +19,9 @@ pub enum FaultPoint {
     /// A projection run is about to write its chunk rows (the relational backend's write).
     /// Not an acceptance step, so not in [`FaultPoint::ALL`].
     BeforeChunkWrite,
+    /// A lexical search runs a long SQLite computation (minutes) under its deadline instead
+    /// of the index query: the deadline, not the work, must end it. Not an acceptance step.
+    SlowLexical,
 }
 
 impl FaultPoint {
@@ -39,6 +42,7 @@ impl fmt::Display for FaultPoint {
             FaultPoint::AfterHeadMove => "after_head_move",
             FaultPoint::BeforeCommit => "before_commit",
             FaultPoint::BeforeChunkWrite => "before_chunk_write",
+            FaultPoint::SlowLexical => "slow_lexical",
         };
         f.write_str(name)
     }

@@ -8,9 +8,9 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation, Heartbeat, HistoryEntry,
-    Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptUpdate, RevisionDetail,
-    SourceView, Submission,
+    Acceptance, BoundHit, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation, Heartbeat,
+    HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    ReceiptUpdate, RevisionDetail, SourceView, Submission,
 };
 
 /// Durable acceptance: every method returns only after its writes are on disk.
@@ -36,13 +36,21 @@ pub trait Reader: Send + Sync {
     /// Retained bytes by SHA-256.
     async fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>>;
 
-    /// BM25 search over the passages of current, non-deleted heads.
+    /// BM25 search over the passages of current, non-deleted heads (`datasets` empty: every
+    /// dataset). With a deadline the query is interrupted when it passes
+    /// ([`crate::LedgerError::DeadlineExceeded`]): no work outlives the caller's budget.
     async fn lexical_search(
         &self,
         query: &str,
         datasets: &[String],
         limit: u32,
+        deadline: Option<std::time::Instant>,
     ) -> Result<Vec<LexicalHit>>;
+
+    /// Checks hits against the current state: whether each revision is its source's head (and
+    /// not deleted), whether it is vector-searchable in the active generation, and a vector
+    /// hit's chunk text. Answers in the order asked; unknown revisions are left out.
+    async fn bind_hits(&self, hits: &[HitRef]) -> Result<Vec<BoundHit>>;
 
     /// The block on content in a dataset, if any.
     async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>>;

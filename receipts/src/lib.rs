@@ -68,9 +68,9 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{Acceptor, Leases, Ledger, Projections, Reader, Tokens};
 pub use model::{
-    AcceptStatus, Acceptance, Backend, Change, ChunkRow, ChunkSummary, ContentBlock, Document,
-    Failure, FailureClass, Generation, Heartbeat, HistoryEntry, Job, JobKind, JobState, LeaseToken,
-    LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision,
-    RevisionDetail, SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRow, ChunkSummary, ContentBlock,
+    Document, Failure, FailureClass, Generation, Heartbeat, HistoryEntry, HitRef, Job, JobKind,
+    JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate,
+    Revision, RevisionDetail, SourceView, Submission,
 };
 pub use sqlite::{SqliteLedger, SqliteOptions};

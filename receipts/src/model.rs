@@ -409,6 +409,32 @@ pub struct LexicalHit {
     pub score: f64,
 }
 
+/// A search hit to check against the ledger: a revision and, for a vector hit, its chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HitRef {
+    /// The revision the hit points at.
+    pub revision_id: Uuid,
+    /// The chunk of a vector hit (its text is read from the chunk rows).
+    pub chunk_index: Option<u32>,
+}
+
+/// What the ledger says about a hit's revision, at the moment of the check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundHit {
+    /// The hit as asked.
+    pub hit: HitRef,
+    /// Dataset of the revision's source.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision is its source's head and the source is not deleted.
+    pub current: bool,
+    /// Its relational and vector receipts are verified for the active generation.
+    pub vector_searchable: bool,
+    /// The chunk's text (vector hits whose chunk rows exist).
+    pub chunk_text: Option<String>,
+}
+
 /// Ledger-wide counts for status pages.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LedgerCounts {

@@ -29,10 +29,10 @@ use crate::ids;
 use crate::leases::{self, JobAnswer, JobCommand};
 use crate::ledger::{Acceptor, Leases, Projections, Reader, Tokens};
 use crate::model::{
-    AcceptStatus, Acceptance, Backend, Change, ChunkRow, ChunkSummary, ContentBlock, Document,
-    Failure, Generation, Heartbeat, HistoryEntry, Job, JobKind, LeaseToken, LedgerCounts,
-    LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision, RevisionDetail,
-    SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRow, ChunkSummary, ContentBlock,
+    Document, Failure, Generation, Heartbeat, HistoryEntry, HitRef, Job, JobKind, LeaseToken,
+    LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision,
+    RevisionDetail, SourceView, Submission,
 };
 use crate::passages::{self, Passage};
 use crate::policy;
@@ -74,6 +74,8 @@ impl SqliteOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
     reads: SqlitePool,
+    /// Fault injection for reads (tests); the writer holds the same injector.
+    faults: Arc<dyn FaultInjector>,
     work_signal: Arc<tokio::sync::Notify>,
     principals: Arc<std::sync::Mutex<HashMap<String, (Principal, std::time::Instant)>>>,
     writer: mpsc::Sender<WriteOp>,
@@ -154,13 +156,14 @@ impl SqliteLedger {
             in_transaction: false,
             connection: write_connection,
             clock: clock.clone(),
-            faults,
+            faults: faults.clone(),
             options: options.clone(),
         };
         tokio::spawn(writer.run(receiver));
         tokio::spawn(checkpointer(reads.clone(), sender.downgrade()));
         Ok(Self {
             reads,
+            faults,
             work_signal,
             principals: Arc::default(),
             writer: sender,
@@ -1376,11 +1379,27 @@ impl Reader for SqliteLedger {
         query: &str,
         datasets: &[String],
         limit: u32,
+        deadline: Option<std::time::Instant>,
     ) -> Result<Vec<LexicalHit>> {
         let Some(fts) = fts_query(query) else {
             return Ok(Vec::new());
         };
-        let rows = sqlx::query(
+        let mut connection = self.reads.acquire().await?;
+        // The progress handler runs every 1,000 SQLite VM steps and interrupts the query once
+        // the deadline passes. It is removed before the connection goes back to the pool; a
+        // caller must await this call to completion (it is bounded), never drop it mid-way.
+        if let Some(deadline) = deadline {
+            connection
+                .lock_handle()
+                .await?
+                .set_progress_handler(1_000, move || std::time::Instant::now() < deadline);
+        }
+        let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
+        let sql = if slow {
+            "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000000) \
+             SELECT '' AS dataset, '' AS source_key, '' AS revision_id, 0 AS passage_index, \
+             '' AS text, 0.0 AS score FROM n WHERE x = -?3 AND ?1 <> ?2"
+        } else {
             "SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, \
              CAST(substr(c.bytes, p.byte_start + 1, p.byte_end - p.byte_start) AS TEXT) AS text, \
              -bm25(passages_fts) AS score \
@@ -1391,13 +1410,28 @@ impl Reader for SqliteLedger {
              JOIN contents c ON c.sha256 = r.content_sha256 \
              WHERE passages_fts MATCH ?1 \
                AND (json_array_length(?2) = 0 OR p.dataset IN (SELECT value FROM json_each(?2))) \
-             ORDER BY bm25(passages_fts) LIMIT ?3",
-        )
-        .bind(fts)
-        .bind(json_text(datasets))
-        .bind(i64::from(limit))
-        .fetch_all(&self.reads)
-        .await?;
+             ORDER BY bm25(passages_fts) LIMIT ?3"
+        };
+        let result = sqlx::query(sql)
+            .bind(fts)
+            .bind(json_text(datasets))
+            .bind(i64::from(limit))
+            .fetch_all(&mut *connection)
+            .await;
+        if deadline.is_some() {
+            connection.lock_handle().await?.remove_progress_handler();
+        }
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(error)
+                if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) =>
+            {
+                return Err(LedgerError::DeadlineExceeded(format!(
+                    "lexical search interrupted at its deadline ({error})"
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        };
         rows.iter()
             .map(|row| {
                 Ok(LexicalHit {
@@ -1407,6 +1441,54 @@ impl Reader for SqliteLedger {
                     passage_index: row.try_get("passage_index")?,
                     text: row.try_get("text")?,
                     score: row.try_get("score")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn bind_hits(&self, hits: &[HitRef]) -> Result<Vec<BoundHit>> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asked: Vec<(String, Option<u32>)> = hits
+            .iter()
+            .map(|hit| (hit.revision_id.to_string(), hit.chunk_index))
+            .collect();
+        let rows = sqlx::query(
+            "WITH asked AS (SELECT key AS position, value ->> 0 AS revision_id, \
+                 value ->> 1 AS chunk_index FROM json_each(?1)), \
+             active AS (SELECT id FROM generations WHERE active = 1) \
+             SELECT a.position, a.revision_id, a.chunk_index, r.dataset, r.source_key, \
+               (s.head_revision_id = r.id AND r.tombstone = 0) AS current, \
+               (EXISTS (SELECT 1 FROM jobs j JOIN projection_receipts pr ON pr.job_id = j.id \
+                  WHERE j.revision_id = r.id AND pr.backend = 'vector' \
+                    AND pr.state = 'verified' AND pr.generation = (SELECT id FROM active)) \
+                AND EXISTS (SELECT 1 FROM jobs j JOIN projection_receipts pr ON pr.job_id = j.id \
+                  WHERE j.revision_id = r.id AND pr.backend = 'relational' \
+                    AND pr.state = 'verified' AND pr.generation = (SELECT id FROM active))) \
+                 AS vector_searchable, \
+               c.text AS chunk_text \
+             FROM asked a JOIN revisions r ON r.id = a.revision_id \
+             LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index \
+             ORDER BY a.position",
+        )
+        .bind(json_text(&asked))
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let chunk_index: Option<i64> = row.try_get("chunk_index")?;
+                Ok(BoundHit {
+                    hit: HitRef {
+                        revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+                        chunk_index: chunk_index.and_then(|index| u32::try_from(index).ok()),
+                    },
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    current: row.try_get::<Option<bool>, _>("current")?.unwrap_or(false),
+                    vector_searchable: row.try_get("vector_searchable")?,
+                    chunk_text: row.try_get("chunk_text")?,
                 })
             })
             .collect()

@@ -104,7 +104,7 @@ async fn multibyte_whitespace_at_a_passage_boundary_is_accepted() {
     assert_eq!(status, 202, "{receipt}");
     let hits = app
         .ledger
-        .lexical_search("zebra", &[], 10)
+        .lexical_search("zebra", &[], 10, None)
         .await
         .expect("search");
     assert_eq!(hits.len(), 1, "{hits:#?}");
