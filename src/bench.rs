@@ -113,7 +113,7 @@ pub async fn accept(
     let token = crate::client::resolve_token(None, &config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let application = crate::app(ledger, &config);
+    let application = crate::app(ledger, &config, None);
     let server = tokio::spawn(async move { axum::serve(listener, application).await });
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)

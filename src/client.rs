@@ -308,6 +308,90 @@ pub fn print_summary(summary: &IngestSummary) {
     println!("accepted is not indexed: projection runs in the background.");
 }
 
+/// `cairn search`: one request to `POST /v1/search`, printed as a table (or the JSON).
+pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Result<()> {
+    let (status, answer) = client.post("/v1/search", body).await?;
+    let answer = ok_or_error(status, answer)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(());
+    }
+    let results = answer
+        .get("results")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let text = |value: &Value, key: &str| {
+        value
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    println!(
+        "{:>4}  {:<9} {:<16} {:<28} {:<10} {:<10} text",
+        "rank", "score", "dataset", "source", "found by", "state"
+    );
+    for result in &results {
+        let snippet: String = text(result, "text")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(70)
+            .collect();
+        let retrieval = result
+            .get("retrieval")
+            .and_then(Value::as_array)
+            .map(|phases| {
+                phases
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("+")
+            })
+            .unwrap_or_default();
+        let source: String = text(result, "source_key").chars().take(28).collect();
+        println!(
+            "{:>4}  {:<9.4} {:<16} {:<28} {:<10} {:<10} {snippet}",
+            result.get("rank").and_then(Value::as_u64).unwrap_or(0),
+            result.get("score").and_then(Value::as_f64).unwrap_or(0.0),
+            text(result, "dataset"),
+            source,
+            retrieval,
+            text(result, "projection_state"),
+        );
+    }
+    let degradations = answer
+        .get("degradations")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    println!(
+        "{} result(s), mode {}, {:.1} ms of {} ms budget{}{}",
+        results.len(),
+        text(&answer, "mode"),
+        answer.get("took_ms").and_then(Value::as_f64).unwrap_or(0.0),
+        answer.get("budget_ms").and_then(Value::as_u64).unwrap_or(0),
+        match answer.get("stale_dropped").and_then(Value::as_u64) {
+            Some(0) | None => String::new(),
+            Some(dropped) => format!(", {dropped} stale hit(s) dropped"),
+        },
+        if degradations.is_empty() {
+            String::new()
+        } else {
+            format!(", DEGRADED: {degradations}")
+        },
+    );
+    Ok(())
+}
+
 /// `cairn status`: health, readiness and counts.
 pub async fn status(client: &Client, as_json: bool) -> anyhow::Result<()> {
     let health = client.get("/healthz").await?;

@@ -31,6 +31,16 @@ struct FileConfig {
     workers: FileWorkers,
     #[serde(default)]
     projection: FileProjection,
+    #[serde(default)]
+    search: FileSearch,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSearch {
+    max_in_flight: Option<usize>,
+    default_budget_ms: Option<u64>,
+    max_budget_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -182,6 +192,8 @@ pub struct Config {
     pub workers: WorkerSettings,
     /// Chunking and embedding.
     pub projection: ProjectionSettings,
+    /// Search admission and budgets.
+    pub search: search::SearchSettings,
 }
 
 /// Flags that override the file and the environment.
@@ -338,7 +350,24 @@ impl Config {
                 }
             },
         };
+        let search_defaults = search::SearchSettings::default();
+        let search = search::SearchSettings {
+            max_in_flight: env_number(env, "CAIRN_SEARCH_MAX_IN_FLIGHT")?
+                .or(file.search.max_in_flight)
+                .unwrap_or(search_defaults.max_in_flight),
+            default_budget: env_number(env, "CAIRN_SEARCH_BUDGET_MS")?
+                .or(file.search.default_budget_ms)
+                .map_or(
+                    search_defaults.default_budget,
+                    std::time::Duration::from_millis,
+                ),
+            max_budget: file
+                .search
+                .max_budget_ms
+                .map_or(search_defaults.max_budget, std::time::Duration::from_millis),
+        };
         let config = Config {
+            search,
             projection,
             job_policies,
             workers,
@@ -383,6 +412,14 @@ impl Config {
         }
         if chunker.overlap_tokens >= chunker.max_tokens {
             bail!("projection.chunk_overlap_tokens must be below chunk_max_tokens");
+        }
+        if self.search.max_in_flight == 0 {
+            bail!("search.max_in_flight must be at least 1");
+        }
+        if self.search.default_budget.is_zero()
+            || self.search.default_budget > self.search.max_budget
+        {
+            bail!("search.default_budget_ms must be between 1 and search.max_budget_ms");
         }
         if self.projection.optimize.min_new_points > self.projection.optimize.max_new_points {
             bail!("projection.optimize_min_new_points must not exceed optimize_max_new_points");

@@ -29,14 +29,17 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
 use receipts::auth::NewToken;
-use receipts::{Ledger, Scope, SqliteLedger, SystemClock};
+use receipts::{Backend, Ledger, Scope, SqliteLedger, SystemClock};
 
 pub use config::Config;
 
-/// The whole HTTP application over one ledger.
-pub fn app(ledger: Arc<dyn Ledger>, config: &Config) -> Router {
+/// The whole HTTP application over one ledger. Search is lexical-only unless `vector` (the
+/// query embedder and the vector store) is given.
+pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::VectorSide>) -> Router {
+    let searcher = Arc::new(search::Searcher::new(ledger.clone(), vector, config.search));
     Router::new()
         .merge(acceptor::router(ledger.clone(), config.acceptor.clone()))
+        .merge(search::router(ledger.clone(), searcher))
         .merge(ops::router(ledger))
         .fallback(receipts::http::not_found)
         .layer(middleware::from_fn(log_request))
@@ -144,7 +147,30 @@ pub async fn serve(
             path.display()
         );
     }
-    let workers = start_workers(&config, ledger.clone()).await?;
+    // The process that runs the workers owns the embedded vector shard, so vector search
+    // lives there too; with `workers.count = 0` (workers in another process) search is lexical.
+    let projection = if config.workers.count > 0 {
+        Some(projection::open_projection(&config, ledger.clone()).await?)
+    } else {
+        if config.backends.contains(&Backend::Vector) {
+            println!(
+                "workers.count is 0: the vector shard belongs to the worker process, so search \
+                 here is lexical only"
+            );
+        }
+        None
+    };
+    let vector = match projection
+        .as_ref()
+        .and_then(|projection| projection.vectors.clone().map(|store| (projection, store)))
+    {
+        Some((projection, store)) => Some(search::VectorSide {
+            embedder: projection::query_embedder(&projection.files).await?,
+            store,
+        }),
+        None => None,
+    };
+    let workers = start_workers(&config, ledger.clone(), projection.as_ref()).await?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -152,7 +178,7 @@ pub async fn serve(
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
     tracing::info!(%address, data_dir = %config.data_dir.display(), backends = ?config.backends, "cairn serving");
-    let served = axum::serve(listener, app(ledger, &config))
+    let served = axum::serve(listener, app(ledger, &config, vector))
         .with_graceful_shutdown(shutdown)
         .await
         .context("serving HTTP");
@@ -187,11 +213,15 @@ impl RunningWorkers {
 }
 
 /// Starts `workers.count` projection workers (none when the count is 0).
-async fn start_workers(config: &Config, ledger: Arc<dyn Ledger>) -> anyhow::Result<RunningWorkers> {
+async fn start_workers(
+    config: &Config,
+    ledger: Arc<dyn Ledger>,
+    projection: Option<&projection::Projection>,
+) -> anyhow::Result<RunningWorkers> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut handles = Vec::new();
-    if config.workers.count > 0 {
-        let projector = projection::open_projector(config, ledger.clone()).await?;
+    if let Some(projection) = projection {
+        let projector = projection.projector.clone();
         for index in 0..config.workers.count {
             let mut worker_config =
                 worker::WorkerConfig::new(worker_owner(&format!("serve-{index}")));

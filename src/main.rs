@@ -87,6 +87,31 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Search current revisions (vector and lexical, fused) and print a table.
+    Search {
+        /// The query text.
+        query: String,
+        /// Datasets to search (repeat; default: every dataset the token may read).
+        #[arg(long = "dataset")]
+        datasets: Vec<String>,
+        /// Results wanted (1-100).
+        #[arg(long, default_value_t = 10)]
+        top_k: u32,
+        /// Time budget in milliseconds (default: the server's).
+        #[arg(long)]
+        budget_ms: Option<u64>,
+        /// auto, vector or lexical.
+        #[arg(long, default_value = "auto")]
+        mode: String,
+        /// One result per passage instead of one per source.
+        #[arg(long)]
+        all_passages: bool,
+        /// Print the server's JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Server health and counts.
     Status {
         /// Print JSON.
@@ -297,6 +322,32 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if !summary.rejected.is_empty() {
                 return Ok(ExitCode::from(2));
             }
+        }
+        Command::Search {
+            query,
+            datasets,
+            top_k,
+            budget_ms,
+            mode,
+            all_passages,
+            json,
+            client,
+        } => {
+            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::client::Client::new(&client.server, token)?;
+            let mut body = serde_json::json!({
+                "query": query,
+                "top_k": top_k,
+                "mode": mode,
+                "group_by_source": !all_passages,
+            });
+            if !datasets.is_empty() {
+                body["datasets"] = serde_json::json!(datasets);
+            }
+            if let Some(budget_ms) = budget_ms {
+                body["budget_ms"] = serde_json::json!(budget_ms);
+            }
+            cairn::client::search(&api, &body, json).await?;
         }
         Command::Status { json, client } => {
             let token = cairn::client::resolve_token(client.token, &client.data_dir)?;

@@ -27,12 +27,40 @@ pub fn vector_path(config: &Config, generation: &Generation) -> PathBuf {
     config.data_dir.join("vectors").join(&generation.id)
 }
 
+/// The projection job and the stores it writes, shared with search in `cairn serve`.
+pub struct Projection {
+    /// The job workers run.
+    pub projector: Arc<Projector>,
+    /// The vector store (when the `vector` backend is configured).
+    pub vectors: Option<Arc<dyn VectorStore>>,
+    /// The model files.
+    pub files: ModelFiles,
+}
+
 /// Loads the model, activates the generation in the ledger (refusing a changed one) and opens
 /// the vector store. Must run inside a tokio runtime (the embedding batcher is a task).
 pub async fn open_projector(
     config: &Config,
     ledger: Arc<dyn Ledger>,
 ) -> anyhow::Result<Arc<Projector>> {
+    Ok(open_projection(config, ledger).await?.projector)
+}
+
+/// The embedder search uses for queries: its own model session with one thread, so a query
+/// never waits behind a projection batch (about 2 ms per short query).
+pub async fn query_embedder(files: &ModelFiles) -> anyhow::Result<Arc<dyn Embedder>> {
+    let files = files.clone();
+    let model = tokio::task::spawn_blocking(move || LocalEmbedder::load(&files, 1, Some(1)))
+        .await
+        .context("loading the query embedder")??;
+    Ok(Arc::new(model))
+}
+
+/// [`open_projector`], keeping the stores for search.
+pub async fn open_projection(
+    config: &Config,
+    ledger: Arc<dyn Ledger>,
+) -> anyhow::Result<Projection> {
     let files = ModelFiles::locate(&config.projection.models_dir)?;
     let threads = config.projection.embed_threads;
     let batch = config.projection.embed_batch;
@@ -71,7 +99,16 @@ pub async fn open_projector(
     } else {
         None
     };
-    Ok(Arc::new(Projector::new(
-        ledger, embedder, chunker, vectors, generation,
-    )?))
+    let projector = Arc::new(Projector::new(
+        ledger,
+        embedder,
+        chunker,
+        vectors.clone(),
+        generation,
+    )?);
+    Ok(Projection {
+        projector,
+        vectors,
+        files,
+    })
 }

@@ -101,7 +101,7 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
     /// Marks a revision's points not current (a stale run undoing its own write).
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
-    /// Nearest current points in `datasets`.
+    /// Nearest current points in `datasets` (empty: every dataset), best first.
     async fn search(
         &self,
         vector: Vec<f32>,
@@ -789,13 +789,14 @@ impl VectorStore for EdgeVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
+        // No datasets: every dataset (an empty `should` would match nothing).
         let filter = Filter {
-            should: Some(
+            should: (!datasets.is_empty()).then(|| {
                 datasets
                     .iter()
                     .map(|d| keyword(&self.fields.dataset, d))
-                    .collect(),
-            ),
+                    .collect()
+            }),
             must: Some(vec![flag(&self.fields.is_current, true)]),
             ..Filter::default()
         };

@@ -1,5 +1,760 @@
 //! # search: the query path
 //!
-//! Empty until the search issue lands: one deadline per request, vector hits bound to current
-//! revisions, lexical fallback over the ledger's FTS5 index of current heads. Depends on
-//! `receipts` only.
+//! A query runs under **one deadline** (its budget). Two phases run side by side:
+//! - **vector**: embed the query, ask the vector store for the nearest points that are marked
+//!   current in the requested datasets, then **bind** every hit to the ledger (the revision is
+//!   its source's head, not deleted, and vector-searchable in the active generation). It gets
+//!   [`VECTOR_SHARE`] of the budget and is cancelled by cairn when that runs out.
+//! - **lexical**: BM25 over the ledger's FTS5 index of current heads (maintained at
+//!   acceptance, so a document is findable as soon as its receipt is issued), interrupted by
+//!   SQLite itself at the deadline.
+//!
+//! Their ranked lists are fused by reciprocal rank ([`fusion`]). When the vector phase times
+//! out or fails the answer comes from lexical alone, flagged `lexical_fallback` and
+//! `degraded`; when nothing can answer within the budget the error is `search_timeout` (504).
+//!
+//! ## Invariants
+//! - No result points at a superseded revision or a deleted source: vector hits are filtered
+//!   by `is_current` in the store and checked against the ledger; lexical hits come from
+//!   current heads; and the final page is checked against the ledger once more just before it
+//!   is returned. Every hit dropped by a check is counted (`stale_dropped`), and the pages are
+//!   refilled from further candidates, so drops never silently shorten an answer.
+//! - Dataset permissions apply to every phase: the store's filter, the ledger query and the
+//!   binding all use the same dataset list.
+//! - Admission is bounded (`max_in_flight`): excess requests get `overloaded` (429) at once,
+//!   never a timeout. A timeout is never reported as overload.
+//! - No work outlives the budget by more than one bounded step: the lexical query is
+//!   interrupted inside SQLite; the vector phase is dropped at its deadline, leaving at most the
+//!   embedding of one query (at most 256 tokens) or one store search to finish on the blocking
+//!   pool.
+
+pub mod api;
+pub mod fusion;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateways::{Embedder, GatewayError, VectorHit, VectorStore};
+use receipts::{BoundHit, HitRef, Ledger, LedgerError, LexicalHit};
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use api::router;
+
+/// Share of the budget the vector phase (embed, search, bind) may use in `auto` mode.
+pub const VECTOR_SHARE: f64 = 0.75;
+/// Longest query, in characters.
+pub const MAX_QUERY_CHARS: usize = 2000;
+/// Most results per request.
+pub const MAX_TOP_K: usize = 100;
+/// Results when the request does not say.
+pub const DEFAULT_TOP_K: usize = 10;
+/// Most vector hits fetched while refilling after stale drops.
+pub const MAX_VECTOR_FETCH: usize = 2000;
+
+/// Limits of the search API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchSettings {
+    /// Searches running at once; more are refused with 429.
+    pub max_in_flight: usize,
+    /// Budget when the request does not give one.
+    pub default_budget: Duration,
+    /// Largest budget a request may ask for.
+    pub max_budget: Duration,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 32,
+            default_budget: Duration::from_millis(2000),
+            max_budget: Duration::from_millis(30_000),
+        }
+    }
+}
+
+/// Which phases a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Both, fused; lexical alone when the vector phase cannot answer in time.
+    Auto,
+    /// Nearest neighbours only.
+    Vector,
+    /// BM25 only.
+    Lexical,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "auto" => Ok(Mode::Auto),
+            "vector" => Ok(Mode::Vector),
+            "lexical" => Ok(Mode::Lexical),
+            other => Err(format!(
+                "unknown mode `{other}`; valid modes: auto, vector, lexical"
+            )),
+        }
+    }
+}
+
+/// Which phases answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answered {
+    /// Vector and lexical, fused by rank.
+    Hybrid,
+    /// Vector only.
+    Vector,
+    /// Lexical only, as asked (or no vector store is configured).
+    Lexical,
+    /// Lexical only because the vector phase timed out or failed.
+    LexicalFallback,
+}
+
+/// A validated query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// The text.
+    pub text: String,
+    /// Datasets to search (empty: every dataset).
+    pub datasets: Vec<String>,
+    /// Results wanted.
+    pub top_k: usize,
+    /// Time from admission to answer.
+    pub budget: Duration,
+    /// Phases asked for.
+    pub mode: Mode,
+    /// One result per source (its best passage) instead of one per passage.
+    pub group_by_source: bool,
+}
+
+/// One result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    /// 1-based.
+    pub rank: usize,
+    /// Dataset of the source.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision the text comes from (the source's head at answer time).
+    pub source_revision_id: Uuid,
+    /// The vector chunk the text is (when the result's text is a chunk).
+    pub chunk_index: Option<u32>,
+    /// The lexical passage the text is (when it is a passage).
+    pub passage_index: Option<i64>,
+    /// The chunk's or passage's text.
+    pub text: String,
+    /// The score, of the kind in `score_kind`.
+    pub score: f64,
+    /// `rrf`, `cosine` or `bm25`.
+    pub score_kind: &'static str,
+    /// Phases that found it (`vector`, `lexical`).
+    pub retrieval: Vec<&'static str>,
+    /// `searchable` (vector-searchable) or `pending` (accepted, not yet projected).
+    pub projection_state: &'static str,
+}
+
+/// Milliseconds spent per phase (absent: the phase did not run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Phases {
+    /// Embedding the query.
+    pub embed: Option<f64>,
+    /// The store's nearest-neighbour search.
+    pub vector: Option<f64>,
+    /// Ledger checks of hits.
+    pub bind: Option<f64>,
+    /// The lexical query.
+    pub lexical: Option<f64>,
+    /// Fusion, grouping and the final check.
+    pub fuse: Option<f64>,
+}
+
+/// An answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResponse {
+    /// Best first.
+    pub results: Vec<SearchResult>,
+    /// Which phases answered.
+    pub mode: Answered,
+    /// Whether the answer is less complete than asked.
+    pub degraded: bool,
+    /// Why: `vector_timeout`, `vector_error`, `embed_error`, `lexical_timeout`,
+    /// `lexical_error`, `stale_dropped`.
+    pub degradations: Vec<String>,
+    /// Hits removed because their revision was no longer current (or not yet searchable).
+    pub stale_dropped: usize,
+    /// Time from admission to answer.
+    pub took_ms: f64,
+    /// Time per phase.
+    pub phases: Phases,
+    /// The budget the request ran under.
+    pub budget_ms: u64,
+}
+
+/// Why a search has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// Too many searches in flight.
+    #[error("too many searches in flight (limit {limit}); retry shortly")]
+    Overloaded {
+        /// The limit.
+        limit: usize,
+    },
+    /// The budget ran out with nothing to return.
+    #[error("no phase answered within the budget of {budget_ms} ms ({})", degradations.join(", "))]
+    Timeout {
+        /// The budget.
+        budget_ms: u64,
+        /// What went wrong per phase.
+        degradations: Vec<String>,
+    },
+    /// The request cannot be served by this server (e.g. vector mode with no vector store).
+    #[error("{message}")]
+    Unsupported {
+        /// Stable code.
+        code: &'static str,
+        /// Explanation.
+        message: String,
+    },
+    /// The ledger failed (unreachable: 503).
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// The vector side: the query embedder and the store.
+#[derive(Clone)]
+pub struct VectorSide {
+    /// Embeds queries (ideally its own model session, so queries never wait behind
+    /// projection batches).
+    pub embedder: Arc<dyn Embedder>,
+    /// The store of chunk vectors.
+    pub store: Arc<dyn VectorStore>,
+}
+
+/// Runs searches.
+pub struct Searcher {
+    ledger: Arc<dyn Ledger>,
+    vector: Option<VectorSide>,
+    settings: SearchSettings,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::fmt::Debug for Searcher {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Searcher")
+            .field("vector", &self.vector.is_some())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// Where a candidate came from and what it says.
+#[derive(Debug, Clone)]
+struct Candidate {
+    dataset: String,
+    source_key: String,
+    revision_id: Uuid,
+    chunk_index: Option<u32>,
+    passage_index: Option<i64>,
+    text: String,
+    /// The phase's own score (cosine or BM25).
+    score: f64,
+    vector_searchable: bool,
+}
+
+impl Candidate {
+    fn source(&self) -> (String, String) {
+        (self.dataset.clone(), self.source_key.clone())
+    }
+}
+
+/// The identity fusion works on: a source (grouped) or a chunk/passage (not grouped).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ItemKey {
+    Source(String, String),
+    Chunk(Uuid, u32),
+    Passage(Uuid, i64),
+}
+
+fn key_of(candidate: &Candidate, grouped: bool) -> ItemKey {
+    if grouped {
+        return ItemKey::Source(candidate.dataset.clone(), candidate.source_key.clone());
+    }
+    match (candidate.chunk_index, candidate.passage_index) {
+        (Some(chunk), _) => ItemKey::Chunk(candidate.revision_id, chunk),
+        (None, Some(passage)) => ItemKey::Passage(candidate.revision_id, passage),
+        (None, None) => ItemKey::Chunk(candidate.revision_id, u32::MAX),
+    }
+}
+
+/// A phase's ranked, checked candidates.
+#[derive(Debug, Default)]
+struct PhaseOutcome {
+    candidates: Vec<Candidate>,
+    stale_dropped: usize,
+    embed_ms: Option<f64>,
+    search_ms: Option<f64>,
+    bind_ms: f64,
+}
+
+/// Why a phase gave nothing.
+#[derive(Debug)]
+enum PhaseFailure {
+    Timeout,
+    Embed(GatewayError),
+    Store(GatewayError),
+    Ledger(LedgerError),
+}
+
+impl PhaseFailure {
+    fn degradation(&self, phase: &str) -> String {
+        match self {
+            PhaseFailure::Timeout => format!("{phase}_timeout"),
+            PhaseFailure::Embed(_) => "embed_error".to_owned(),
+            PhaseFailure::Store(_) => format!("{phase}_error"),
+            PhaseFailure::Ledger(error) if error.code() == "deadline_exceeded" => {
+                format!("{phase}_timeout")
+            }
+            PhaseFailure::Ledger(_) => format!("{phase}_error"),
+        }
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Searcher {
+    /// A searcher over the ledger's lexical index and, when given, a vector side.
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        vector: Option<VectorSide>,
+        settings: SearchSettings,
+    ) -> Searcher {
+        Searcher {
+            ledger,
+            vector,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight.max(1))),
+            settings,
+        }
+    }
+
+    /// The limits it runs under.
+    pub fn settings(&self) -> SearchSettings {
+        self.settings
+    }
+
+    /// Whether vector search is configured.
+    pub fn has_vectors(&self) -> bool {
+        self.vector.is_some()
+    }
+
+    /// Answers `query` within its budget.
+    pub async fn search(&self, query: Query) -> Result<SearchResponse, SearchError> {
+        let _permit =
+            self.in_flight
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| SearchError::Overloaded {
+                    limit: self.settings.max_in_flight,
+                })?;
+        let started = Instant::now();
+        let deadline = started + query.budget;
+        let mode = match (query.mode, &self.vector) {
+            (Mode::Vector, None) => {
+                return Err(SearchError::Unsupported {
+                    code: "vector_unconfigured",
+                    message: "this server has no vector store (backends exclude `vector`); \
+                              use mode `lexical` or `auto`"
+                        .to_owned(),
+                })
+            }
+            (Mode::Auto, None) => Mode::Lexical,
+            (mode, _) => mode,
+        };
+        let vector_deadline = match mode {
+            Mode::Auto => started + query.budget.mul_f64(VECTOR_SHARE),
+            _ => deadline,
+        };
+        let run_vector = matches!(mode, Mode::Auto | Mode::Vector);
+        let run_lexical = matches!(mode, Mode::Auto | Mode::Lexical);
+        let vector_phase = async {
+            if !run_vector {
+                return None;
+            }
+            let phase = self.vector_phase(&query, vector_deadline);
+            Some(
+                match tokio::time::timeout_at(vector_deadline.into(), phase).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(PhaseFailure::Timeout),
+                },
+            )
+        };
+        let lexical_phase = async {
+            if !run_lexical {
+                return None;
+            }
+            // Not wrapped in a timeout: the query ends itself at the deadline (SQLite
+            // interrupts it), and dropping it mid-way would leave its connection armed.
+            Some(self.lexical_phase(&query, deadline).await)
+        };
+        let (vector, lexical) = tokio::join!(vector_phase, lexical_phase);
+
+        let mut phases = Phases::default();
+        let mut degradations = Vec::new();
+        let mut stale_dropped = 0;
+        let mut lists: Vec<(&'static str, Vec<Candidate>)> = Vec::new();
+        let mut failures = Vec::new();
+        for (name, outcome) in [("vector", vector), ("lexical", lexical)] {
+            match outcome {
+                None => {}
+                Some(Ok(outcome)) => {
+                    if name == "vector" {
+                        phases.embed = outcome.embed_ms;
+                        phases.vector = outcome.search_ms;
+                    } else {
+                        phases.lexical = outcome.search_ms;
+                    }
+                    *phases.bind.get_or_insert(0.0) += outcome.bind_ms;
+                    stale_dropped += outcome.stale_dropped;
+                    lists.push((name, outcome.candidates));
+                }
+                Some(Err(failure)) => {
+                    if let PhaseFailure::Embed(error) | PhaseFailure::Store(error) = &failure {
+                        tracing::warn!(phase = name, %error, "search phase failed");
+                    }
+                    degradations.push(failure.degradation(name));
+                    failures.push(failure);
+                }
+            }
+        }
+        if lists.is_empty() {
+            // A ledger that failed (not merely ran out of time) is the answer: 503 when it is
+            // unreachable. Otherwise the budget ran out.
+            let ledger_error = failures.into_iter().find_map(|failure| match failure {
+                PhaseFailure::Ledger(error) if error.code() != "deadline_exceeded" => Some(error),
+                _ => None,
+            });
+            if let Some(error) = ledger_error {
+                return Err(SearchError::Ledger(error));
+            }
+            return Err(SearchError::Timeout {
+                budget_ms: u64::try_from(query.budget.as_millis()).unwrap_or(u64::MAX),
+                degradations,
+            });
+        }
+        let answered = match (mode, lists.len()) {
+            (Mode::Auto, 2) => Answered::Hybrid,
+            (Mode::Auto, _) if lists[0].0 == "lexical" => Answered::LexicalFallback,
+            (_, _) if lists[0].0 == "vector" => Answered::Vector,
+            _ => Answered::Lexical,
+        };
+        let fusing = Instant::now();
+        let (results, final_drops) = self.assemble(&query, &lists, answered).await?;
+        stale_dropped += final_drops;
+        if results.len() < query.top_k && stale_dropped > 0 {
+            degradations.push("stale_dropped".to_owned());
+        }
+        phases.fuse = Some(ms(fusing));
+        Ok(SearchResponse {
+            results,
+            mode: answered,
+            degraded: !degradations.is_empty(),
+            degradations,
+            stale_dropped,
+            took_ms: ms(started),
+            phases,
+            budget_ms: u64::try_from(query.budget.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    fn allowed(query: &Query, dataset: &str) -> bool {
+        query.datasets.is_empty() || query.datasets.iter().any(|name| name == dataset)
+    }
+
+    /// Embed, nearest neighbours, bind; fetches further while drops leave too few.
+    async fn vector_phase(
+        &self,
+        query: &Query,
+        deadline: Instant,
+    ) -> Result<PhaseOutcome, PhaseFailure> {
+        let Some(side) = &self.vector else {
+            return Ok(PhaseOutcome::default());
+        };
+        let mut outcome = PhaseOutcome::default();
+        let started = Instant::now();
+        let vector = side
+            .embedder
+            .embed(vec![query.text.clone()])
+            .await
+            .map_err(PhaseFailure::Embed)?
+            .pop()
+            .ok_or_else(|| {
+                PhaseFailure::Embed(GatewayError::Embedder("no vector for the query".to_owned()))
+            })?;
+        outcome.embed_ms = Some(ms(started));
+        let needed = query.top_k.max(fusion::CANDIDATE_WINDOW);
+        let mut limit = needed;
+        let mut search_ms = 0.0;
+        loop {
+            let searching = Instant::now();
+            let hits = side
+                .store
+                .search(vector.clone(), &query.datasets, limit)
+                .await
+                .map_err(PhaseFailure::Store)?;
+            search_ms += ms(searching);
+            let binding = Instant::now();
+            let (candidates, dropped) = self.bind_vector_hits(query, &hits).await?;
+            outcome.bind_ms += ms(binding);
+            let distinct = if query.group_by_source {
+                candidates
+                    .iter()
+                    .map(Candidate::source)
+                    .collect::<HashSet<_>>()
+                    .len()
+            } else {
+                candidates.len()
+            };
+            let exhausted = hits.len() < limit;
+            let enough = distinct >= query.top_k.min(needed);
+            outcome.candidates = candidates;
+            outcome.stale_dropped = dropped;
+            // Refill: drops (or several chunks of one source) left too few, the store has
+            // more, and there is time for another round.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if enough || exhausted || limit >= MAX_VECTOR_FETCH || remaining.is_zero() {
+                break;
+            }
+            limit = (limit * 2).min(MAX_VECTOR_FETCH);
+        }
+        outcome.search_ms = Some(search_ms);
+        Ok(outcome)
+    }
+
+    /// Checks vector hits against the ledger; returns the current ones (with chunk text) in
+    /// rank order and how many were dropped.
+    async fn bind_vector_hits(
+        &self,
+        query: &Query,
+        hits: &[VectorHit],
+    ) -> Result<(Vec<Candidate>, usize), PhaseFailure> {
+        let refs: Vec<HitRef> = hits
+            .iter()
+            .map(|hit| HitRef {
+                revision_id: hit.revision_id,
+                chunk_index: Some(hit.chunk_index),
+            })
+            .collect();
+        let bound = self
+            .ledger
+            .bind_hits(&refs)
+            .await
+            .map_err(PhaseFailure::Ledger)?;
+        let by_ref: HashMap<HitRef, &BoundHit> = bound.iter().map(|b| (b.hit, b)).collect();
+        let mut candidates = Vec::new();
+        for (hit, reference) in hits.iter().zip(&refs) {
+            let Some(bound) = by_ref.get(reference) else {
+                continue;
+            };
+            let Some(text) = &bound.chunk_text else {
+                continue;
+            };
+            if !bound.current || !bound.vector_searchable || !Self::allowed(query, &bound.dataset) {
+                continue;
+            }
+            candidates.push(Candidate {
+                dataset: bound.dataset.clone(),
+                source_key: bound.source_key.clone(),
+                revision_id: hit.revision_id,
+                chunk_index: Some(hit.chunk_index),
+                passage_index: None,
+                text: text.clone(),
+                score: f64::from(hit.score),
+                vector_searchable: true,
+            });
+        }
+        let dropped = hits.len() - candidates.len();
+        Ok((candidates, dropped))
+    }
+
+    /// BM25 over current heads, then the projection state of each hit's revision.
+    async fn lexical_phase(
+        &self,
+        query: &Query,
+        deadline: Instant,
+    ) -> Result<PhaseOutcome, PhaseFailure> {
+        let started = Instant::now();
+        let limit = u32::try_from(query.top_k.max(fusion::CANDIDATE_WINDOW)).unwrap_or(u32::MAX);
+        let hits = self
+            .ledger
+            .lexical_search(&query.text, &query.datasets, limit, Some(deadline))
+            .await
+            .map_err(PhaseFailure::Ledger)?;
+        let search_ms = ms(started);
+        let binding = Instant::now();
+        let (candidates, dropped) = self.bind_lexical_hits(query, hits).await?;
+        Ok(PhaseOutcome {
+            candidates,
+            stale_dropped: dropped,
+            embed_ms: None,
+            search_ms: Some(search_ms),
+            bind_ms: ms(binding),
+        })
+    }
+
+    async fn bind_lexical_hits(
+        &self,
+        query: &Query,
+        hits: Vec<LexicalHit>,
+    ) -> Result<(Vec<Candidate>, usize), PhaseFailure> {
+        let revisions: Vec<HitRef> = hits
+            .iter()
+            .map(|hit| HitRef {
+                revision_id: hit.revision_id,
+                chunk_index: None,
+            })
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let bound = self
+            .ledger
+            .bind_hits(&revisions)
+            .await
+            .map_err(PhaseFailure::Ledger)?;
+        let by_revision: HashMap<Uuid, &BoundHit> =
+            bound.iter().map(|b| (b.hit.revision_id, b)).collect();
+        let total = hits.len();
+        let candidates: Vec<Candidate> = hits
+            .into_iter()
+            .filter_map(|hit| {
+                let bound = by_revision.get(&hit.revision_id)?;
+                if !bound.current || !Self::allowed(query, &hit.dataset) {
+                    return None;
+                }
+                Some(Candidate {
+                    vector_searchable: bound.vector_searchable,
+                    dataset: hit.dataset,
+                    source_key: hit.source_key,
+                    revision_id: hit.revision_id,
+                    chunk_index: None,
+                    passage_index: Some(hit.passage_index),
+                    text: hit.text,
+                    score: hit.score,
+                })
+            })
+            .collect();
+        let dropped = total - candidates.len();
+        Ok((candidates, dropped))
+    }
+
+    /// Fuses (or takes the single list), groups, checks the page against the ledger once
+    /// more and refills from further candidates. Returns the page and the final drops.
+    async fn assemble(
+        &self,
+        query: &Query,
+        lists: &[(&'static str, Vec<Candidate>)],
+        answered: Answered,
+    ) -> Result<(Vec<SearchResult>, usize), SearchError> {
+        let grouped = query.group_by_source;
+        // Per phase: the best candidate per key, in rank order.
+        let mut best: HashMap<ItemKey, Vec<(usize, &Candidate)>> = HashMap::new();
+        let ranked: Vec<Vec<ItemKey>> = lists
+            .iter()
+            .enumerate()
+            .map(|(phase, (_, candidates))| {
+                let mut seen = HashSet::new();
+                candidates
+                    .iter()
+                    .filter_map(|candidate| {
+                        let key = key_of(candidate, grouped);
+                        if !seen.insert(key.clone()) {
+                            return None;
+                        }
+                        best.entry(key.clone())
+                            .or_default()
+                            .push((phase, candidate));
+                        Some(key)
+                    })
+                    .collect()
+            })
+            .collect();
+        let fused = fusion::fuse(&ranked);
+        let mut page = Vec::new();
+        let mut dropped = 0;
+        let mut next = 0;
+        while page.len() < query.top_k && next < fused.len() {
+            let wanted = query.top_k - page.len();
+            let batch: Vec<&fusion::Fused<ItemKey>> = fused[next..].iter().take(wanted).collect();
+            next += batch.len();
+            let chosen: Vec<(&fusion::Fused<ItemKey>, &Candidate, Vec<&'static str>)> = batch
+                .into_iter()
+                .filter_map(|item| {
+                    let found = best.get(&item.key)?;
+                    // The text: the vector chunk when the vector phase found it.
+                    let (_, candidate) = found
+                        .iter()
+                        .find(|(phase, _)| lists[*phase].0 == "vector")
+                        .or_else(|| found.first())?;
+                    let retrieval = found.iter().map(|(phase, _)| lists[*phase].0).collect();
+                    Some((item, *candidate, retrieval))
+                })
+                .collect();
+            // The final check: a revision superseded or deleted while this request ran is
+            // dropped here, and the page refills from the next candidates.
+            let refs: Vec<HitRef> = chosen
+                .iter()
+                .map(|(_, candidate, _)| HitRef {
+                    revision_id: candidate.revision_id,
+                    chunk_index: None,
+                })
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let bound = self.ledger.bind_hits(&refs).await?;
+            let current: HashMap<Uuid, bool> = bound
+                .iter()
+                .map(|b| (b.hit.revision_id, b.current))
+                .collect();
+            for (item, candidate, retrieval) in chosen {
+                if !current
+                    .get(&candidate.revision_id)
+                    .copied()
+                    .unwrap_or(false)
+                {
+                    dropped += 1;
+                    continue;
+                }
+                let (score, score_kind) = match answered {
+                    Answered::Hybrid => (item.score, "rrf"),
+                    Answered::Vector => (candidate.score, "cosine"),
+                    Answered::Lexical | Answered::LexicalFallback => (candidate.score, "bm25"),
+                };
+                page.push(SearchResult {
+                    rank: page.len() + 1,
+                    dataset: candidate.dataset.clone(),
+                    source_key: candidate.source_key.clone(),
+                    source_revision_id: candidate.revision_id,
+                    chunk_index: candidate.chunk_index,
+                    passage_index: candidate.passage_index,
+                    text: candidate.text.clone(),
+                    score,
+                    score_kind,
+                    retrieval,
+                    projection_state: if candidate.vector_searchable {
+                        "searchable"
+                    } else {
+                        "pending"
+                    },
+                });
+            }
+        }
+        Ok((page, dropped))
+    }
+}

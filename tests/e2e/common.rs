@@ -42,7 +42,7 @@ pub(crate) async fn app_with(env: &[(&str, &str)]) -> TestApp {
         .trim()
         .to_owned();
     TestApp {
-        app: cairn::app(ledger.clone(), &config),
+        app: cairn::app(ledger.clone(), &config, None),
         ledger,
         admin,
         _directory: directory,

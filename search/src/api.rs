@@ -1,0 +1,185 @@
+//! `POST /v1/search`: validation, permissions and typed errors around [`Searcher::search`].
+//!
+//! Order of checks: bearer token (401), `search` scope and dataset allowlist (403), body (413,
+//! 415, 422 with a stable code per field), admission (429 `overloaded` with `Retry-After`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{FromRef, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use receipts::http::{read_json, ApiError, Auth};
+use receipts::{validate, Ledger, Principal, Scope};
+use serde::Deserialize;
+
+use crate::{Mode, Query, SearchError, Searcher, DEFAULT_TOP_K, MAX_QUERY_CHARS, MAX_TOP_K};
+
+/// Largest search request body.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// State of the search routes.
+#[derive(Clone)]
+struct SearchState {
+    ledger: Arc<dyn Ledger>,
+    searcher: Arc<Searcher>,
+}
+
+impl FromRef<SearchState> for Arc<dyn Ledger> {
+    fn from_ref(state: &SearchState) -> Self {
+        state.ledger.clone()
+    }
+}
+
+/// The search API's routes, ready to merge into cairn's router.
+pub fn router(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> Router {
+    Router::new()
+        .route("/v1/search", post(search))
+        .with_state(SearchState { ledger, searcher })
+}
+
+/// The request body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    /// 1 to 2,000 characters.
+    pub query: String,
+    /// Datasets to search (default: every dataset the token may read).
+    pub datasets: Option<Vec<String>>,
+    /// 1 to 100 (default 10).
+    pub top_k: Option<i64>,
+    /// 1 to the server's maximum (default 2,000).
+    pub budget_ms: Option<i64>,
+    /// `auto` (default), `vector` or `lexical`.
+    pub mode: Option<String>,
+    /// One result per source (default true).
+    pub group_by_source: Option<bool>,
+}
+
+/// Validates a body for `principal` into a [`Query`].
+pub fn parse(
+    body: SearchBody,
+    principal: &Principal,
+    searcher: &Searcher,
+) -> Result<Query, ApiError> {
+    let settings = searcher.settings();
+    let text = body.query.trim();
+    let chars = text.chars().count();
+    if chars == 0 || chars > MAX_QUERY_CHARS {
+        return Err(ApiError::unprocessable(
+            "invalid_query",
+            format!("`query` must have 1 to {MAX_QUERY_CHARS} characters (got {chars})"),
+        ));
+    }
+    let top_k = body.top_k.unwrap_or(DEFAULT_TOP_K as i64);
+    if !(1..=MAX_TOP_K as i64).contains(&top_k) {
+        return Err(ApiError::unprocessable(
+            "invalid_top_k",
+            format!("`top_k` must be between 1 and {MAX_TOP_K} (got {top_k})"),
+        ));
+    }
+    let max_budget = i64::try_from(settings.max_budget.as_millis()).unwrap_or(i64::MAX);
+    let budget_ms = body
+        .budget_ms
+        .unwrap_or(i64::try_from(settings.default_budget.as_millis()).unwrap_or(i64::MAX));
+    if !(1..=max_budget).contains(&budget_ms) {
+        return Err(ApiError::unprocessable(
+            "invalid_budget",
+            format!("`budget_ms` must be between 1 and {max_budget} (got {budget_ms})"),
+        ));
+    }
+    let mode: Mode = match body.mode.as_deref() {
+        None => Mode::Auto,
+        Some(text) => text
+            .parse()
+            .map_err(|message: String| ApiError::unprocessable("invalid_mode", message))?,
+    };
+    let datasets = match body.datasets {
+        Some(datasets) => {
+            if datasets.is_empty() {
+                return Err(ApiError::unprocessable(
+                    "invalid_datasets",
+                    "`datasets` must name at least one dataset (omit it to search every \
+                     dataset the token may read)",
+                ));
+            }
+            for dataset in &datasets {
+                validate::dataset(dataset).map_err(ApiError::from)?;
+                principal.require_dataset(dataset)?;
+            }
+            datasets
+        }
+        None => principal.datasets.clone().unwrap_or_default(),
+    };
+    Ok(Query {
+        text: text.to_owned(),
+        datasets,
+        top_k: usize::try_from(top_k).unwrap_or(DEFAULT_TOP_K),
+        budget: Duration::from_millis(u64::try_from(budget_ms).unwrap_or(1)),
+        mode,
+        group_by_source: body.group_by_source.unwrap_or(true),
+    })
+}
+
+impl From<SearchError> for ApiError {
+    fn from(error: SearchError) -> Self {
+        match error {
+            SearchError::Overloaded { limit } => {
+                let mut api = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "overloaded",
+                    format!("{limit} searches are already running; retry after a second"),
+                )
+                .with_details(serde_json::json!({ "max_in_flight": limit }));
+                api.retry_after = Some(1);
+                api
+            }
+            SearchError::Timeout {
+                budget_ms,
+                degradations,
+            } => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "search_timeout",
+                format!(
+                    "no phase answered within the budget of {budget_ms} ms; retry with a larger \
+                     `budget_ms` or mode `lexical`"
+                ),
+            )
+            .with_details(serde_json::json!({
+                "budget_ms": budget_ms,
+                "degradations": degradations,
+            })),
+            SearchError::Unsupported { code, message } => ApiError::unprocessable(code, message),
+            SearchError::Ledger(error) => error.into(),
+        }
+    }
+}
+
+async fn search(
+    State(state): State<SearchState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let principal = auth.require(Scope::Search)?;
+    let body: SearchBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
+    let query = parse(body, principal, &state.searcher)?;
+    let mode = query.mode;
+    let outcome = state.searcher.search(query).await;
+    match &outcome {
+        Ok(response) if response.degraded => tracing::info!(
+            ?mode,
+            answered = ?response.mode,
+            degradations = ?response.degradations,
+            stale_dropped = response.stale_dropped,
+            took_ms = response.took_ms,
+            "search degraded"
+        ),
+        Err(error) => tracing::info!(?mode, %error, "search refused"),
+        Ok(_) => {}
+    }
+    Ok(Json(outcome?).into_response())
+}
