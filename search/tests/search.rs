@@ -1,0 +1,634 @@
+//! The query path over real parts: a SQLite ledger, the real embedding model, qdrant-edge on
+//! disk and the real projection job. Faults are injected by wrappers named `Slow*`/`Failing*`
+//! around the real stores, and by the ledger's `SlowLexical` fault point.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
+use gateways::{
+    Chunker, ChunkerSettings, EdgeVectorStore, Embedder, GatewayError, RevisionPoints, VectorHit,
+    VectorPoint, VectorStore,
+};
+use receipts::conformance::{delete, put};
+use receipts::faults::{FaultPlan, FaultPoint};
+use receipts::{Backend, Generation, JobState, Ledger, SqliteLedger, SqliteOptions, SystemClock};
+use search::{Answered, Mode, Query, SearchError, SearchSettings, Searcher, VectorSide};
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+use worker::{Projector, Worker, WorkerConfig};
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("CAIRN_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models")))
+}
+
+fn files() -> ModelFiles {
+    match ModelFiles::locate(&models_dir()) {
+        Ok(files) => files,
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// The model loads once per test binary.
+async fn model() -> Arc<dyn Embedder> {
+    static MODEL: OnceCell<Arc<LocalEmbedder>> = OnceCell::const_new();
+    MODEL
+        .get_or_init(|| async {
+            Arc::new(LocalEmbedder::load(&files(), 1, Some(2)).expect("load the model"))
+        })
+        .await
+        .clone()
+}
+
+struct World {
+    ledger: Arc<dyn Ledger>,
+    faults: Arc<FaultPlan>,
+    vectors: Arc<EdgeVectorStore>,
+    projector: Arc<Projector>,
+    _directory: tempfile::TempDir,
+}
+
+async fn world() -> World {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let faults = Arc::new(FaultPlan::default());
+    let ledger: Arc<dyn Ledger> = Arc::new(
+        SqliteLedger::open_with_faults(
+            SqliteOptions::new(directory.path().join("ledger.db")),
+            Arc::new(SystemClock),
+            faults.clone(),
+        )
+        .await
+        .expect("ledger"),
+    );
+    let generation = Generation::new(
+        MODEL_ID,
+        MODEL_DIMENSION as i64,
+        &ChunkerSettings::default().fingerprint(),
+        &[Backend::Relational, Backend::Vector],
+    );
+    ledger
+        .activate_generation(&generation, "test")
+        .await
+        .expect("generation");
+    let vectors = Arc::new(
+        EdgeVectorStore::open(&directory.path().join("vectors"), MODEL_DIMENSION)
+            .expect("vector store"),
+    );
+    let chunker = Arc::new(
+        Chunker::new(
+            files().tokenizer().expect("tokenizer"),
+            ChunkerSettings::default(),
+        )
+        .expect("chunker"),
+    );
+    let projector = Arc::new(
+        Projector::new(
+            ledger.clone(),
+            model().await,
+            chunker,
+            Some(vectors.clone() as Arc<dyn VectorStore>),
+            generation,
+        )
+        .expect("projector"),
+    );
+    World {
+        ledger,
+        faults,
+        vectors,
+        projector,
+        _directory: directory,
+    }
+}
+
+impl World {
+    fn searcher(&self, embedder: Arc<dyn Embedder>, max_in_flight: usize) -> Searcher {
+        self.searcher_with(embedder, self.vectors.clone(), max_in_flight)
+    }
+
+    fn searcher_with(
+        &self,
+        embedder: Arc<dyn Embedder>,
+        store: Arc<dyn VectorStore>,
+        max_in_flight: usize,
+    ) -> Searcher {
+        Searcher::new(
+            self.ledger.clone(),
+            Some(VectorSide { embedder, store }),
+            SearchSettings {
+                max_in_flight,
+                ..SearchSettings::default()
+            },
+        )
+    }
+
+    /// A running worker; stops when the returned sender is dropped or sent `true`.
+    fn start_worker(
+        &self,
+    ) -> (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let mut config = WorkerConfig::new("search-test");
+        config.poll_interval = Duration::from_millis(20);
+        let handle = tokio::spawn(
+            Worker::new(self.ledger.clone(), self.projector.clone(), config).run(async move {
+                let _ = stopped.changed().await;
+            }),
+        );
+        (stop, handle)
+    }
+
+    async fn accept(&self, submissions: Vec<receipts::Submission>) -> Vec<receipts::Acceptance> {
+        self.ledger
+            .accept(submissions)
+            .await
+            .into_iter()
+            .map(|result| result.expect("accepted"))
+            .collect()
+    }
+
+    /// Accepts and projects the documents; returns their acceptances.
+    async fn project(&self, submissions: Vec<receipts::Submission>) -> Vec<receipts::Acceptance> {
+        let accepted = self.accept(submissions).await;
+        let (stop, handle) = self.start_worker();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for acceptance in &accepted {
+            loop {
+                let job = self
+                    .ledger
+                    .job(acceptance.projection_job_id)
+                    .await
+                    .expect("job")
+                    .expect("job exists");
+                if matches!(job.state, JobState::Completed | JobState::Superseded) {
+                    break;
+                }
+                assert!(job.state != JobState::Dead, "projection died: {job:?}");
+                assert!(Instant::now() < deadline, "projection did not finish");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let _ = stop.send(true);
+        handle.await.expect("worker");
+        accepted
+    }
+}
+
+fn query(text: &str, mode: Mode, budget_ms: u64) -> Query {
+    Query {
+        text: text.to_owned(),
+        datasets: Vec::new(),
+        top_k: 5,
+        budget: Duration::from_millis(budget_ms),
+        mode,
+        group_by_source: true,
+    }
+}
+
+const DOCUMENTS: [(&str, &str); 6] = [
+    (
+        "guitar",
+        "A man is playing a guitar on a small stage while people listen.",
+    ),
+    (
+        "taxes",
+        "Quarterly tax filings are due at the end of the month.",
+    ),
+    (
+        "cells",
+        "Stem cells differentiate into neurons when grown on soft biomaterials.",
+    ),
+    (
+        "trains",
+        "The night train to Vienna leaves from platform nine at eleven.",
+    ),
+    (
+        "bread",
+        "Sourdough bread rises slowly because wild yeast ferments the dough.",
+    ),
+    (
+        "volcano",
+        "Lava from the erupting volcano reached the coastal village overnight.",
+    ),
+];
+
+fn corpus(dataset: &str) -> Vec<receipts::Submission> {
+    DOCUMENTS
+        .iter()
+        .map(|(key, text)| put(dataset, key, text))
+        .collect()
+}
+
+/// An embedder that takes `delay` (asynchronously) and counts calls that finished: a fault
+/// injector for the budget.
+struct SlowEmbedder {
+    delay: Duration,
+    inner: Arc<dyn Embedder>,
+    finished: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Embedder for SlowEmbedder {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        tokio::time::sleep(self.delay).await;
+        let vectors = self.inner.embed(texts).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        vectors
+    }
+}
+
+/// An embedder that always fails (fault injector).
+struct FailingEmbedder;
+
+#[async_trait]
+impl Embedder for FailingEmbedder {
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+    fn dimension(&self) -> usize {
+        MODEL_DIMENSION
+    }
+    async fn embed(&self, _texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        Err(GatewayError::Embedder(
+            "injected embedder failure".to_owned(),
+        ))
+    }
+}
+
+/// A vector store whose searches fail (fault injector); everything else is the real store.
+struct FailingSearchVectors(Arc<EdgeVectorStore>);
+
+#[async_trait]
+impl VectorStore for FailingSearchVectors {
+    fn name(&self) -> &'static str {
+        "failing-search"
+    }
+    fn dimension(&self) -> usize {
+        self.0.dimension()
+    }
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        self.0.upsert(points).await
+    }
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
+        self.0.revision_points(revision_id).await
+    }
+    async fn set_current(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        keep: Option<Uuid>,
+        head_at: i64,
+    ) -> Result<(), GatewayError> {
+        self.0.set_current(dataset, source_key, keep, head_at).await
+    }
+    async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {
+        self.0.source_current(dataset, source_key).await
+    }
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
+        self.0.retire_revision(revision_id).await
+    }
+    async fn search(
+        &self,
+        _vector: Vec<f32>,
+        _datasets: &[String],
+        _limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        Err(GatewayError::Unavailable {
+            store: "failing-search",
+            message: "injected search failure".to_owned(),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_search_binds_to_current_revisions_and_finds_pending_ones_lexically() {
+    let world = world().await;
+    let accepted = world.project(corpus("docs")).await;
+    let searcher = world.searcher(model().await, 8);
+
+    let answer = searcher
+        .search(query(
+            "someone performing music on stage",
+            Mode::Auto,
+            5_000,
+        ))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::Hybrid);
+    assert!(!answer.degraded, "{answer:?}");
+    assert_eq!(answer.results[0].source_key, "guitar", "{answer:?}");
+    assert_eq!(answer.results[0].score_kind, "rrf");
+    assert_eq!(answer.results[0].projection_state, "searchable");
+    assert_eq!(
+        answer.results[0].source_revision_id,
+        accepted[0].source_revision_id
+    );
+    assert!(answer.phases.embed.is_some() && answer.phases.lexical.is_some());
+    // One result per source.
+    let mut keys: Vec<_> = answer
+        .results
+        .iter()
+        .map(|r| r.source_key.clone())
+        .collect();
+    keys.dedup();
+    assert_eq!(keys.len(), answer.results.len());
+
+    let vector = searcher
+        .search(query("baking with yeast", Mode::Vector, 5_000))
+        .await
+        .expect("vector search");
+    assert_eq!(vector.mode, Answered::Vector);
+    assert_eq!(vector.results[0].source_key, "bread");
+    assert_eq!(vector.results[0].score_kind, "cosine");
+    assert_eq!(vector.results.len(), 5);
+    assert!(vector.results[0].chunk_index.is_some());
+
+    // Superseded: the old revision's text is gone from every mode; the new one is found
+    // lexically at once (pending) and by vector after projection.
+    let updated = world
+        .accept(vec![put(
+            "docs",
+            "bread",
+            "Rye crackers are baked flat and crisp without any rising.",
+        )])
+        .await;
+    for mode in [Mode::Auto, Mode::Vector, Mode::Lexical] {
+        let answer = searcher
+            .search(query("sourdough wild yeast ferments", mode, 5_000))
+            .await
+            .expect("search");
+        for result in &answer.results {
+            assert_ne!(
+                result.source_revision_id, accepted[4].source_revision_id,
+                "{mode:?} returned a superseded revision"
+            );
+        }
+    }
+    let lexical = searcher
+        .search(query("rye crackers", Mode::Lexical, 5_000))
+        .await
+        .expect("lexical");
+    assert_eq!(
+        lexical.results[0].source_revision_id,
+        updated[0].source_revision_id
+    );
+    assert_eq!(lexical.results[0].projection_state, "pending");
+    assert_eq!(lexical.results[0].score_kind, "bm25");
+
+    // Deleted: never again, in any mode.
+    world.accept(vec![delete("docs", "guitar")]).await;
+    for mode in [Mode::Auto, Mode::Vector, Mode::Lexical] {
+        let answer = searcher
+            .search(query("a man playing guitar on stage", mode, 5_000))
+            .await
+            .expect("search");
+        assert!(
+            answer.results.iter().all(|r| r.source_key != "guitar"),
+            "{mode:?} returned a deleted source: {answer:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_or_failing_vector_phase_falls_back_to_lexical_within_the_budget() {
+    let world = world().await;
+    world.project(corpus("docs")).await;
+    let finished = Arc::new(AtomicUsize::new(0));
+    let slow = Arc::new(SlowEmbedder {
+        delay: Duration::from_secs(5),
+        inner: model().await,
+        finished: finished.clone(),
+    });
+    let searcher = world.searcher(slow, 8);
+    let started = Instant::now();
+    let answer = searcher
+        .search(query("volcano lava village", Mode::Auto, 400))
+        .await
+        .expect("search");
+    let elapsed = started.elapsed();
+    assert_eq!(answer.mode, Answered::LexicalFallback);
+    assert!(answer.degraded);
+    assert_eq!(answer.degradations, ["vector_timeout"]);
+    assert_eq!(answer.results[0].source_key, "volcano");
+    assert_eq!(answer.results[0].score_kind, "bm25");
+    assert!(
+        elapsed < Duration::from_millis(400 + 250),
+        "answered after {elapsed:?} on a 400 ms budget"
+    );
+    // The vector phase was cancelled at its deadline: the slow embedding never finishes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "work outlived the deadline"
+    );
+
+    let failing = world.searcher(Arc::new(FailingEmbedder), 8);
+    let answer = failing
+        .search(query("volcano lava village", Mode::Auto, 2_000))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::LexicalFallback);
+    assert_eq!(answer.degradations, ["embed_error"]);
+
+    let broken_store = world.searcher_with(
+        model().await,
+        Arc::new(FailingSearchVectors(world.vectors.clone())),
+        8,
+    );
+    let answer = broken_store
+        .search(query("volcano lava village", Mode::Auto, 2_000))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::LexicalFallback);
+    assert_eq!(answer.degradations, ["vector_error"]);
+    assert_eq!(answer.results[0].source_key, "volcano");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_ends_in_search_timeout_when_no_phase_can_answer() {
+    let world = world().await;
+    world.accept(corpus("docs")).await;
+    let finished = Arc::new(AtomicUsize::new(0));
+    let slow = Arc::new(SlowEmbedder {
+        delay: Duration::from_secs(5),
+        inner: model().await,
+        finished: finished.clone(),
+    });
+    let searcher = world.searcher(slow, 8);
+    world.faults.arm(FaultPoint::SlowLexical);
+    let started = Instant::now();
+    match searcher.search(query("volcano", Mode::Auto, 300)).await {
+        Err(SearchError::Timeout {
+            budget_ms,
+            degradations,
+        }) => {
+            assert_eq!(budget_ms, 300);
+            assert_eq!(degradations, ["vector_timeout", "lexical_timeout"]);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_millis(300 + 250),
+        "answered after {elapsed:?} on a 300 ms budget"
+    );
+    // The lexical query was interrupted inside SQLite: the ledger answers at once afterwards.
+    let again = Instant::now();
+    let answer = searcher
+        .search(query("volcano", Mode::Lexical, 2_000))
+        .await
+        .expect("lexical search after the interrupted one");
+    assert_eq!(answer.results[0].source_key, "volcano");
+    assert!(again.elapsed() < Duration::from_millis(500));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "work outlived the deadline"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn searches_beyond_the_in_flight_limit_are_refused_at_once() {
+    let world = world().await;
+    world.accept(corpus("docs")).await;
+    let slow = Arc::new(SlowEmbedder {
+        delay: Duration::from_secs(5),
+        inner: model().await,
+        finished: Arc::new(AtomicUsize::new(0)),
+    });
+    let searcher = Arc::new(world.searcher(slow, 2));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let searcher = searcher.clone();
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let outcome = searcher.search(query("volcano", Mode::Auto, 1_000)).await;
+            (outcome, started.elapsed())
+        }));
+    }
+    let mut answered = 0;
+    let mut refused = 0;
+    for task in tasks {
+        match task.await.expect("join") {
+            (Ok(answer), _) => {
+                assert_eq!(answer.mode, Answered::LexicalFallback);
+                answered += 1;
+            }
+            (Err(SearchError::Overloaded { limit }), elapsed) => {
+                assert_eq!(limit, 2);
+                assert!(
+                    elapsed < Duration::from_millis(100),
+                    "refused after {elapsed:?}"
+                );
+                refused += 1;
+            }
+            (Err(other), _) => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!((answered, refused), (2, 4));
+    // Permits come back: the next search runs.
+    assert!(searcher
+        .search(query("volcano", Mode::Lexical, 1_000))
+        .await
+        .is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn searches_during_supersedes_and_deletes_never_return_a_retired_revision() {
+    let world = world().await;
+    let keys: Vec<String> = (0..12).map(|n| format!("doc-{n}")).collect();
+    let texts = |round: usize, key: &str| {
+        format!(
+            "Revision {round} of {key}: volcanic lava and sourdough bread and guitar music \
+             with {} extra words",
+            round * 7
+        )
+    };
+    let accepted = world
+        .project(
+            keys.iter()
+                .map(|key| put("docs", key, &texts(0, key)))
+                .collect(),
+        )
+        .await;
+    // revision -> when it stopped being current (recorded after the acceptance returned).
+    let retired: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
+    let (stop_worker, worker) = world.start_worker();
+    let updater = {
+        let ledger = world.ledger.clone();
+        let retired = retired.clone();
+        let keys = keys.clone();
+        let mut heads: HashMap<String, Uuid> = keys
+            .iter()
+            .cloned()
+            .zip(accepted.iter().map(|a| a.source_revision_id))
+            .collect();
+        tokio::spawn(async move {
+            for round in 1..=6 {
+                for (index, key) in keys.iter().enumerate() {
+                    let submission = if (index + round) % 5 == 0 {
+                        delete("docs", key)
+                    } else {
+                        put("docs", key, &texts(round, key))
+                    };
+                    let mut results = ledger.accept(vec![submission]).await;
+                    let acceptance = results.pop().expect("one result").expect("accepted");
+                    if acceptance.status == receipts::AcceptStatus::QueuedNotConfirmed {
+                        let old = heads.insert(key.clone(), acceptance.source_revision_id);
+                        if let Some(old) = old {
+                            retired.lock().expect("lock").insert(old, Instant::now());
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                }
+            }
+        })
+    };
+    let searcher = Arc::new(world.searcher(model().await, 16));
+    let mut checked = 0;
+    let mut round = 0;
+    while !updater.is_finished() {
+        let mode = [Mode::Auto, Mode::Vector, Mode::Lexical][round % 3];
+        round += 1;
+        let started = Instant::now();
+        let answer = searcher
+            .search(Query {
+                top_k: 12,
+                ..query("volcanic lava sourdough guitar", mode, 5_000)
+            })
+            .await
+            .expect("search");
+        let retired = retired.lock().expect("lock").clone();
+        for result in &answer.results {
+            if let Some(when) = retired.get(&result.source_revision_id) {
+                assert!(
+                    *when >= started,
+                    "{mode:?} returned revision {} of {}, retired before the search began",
+                    result.source_revision_id,
+                    result.source_key
+                );
+            }
+            checked += 1;
+        }
+    }
+    updater.await.expect("updater");
+    let _ = stop_worker.send(true);
+    worker.await.expect("worker");
+    assert!(round >= 10, "only {round} searches ran");
+    assert!(checked > 50, "only {checked} results were checked");
+}
