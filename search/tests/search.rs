@@ -632,3 +632,194 @@ async fn searches_during_supersedes_and_deletes_never_return_a_retired_revision(
     assert!(round >= 10, "only {round} searches ran");
     assert!(checked > 50, "only {checked} results were checked");
 }
+
+async fn call(
+    router: &axum::Router,
+    token: &str,
+    body: serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::post("/v1/search")
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("response");
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    let value = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    (status, retry_after, value)
+}
+
+async fn token(
+    ledger: &Arc<dyn Ledger>,
+    scopes: Vec<receipts::Scope>,
+    datasets: Option<Vec<&str>>,
+) -> String {
+    ledger
+        .create_token(receipts::auth::NewToken {
+            name: "search-test".to_owned(),
+            scopes,
+            datasets: datasets.map(|names| names.into_iter().map(str::to_owned).collect()),
+            created_by: "test".to_owned(),
+        })
+        .await
+        .expect("token")
+        .secret
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_checks_tokens_datasets_and_parameters_in_every_mode() {
+    use receipts::Scope;
+    use serde_json::json;
+    let world = world().await;
+    let mut documents = corpus("alpha");
+    documents.extend(corpus("beta"));
+    world.project(documents).await;
+    let router = search::router(
+        world.ledger.clone(),
+        Arc::new(world.searcher(model().await, 8)),
+    );
+    let alpha_only = token(&world.ledger, vec![Scope::Search], Some(vec!["alpha"])).await;
+    let everything = token(&world.ledger, vec![Scope::Search], None).await;
+    let ingest_only = token(&world.ledger, vec![Scope::Ingest], None).await;
+
+    for mode in ["auto", "vector", "lexical"] {
+        let (status, _, answer) = call(
+            &router,
+            &alpha_only,
+            json!({"query": "lava from a volcano", "mode": mode, "top_k": 20}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let results = answer["results"].as_array().expect("results");
+        assert!(!results.is_empty(), "{mode}: {answer}");
+        assert!(
+            results.iter().all(|r| r["dataset"] == "alpha"),
+            "{mode} leaked another dataset: {answer}"
+        );
+        let (status, _, error) = call(
+            &router,
+            &alpha_only,
+            json!({"query": "lava", "mode": mode, "datasets": ["beta"]}),
+        )
+        .await;
+        assert_eq!((status, error["code"].as_str()), (403, Some("forbidden")));
+        // The unrestricted token sees both datasets.
+        let (_, _, answer) = call(
+            &router,
+            &everything,
+            json!({"query": "lava from a volcano", "mode": mode, "top_k": 20}),
+        )
+        .await;
+        let datasets: std::collections::HashSet<_> = answer["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["dataset"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(datasets.len(), 2, "{mode}: {answer}");
+    }
+
+    let (status, _, error) = call(&router, &ingest_only, json!({"query": "lava"})).await;
+    assert_eq!((status, error["code"].as_str()), (403, Some("forbidden")));
+    let (status, _, error) = call(&router, "cairn_wrong", json!({"query": "lava"})).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (401, Some("unauthenticated"))
+    );
+
+    for (body, code) in [
+        (json!({"query": "   "}), "invalid_query"),
+        (json!({"query": "x".repeat(2001)}), "invalid_query"),
+        (json!({"query": "lava", "top_k": 0}), "invalid_top_k"),
+        (json!({"query": "lava", "top_k": 101}), "invalid_top_k"),
+        (json!({"query": "lava", "budget_ms": 0}), "invalid_budget"),
+        (
+            json!({"query": "lava", "budget_ms": 30_001}),
+            "invalid_budget",
+        ),
+        (json!({"query": "lava", "mode": "fuzzy"}), "invalid_mode"),
+        (json!({"query": "lava", "datasets": []}), "invalid_datasets"),
+        (json!({"query": "lava", "colour": "red"}), "invalid_json"),
+        (json!({"query": 7}), "invalid_json"),
+    ] {
+        let (status, _, error) = call(&router, &everything, body.clone()).await;
+        assert_eq!(
+            (status, error["code"].as_str()),
+            (422, Some(code)),
+            "{body} -> {error}"
+        );
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overload_and_timeout_have_their_own_statuses() {
+    use receipts::Scope;
+    use serde_json::json;
+    let world = world().await;
+    world.accept(corpus("docs")).await;
+    let slow = Arc::new(SlowEmbedder {
+        delay: Duration::from_secs(5),
+        inner: model().await,
+        finished: Arc::new(AtomicUsize::new(0)),
+    });
+    let router = search::router(world.ledger.clone(), Arc::new(world.searcher(slow, 1)));
+    let secret = token(&world.ledger, vec![Scope::Search], None).await;
+    let first = {
+        let router = router.clone();
+        let secret = secret.clone();
+        tokio::spawn(async move {
+            call(
+                &router,
+                &secret,
+                json!({"query": "volcano", "budget_ms": 800}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (status, retry_after, error) = call(
+        &router,
+        &secret,
+        json!({"query": "volcano", "budget_ms": 800}),
+    )
+    .await;
+    assert_eq!((status, error["code"].as_str()), (429, Some("overloaded")));
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    let (status, _, answer) = first.await.expect("join");
+    assert_eq!(status, 200);
+    assert_eq!(answer["mode"], "lexical_fallback");
+    assert_eq!(answer["degraded"], true);
+    assert_eq!(answer["degradations"], json!(["vector_timeout"]));
+    for key in ["results", "stale_dropped", "took_ms", "phases", "budget_ms"] {
+        assert!(answer.get(key).is_some(), "missing {key}: {answer}");
+    }
+
+    world.faults.arm(FaultPoint::SlowLexical);
+    let (status, retry_after, error) = call(
+        &router,
+        &secret,
+        json!({"query": "volcano", "budget_ms": 300}),
+    )
+    .await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (504, Some("search_timeout")),
+        "{error}"
+    );
+    assert_eq!(retry_after, None);
+    assert_eq!(
+        error["details"]["degradations"],
+        json!(["vector_timeout", "lexical_timeout"])
+    );
+}
