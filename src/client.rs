@@ -80,6 +80,11 @@ impl Client {
     pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
 }
 
 fn ok_or_error(status: u16, value: Value) -> anyhow::Result<Value> {

@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod client;
 pub mod config;
+pub mod eval;
 pub mod projection;
 
 use std::future::Future;

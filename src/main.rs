@@ -139,6 +139,11 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Retrieval quality through the API.
+    Eval {
+        #[command(subcommand)]
+        command: EvalCommand,
+    },
     /// Benchmarks that write JSON.
     Bench {
         #[command(subcommand)]
@@ -162,6 +167,33 @@ enum TokenCommand {
         /// Data directory.
         #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// nDCG@10 and recall@100 of every mode on a BEIR data set, on a temporary cairn.
+    Beir {
+        /// The data set's directory (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv).
+        directory: PathBuf,
+        /// The qrels split.
+        #[arg(long, default_value = "train")]
+        split: String,
+        /// Use only the first N documents (0: all); keeps the queries they fully cover.
+        #[arg(long, default_value_t = 0)]
+        limit_docs: usize,
+        /// Then supersede 20% and delete 10% of the documents and evaluate again.
+        #[arg(long)]
+        churn: bool,
+        /// Budget per search in milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        budget_ms: u64,
+        /// TOML configuration file (projection and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "eval-beir.json")]
+        out: PathBuf,
     },
 }
 
@@ -422,6 +454,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 latency_jobs,
                 concurrency: concurrency.max(1),
             })
+            .await?;
+            write_report(&out, &report)?;
+        }
+        Command::Eval {
+            command:
+                EvalCommand::Beir {
+                    directory,
+                    split,
+                    limit_docs,
+                    churn,
+                    budget_ms,
+                    config,
+                    out,
+                },
+        } => {
+            let config = Config::load(
+                &Overrides {
+                    data_dir: None,
+                    bind: None,
+                    config_file: config,
+                },
+                &env,
+            )?;
+            let report = cairn::eval::beir(
+                &config,
+                cairn::eval::BeirEval {
+                    directory,
+                    split,
+                    limit_docs,
+                    churn,
+                    budget_ms,
+                },
+            )
             .await?;
             write_report(&out, &report)?;
         }
