@@ -352,6 +352,19 @@ mod apalis_peer;
 mod projection;
 pub use projection::{project, ProjectBench};
 
+#[path = "bench_search.rs"]
+mod search_bench;
+pub use search_bench::{search, SearchBench};
+
+/// The value at `fraction` (0..=1) of sorted samples (0 when there are none).
+pub(crate) fn percentile_f64(sorted: &[f64], fraction: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() - 1) as f64 * fraction).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
 /// The peer's throughput on the same workload, when it is built in.
 async fn peer_throughput(
     directory: &Path,

@@ -224,11 +224,7 @@ async fn run_queries(
 fn percentile(values: &[f64], share: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * share).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
+    crate::bench::percentile_f64(&sorted, share)
 }
 
 fn scores(run: &Run, corpus: &Corpus, only: Option<&HashSet<String>>) -> (f64, f64, usize) {

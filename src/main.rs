@@ -237,6 +237,25 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-project.json")]
         out: PathBuf,
     },
+    /// Search latency per mode at each corpus size, against the raw embedder plus a bare
+    /// qdrant-edge search.
+    Search {
+        /// Corpus sizes in chunks (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
+        sizes: Vec<usize>,
+        /// Queries per mode.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+        /// Results per query.
+        #[arg(long, default_value_t = 10)]
+        top_k: usize,
+        /// TOML configuration file (model and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-search.json")]
+        out: PathBuf,
+    },
     /// Durable receipts per second through the API against a raw sqlx loop.
     Accept {
         /// Documents per round for the single-document scenarios.
@@ -454,6 +473,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 latency_jobs,
                 concurrency: concurrency.max(1),
             })
+            .await?;
+            write_report(&out, &report)?;
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Search {
+                    sizes,
+                    queries,
+                    top_k,
+                    config,
+                    out,
+                },
+        } => {
+            let config = Config::load(
+                &Overrides {
+                    data_dir: None,
+                    bind: None,
+                    config_file: config,
+                },
+                &env,
+            )?;
+            let report = cairn::bench::search(
+                &config,
+                cairn::bench::SearchBench {
+                    sizes,
+                    queries: queries.max(1),
+                    top_k: top_k.clamp(1, search::MAX_TOP_K),
+                },
+            )
             .await?;
             write_report(&out, &report)?;
         }

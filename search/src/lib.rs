@@ -499,8 +499,16 @@ impl Searcher {
                 PhaseFailure::Embed(GatewayError::Embedder("no vector for the query".to_owned()))
             })?;
         outcome.embed_ms = Some(ms(started));
-        let needed = query.top_k.max(fusion::CANDIDATE_WINDOW);
-        let mut limit = needed;
+        // Alone, the phase needs `top_k` sources (twice as many hits leaves room for several
+        // chunks of one source); fused, it supplies the whole candidate window.
+        let needed = match query.mode {
+            Mode::Vector => query.top_k,
+            _ => query.top_k.max(fusion::CANDIDATE_WINDOW),
+        };
+        let mut limit = match query.mode {
+            Mode::Vector => (query.top_k * 2).min(fusion::CANDIDATE_WINDOW.max(query.top_k)),
+            _ => needed,
+        };
         let mut search_ms = 0.0;
         loop {
             let searching = Instant::now();

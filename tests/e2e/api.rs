@@ -605,3 +605,46 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn search_without_a_vector_store_answers_lexically_from_acceptance_on() {
+    let app = app().await;
+    let body =
+        json!({"dataset": "docs", "source_key": "lava", "content": "Lava reached the village."});
+    let (status, receipt) = app.put(&app.admin, body).await;
+    assert_eq!(status, 202, "{receipt}");
+    // Findable at once, before any projection: lexical, labelled pending.
+    let (status, answer) = app
+        .call(
+            "POST",
+            "/v1/search",
+            Some(&app.admin),
+            Some(json!({"query": "lava village"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["mode"], "lexical");
+    assert_eq!(answer["degraded"], false);
+    assert_eq!(answer["results"][0]["source_key"], "lava");
+    assert_eq!(answer["results"][0]["projection_state"], "pending");
+    assert_eq!(
+        answer["results"][0]["source_revision_id"],
+        receipt["source_revision_id"]
+    );
+    let (status, error) = app
+        .call(
+            "POST",
+            "/v1/search",
+            Some(&app.admin),
+            Some(json!({"query": "lava", "mode": "vector"})),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), error["code"].as_str()),
+        (422, Some("vector_unconfigured"))
+    );
+    let (status, _) = app
+        .call("POST", "/v1/search", None, Some(json!({"query": "lava"})))
+        .await;
+    assert_eq!(status.as_u16(), 401);
+}

@@ -105,6 +105,41 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
     );
     assert!(vector["evidence"]["points"].as_u64().expect("points") >= 1);
 
+    // `cairn search` finds it, by meaning and by words, fused.
+    let search = |json: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"));
+        command.args([
+            "search",
+            "someone performing music for an audience",
+            "--dataset",
+            "docs",
+            "--server",
+            &base,
+            "--data-dir",
+        ]);
+        command.arg(data.path());
+        if json {
+            command.arg("--json");
+        }
+        let output = command.output().expect("cairn search");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let table = search(false);
+    assert!(table.contains("guitar"), "{table}");
+    assert!(table.contains("searchable"), "{table}");
+    let answer: Value = serde_json::from_str(&search(true)).expect("search json");
+    assert_eq!(answer["results"][0]["source_key"], "guitar", "{answer}");
+    assert_eq!(answer["results"][0]["source_revision_id"], id.as_str());
+    assert!(
+        matches!(answer["mode"].as_str(), Some("hybrid" | "vector")),
+        "{answer}"
+    );
+
     let deleted: Value = http
         .delete(format!("{base}/v1/sources?dataset=docs&source_key=guitar"))
         .bearer_auth(&token)
@@ -125,6 +160,12 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
             ("relational".to_owned(), "excluded".to_owned()),
             ("vector".to_owned(), "excluded".to_owned())
         ]
+    );
+    let answer: Value = serde_json::from_str(&search(true)).expect("search json");
+    assert_eq!(
+        answer["results"],
+        json!([]),
+        "a deleted source was found: {answer}"
     );
     let old = revision(&http, &base, &token, &id).await;
     assert!(
