@@ -6,4 +6,5 @@ mod chaos;
 mod cli;
 mod common;
 mod crash;
+mod eval;
 mod projection;
