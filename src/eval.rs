@@ -32,10 +32,15 @@ pub struct BeirEval {
     pub churn: bool,
     /// Budget per search, in milliseconds.
     pub budget_ms: u64,
+    /// Modes to evaluate (`vector`, `lexical`, `auto`). Lexical alone needs no projection:
+    /// the run starts no workers and does not wait.
+    pub modes: Vec<String>,
+    /// Keep the data here (and reuse what an earlier run left: re-ingesting is all
+    /// duplicates) instead of a temporary directory.
+    pub data_dir: Option<PathBuf>,
 }
 
 const DATASET: &str = "beir";
-const MODES: [&str; 3] = ["vector", "lexical", "auto"];
 
 struct Corpus {
     documents: Vec<(String, String)>,
@@ -337,16 +342,28 @@ async fn wait_for_projection(client: &Client, started: Instant) -> anyhow::Resul
 /// Runs the evaluation; returns the JSON report.
 pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
     let corpus = read_corpus(&eval)?;
-    let directory = tempfile::tempdir().context("creating a temporary data directory")?;
+    for mode in &eval.modes {
+        anyhow::ensure!(
+            ["vector", "lexical", "auto"].contains(&mode.as_str()),
+            "unknown mode `{mode}`; valid modes: vector, lexical, auto"
+        );
+    }
+    let lexical_only = eval.modes.iter().all(|mode| mode == "lexical");
+    let temporary = tempfile::tempdir().context("creating a temporary data directory")?;
     let mut config = config.clone();
-    config.data_dir = directory.path().to_path_buf();
+    config.data_dir = eval
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temporary.path().to_path_buf());
     config.bind = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
         probe.local_addr()?
     };
-    if config.workers.count == 0 {
-        config.workers.count = 1;
-    }
+    config.workers.count = if lexical_only {
+        0
+    } else {
+        config.workers.count.max(1)
+    };
     let base = format!("http://{}", config.bind);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     // The server runs on its own runtime and thread, as it would in its own process.
@@ -394,7 +411,9 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
     let started = Instant::now();
     let revisions = ingest(&client, &corpus.documents).await?;
     let ingest_seconds = started.elapsed().as_secs_f64();
-    wait_for_projection(&client, started).await?;
+    if !lexical_only {
+        wait_for_projection(&client, started).await?;
+    }
     let searchable_seconds = started.elapsed().as_secs_f64();
 
     let mut report = json!({
@@ -423,7 +442,7 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
         "{:<8} {:>8} {:>11} {:>9} {:>9}",
         "mode", "nDCG@10", "recall@100", "p50 ms", "p99 ms"
     );
-    for mode in MODES {
+    for mode in eval.modes.iter().map(String::as_str) {
         let run = run_queries(&client, &corpus, mode, eval.budget_ms).await?;
         let (ndcg, recall, count) = scores(&run, &corpus, None);
         println!(
@@ -443,7 +462,16 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
     }
 
     if eval.churn {
-        report["churn"] = churn(&client, &corpus, &revisions, &before, eval.budget_ms).await?;
+        report["churn"] = churn(
+            &client,
+            &corpus,
+            &revisions,
+            &before,
+            &eval.modes,
+            eval.budget_ms,
+            lexical_only,
+        )
+        .await?;
     }
     let _ = stop.send(());
     tokio::task::spawn_blocking(move || server.join())
@@ -458,7 +486,9 @@ async fn churn(
     corpus: &Corpus,
     revisions: &HashMap<String, String>,
     before: &HashMap<&str, Run>,
+    modes: &[String],
     budget_ms: u64,
+    lexical_only: bool,
 ) -> anyhow::Result<Value> {
     // Deterministic choice: by a hash of the id.
     let bucket = |id: &str| {
@@ -493,7 +523,9 @@ async fn churn(
     for id in &deleted {
         delete(client, id).await?;
     }
-    wait_for_projection(client, started).await?;
+    if !lexical_only {
+        wait_for_projection(client, started).await?;
+    }
     let retired: HashSet<&str> = superseded
         .iter()
         .chain(&deleted)
@@ -516,7 +548,7 @@ async fn churn(
         "untouched_queries": untouched.len(),
     });
     let mut violations = 0;
-    for mode in MODES {
+    for mode in modes.iter().map(String::as_str) {
         let run = run_queries(client, corpus, mode, budget_ms).await?;
         for (key, revision) in &run.revisions {
             if retired.contains(revision.as_str()) || deleted.contains(key) {

@@ -188,6 +188,13 @@ enum EvalCommand {
         /// Budget per search in milliseconds.
         #[arg(long, default_value_t = 10_000)]
         budget_ms: u64,
+        /// Modes to evaluate (comma-separated); `lexical` alone skips projection.
+        #[arg(long, value_delimiter = ',', default_values_t = ["vector".to_owned(), "lexical".to_owned(), "auto".to_owned()])]
+        modes: Vec<String>,
+        /// Keep the data in this directory (and reuse an earlier run's) instead of a
+        /// temporary one.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         /// TOML configuration file (projection and search settings).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -513,6 +520,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     limit_docs,
                     churn,
                     budget_ms,
+                    modes,
+                    data_dir,
                     config,
                     out,
                 },
@@ -533,6 +542,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     limit_docs,
                     churn,
                     budget_ms,
+                    modes,
+                    data_dir,
                 },
             )
             .await?;

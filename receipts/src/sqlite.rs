@@ -1244,19 +1244,43 @@ fn history_from_row(row: &SqliteRow) -> Result<HistoryEntry> {
     })
 }
 
+/// English stop words left out of lexical queries (Lucene's default English set, which BM25
+/// baselines use): in an OR query they match nearly every passage and add only noise.
+const STOP_WORDS: [&str; 33] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
+    "they", "this", "to", "was", "will", "with",
+];
+
 /// Turns free text into an FTS5 query: every word quoted (no query syntax reaches FTS5),
-/// joined with OR so that BM25 ranks by how many and how rare the matching words are.
+/// stop words dropped (unless nothing else is left), joined with OR so that BM25 ranks by how
+/// many and how rare the matching words are.
 pub fn fts_query(text: &str) -> Option<String> {
     let words: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|word| !word.is_empty())
         .take(64)
-        .map(|word| format!("\"{}\"", word.to_lowercase()))
+        .map(str::to_lowercase)
         .collect();
-    if words.is_empty() {
+    let content: Vec<&String> = words
+        .iter()
+        .filter(|word| !STOP_WORDS.contains(&word.as_str()))
+        .collect();
+    let chosen: Vec<&String> = if content.is_empty() {
+        words.iter().collect()
+    } else {
+        content
+    };
+    if chosen.is_empty() {
         None
     } else {
-        Some(words.join(" OR "))
+        Some(
+            chosen
+                .iter()
+                .map(|word| format!("\"{word}\""))
+                .collect::<Vec<_>>()
+                .join(" OR "),
+        )
     }
 }
 
@@ -1400,17 +1424,25 @@ impl Reader for SqliteLedger {
              SELECT '' AS dataset, '' AS source_key, '' AS revision_id, 0 AS passage_index, \
              '' AS text, 0.0 AS score FROM n WHERE x = -?3 AND ?1 <> ?2"
         } else {
-            "SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, \
-             CAST(substr(c.bytes, p.byte_start + 1, p.byte_end - p.byte_start) AS TEXT) AS text, \
-             -bm25(passages_fts) AS score \
-             FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
-             JOIN sources s ON s.dataset = p.dataset AND s.source_key = p.source_key \
-                AND s.head_revision_id = p.revision_id \
-             JOIN revisions r ON r.id = p.revision_id \
+            // Rank first (passage ids and positions only), then read the text of the page:
+            // reading every match's bytes before the LIMIT made common-word queries slow.
+            "WITH ranked AS ( \
+               SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
+                 p.byte_start, p.byte_end, bm25(passages_fts) AS rank \
+               FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
+               WHERE passages_fts MATCH ?1 \
+                 AND (json_array_length(?2) = 0 \
+                      OR p.dataset IN (SELECT value FROM json_each(?2))) \
+               ORDER BY rank LIMIT ?3) \
+             SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
+               CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) AS TEXT) AS text, \
+               -k.rank AS score \
+             FROM ranked k \
+             JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
+                AND s.head_revision_id = k.revision_id \
+             JOIN revisions r ON r.id = k.revision_id \
              JOIN contents c ON c.sha256 = r.content_sha256 \
-             WHERE passages_fts MATCH ?1 \
-               AND (json_array_length(?2) = 0 OR p.dataset IN (SELECT value FROM json_each(?2))) \
-             ORDER BY bm25(passages_fts) LIMIT ?3"
+             ORDER BY k.rank"
         };
         let result = sqlx::query(sql)
             .bind(fts)
@@ -1858,5 +1890,23 @@ impl Projections for SqliteLedger {
 
     async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
         self.load_receipts(job_id).await
+    }
+}
+
+#[cfg(test)]
+mod fts_tests {
+    use super::fts_query;
+
+    #[test]
+    fn queries_quote_words_and_drop_stop_words_unless_nothing_is_left() {
+        assert_eq!(
+            fts_query("The effect of p53 on \"cells\" AND (x").as_deref(),
+            Some("\"effect\" OR \"p53\" OR \"cells\" OR \"x\"")
+        );
+        assert_eq!(
+            fts_query("to be or not").as_deref(),
+            Some("\"to\" OR \"be\" OR \"or\" OR \"not\"")
+        );
+        assert_eq!(fts_query("  ...  "), None);
     }
 }

@@ -23,6 +23,8 @@ async fn churn_never_surfaces_retired_revisions_and_keeps_scores() {
             limit_docs: 0,
             churn: true,
             budget_ms: 10_000,
+            modes: vec!["vector".to_owned(), "lexical".to_owned(), "auto".to_owned()],
+            data_dir: None,
         },
     )
     .await
