@@ -2,8 +2,10 @@
 //! sentence, then word boundaries, never inside a UTF-8 character, and carry byte offsets
 //! into the original text.
 
-/// Target size of a passage, in bytes.
-pub const PASSAGE_TARGET_BYTES: usize = 1200;
+/// Target size of a passage, in bytes (about 800 tokens). Measured with `cairn eval beir` on
+/// SciFact (train, lexical mode): 1,200 bytes 0.686 nDCG@10, 4,000 bytes 0.699, 8,000 bytes
+/// 0.699. BM25 does best on whole abstracts; longer documents still split.
+pub const PASSAGE_TARGET_BYTES: usize = 4000;
 
 /// A passage of a text with its byte range.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -95,7 +95,7 @@ async fn multibyte_whitespace_at_a_passage_boundary_is_accepted() {
     // The last whitespace within the first passage's byte budget is the two-byte U+00A0.
     let content = format!(
         "{}\u{a0}{} {}",
-        "x".repeat(1190),
+        "x".repeat(receipts::passages::PASSAGE_TARGET_BYTES - 10),
         "y".repeat(20),
         "zebra ".repeat(50)
     );
