@@ -112,7 +112,17 @@ pub fn parse(
             }
             datasets
         }
-        None => principal.datasets.clone().unwrap_or_default(),
+        // Every dataset the token may read; an empty list in the query means "all", so a
+        // token whose allowlist is empty reads nothing rather than everything.
+        None => match &principal.datasets {
+            None => Vec::new(),
+            Some(allowed) if allowed.is_empty() => {
+                return Err(ApiError::from(receipts::auth::Denied::Dataset(
+                    "(any)".to_owned(),
+                )))
+            }
+            Some(allowed) => allowed.clone(),
+        },
     };
     Ok(Query {
         text: text.to_owned(),
