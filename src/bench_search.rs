@@ -154,7 +154,7 @@ async fn load(
                 ledger.complete(&token).await?;
                 Ok(())
             })
-            .buffer_unordered(64)
+            .buffer_unordered(512)
             .collect()
             .await;
         for result in results {

@@ -17,7 +17,7 @@
 //! - No result points at a superseded revision or a deleted source: vector hits are filtered
 //!   by `is_current` in the store and checked against the ledger; lexical hits come from
 //!   current heads; and the final page is checked against the ledger once more just before it
-//!   is returned. Every hit dropped by a check is counted (`stale_dropped`), and the pages are
+//!   is returned (in vector mode the binding itself is that last check). Every hit dropped by a check is counted (`stale_dropped`), and the pages are
 //!   refilled from further candidates, so drops never silently shorten an answer.
 //! - Dataset permissions apply to every phase: the store's filter, the ledger query and the
 //!   binding all use the same dataset list.
@@ -715,21 +715,30 @@ impl Searcher {
                 })
                 .collect();
             // The final check: a revision superseded or deleted while this request ran is
-            // dropped here, and the page refills from the next candidates.
-            let refs: Vec<HitRef> = chosen
-                .iter()
-                .map(|(_, candidate, _)| HitRef {
-                    revision_id: candidate.revision_id,
-                    chunk_index: None,
-                })
-                .collect::<HashSet<_>>()
-                .into_iter()
-                .collect();
-            let bound = self.ledger.bind_hits(&refs).await?;
-            let current: HashMap<Uuid, bool> = bound
-                .iter()
-                .map(|b| (b.hit.revision_id, b.current))
-                .collect();
+            // dropped here, and the page refills from the next candidates. In vector mode the
+            // phase's own binding was the request's last ledger read, moments ago: it stands.
+            let current: HashMap<Uuid, bool> = if query.mode == Mode::Vector {
+                chosen
+                    .iter()
+                    .map(|(_, candidate, _)| (candidate.revision_id, true))
+                    .collect()
+            } else {
+                let refs: Vec<HitRef> = chosen
+                    .iter()
+                    .map(|(_, candidate, _)| HitRef {
+                        revision_id: candidate.revision_id,
+                        chunk_index: None,
+                    })
+                    .collect::<HashSet<_>>()
+                    .into_iter()
+                    .collect();
+                self.ledger
+                    .bind_hits(&refs)
+                    .await?
+                    .iter()
+                    .map(|b| (b.hit.revision_id, b.current))
+                    .collect()
+            };
             for (item, candidate, retrieval) in chosen {
                 if !current
                     .get(&candidate.revision_id)
