@@ -493,14 +493,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     out,
                 },
         } => {
-            let config = Config::load(
-                &Overrides {
-                    data_dir: None,
-                    bind: None,
-                    config_file: config,
-                },
-                &env,
-            )?;
+            let config = file_config(config, &env)?;
             let report = cairn::bench::search(
                 &config,
                 cairn::bench::SearchBench {
@@ -526,14 +519,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     out,
                 },
         } => {
-            let config = Config::load(
-                &Overrides {
-                    data_dir: None,
-                    bind: None,
-                    config_file: config,
-                },
-                &env,
-            )?;
+            let config = file_config(config, &env)?;
             let report = cairn::eval::beir(
                 &config,
                 cairn::eval::BeirEval {
@@ -560,14 +546,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     out,
                 },
         } => {
-            let config = Config::load(
-                &Overrides {
-                    data_dir: None,
-                    bind: None,
-                    config_file: config,
-                },
-                &env,
-            )?;
+            let config = file_config(config, &env)?;
             let report = cairn::bench::project(
                 &config,
                 cairn::bench::ProjectBench {
@@ -597,6 +576,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes a benchmark's JSON report to `out` and prints it.
+/// The configuration of a command that takes only `--config` (benchmarks, evaluation).
+fn file_config(
+    config_file: Option<PathBuf>,
+    env: &HashMap<String, String>,
+) -> anyhow::Result<Config> {
+    Config::load(
+        &Overrides {
+            data_dir: None,
+            bind: None,
+            config_file,
+        },
+        env,
+    )
+}
+
 fn write_report(out: &std::path::Path, report: &serde_json::Value) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(report)?;
     std::fs::write(out, &text).with_context(|| format!("writing {}", out.display()))?;
