@@ -92,9 +92,16 @@ async fn load(
     size: usize,
     random: &mut Random,
 ) -> anyhow::Result<()> {
+    let mut texts = std::collections::HashMap::new();
     for start in (0..size).step_by(1000) {
         let submissions: Vec<Submission> = (start..(start + 1000).min(size))
-            .map(|n| Submission::text(DATASET, &format!("doc-{n}"), "bench", &random.text(40)))
+            .map(|n| {
+                let key = format!("doc-{n}");
+                let text = random.text(40);
+                let submission = Submission::text(DATASET, &key, "bench", &text);
+                texts.insert(key, text);
+                submission
+            })
             .collect();
         for result in ledger.accept(submissions).await {
             result?;
@@ -119,15 +126,12 @@ async fn load(
         }
         store.upsert(points).await?;
         let results: Vec<anyhow::Result<()>> = futures::stream::iter(jobs)
-            .map(|job| async move {
+            .map(|job| {
+                let text = texts.get(&job.source_key).cloned().unwrap_or_default();
+                (job, text)
+            })
+            .map(|(job, text)| async move {
                 let token = LeaseToken::of(&job).context("a claimed job without a lease")?;
-                let detail = ledger
-                    .revision(job.revision_id)
-                    .await?
-                    .context("a revision vanished")?;
-                let sha = detail.revision.content_sha256.clone().unwrap_or_default();
-                let text =
-                    String::from_utf8(ledger.content(&sha).await?.context("content vanished")?)?;
                 let row = ChunkRow {
                     chunk_index: 0,
                     byte_start: 0,
@@ -220,7 +224,18 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                 .search(vector[0].clone(), &datasets, bench.top_k)
                 .await?;
         }
+        // Interleaved, query by query (raw, then each mode), so drift in the machine's speed
+        // hits every series alike.
+        let modes_measured = [
+            ("vector", Mode::Vector),
+            ("lexical", Mode::Lexical),
+            ("auto", Mode::Auto),
+        ];
         let mut raw = Vec::new();
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); modes_measured.len()];
+        let mut degraded = vec![0usize; modes_measured.len()];
+        let mut phase_totals: Vec<std::collections::BTreeMap<&str, f64>> =
+            vec![std::collections::BTreeMap::new(); modes_measured.len()];
         for text in &queries {
             let started = Instant::now();
             let vector = embedder.embed(vec![text.clone()]).await?;
@@ -229,17 +244,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                 .await?;
             raw.push(started.elapsed().as_secs_f64() * 1000.0);
             anyhow::ensure!(!hits.is_empty(), "the bare search found nothing");
-        }
-        let mut modes = serde_json::Map::new();
-        let mut p50 = std::collections::HashMap::new();
-        for (name, mode) in [
-            ("vector", Mode::Vector),
-            ("lexical", Mode::Lexical),
-            ("auto", Mode::Auto),
-        ] {
-            let mut samples = Vec::new();
-            let mut degraded = 0;
-            for text in &queries {
+            for (index, (_, mode)) in modes_measured.iter().enumerate() {
                 let started = Instant::now();
                 let answer = searcher
                     .search(Query {
@@ -247,22 +252,41 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                         datasets: datasets.clone(),
                         top_k: bench.top_k,
                         budget: Duration::from_secs(10),
-                        mode,
+                        mode: *mode,
                         group_by_source: true,
                     })
                     .await?;
                 let body = serde_json::to_vec(&answer)?;
-                samples.push(started.elapsed().as_secs_f64() * 1000.0);
+                samples[index].push(started.elapsed().as_secs_f64() * 1000.0);
                 anyhow::ensure!(!body.is_empty());
                 if answer.degraded {
-                    degraded += 1;
+                    degraded[index] += 1;
+                }
+                let phases = &answer.phases;
+                for (name, value) in [
+                    ("embed", phases.embed),
+                    ("vector", phases.vector),
+                    ("bind", phases.bind),
+                    ("lexical", phases.lexical),
+                    ("fuse", phases.fuse),
+                ] {
+                    if let Some(ms) = value {
+                        *phase_totals[index].entry(name).or_default() += ms;
+                    }
                 }
             }
-            let report = summary(samples);
-            p50.insert(name, report["p50_ms"].as_f64().unwrap_or(0.0));
-            let mut report = report;
-            report["degraded"] = json!(degraded);
-            modes.insert(name.to_owned(), report);
+        }
+        let mut modes = serde_json::Map::new();
+        let mut p50 = std::collections::HashMap::new();
+        for (index, (name, _)) in modes_measured.iter().enumerate() {
+            let mut report = summary(std::mem::take(&mut samples[index]));
+            p50.insert(*name, report["p50_ms"].as_f64().unwrap_or(0.0));
+            report["degraded"] = json!(degraded[index]);
+            report["mean_phase_ms"] = json!(phase_totals[index]
+                .iter()
+                .map(|(phase, total)| ((*phase).to_owned(), json!(total / queries.len() as f64)))
+                .collect::<serde_json::Map<String, Value>>());
+            modes.insert((*name).to_owned(), report);
         }
         let raw = summary(raw);
         let raw_p50 = raw["p50_ms"].as_f64().unwrap_or(0.0);
