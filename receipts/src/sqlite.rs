@@ -143,10 +143,19 @@ impl SqliteLedger {
             .execute(&mut write_connection)
             .await?;
         }
+        // No ping before handing out a connection: it is a round trip to the connection's
+        // thread on every read (an embedded file does not drop connections like a server).
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(connect)
+            // Reads (search binding, lexical ranking) touch pages all over the tables: a larger
+            // cache and memory-mapped reads keep them off `pread`.
+            .connect_with(
+                connect
+                    .pragma("cache_size", "-16384")
+                    .pragma("mmap_size", "268435456"),
+            )
             .await?;
         let (sender, receiver) = mpsc::channel(4096);
         let options = Arc::new(options);
@@ -1486,12 +1495,16 @@ impl Reader for SqliteLedger {
             .iter()
             .map(|hit| (hit.revision_id.to_string(), hit.chunk_index))
             .collect();
-        let rows = sqlx::query(
+        // One row of JSON instead of a row per hit: sqlx hands each row across threads, which
+        // cost more than the query itself (1.3 ms against 0.3 ms for 20 hits). `CROSS JOIN`
+        // keeps the asked hits as the outer loop (the planner cannot size a `json_each`).
+        let packed: Option<String> = sqlx::query_scalar(
             "WITH asked AS (SELECT key AS position, value ->> 0 AS revision_id, \
                  value ->> 1 AS chunk_index FROM json_each(?1)), \
-             active AS (SELECT id FROM generations WHERE active = 1) \
+             active AS (SELECT id FROM generations WHERE active = 1), \
+             bound AS ( \
              SELECT a.position, a.revision_id, a.chunk_index, r.dataset, r.source_key, \
-               (s.head_revision_id = r.id AND r.tombstone = 0) AS current, \
+               coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0) AS current, \
                (EXISTS (SELECT 1 FROM jobs j JOIN projection_receipts pr ON pr.job_id = j.id \
                   WHERE j.revision_id = r.id AND pr.backend = 'vector' \
                     AND pr.state = 'verified' AND pr.generation = (SELECT id FROM active)) \
@@ -1500,29 +1513,43 @@ impl Reader for SqliteLedger {
                     AND pr.state = 'verified' AND pr.generation = (SELECT id FROM active))) \
                  AS vector_searchable, \
                c.text AS chunk_text \
-             FROM asked a JOIN revisions r ON r.id = a.revision_id \
+             FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
              LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index \
-             ORDER BY a.position",
+             ORDER BY a.position) \
+             SELECT json_group_array(json_array(revision_id, chunk_index, dataset, source_key, \
+               current, vector_searchable, chunk_text)) FROM bound",
         )
         .bind(json_text(&asked))
-        .fetch_all(&self.reads)
+        .fetch_one(&self.reads)
         .await?;
-        rows.iter()
-            .map(|row| {
-                let chunk_index: Option<i64> = row.try_get("chunk_index")?;
-                Ok(BoundHit {
-                    hit: HitRef {
-                        revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
-                        chunk_index: chunk_index.and_then(|index| u32::try_from(index).ok()),
-                    },
-                    dataset: row.try_get("dataset")?,
-                    source_key: row.try_get("source_key")?,
-                    current: row.try_get::<Option<bool>, _>("current")?.unwrap_or(false),
-                    vector_searchable: row.try_get("vector_searchable")?,
-                    chunk_text: row.try_get("chunk_text")?,
-                })
-            })
+        type Packed = (
+            String,
+            Option<i64>,
+            String,
+            String,
+            i64,
+            i64,
+            Option<String>,
+        );
+        let rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
+            .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
+        rows.into_iter()
+            .map(
+                |(revision_id, chunk_index, dataset, source_key, current, searchable, text)| {
+                    Ok(BoundHit {
+                        hit: HitRef {
+                            revision_id: parse_uuid(&revision_id)?,
+                            chunk_index: chunk_index.and_then(|index| u32::try_from(index).ok()),
+                        },
+                        dataset,
+                        source_key,
+                        current: current != 0,
+                        vector_searchable: searchable != 0,
+                        chunk_text: text,
+                    })
+                },
+            )
             .collect()
     }
 
