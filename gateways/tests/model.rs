@@ -145,7 +145,7 @@ fn every_chunk_fits_the_window_when_encoded_on_its_own() {
         ));
         if index % 50 == 0 {
             text.push_str(&"x".repeat(900));
-            text.push_str("\n");
+            text.push('\n');
         }
     }
     let chunks = chunker.chunk(&text);
