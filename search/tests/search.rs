@@ -250,6 +250,15 @@ impl Embedder for SlowEmbedder {
     }
 }
 
+/// The real model behind a 5 s delay; `finished` counts embeddings that completed.
+async fn slow_model(finished: Arc<AtomicUsize>) -> Arc<SlowEmbedder> {
+    Arc::new(SlowEmbedder {
+        delay: Duration::from_secs(5),
+        inner: model().await,
+        finished,
+    })
+}
+
 /// An embedder that always fails (fault injector).
 struct FailingEmbedder;
 
@@ -407,11 +416,7 @@ async fn a_slow_or_failing_vector_phase_falls_back_to_lexical_within_the_budget(
     let world = world().await;
     world.project(corpus("docs")).await;
     let finished = Arc::new(AtomicUsize::new(0));
-    let slow = Arc::new(SlowEmbedder {
-        delay: Duration::from_secs(5),
-        inner: model().await,
-        finished: finished.clone(),
-    });
+    let slow = slow_model(finished.clone()).await;
     let searcher = world.searcher(slow, 8);
     let started = Instant::now();
     let answer = searcher
@@ -463,11 +468,7 @@ async fn the_budget_ends_in_search_timeout_when_no_phase_can_answer() {
     let world = world().await;
     world.accept(corpus("docs")).await;
     let finished = Arc::new(AtomicUsize::new(0));
-    let slow = Arc::new(SlowEmbedder {
-        delay: Duration::from_secs(5),
-        inner: model().await,
-        finished: finished.clone(),
-    });
+    let slow = slow_model(finished.clone()).await;
     let searcher = world.searcher(slow, 8);
     world.faults.arm(FaultPoint::SlowLexical);
     let started = Instant::now();
@@ -506,11 +507,7 @@ async fn the_budget_ends_in_search_timeout_when_no_phase_can_answer() {
 async fn searches_beyond_the_in_flight_limit_are_refused_at_once() {
     let world = world().await;
     world.accept(corpus("docs")).await;
-    let slow = Arc::new(SlowEmbedder {
-        delay: Duration::from_secs(5),
-        inner: model().await,
-        finished: Arc::new(AtomicUsize::new(0)),
-    });
+    let slow = slow_model(Arc::new(AtomicUsize::new(0))).await;
     let searcher = Arc::new(world.searcher(slow, 2));
     let mut tasks = Vec::new();
     for _ in 0..6 {
@@ -768,11 +765,7 @@ async fn overload_and_timeout_have_their_own_statuses() {
     use serde_json::json;
     let world = world().await;
     world.accept(corpus("docs")).await;
-    let slow = Arc::new(SlowEmbedder {
-        delay: Duration::from_secs(5),
-        inner: model().await,
-        finished: Arc::new(AtomicUsize::new(0)),
-    });
+    let slow = slow_model(Arc::new(AtomicUsize::new(0))).await;
     let router = search::router(world.ledger.clone(), Arc::new(world.searcher(slow, 1)));
     let secret = token(&world.ledger, vec![Scope::Search], None).await;
     let first = {
