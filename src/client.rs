@@ -334,7 +334,7 @@ pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Res
             .to_owned()
     };
     println!(
-        "{:>4}  {:<9} {:<16} {:<28} {:<10} {:<10} text",
+        "{:>4}  {:<9} {:<16} {:<28} {:<14} {:<10} text",
         "rank", "score", "dataset", "source", "found by", "state"
     );
     for result in &results {
@@ -358,7 +358,7 @@ pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Res
             .unwrap_or_default();
         let source: String = text(result, "source_key").chars().take(28).collect();
         println!(
-            "{:>4}  {:<9.4} {:<16} {:<28} {:<10} {:<10} {snippet}",
+            "{:>4}  {:<9.4} {:<16} {:<28} {:<14} {:<10} {snippet}",
             result.get("rank").and_then(Value::as_u64).unwrap_or(0),
             result.get("score").and_then(Value::as_f64).unwrap_or(0.0),
             text(result, "dataset"),
