@@ -313,6 +313,21 @@ pub fn print_summary(summary: &IngestSummary) {
     println!("accepted is not indexed: projection runs in the background.");
 }
 
+/// The strings of the array at `key`, joined by `separator` ("" when absent).
+fn joined(value: &Value, key: &str, separator: &str) -> String {
+    value
+        .get(key)
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(separator)
+        })
+        .unwrap_or_default()
+}
+
 /// `cairn search`: one request to `POST /v1/search`, printed as a table (or the JSON).
 pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Result<()> {
     let (status, answer) = client.post("/v1/search", body).await?;
@@ -345,17 +360,7 @@ pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Res
             .chars()
             .take(70)
             .collect();
-        let retrieval = result
-            .get("retrieval")
-            .and_then(Value::as_array)
-            .map(|phases| {
-                phases
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join("+")
-            })
-            .unwrap_or_default();
+        let retrieval = joined(result, "retrieval", "+");
         let source: String = text(result, "source_key").chars().take(28).collect();
         println!(
             "{:>4}  {:<9.4} {:<16} {:<28} {:<14} {:<10} {snippet}",
@@ -367,17 +372,7 @@ pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Res
             text(result, "projection_state"),
         );
     }
-    let degradations = answer
-        .get("degradations")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
+    let degradations = joined(&answer, "degradations", ", ");
     println!(
         "{} result(s), mode {}, {:.1} ms of {} ms budget{}{}",
         results.len(),

@@ -906,6 +906,33 @@ fn rows(texts: &[&str]) -> Vec<crate::model::ChunkRow> {
         .collect()
 }
 
+/// Activates the conformance generation (chunker `chunker-a`) and returns it.
+async fn activate_test_generation(harness: &Harness) -> crate::model::Generation {
+    let generation = test_generation("chunker-a");
+    must(
+        harness
+            .ledger
+            .activate_generation(&generation, "test")
+            .await,
+        "activate",
+    );
+    generation
+}
+
+/// A `verified` receipt update for `backend` in `generation`.
+fn verified_receipt(
+    backend: crate::model::Backend,
+    generation: &crate::model::Generation,
+) -> crate::model::ReceiptUpdate {
+    crate::model::ReceiptUpdate {
+        backend,
+        state: ReceiptState::Verified,
+        evidence: serde_json::json!({"rows": 2}),
+        cause: "verified: read back".to_owned(),
+        generation: generation.id.clone(),
+    }
+}
+
 /// One generation at a time; a changed one is refused; activation is recorded in history.
 pub async fn generations_are_fixed_once_active(harness: Harness) {
     let first = test_generation("chunker-a");
@@ -940,14 +967,7 @@ pub async fn generations_are_fixed_once_active(harness: Harness) {
 /// Chunk rows and receipts are written only under a live lease; the read-back sees exactly
 /// what was written; a verified receipt supersedes the older revision's.
 pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
-    let generation = test_generation("chunker-a");
-    must(
-        harness
-            .ledger
-            .activate_generation(&generation, "test")
-            .await,
-        "activate",
-    );
+    let generation = activate_test_generation(&harness).await;
     let first = must_accept(&harness, put("docs", "a", "first text")).await;
     let (_, token) = claim_one(&harness, "w1").await;
     let written = rows(&["first", "text"]);
@@ -982,13 +1002,7 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
         ),
         written
     );
-    let verified = |backend| crate::model::ReceiptUpdate {
-        backend,
-        state: ReceiptState::Verified,
-        evidence: serde_json::json!({"rows": 2}),
-        cause: "verified: read back".to_owned(),
-        generation: generation.id.clone(),
-    };
+    let verified = |backend| verified_receipt(backend, &generation);
     must(
         harness
             .ledger
@@ -1068,14 +1082,7 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
 /// (relational and vector receipts verified in the active generation) from pending.
 pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
     use crate::model::{Backend, HitRef};
-    let generation = test_generation("chunker-a");
-    must(
-        harness
-            .ledger
-            .activate_generation(&generation, "test")
-            .await,
-        "activate",
-    );
+    let generation = activate_test_generation(&harness).await;
     let old = must_accept(&harness, put("docs", "a", "old text")).await;
     let new = must_accept(&harness, put("docs", "a", "new text")).await;
     let gone = must_accept(&harness, put("docs", "b", "deleted soon")).await;
@@ -1099,16 +1106,7 @@ pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
         must(
             harness
                 .ledger
-                .record_receipt(
-                    &token,
-                    crate::model::ReceiptUpdate {
-                        backend,
-                        state: ReceiptState::Verified,
-                        evidence: serde_json::json!({}),
-                        cause: "verified".to_owned(),
-                        generation: generation.id.clone(),
-                    },
-                )
+                .record_receipt(&token, verified_receipt(backend, &generation))
                 .await,
             "receipt",
         );
