@@ -34,6 +34,8 @@ pub struct SearchBench {
     pub queries: usize,
     /// Results per query.
     pub top_k: usize,
+    /// Keeps each loaded corpus under `DIR/SIZE` and reuses it when it is complete.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 const DATASET: &str = "bench";
@@ -192,21 +194,38 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
     let queries: Vec<String> = (0..bench.queries).map(|_| random.text(4)).collect();
     let mut reports = Vec::new();
     for &size in &bench.sizes {
-        let directory = tempfile::tempdir()?;
-        let mut options = receipts::SqliteOptions::new(directory.path().join("ledger.db"));
+        let temporary = tempfile::tempdir()?;
+        let directory = match &bench.data_dir {
+            Some(root) => root.join(size.to_string()),
+            None => temporary.path().to_owned(),
+        };
+        let loaded_marker = directory.join("loaded");
+        let reuse = loaded_marker.exists();
+        let mut options = receipts::SqliteOptions::new(directory.join("ledger.db"));
         options.backends = vec![Backend::Relational, Backend::Vector];
         let ledger: Arc<dyn Ledger> =
             Arc::new(SqliteLedger::open(options, Arc::new(SystemClock)).await?);
         let generation = crate::projection::generation(config);
         ledger.activate_generation(&generation, "bench").await?;
-        let store = EdgeVectorStore::open(&directory.path().join("vectors"), MODEL_DIMENSION)?;
-        let started = Instant::now();
-        load(&ledger, &store, &generation.id, size, &mut random).await?;
-        let load_seconds = started.elapsed().as_secs_f64();
-        eprintln!("search: building the HNSW index for {size} points");
-        let started = Instant::now();
-        let changed = store.optimize_now().await?;
-        let optimize_seconds = started.elapsed().as_secs_f64();
+        let store = EdgeVectorStore::open(&directory.join("vectors"), MODEL_DIMENSION)?;
+        let (mut load_seconds, mut optimize_seconds, mut changed) = (None, None, None);
+        if reuse {
+            eprintln!(
+                "search: reusing the {size}-chunk corpus in {}",
+                directory.display()
+            );
+        } else {
+            let started = Instant::now();
+            load(&ledger, &store, &generation.id, size, &mut random).await?;
+            load_seconds = Some(started.elapsed().as_secs_f64());
+            eprintln!("search: building the HNSW index for {size} points");
+            let started = Instant::now();
+            changed = Some(store.optimize_now().await?);
+            optimize_seconds = Some(started.elapsed().as_secs_f64());
+            if bench.data_dir.is_some() {
+                std::fs::write(&loaded_marker, b"")?;
+            }
+        }
 
         let datasets = vec![DATASET.to_owned()];
         let searcher = Searcher::new(

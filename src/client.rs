@@ -87,7 +87,7 @@ impl Client {
     }
 }
 
-fn ok_or_error(status: u16, value: Value) -> anyhow::Result<Value> {
+pub(crate) fn ok_or_error(status: u16, value: Value) -> anyhow::Result<Value> {
     if (200..300).contains(&status) {
         return Ok(value);
     }

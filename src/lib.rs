@@ -17,6 +17,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod eval;
+pub mod ops_cli;
 pub mod projection;
 
 use std::future::Future;

@@ -35,6 +35,115 @@ struct ClientArgs {
     data_dir: PathBuf,
 }
 
+/// Filters shared by the ops listings and bulk actions.
+#[derive(Debug, Clone, clap::Args)]
+struct OpsFilter {
+    /// Only this dataset.
+    #[arg(long)]
+    dataset: Option<String>,
+    /// Only jobs whose last error has this code.
+    #[arg(long)]
+    error_code: Option<String>,
+    /// Only these states (comma-separated).
+    #[arg(long)]
+    state: Option<String>,
+    /// Source key text, or a job or revision id.
+    #[arg(long)]
+    query: Option<String>,
+}
+
+impl From<OpsFilter> for cairn::ops_cli::Filter {
+    fn from(filter: OpsFilter) -> Self {
+        Self {
+            dataset: filter.dataset,
+            error_code: filter.error_code,
+            state: filter.state,
+            q: filter.query,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum OpsCommand {
+    /// Queue depth, throughput, latency percentiles, lease health, pauses.
+    Status,
+    /// Running jobs with their worker, stage, lease and heartbeat.
+    Leases {
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Most rows.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Jobs waiting to retry: when, the rule that set it, every error so far.
+    Retries {
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Most rows.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Dead, quarantined and cancelled jobs with the reason.
+    Dead {
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Most rows.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One job: history, receipts with read-back evidence, the revision chain.
+    Job {
+        /// Job id.
+        id: String,
+    },
+    /// Requeue one job, or (without an id) every dead/quarantined/cancelled job matching the
+    /// filters: a dry run unless --yes.
+    Requeue {
+        /// Job id (omit to act by filter).
+        id: Option<String>,
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Act on every match (without it a bulk action only lists the candidates).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Cancel one job, or (without an id) every waiting or running job matching the filters:
+    /// a dry run unless --yes.
+    Cancel {
+        /// Job id (omit to act by filter).
+        id: Option<String>,
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Act on every match (without it a bulk action only lists the candidates).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Stop claiming (one dataset, or all).
+    Pause {
+        /// Dataset (default: every dataset).
+        #[arg(long)]
+        dataset: Option<String>,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Claim again.
+    Resume {
+        /// Dataset (default: the pause of every dataset).
+        #[arg(long)]
+        dataset: Option<String>,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the API on the embedded default (SQLite ledger in --data-dir).
@@ -108,6 +217,16 @@ enum Command {
         all_passages: bool,
         /// Print the server's JSON.
         #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Operations: what is running, retrying, dead; requeue, cancel, pause, resume.
+    Ops {
+        #[command(subcommand)]
+        command: OpsCommand,
+        /// Print the server's JSON.
+        #[arg(long, global = true)]
         json: bool,
         #[command(flatten)]
         client: ClientArgs,
@@ -256,6 +375,10 @@ enum BenchCommand {
         /// Results per query.
         #[arg(long, default_value_t = 10)]
         top_k: usize,
+        /// Keep each loaded corpus under DIR/SIZE and reuse it on the next run (default: a
+        /// temporary directory per size).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         /// TOML configuration file (model and search settings).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -407,6 +530,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             cairn::client::search(&api, &body, json).await?;
         }
+        Command::Ops {
+            command,
+            json,
+            client,
+        } => {
+            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::client::Client::new(&client.server, token)?;
+            run_ops(&api, command, json).await?;
+        }
         Command::Status { json, client } => {
             let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
             let api = cairn::client::Client::new(&client.server, token)?;
@@ -489,6 +621,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     sizes,
                     queries,
                     top_k,
+                    data_dir,
                     config,
                     out,
                 },
@@ -500,6 +633,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     sizes,
                     queries: queries.max(1),
                     top_k: top_k.clamp(1, search::MAX_TOP_K),
+                    data_dir,
                 },
             )
             .await?;
@@ -623,6 +757,47 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_ops(
+    api: &cairn::client::Client,
+    command: OpsCommand,
+    json: bool,
+) -> anyhow::Result<()> {
+    use cairn::ops_cli::{self, Target};
+    let target = |id: Option<String>, filter: OpsFilter| match id {
+        Some(id) => Target::Job(id),
+        None => Target::Matching(filter.into()),
+    };
+    match command {
+        OpsCommand::Status => ops_cli::status(api, json).await,
+        OpsCommand::Leases { filter, limit } => {
+            ops_cli::leases(api, &filter.into(), limit, json).await
+        }
+        OpsCommand::Retries { filter, limit } => {
+            ops_cli::retries(api, &filter.into(), limit, json).await
+        }
+        OpsCommand::Dead { filter, limit } => ops_cli::dead(api, &filter.into(), limit, json).await,
+        OpsCommand::Job { id } => ops_cli::job(api, &id, json).await,
+        OpsCommand::Requeue {
+            id,
+            filter,
+            reason,
+            yes,
+        } => ops_cli::act(api, "requeue", target(id, filter), reason, yes, json).await,
+        OpsCommand::Cancel {
+            id,
+            filter,
+            reason,
+            yes,
+        } => ops_cli::act(api, "cancel", target(id, filter), reason, yes, json).await,
+        OpsCommand::Pause { dataset, reason } => {
+            ops_cli::pause(api, "pause", dataset, reason, json).await
+        }
+        OpsCommand::Resume { dataset, reason } => {
+            ops_cli::pause(api, "resume", dataset, reason, json).await
         }
     }
 }

@@ -1,27 +1,49 @@
 //! # ops: what operators see and do
 //!
-//! For now: `GET /v1/status`, the ledger's counts (sources, revisions, retained bytes, jobs per
-//! state, receipts per backend and state) for `cairn status`. The dashboard, Prometheus metrics
-//! and operator actions arrive with the operations issue.
+//! Four questions at a glance: is work flowing, what is running right now and is its lease
+//! healthy, what is retrying and why, what is dead and what do I do about it.
+//!
+//! - `GET /ops`: the dashboard, one HTML page with a little JavaScript that polls the JSON API
+//!   every 2 seconds with the operator's bearer token (kept in the tab's `sessionStorage`).
+//! - `GET /v1/status`, `/v1/ops/summary`, `/v1/ops/leases`, `/v1/ops/retries`, `/v1/ops/dead`,
+//!   `/v1/ops/jobs`, `/v1/ops/jobs/{id}`: reads (`ops:read`).
+//! - `POST /v1/ops/jobs/{id}/requeue|cancel`, `/v1/ops/requeue`, `/v1/ops/cancel` (bulk by
+//!   filter, `dry_run` lists the exact candidates), `/v1/ops/pause`, `/v1/ops/resume`: actions
+//!   (`ops:write`; a dry run needs only `ops:read`).
+//! - `GET /metrics`: Prometheus text (`ops:read`), see [`metrics`].
 //!
 //! ## Invariants
-//! - Reads need `ops:read` (or `admin`); nothing here writes without `ops:write`.
+//! - Reads need `ops:read` (or `admin`); nothing here writes without `ops:write`. A token's
+//!   dataset allowlist narrows every listing and refuses actions on other datasets.
+//! - Every action goes through the ledger's audited operations ([`receipts::Leases`]) with
+//!   `token:<name>` as the actor and the operator's reason as the cause: no action skips the
+//!   history.
+//! - The "why" comes from the ledger, not from logs: a retry's rule (`run_at_rule`), each
+//!   failed attempt's error (history rows carry the run's error code, message and stage), a
+//!   dead job's cause.
 //! - Nothing here reads another crate's internals: everything comes through
 //!   [`receipts::Ledger`].
+
+pub mod api;
+pub mod metrics;
 
 use std::sync::Arc;
 
 use axum::extract::{FromRef, State};
-use axum::routing::get;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use receipts::http::{ApiError, Auth};
 use receipts::{Ledger, Scope};
 use serde_json::{json, Value};
 
+/// Shared state of the operations routes.
 #[derive(Debug, Clone)]
-struct OpsState {
+pub struct OpsState {
     ledger: Arc<dyn Ledger>,
     started_at: std::time::Instant,
+    cursor: Arc<metrics::EventCursor>,
 }
 
 impl FromRef<OpsState> for Arc<dyn Ledger> {
@@ -30,14 +52,31 @@ impl FromRef<OpsState> for Arc<dyn Ledger> {
     }
 }
 
-/// The operations routes.
+/// The operations routes: status, dashboard, ops API, metrics. Installs the process's
+/// Prometheus recorder on first use.
 pub fn router(ledger: Arc<dyn Ledger>) -> Router {
+    metrics::recorder();
     let state = OpsState {
         ledger,
         started_at: std::time::Instant::now(),
+        cursor: Arc::default(),
     };
     Router::new()
         .route("/v1/status", get(status))
+        .route("/ops", get(dashboard))
+        .route("/metrics", get(prometheus))
+        .route("/v1/ops/summary", get(api::summary))
+        .route("/v1/ops/leases", get(api::leases))
+        .route("/v1/ops/retries", get(api::retries))
+        .route("/v1/ops/dead", get(api::dead))
+        .route("/v1/ops/jobs", get(api::jobs))
+        .route("/v1/ops/jobs/{id}", get(api::job_detail))
+        .route("/v1/ops/jobs/{id}/requeue", post(api::requeue_one))
+        .route("/v1/ops/jobs/{id}/cancel", post(api::cancel_one))
+        .route("/v1/ops/requeue", post(api::requeue_bulk))
+        .route("/v1/ops/cancel", post(api::cancel_bulk))
+        .route("/v1/ops/pause", post(api::pause))
+        .route("/v1/ops/resume", post(api::resume))
         .with_state(state)
 }
 
@@ -50,4 +89,24 @@ async fn status(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>
         "uptime_seconds": state.started_at.elapsed().as_secs(),
         "counts": counts,
     })))
+}
+
+/// The dashboard page. It carries no data (the data needs the bearer token), so it is served
+/// without authentication.
+async fn dashboard() -> Response {
+    (
+        [(CACHE_CONTROL, "no-store")],
+        Html(include_str!("dashboard.html")),
+    )
+        .into_response()
+}
+
+async fn prometheus(State(state): State<OpsState>, auth: Auth) -> Result<Response, ApiError> {
+    auth.require(Scope::OpsRead)?;
+    let text = metrics::render(state.ledger.as_ref(), &state.cursor).await?;
+    Ok((
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response())
 }

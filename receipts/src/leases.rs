@@ -34,7 +34,8 @@ pub(crate) enum JobCommand {
         owner: String,
         limit: u32,
     },
-    Heartbeat(LeaseToken),
+    /// A heartbeat, with the stage the run has reached when it reports one.
+    Heartbeat(LeaseToken, Option<String>),
     Complete(LeaseToken),
     Fail(LeaseToken, Failure),
     Release(LeaseToken),
@@ -85,7 +86,7 @@ pub(crate) async fn run(
         JobCommand::Claim { owner, limit } => claim(connection, &owner, limit, now)
             .await
             .map(JobAnswer::Claimed),
-        JobCommand::Heartbeat(token) => heartbeat(connection, &token, now)
+        JobCommand::Heartbeat(token, stage) => heartbeat(connection, &token, stage.as_deref(), now)
             .await
             .map(JobAnswer::Heartbeat),
         JobCommand::Complete(token) => complete_many(connection, std::slice::from_ref(&token), now)
@@ -142,7 +143,7 @@ async fn claim(
         "UPDATE jobs SET state = 'running', lease_id = lower(hex(randomblob(16))), lease_owner = ?2, \
            lease_expires_at = ?1 + min(policy.lease_micros, policy.max_run_micros), heartbeat_at = ?1, \
            deadline_at = ?1 + policy.max_run_micros, \
-           started_at = ?1, changed_by = ?2, \
+           started_at = ?1, stage = 'claimed', stage_at = ?1, changed_by = ?2, \
            change_cause = 'claimed (failures so far ' || jobs.attempt || ' of ' || jobs.max_attempts || ', crashes ' || jobs.crashes || ')', \
            changed_at = ?1, change_seq = change_seq + 1 \
          FROM job_policies AS policy \
@@ -221,10 +222,12 @@ async fn load(connection: &mut SqliteConnection, job_id: Uuid) -> Result<Job> {
 async fn heartbeat(
     connection: &mut SqliteConnection,
     token: &LeaseToken,
+    stage: Option<&str>,
     now: Micros,
 ) -> Result<Heartbeat> {
     let row = sqlx::query(
-        "UPDATE jobs SET lease_expires_at = min(?1 + policy.lease_micros, deadline_at), heartbeat_at = ?1 \
+        "UPDATE jobs SET lease_expires_at = min(?1 + policy.lease_micros, deadline_at), heartbeat_at = ?1, \
+           stage = coalesce(?4, stage), stage_at = CASE WHEN ?4 IS NULL THEN stage_at ELSE ?1 END \
          FROM job_policies AS policy \
          WHERE policy.kind = jobs.kind AND id = ?2 AND lease_id = ?3 AND state = 'running' \
            AND lease_expires_at > ?1 AND deadline_at > ?1 \
@@ -233,6 +236,7 @@ async fn heartbeat(
     .bind(now)
     .bind(token.job_id.to_string())
     .bind(&token.lease_id)
+    .bind(stage)
     .fetch_optional(&mut *connection)
     .await?;
     match row {
@@ -288,6 +292,7 @@ async fn end_run(
         "UPDATE jobs SET state = ?4, attempt = attempt + ?5, run_at = ?6, run_at_rule = ?7, \
            last_error_code = coalesce(?8, last_error_code), last_error_message = coalesce(?9, last_error_message), \
            lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, deadline_at = NULL, \
+           stage = NULL, stage_at = NULL, \
            changed_by = ?10, change_cause = ?11, changed_at = ?1, change_seq = change_seq + 1 \
          WHERE id = ?2 AND lease_id = ?3 AND state = 'running' AND lease_expires_at > ?1 \
          RETURNING *",
@@ -326,6 +331,7 @@ pub(crate) async fn complete_many(
     let rows = sqlx::query(
         "UPDATE jobs SET state = 'completed', run_at = ?1, run_at_rule = 'completed', \
            lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, deadline_at = NULL, \
+           stage = NULL, stage_at = NULL, \
            changed_by = lease_owner, change_cause = 'completed', changed_at = ?1, change_seq = change_seq + 1 \
          WHERE state = 'running' AND lease_expires_at > ?1 \
            AND (id, lease_id) IN (SELECT value ->> 'id', value ->> 'lease' FROM json_each(?2)) \

@@ -12,6 +12,7 @@ use crate::model::{
     HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
     ReceiptUpdate, RevisionDetail, SourceView, Submission,
 };
+use crate::operations::Operations;
 
 /// Durable acceptance: every method returns only after its writes are on disk.
 #[async_trait]
@@ -90,6 +91,10 @@ pub trait Leases: Send + Sync {
     /// Extends a lease (up to the run's deadline).
     async fn heartbeat(&self, lease: &LeaseToken) -> Result<Heartbeat>;
 
+    /// A heartbeat that also records the stage the run has reached (`chunking`, `embedding`,
+    /// ...; 1-64 characters of `a-z`, `0-9`, `_`, `-`, space), shown on the dashboard.
+    async fn progress(&self, lease: &LeaseToken, stage: &str) -> Result<Heartbeat>;
+
     /// Marks the job completed.
     async fn complete(&self, lease: &LeaseToken) -> Result<Job>;
 
@@ -156,11 +161,12 @@ pub trait Projections: Send + Sync {
 
 /// The whole ledger.
 pub trait Ledger:
-    Acceptor + Reader + Tokens + Leases + Projections + std::fmt::Debug + 'static
+    Acceptor + Reader + Tokens + Leases + Projections + Operations + std::fmt::Debug + 'static
 {
 }
 
-impl<T: Acceptor + Reader + Tokens + Leases + Projections + std::fmt::Debug + 'static> Ledger
-    for T
+impl<
+        T: Acceptor + Reader + Tokens + Leases + Projections + Operations + std::fmt::Debug + 'static,
+    > Ledger for T
 {
 }

@@ -57,10 +57,12 @@ pub mod ids;
 mod leases;
 mod ledger;
 pub mod model;
+pub mod operations;
 pub mod passages;
 pub mod policy;
 mod projection;
 pub mod sqlite;
+mod sqlite_operations;
 pub mod validate;
 
 pub use auth::{Principal, Scope};
@@ -72,5 +74,8 @@ pub use model::{
     Document, Failure, FailureClass, Generation, Heartbeat, HistoryEntry, HitRef, Job, JobKind,
     JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate,
     Revision, RevisionDetail, SourceView, Submission,
+};
+pub use operations::{
+    Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,
 };
 pub use sqlite::{SqliteLedger, SqliteOptions};

@@ -299,6 +299,10 @@ pub struct Job {
     pub started_at: Option<Micros>,
     /// An operator asked a running job to stop at its next heartbeat.
     pub cancel_requested: bool,
+    /// The stage the current run last reported (`claimed`, `chunking`, `embedding`, ...).
+    pub stage: Option<String>,
+    /// When it reported that stage.
+    pub stage_at: Option<Micros>,
     /// Why `run_at` holds its value (`accepted`, `backoff after attempt 2: ...`, ...).
     pub run_at_rule: String,
     /// Code of the last error.
@@ -309,6 +313,10 @@ pub struct Job {
     pub created_at: Micros,
     /// When its state last changed.
     pub changed_at: Micros,
+    /// Who made the last change.
+    pub changed_by: String,
+    /// Why (the cause recorded in history).
+    pub change_cause: String,
 }
 
 /// One backend's projection receipt.
@@ -345,6 +353,12 @@ pub struct HistoryEntry {
     pub actor: String,
     /// Why.
     pub cause: String,
+    /// A job run that ended in an error: the error's code.
+    pub error_code: Option<String>,
+    /// ... and its message.
+    pub error_message: Option<String>,
+    /// A job run's end: the stage it had reached.
+    pub stage: Option<String>,
 }
 
 /// A revision with its latest job, that job's receipts and the revision's history.

@@ -149,3 +149,23 @@ pub fn sha256_hex(value: &str) -> Result<(), LedgerError> {
         ))
     }
 }
+
+/// Longest stage name, in bytes.
+pub const MAX_STAGE_BYTES: usize = 64;
+
+/// A run's stage: 1-64 characters of `a-z`, `0-9`, `_`, `-` and space.
+pub fn stage(value: &str) -> Result<(), LedgerError> {
+    let valid = !value.is_empty()
+        && value.len() <= MAX_STAGE_BYTES
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | ' '));
+    if valid {
+        Ok(())
+    } else {
+        Err(LedgerError::invalid(
+            "invalid_stage",
+            format!("a stage is 1-{MAX_STAGE_BYTES} characters of a-z, 0-9, `_`, `-` and space"),
+        ))
+    }
+}

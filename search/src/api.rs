@@ -178,7 +178,9 @@ async fn search(
     let body: SearchBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
     let query = parse(body, principal, &state.searcher)?;
     let mode = query.mode;
+    let started = std::time::Instant::now();
     let outcome = state.searcher.search(query).await;
+    record_metrics(mode, &outcome, started.elapsed());
     match &outcome {
         Ok(response) if response.degraded => tracing::info!(
             ?mode,
@@ -192,4 +194,39 @@ async fn search(
         Ok(_) => {}
     }
     Ok(Json(outcome?).into_response())
+}
+
+/// Search metrics: requests by the mode that answered (the mode asked for when none did) and
+/// HTTP status, latency by mode, degradations and stale hits dropped.
+fn record_metrics(
+    asked: Mode,
+    outcome: &Result<crate::SearchResponse, SearchError>,
+    took: Duration,
+) {
+    let (mode, status) = match outcome {
+        Ok(response) => (response.mode.as_str(), "200"),
+        Err(SearchError::Overloaded { .. }) => (asked.as_str(), "429"),
+        Err(SearchError::Timeout { .. }) => (asked.as_str(), "504"),
+        Err(SearchError::Unsupported { .. }) => (asked.as_str(), "422"),
+        Err(SearchError::Ledger(error)) => (
+            asked.as_str(),
+            if error.http_status() == 503 {
+                "503"
+            } else {
+                "500"
+            },
+        ),
+    };
+    metrics::counter!("cairn_search_requests_total", "mode" => mode, "status" => status)
+        .increment(1);
+    if let Ok(response) = outcome {
+        metrics::histogram!("cairn_search_duration_seconds", "mode" => mode)
+            .record(took.as_secs_f64());
+        metrics::counter!("cairn_search_stale_dropped_total")
+            .increment(response.stale_dropped as u64);
+        for degradation in &response.degradations {
+            metrics::counter!("cairn_search_degraded_total", "reason" => degradation.clone())
+                .increment(1);
+        }
+    }
 }

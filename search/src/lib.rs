@@ -86,6 +86,17 @@ pub enum Mode {
     Lexical,
 }
 
+impl Mode {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Vector => "vector",
+            Mode::Lexical => "lexical",
+        }
+    }
+}
+
 impl std::str::FromStr for Mode {
     type Err = String;
 
@@ -113,6 +124,18 @@ pub enum Answered {
     Lexical,
     /// Lexical only because the vector phase timed out or failed.
     LexicalFallback,
+}
+
+impl Answered {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answered::Hybrid => "hybrid",
+            Answered::Vector => "vector",
+            Answered::Lexical => "lexical",
+            Answered::LexicalFallback => "lexical_fallback",
+        }
+    }
 }
 
 /// A validated query.
@@ -242,6 +265,54 @@ pub struct Searcher {
     vector: Option<VectorSide>,
     settings: SearchSettings,
     in_flight: Arc<tokio::sync::Semaphore>,
+    overfetch: OverFetch,
+}
+
+/// How many vector hits a vector-mode query fetches per result it needs, learned from recent
+/// queries: hits that the check drops and further chunks of a source already found both cost
+/// a hit. A corpus of one-chunk sources with nothing stale converges to fetching `top_k` (plus
+/// a margin), the cost of the bare search; a corpus of many chunks per source to as many as
+/// its queries need, without a second round. Starts at 2 per result, follows each query's
+/// observation with weight 1/5, stays within 1-8; a margin of a tenth is added.
+#[derive(Debug)]
+struct OverFetch {
+    /// The estimate (an `f64`'s bits).
+    estimate: std::sync::atomic::AtomicU64,
+}
+
+impl OverFetch {
+    const START: f64 = 2.0;
+    const WEIGHT: f64 = 0.2;
+    const MIN: f64 = 1.0;
+    const MAX: f64 = 8.0;
+
+    fn new() -> Self {
+        Self {
+            estimate: std::sync::atomic::AtomicU64::new(Self::START.to_bits()),
+        }
+    }
+
+    fn estimate(&self) -> f64 {
+        f64::from_bits(self.estimate.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Hits to fetch for `wanted` results: the estimate's share, rounded, plus a margin of a
+    /// tenth (at least one hit).
+    fn limit(&self, wanted: usize) -> usize {
+        (wanted as f64 * self.estimate()).round() as usize + wanted.div_ceil(10)
+    }
+
+    /// Records that the `wanted`-th result came at hit `position` (1-based).
+    fn observe(&self, wanted: usize, position: usize) {
+        if wanted == 0 {
+            return;
+        }
+        let sample = position as f64 / wanted as f64;
+        let next = (self.estimate() * (1.0 - Self::WEIGHT) + sample * Self::WEIGHT)
+            .clamp(Self::MIN, Self::MAX);
+        self.estimate
+            .store(next.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Searcher {
@@ -271,6 +342,14 @@ struct Candidate {
 impl Candidate {
     fn source(&self) -> (String, String) {
         (self.dataset.clone(), self.source_key.clone())
+    }
+}
+
+/// The ledger reference of a vector hit.
+fn hit_ref(hit: &VectorHit) -> HitRef {
+    HitRef {
+        revision_id: hit.revision_id,
+        chunk_index: Some(hit.chunk_index),
     }
 }
 
@@ -342,6 +421,7 @@ impl Searcher {
             vector,
             in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight.max(1))),
             settings,
+            overfetch: OverFetch::new(),
         }
     }
 
@@ -499,16 +579,23 @@ impl Searcher {
                 PhaseFailure::Embed(GatewayError::Embedder("no vector for the query".to_owned()))
             })?;
         outcome.embed_ms = Some(ms(started));
-        // Alone, the phase needs `top_k` sources (twice as many hits leaves room for several
-        // chunks of one source); fused, it supplies the whole candidate window.
+        // Alone, the phase needs `top_k` sources (fetching as many hits per source as recent
+        // queries needed, see `OverFetch`); fused, it supplies the whole candidate window.
         let needed = match query.mode {
             Mode::Vector => query.top_k,
             _ => query.top_k.max(fusion::CANDIDATE_WINDOW),
         };
         let mut limit = match query.mode {
-            Mode::Vector => (query.top_k * 2).min(fusion::CANDIDATE_WINDOW.max(query.top_k)),
+            Mode::Vector => self
+                .overfetch
+                .limit(query.top_k)
+                .clamp(query.top_k, MAX_VECTOR_FETCH),
             _ => needed,
         };
+        let wanted = query.top_k.min(needed);
+        // What each hit bound to (`None`: dropped by the check). A hit is bound once, however
+        // many rounds fetch it.
+        let mut bound: HashMap<HitRef, Option<Candidate>> = HashMap::new();
         let mut search_ms = 0.0;
         loop {
             let searching = Instant::now();
@@ -518,20 +605,38 @@ impl Searcher {
                 .await
                 .map_err(PhaseFailure::Store)?;
             search_ms += ms(searching);
-            let binding = Instant::now();
-            let (candidates, dropped) = self.bind_vector_hits(query, &hits).await?;
-            outcome.bind_ms += ms(binding);
-            let distinct = if query.group_by_source {
-                candidates
+            // Bind only as many hits as the page needs: the first `needed` hits, then the
+            // rest of this round's hits only when drops (or several chunks of one source)
+            // left too few. Binding is the phase's own cost; one-chunk sources with nothing
+            // stale need one bind of `needed` hits.
+            let mut first = true;
+            loop {
+                let unbound: Vec<&VectorHit> = hits
                     .iter()
-                    .map(Candidate::source)
-                    .collect::<HashSet<_>>()
-                    .len()
-            } else {
-                candidates.len()
-            };
+                    .filter(|hit| !bound.contains_key(&hit_ref(hit)))
+                    .take(if first { needed } else { usize::MAX })
+                    .collect();
+                first = false;
+                if unbound.is_empty() {
+                    break;
+                }
+                let binding = Instant::now();
+                for (hit, candidate) in self.bind_vector_hits(query, &unbound).await? {
+                    bound.insert(hit, candidate);
+                }
+                outcome.bind_ms += ms(binding);
+                if self.distinct(query, &hits, &bound) >= wanted {
+                    break;
+                }
+            }
+            let (candidates, dropped) = Self::in_rank_order(&hits, &bound);
+            let enough = self.distinct(query, &hits, &bound) >= wanted;
+            if query.mode == Mode::Vector {
+                if let Some(position) = Self::position_of(query, &hits, &bound, wanted) {
+                    self.overfetch.observe(wanted, position);
+                }
+            }
             let exhausted = hits.len() < limit;
-            let enough = distinct >= query.top_k.min(needed);
             outcome.candidates = candidates;
             outcome.stale_dropped = dropped;
             // Refill: drops (or several chunks of one source) left too few, the store has
@@ -546,50 +651,106 @@ impl Searcher {
         Ok(outcome)
     }
 
-    /// Checks vector hits against the ledger; returns the current ones (with chunk text) in
-    /// rank order and how many were dropped.
-    async fn bind_vector_hits(
+    /// Distinct results among the bound hits: sources when grouped, chunks otherwise.
+    fn distinct(
         &self,
         query: &Query,
         hits: &[VectorHit],
-    ) -> Result<(Vec<Candidate>, usize), PhaseFailure> {
-        let refs: Vec<HitRef> = hits
+        bound: &HashMap<HitRef, Option<Candidate>>,
+    ) -> usize {
+        let current = hits
             .iter()
-            .map(|hit| HitRef {
-                revision_id: hit.revision_id,
-                chunk_index: Some(hit.chunk_index),
-            })
-            .collect();
+            .filter_map(|hit| bound.get(&hit_ref(hit)).and_then(Option::as_ref));
+        if query.group_by_source {
+            current.map(Candidate::source).collect::<HashSet<_>>().len()
+        } else {
+            current.count()
+        }
+    }
+
+    /// The 1-based position of the hit that gave the `wanted`-th distinct result, if any.
+    fn position_of(
+        query: &Query,
+        hits: &[VectorHit],
+        bound: &HashMap<HitRef, Option<Candidate>>,
+        wanted: usize,
+    ) -> Option<usize> {
+        let mut seen = HashSet::new();
+        for (index, hit) in hits.iter().enumerate() {
+            if let Some(Some(candidate)) = bound.get(&hit_ref(hit)) {
+                let key = if query.group_by_source {
+                    ItemKey::Source(candidate.dataset.clone(), candidate.source_key.clone())
+                } else {
+                    ItemKey::Chunk(hit.revision_id, hit.chunk_index)
+                };
+                seen.insert(key);
+                if seen.len() >= wanted {
+                    return Some(index + 1);
+                }
+            }
+        }
+        None
+    }
+
+    /// This round's hits that bound to current revisions, in rank order, and how many of the
+    /// bound ones were dropped.
+    fn in_rank_order(
+        hits: &[VectorHit],
+        bound: &HashMap<HitRef, Option<Candidate>>,
+    ) -> (Vec<Candidate>, usize) {
+        let mut candidates = Vec::new();
+        let mut dropped = 0;
+        for hit in hits {
+            match bound.get(&hit_ref(hit)) {
+                Some(Some(candidate)) => candidates.push(Candidate {
+                    score: f64::from(hit.score),
+                    ..candidate.clone()
+                }),
+                Some(None) => dropped += 1,
+                None => {}
+            }
+        }
+        (candidates, dropped)
+    }
+
+    /// Checks vector hits against the ledger (one query): each hit with its candidate, or
+    /// `None` when the check drops it (not head, deleted, not verified in the active
+    /// generation, no chunk row, or a dataset the query may not read).
+    async fn bind_vector_hits(
+        &self,
+        query: &Query,
+        hits: &[&VectorHit],
+    ) -> Result<Vec<(HitRef, Option<Candidate>)>, PhaseFailure> {
+        let refs: Vec<HitRef> = hits.iter().map(|hit| hit_ref(hit)).collect();
         let bound = self
             .ledger
             .bind_hits(&refs)
             .await
             .map_err(PhaseFailure::Ledger)?;
         let by_ref: HashMap<HitRef, &BoundHit> = bound.iter().map(|b| (b.hit, b)).collect();
-        let mut candidates = Vec::new();
-        for (hit, reference) in hits.iter().zip(&refs) {
-            let Some(bound) = by_ref.get(reference) else {
-                continue;
-            };
-            let Some(text) = &bound.chunk_text else {
-                continue;
-            };
-            if !bound.current || !bound.vector_searchable || !Self::allowed(query, &bound.dataset) {
-                continue;
-            }
-            candidates.push(Candidate {
-                dataset: bound.dataset.clone(),
-                source_key: bound.source_key.clone(),
-                revision_id: hit.revision_id,
-                chunk_index: Some(hit.chunk_index),
-                passage_index: None,
-                text: text.clone(),
-                score: f64::from(hit.score),
-                vector_searchable: true,
-            });
-        }
-        let dropped = hits.len() - candidates.len();
-        Ok((candidates, dropped))
+        Ok(hits
+            .iter()
+            .zip(refs)
+            .map(|(hit, reference)| {
+                let candidate = by_ref.get(&reference).and_then(|bound| {
+                    let text = bound.chunk_text.as_ref()?;
+                    let keep = bound.current
+                        && bound.vector_searchable
+                        && Self::allowed(query, &bound.dataset);
+                    keep.then(|| Candidate {
+                        dataset: bound.dataset.clone(),
+                        source_key: bound.source_key.clone(),
+                        revision_id: hit.revision_id,
+                        chunk_index: Some(hit.chunk_index),
+                        passage_index: None,
+                        text: text.clone(),
+                        score: f64::from(hit.score),
+                        vector_searchable: true,
+                    })
+                });
+                (reference, candidate)
+            })
+            .collect())
     }
 
     /// BM25 over current heads, then the projection state of each hit's revision.
@@ -773,5 +934,37 @@ impl Searcher {
             }
         }
         Ok((page, dropped))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OverFetch;
+
+    #[test]
+    fn overfetch_learns_the_hits_each_result_costs() {
+        let overfetch = OverFetch::new();
+        assert_eq!(
+            overfetch.limit(10),
+            21,
+            "starts at two hits per result, plus the margin"
+        );
+        // One-chunk sources, nothing stale: the 10th result is the 10th hit.
+        for _ in 0..40 {
+            overfetch.observe(10, 10);
+        }
+        assert_eq!(overfetch.limit(10), 11);
+        // Three chunks per source: the estimate climbs towards 3.
+        for _ in 0..40 {
+            overfetch.observe(10, 30);
+        }
+        assert_eq!(overfetch.limit(10), 31);
+        // Bounded both ways.
+        for _ in 0..100 {
+            overfetch.observe(1, 1000);
+        }
+        assert_eq!(overfetch.limit(10), 81);
+        overfetch.observe(0, 5);
+        assert_eq!(overfetch.limit(10), 81, "nothing wanted, nothing learned");
     }
 }

@@ -1,10 +1,12 @@
-//! cairn's end-to-end tests: the HTTP API over a real SQLite ledger, and the served binary
-//! under SIGKILL.
+//! cairn's end-to-end tests: the HTTP API over a real SQLite ledger, the served binary under
+//! SIGKILL, the ops dashboard in headless Chromium.
 
 mod api;
+mod browser;
 mod chaos;
 mod cli;
 mod common;
 mod crash;
 mod eval;
+mod ops;
 mod projection;

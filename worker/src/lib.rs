@@ -35,6 +35,7 @@ use async_trait::async_trait;
 use receipts::{Failure, FailureClass, Job, LeaseToken, Ledger, LedgerError};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 /// The work a job stands for. Implementations classify their own errors.
 #[async_trait]
@@ -145,10 +146,20 @@ impl Worker {
                                 stats: self.stats.clone(),
                                 stop: stop.clone(),
                             };
-                            running.spawn(async move {
-                                run.execute(job).await;
-                                drop(permit);
-                            });
+                            // Every log line of the run carries the job, its revision and dataset.
+                            let span = tracing::info_span!(
+                                "job",
+                                job_id = %job.id,
+                                revision_id = %job.revision_id,
+                                dataset = %job.dataset,
+                            );
+                            running.spawn(
+                                async move {
+                                    run.execute(job).await;
+                                    drop(permit);
+                                }
+                                .instrument(span),
+                            );
                         }
                     }
                     Err(error) => {

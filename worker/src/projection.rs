@@ -4,8 +4,8 @@
 //! ## Order (a `project` job)
 //! relational write -> read-back -> embed -> vector write -> read-back -> mark the source's
 //! other revisions not current -> receipts. Ledger writes (chunk rows, receipts) are fenced by
-//! the lease; before each vector-store step the run heartbeats, so a run that lost its lease
-//! stops before writing. A `tombstone` job marks every revision of the source not current,
+//! the lease; each stage starts with a fenced heartbeat that names the stage (the dashboard's
+//! "stage" column), so a run that lost its lease stops before writing. A `tombstone` job marks every revision of the source not current,
 //! reads that back, and records `excluded` receipts; it writes no content.
 //!
 //! ## Invariants
@@ -90,6 +90,65 @@ fn ledger_failure(error: LedgerError) -> Failure {
     }
 }
 
+/// The stages of one run. Entering a stage reports it to the ledger (a fenced heartbeat, shown
+/// on the dashboard) and records how long the previous stage took
+/// (`cairn_projection_stage_seconds`). Every stage is entered before its step, so a lost lease
+/// or a cancel request stops the run before a write the ledger cannot fence (a vector-store
+/// write).
+struct Stages<'a> {
+    ledger: &'a dyn Ledger,
+    token: &'a LeaseToken,
+    kind: JobKind,
+    current: Option<(&'static str, Instant)>,
+}
+
+impl<'a> Stages<'a> {
+    fn new(ledger: &'a dyn Ledger, token: &'a LeaseToken, kind: JobKind) -> Self {
+        Self {
+            ledger,
+            token,
+            kind,
+            current: None,
+        }
+    }
+
+    async fn enter(&mut self, stage: &'static str) -> Result<(), Failure> {
+        self.finish();
+        self.current = Some((stage, Instant::now()));
+        let beat = self
+            .ledger
+            .progress(self.token, stage)
+            .await
+            .map_err(ledger_failure)?;
+        if beat.cancel_requested {
+            return Err(Failure {
+                class: FailureClass::Cancelled,
+                code: "cancelled".to_owned(),
+                message: format!("an operator cancelled the job while it ran (stage {stage})"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the current stage's duration.
+    fn finish(&mut self) {
+        if let Some((stage, started)) = self.current.take() {
+            metrics::histogram!(
+                "cairn_projection_stage_seconds",
+                "stage" => stage,
+                "kind" => self.kind.as_str(),
+            )
+            .record(started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for Stages<'_> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 fn millis(started: Instant) -> f64 {
     (started.elapsed().as_secs_f64() * 1000.0 * 10.0).round() / 10.0
 }
@@ -151,20 +210,6 @@ impl Projector {
             .map_err(ledger_failure)
     }
 
-    /// Heartbeats before a step that the ledger cannot fence (a vector-store write): a lost
-    /// lease or a cancel request stops the run here.
-    async fn still_leased(&self, token: &LeaseToken) -> Result<(), Failure> {
-        let beat = self.ledger.heartbeat(token).await.map_err(ledger_failure)?;
-        if beat.cancel_requested {
-            return Err(Failure {
-                class: FailureClass::Cancelled,
-                code: "cancelled".to_owned(),
-                message: "an operator cancelled the job while it projected".to_owned(),
-            });
-        }
-        Ok(())
-    }
-
     async fn text(&self, job: &Job) -> Result<String, Failure> {
         let detail = self
             .ledger
@@ -205,7 +250,10 @@ impl Projector {
 
     async fn project(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
         let started = Instant::now();
+        let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
+        stages.enter("reading").await?;
         let text = self.text(job).await?;
+        stages.enter("chunking").await?;
         let chunker = self.chunker.clone();
         let chunks = tokio::task::spawn_blocking(move || chunker.chunk(&text))
             .await
@@ -216,6 +264,7 @@ impl Projector {
 
         // Relational: chunk rows in the ledger, read back by count and checksum.
         if self.has(Backend::Relational) {
+            stages.enter("relational write").await?;
             let step = Instant::now();
             let existing = self
                 .ledger
@@ -288,7 +337,7 @@ impl Projector {
             let mut embed_ms = 0.0;
             let mut write_ms = 0.0;
             if !reconciled {
-                self.still_leased(token).await?;
+                stages.enter("embedding").await?;
                 let step = Instant::now();
                 let vectors_out = self
                     .embedder
@@ -296,7 +345,7 @@ impl Projector {
                     .await
                     .map_err(store_failure)?;
                 embed_ms = millis(step);
-                self.still_leased(token).await?;
+                stages.enter("vector write").await?;
                 let step = Instant::now();
                 let points = chunks
                     .iter()
@@ -321,6 +370,7 @@ impl Projector {
                 )
                 .await?;
             }
+            stages.enter("read-back").await?;
             let step = Instant::now();
             let stored = vectors
                 .revision_points(job.revision_id)
@@ -337,7 +387,7 @@ impl Projector {
                     ),
                 }));
             }
-            self.still_leased(token).await?;
+            stages.enter("making current").await?;
             vectors
                 .set_current(
                     &job.dataset,
@@ -396,7 +446,9 @@ impl Projector {
 
     async fn exclude(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
         let started = Instant::now();
+        let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         if self.has(Backend::Relational) {
+            stages.enter("relational exclude").await?;
             self.receipt(
                 token,
                 Backend::Relational,
@@ -407,7 +459,7 @@ impl Projector {
             .await?;
         }
         if let (true, Some(vectors)) = (self.has(Backend::Vector), &self.vectors) {
-            self.still_leased(token).await?;
+            stages.enter("vector exclude").await?;
             vectors
                 .set_current(&job.dataset, &job.source_key, None, job.created_at)
                 .await

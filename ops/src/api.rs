@@ -1,0 +1,704 @@
+//! The operations JSON API: reads (`ops:read`) and actions (`ops:write`). Every action goes
+//! through the ledger's one audited path ([`receipts::Leases`]) with the token's identity as
+//! the actor, so the history says who requeued, cancelled or paused what, and why.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use receipts::http::{read_json, ApiError, Auth};
+use receipts::{
+    HistoryEntry, Job, JobFilter, JobOrder, JobState, LedgerError, Micros, Principal, Scope,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::OpsState;
+
+/// Largest action body.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Default page size.
+const DEFAULT_LIMIT: u32 = 50;
+/// Most jobs one bulk action touches.
+pub const MAX_BULK: usize = 10_000;
+/// Longest reason an operator can give.
+const MAX_REASON_CHARS: usize = 500;
+
+/// Query parameters of the job listings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Comma-separated states (the listing's own states when absent).
+    state: Option<String>,
+    dataset: Option<String>,
+    /// Source key substring, or a job or revision id.
+    q: Option<String>,
+    error_code: Option<String>,
+    limit: Option<u32>,
+    offset: Option<u32>,
+}
+
+/// A job as operators see it: the row plus what the dashboard computes from it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    #[serde(flatten)]
+    job: Job,
+    /// Milliseconds until the lease runs out (negative: already expired, awaiting rescue).
+    lease_expires_in_ms: Option<i64>,
+    /// Milliseconds since the last heartbeat.
+    heartbeat_age_ms: Option<i64>,
+    /// The last heartbeat is older than a third of the lease (the heartbeat period): the
+    /// worker is late.
+    heartbeat_late: bool,
+    /// Milliseconds until the run's hard deadline.
+    deadline_in_ms: Option<i64>,
+    /// Milliseconds the current run has been going.
+    running_for_ms: Option<i64>,
+    /// Milliseconds until a waiting job becomes due (negative: overdue).
+    due_in_ms: Option<i64>,
+    /// The worker's host (lease owners are `host:pid:name`).
+    worker_host: Option<String>,
+    /// For listings that ask for it: every run of the job that ended in an error, oldest
+    /// first (from history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempts: Option<Vec<HistoryEntry>>,
+}
+
+fn ms(micros: Micros) -> i64 {
+    micros / 1000
+}
+
+impl JobView {
+    fn of(job: Job, now: Micros) -> Self {
+        let lease_expires_in_ms = job.lease_expires_at.map(|at| ms(at - now));
+        let heartbeat_age_ms = job.heartbeat_at.map(|at| ms(now - at));
+        // The lease the last heartbeat granted; workers beat every third of it.
+        let heartbeat_late = match (job.heartbeat_at, job.lease_expires_at) {
+            (Some(beat), Some(expiry)) => (now - beat) > (expiry - beat).max(0) / 3,
+            _ => false,
+        };
+        let waiting = matches!(job.state, JobState::Pending | JobState::RetryWait);
+        Self {
+            lease_expires_in_ms,
+            heartbeat_age_ms,
+            heartbeat_late,
+            deadline_in_ms: job.deadline_at.map(|at| ms(at - now)),
+            running_for_ms: (job.state == JobState::Running)
+                .then_some(job.started_at)
+                .flatten()
+                .map(|at| ms(now - at)),
+            due_in_ms: waiting.then_some(ms(job.run_at - now)),
+            worker_host: job
+                .lease_owner
+                .as_deref()
+                .and_then(|owner| owner.split(':').next())
+                .map(str::to_owned),
+            attempts: None,
+            job,
+        }
+    }
+}
+
+fn invalid(code: &str, message: impl Into<String>) -> ApiError {
+    ApiError::unprocessable(code, message)
+}
+
+fn parse_states(text: &str) -> Result<Vec<JobState>, ApiError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse::<JobState>()
+                .map_err(|error| invalid("invalid_state", error.to_string()))
+        })
+        .collect()
+}
+
+fn parse_dataset(dataset: Option<String>) -> Result<Option<String>, ApiError> {
+    match dataset.filter(|dataset| !dataset.is_empty()) {
+        Some(dataset) => {
+            receipts::validate::dataset(&dataset)?;
+            Ok(Some(dataset))
+        }
+        None => Ok(None),
+    }
+}
+
+fn parse_error_code(code: Option<String>) -> Result<Option<String>, ApiError> {
+    match code.filter(|code| !code.is_empty()) {
+        Some(code) if code.len() > 128 || code.chars().any(char::is_control) => Err(invalid(
+            "invalid_error_code",
+            "an error code is at most 128 printable characters",
+        )),
+        other => Ok(other),
+    }
+}
+
+fn parse_text(text: Option<String>) -> Result<Option<String>, ApiError> {
+    match text.filter(|text| !text.is_empty()) {
+        Some(text) if text.len() > 1024 || text.chars().any(char::is_control) => Err(invalid(
+            "invalid_query",
+            "`q` is at most 1024 printable bytes",
+        )),
+        other => Ok(other),
+    }
+}
+
+/// Builds a filter from listing parameters; `states` are the listing's own when the request
+/// names none. A dataset outside the token's allowlist is refused; the allowlist applies to
+/// every listing.
+fn filter(
+    params: ListParams,
+    principal: &Principal,
+    states: &[JobState],
+    order: JobOrder,
+) -> Result<JobFilter, ApiError> {
+    let requested = match params.state.as_deref() {
+        Some(text) => parse_states(text)?,
+        None => Vec::new(),
+    };
+    if !states.is_empty() {
+        if let Some(outside) = requested.iter().find(|state| !states.contains(state)) {
+            return Err(invalid(
+                "invalid_state",
+                format!(
+                    "this listing shows {}; `{outside}` is not one of them",
+                    states
+                        .iter()
+                        .map(|state| state.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    let dataset = parse_dataset(params.dataset)?;
+    if let Some(dataset) = &dataset {
+        principal.require_dataset(dataset)?;
+    }
+    let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > receipts::operations::MAX_PAGE {
+        return Err(invalid(
+            "invalid_limit",
+            format!("`limit` is 1-{}", receipts::operations::MAX_PAGE),
+        ));
+    }
+    Ok(JobFilter {
+        states: if requested.is_empty() {
+            states.to_vec()
+        } else {
+            requested
+        },
+        dataset,
+        allowed_datasets: principal.datasets.clone(),
+        text: parse_text(params.q)?,
+        error_code: parse_error_code(params.error_code)?,
+        order,
+        limit,
+        offset: params.offset.unwrap_or(0),
+    })
+}
+
+async fn list(
+    state: &OpsState,
+    filter: JobFilter,
+    with_attempts: bool,
+) -> Result<Json<Value>, ApiError> {
+    let page = state.ledger.find_jobs(&filter).await?;
+    let now = state.ledger.clock_now();
+    let mut jobs = Vec::with_capacity(page.jobs.len());
+    for job in page.jobs {
+        let id = job.id;
+        let mut view = JobView::of(job, now);
+        if with_attempts {
+            let history = state.ledger.history("job", &id.to_string()).await?;
+            view.attempts = Some(
+                history
+                    .into_iter()
+                    .filter(|entry| entry.error_code.is_some())
+                    .collect(),
+            );
+        }
+        jobs.push(view);
+    }
+    Ok(Json(json!({
+        "now": now,
+        "total": page.total,
+        "limit": filter.limit,
+        "offset": filter.offset,
+        "jobs": jobs,
+    })))
+}
+
+/// `GET /v1/ops/summary`: counts, the last hour's activity, lease health, pauses.
+pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {
+    auth.require(Scope::OpsRead)?;
+    let counts = state.ledger.counts().await?;
+    let activity = state.ledger.activity(Duration::from_secs(3600)).await?;
+    let per_minute = |pick: fn(&receipts::operations::MinuteActivity) -> i64| -> f64 {
+        let total: i64 = activity.minutes.iter().map(pick).sum();
+        total as f64 / activity.minutes.len().max(1) as f64
+    };
+    Ok(Json(json!({
+        "now": activity.now,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": state.started_at.elapsed().as_secs(),
+        "jobs": counts.jobs,
+        "receipts": counts.receipts,
+        "sources": counts.sources,
+        "deleted_sources": counts.deleted_sources,
+        "revisions": counts.revisions,
+        "queue_depth": activity.queue_depth,
+        "due": activity.due,
+        "running": activity.running,
+        "oldest_lease_age_ms": activity.oldest_lease_age_micros.map(ms),
+        "max_heartbeat_age_ms": activity.max_heartbeat_age_micros.map(ms),
+        "completions_per_minute": per_minute(|minute| minute.completed),
+        "retries_per_minute": per_minute(|minute| minute.retried),
+        "enqueue_to_start": activity.enqueue_to_start,
+        "accepted_to_searchable": activity.accepted_to_searchable,
+        "minutes": activity.minutes,
+        "pauses": activity.pauses,
+    })))
+}
+
+/// `GET /v1/ops/leases`: running jobs, soonest lease expiry first.
+pub async fn leases(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsRead)?;
+    let filter = filter(
+        params,
+        principal,
+        &[JobState::Running],
+        JobOrder::LeaseExpiry,
+    )?;
+    list(&state, filter, false).await
+}
+
+/// `GET /v1/ops/retries`: jobs waiting to retry, soonest first, with each failed attempt.
+pub async fn retries(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsRead)?;
+    let filter = filter(params, principal, &[JobState::RetryWait], JobOrder::RunAt)?;
+    list(&state, filter, true).await
+}
+
+/// The states of the "dead" listing.
+const DEAD_STATES: [JobState; 3] = [JobState::Dead, JobState::Quarantined, JobState::Cancelled];
+
+/// `GET /v1/ops/dead`: dead, quarantined and cancelled jobs, most recent first.
+pub async fn dead(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsRead)?;
+    let filter = filter(params, principal, &DEAD_STATES, JobOrder::RecentlyChanged)?;
+    list(&state, filter, true).await
+}
+
+/// `GET /v1/ops/jobs`: any jobs, by state, dataset, source key or id, error code.
+pub async fn jobs(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsRead)?;
+    let filter = filter(params, principal, &[], JobOrder::RecentlyChanged)?;
+    list(&state, filter, false).await
+}
+
+fn parse_job_id(id: &str) -> Result<Uuid, ApiError> {
+    id.parse::<Uuid>()
+        .map_err(|_| invalid("invalid_job_id", format!("`{id}` is not a job id (a UUID)")))
+}
+
+async fn load_job(state: &OpsState, principal: &Principal, id: Uuid) -> Result<Job, ApiError> {
+    let job = state
+        .ledger
+        .job(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job_not_found", format!("no job {id}")))?;
+    principal.require_dataset(&job.dataset)?;
+    Ok(job)
+}
+
+/// `GET /v1/ops/jobs/{id}`: the job, its whole history, its receipts with their evidence and
+/// history, and the revision chain of its source.
+pub async fn job_detail(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsRead)?;
+    let id = parse_job_id(&id)?;
+    let job = load_job(&state, principal, id).await?;
+    let ledger = &state.ledger;
+    let history = ledger.history("job", &id.to_string()).await?;
+    let mut receipts = Vec::new();
+    for receipt in ledger.receipts(id).await? {
+        let trail = ledger
+            .history("receipt", &format!("{id}/{}", receipt.backend))
+            .await?;
+        receipts.push(json!({ "receipt": receipt, "history": trail }));
+    }
+    let source = ledger.source(&job.dataset, &job.source_key).await?;
+    let revision = ledger.revision(job.revision_id).await?;
+    let now = ledger.clock_now();
+    Ok(Json(json!({
+        "now": now,
+        "job": JobView::of(job, now),
+        "history": history,
+        "receipts": receipts,
+        "revision": revision.map(|detail| json!({
+            "revision": detail.revision,
+            "is_head": detail.is_head,
+        })),
+        "source": source.map(|source| json!({
+            "dataset": source.dataset,
+            "source_key": source.source_key,
+            "head_revision_id": source.head.id,
+            "deleted": source.deleted,
+            "revisions": source.revisions,
+            "head_history": source.head_history,
+        })),
+    })))
+}
+
+/// The body of a one-job action.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionBody {
+    reason: Option<String>,
+}
+
+fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
+    let text = text
+        .map(|text| text.trim().to_owned())
+        .filter(|text| !text.is_empty())
+        .unwrap_or_else(|| default.to_owned());
+    if text.chars().count() > MAX_REASON_CHARS || text.chars().any(char::is_control) {
+        return Err(invalid(
+            "invalid_reason",
+            format!("a reason is at most {MAX_REASON_CHARS} printable characters"),
+        ));
+    }
+    Ok(text)
+}
+
+async fn optional_body<T: Default + serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let empty = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value == "0");
+    if empty {
+        return Ok(T::default());
+    }
+    read_json(headers, body, MAX_BODY_BYTES).await
+}
+
+/// Which action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Put a dead, cancelled or quarantined job back in the queue.
+    Requeue,
+    /// Cancel a waiting job, or ask a running one to stop.
+    Cancel,
+}
+
+impl Action {
+    fn states(self) -> &'static [JobState] {
+        match self {
+            Action::Requeue => &DEAD_STATES,
+            Action::Cancel => &[JobState::Pending, JobState::RetryWait, JobState::Running],
+        }
+    }
+
+    async fn apply(
+        self,
+        state: &OpsState,
+        id: Uuid,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Job, LedgerError> {
+        match self {
+            Action::Requeue => state.ledger.requeue(id, actor, reason).await,
+            Action::Cancel => state.ledger.cancel(id, actor, reason).await,
+        }
+    }
+}
+
+async fn one(
+    state: OpsState,
+    auth: Auth,
+    id: String,
+    headers: HeaderMap,
+    body: Body,
+    action: Action,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsWrite)?;
+    let id = parse_job_id(&id)?;
+    let body: ActionBody = optional_body(&headers, body).await?;
+    let reason = reason(body.reason, "operator action from the ops API")?;
+    load_job(&state, principal, id).await?;
+    let job = action
+        .apply(&state, id, &principal.actor(), &reason)
+        .await?;
+    tracing::info!(job_id = %id, action = ?action, actor = %principal.actor(), %reason, state = %job.state, "operator action");
+    Ok(Json(
+        json!({ "job": JobView::of(job, state.ledger.clock_now()) }),
+    ))
+}
+
+/// `POST /v1/ops/jobs/{id}/requeue`.
+pub async fn requeue_one(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    one(state, auth, id, headers, body, Action::Requeue).await
+}
+
+/// `POST /v1/ops/jobs/{id}/cancel`.
+pub async fn cancel_one(
+    State(state): State<OpsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    one(state, auth, id, headers, body, Action::Cancel).await
+}
+
+/// The body of a bulk action: a filter, a dry-run switch and a reason.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BulkBody {
+    /// States to act on (default: every state the action applies to).
+    states: Option<Vec<String>>,
+    dataset: Option<String>,
+    error_code: Option<String>,
+    q: Option<String>,
+    /// Only list the candidates; change nothing.
+    #[serde(default)]
+    dry_run: bool,
+    reason: Option<String>,
+}
+
+async fn bulk(
+    state: OpsState,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+    action: Action,
+) -> Result<Json<Value>, ApiError> {
+    let body: BulkBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
+    // A dry run only reads.
+    let principal = if body.dry_run {
+        auth.require_any(&[Scope::OpsRead, Scope::OpsWrite])?
+    } else {
+        auth.require(Scope::OpsWrite)?
+    };
+    let states = match &body.states {
+        Some(names) => parse_states(&names.join(","))?,
+        None => action.states().to_vec(),
+    };
+    if let Some(outside) = states.iter().find(|state| !action.states().contains(state)) {
+        return Err(invalid(
+            "invalid_state",
+            format!("{action:?} applies to jobs that are {}; not `{outside}`", {
+                action
+                    .states()
+                    .iter()
+                    .map(|state| state.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
+        ));
+    }
+    let dataset = parse_dataset(body.dataset)?;
+    if let Some(dataset) = &dataset {
+        principal.require_dataset(dataset)?;
+    }
+    let mut filter = JobFilter {
+        states,
+        dataset,
+        allowed_datasets: principal.datasets.clone(),
+        text: parse_text(body.q)?,
+        error_code: parse_error_code(body.error_code)?,
+        order: JobOrder::RecentlyChanged,
+        limit: receipts::operations::MAX_PAGE,
+        offset: 0,
+    };
+    let reason = reason(body.reason, "bulk operator action from the ops API")?;
+    // The candidates, at most MAX_BULK of them.
+    let mut candidates = Vec::new();
+    let total = loop {
+        let page = state.ledger.find_jobs(&filter).await?;
+        let done = page.jobs.len() < filter.limit as usize;
+        candidates.extend(page.jobs);
+        if done || candidates.len() >= MAX_BULK {
+            break page.total;
+        }
+        filter.offset += filter.limit;
+    };
+    candidates.truncate(MAX_BULK);
+    let listed: Vec<Value> = candidates
+        .iter()
+        .map(|job| {
+            json!({
+                "id": job.id,
+                "dataset": job.dataset,
+                "source_key": job.source_key,
+                "state": job.state,
+                "last_error_code": job.last_error_code,
+            })
+        })
+        .collect();
+    if body.dry_run {
+        return Ok(Json(json!({
+            "dry_run": true,
+            "action": action,
+            "matched": total,
+            "candidates": listed,
+            "truncated": (total as usize) > candidates.len(),
+        })));
+    }
+    let actor = principal.actor();
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for job in &candidates {
+        match action.apply(&state, job.id, &actor, &reason).await {
+            Ok(changed) => done.push(json!({ "id": changed.id, "state": changed.state })),
+            Err(error) => failed.push(json!({
+                "id": job.id,
+                "code": error.code(),
+                "message": error.public_message(),
+            })),
+        }
+    }
+    tracing::info!(action = ?action, %actor, %reason, matched = total, done = done.len(), failed = failed.len(), "bulk operator action");
+    Ok(Json(json!({
+        "dry_run": false,
+        "action": action,
+        "matched": total,
+        "candidates": listed,
+        "done": done,
+        "failed": failed,
+        "truncated": (total as usize) > candidates.len(),
+    })))
+}
+
+/// `POST /v1/ops/requeue`: requeue by filter (`dry_run: true` lists the exact candidates).
+pub async fn requeue_bulk(
+    State(state): State<OpsState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    bulk(state, auth, headers, body, Action::Requeue).await
+}
+
+/// `POST /v1/ops/cancel`: cancel by filter (`dry_run: true` lists the exact candidates).
+pub async fn cancel_bulk(
+    State(state): State<OpsState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    bulk(state, auth, headers, body, Action::Cancel).await
+}
+
+/// The body of a pause or resume.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    /// The dataset (absent: every dataset).
+    dataset: Option<String>,
+    reason: Option<String>,
+}
+
+async fn pause_or_resume(
+    state: OpsState,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+    pause: bool,
+) -> Result<Json<Value>, ApiError> {
+    let principal = auth.require(Scope::OpsWrite)?;
+    let body: PauseBody = optional_body(&headers, body).await?;
+    let dataset = parse_dataset(body.dataset)?;
+    match &dataset {
+        Some(dataset) => principal.require_dataset(dataset)?,
+        // Every dataset: only a token that may touch every dataset.
+        None if principal.datasets.is_some() => {
+            return Err(ApiError::from(receipts::auth::Denied::Dataset(
+                "*".to_owned(),
+            )))
+        }
+        None => {}
+    }
+    let actor = principal.actor();
+    if pause {
+        let reason = reason(body.reason, "paused from the ops API")?;
+        state
+            .ledger
+            .pause(dataset.as_deref(), &actor, &reason)
+            .await?;
+    } else {
+        let reason = reason(body.reason, "resumed from the ops API")?;
+        state
+            .ledger
+            .resume(dataset.as_deref(), &actor, &reason)
+            .await?;
+    }
+    tracing::info!(dataset = dataset.as_deref().unwrap_or("*"), %actor, pause, "claiming paused or resumed");
+    let activity = state.ledger.activity(Duration::from_secs(60)).await?;
+    let by_dataset: BTreeMap<String, &receipts::Pause> = activity
+        .pauses
+        .iter()
+        .map(|pause| {
+            (
+                pause.dataset.clone().unwrap_or_else(|| "*".to_owned()),
+                pause,
+            )
+        })
+        .collect();
+    Ok(Json(json!({ "pauses": by_dataset })))
+}
+
+/// `POST /v1/ops/pause`: stop claiming (one dataset or all).
+pub async fn pause(
+    State(state): State<OpsState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    pause_or_resume(state, auth, headers, body, true).await
+}
+
+/// `POST /v1/ops/resume`: claim again.
+pub async fn resume(
+    State(state): State<OpsState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    pause_or_resume(state, auth, headers, body, false).await
+}

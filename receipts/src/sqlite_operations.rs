@@ -1,0 +1,252 @@
+//! [`Operations`] on SQLite: read-only queries on the read pool.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::model::JobState;
+use crate::operations::{
+    Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, MinuteActivity, Operations,
+    Pause, MAX_PAGE,
+};
+use crate::sqlite::{job_from_row, parse_enum, parse_uuid, SqliteLedger};
+
+const MINUTE: Micros = 60_000_000;
+
+/// Appends the filter's conditions (after a `WHERE 1`).
+fn push_conditions(query: &mut QueryBuilder<'_, Sqlite>, filter: &JobFilter) {
+    if !filter.states.is_empty() {
+        // Closed enum values, not input text: inlined so the planner sees the state index.
+        let states: Vec<String> = filter
+            .states
+            .iter()
+            .map(|state| format!("'{}'", state.as_str()))
+            .collect();
+        query.push(format!(" AND state IN ({})", states.join(", ")));
+    }
+    if let Some(dataset) = &filter.dataset {
+        query.push(" AND dataset = ").push_bind(dataset.clone());
+    }
+    if let Some(allowed) = &filter.allowed_datasets {
+        let list = serde_json::Value::from(allowed.clone()).to_string();
+        query
+            .push(" AND dataset IN (SELECT value FROM json_each(")
+            .push_bind(list)
+            .push("))");
+    }
+    if let Some(text) = filter.text.as_ref().filter(|text| !text.is_empty()) {
+        query
+            .push(" AND (instr(source_key, ")
+            .push_bind(text.clone())
+            .push(") > 0 OR id = ")
+            .push_bind(text.to_ascii_lowercase())
+            .push(" OR revision_id = ")
+            .push_bind(text.to_ascii_lowercase())
+            .push(")");
+    }
+    if let Some(code) = &filter.error_code {
+        query
+            .push(" AND last_error_code = ")
+            .push_bind(code.clone());
+    }
+}
+
+#[async_trait]
+impl Operations for SqliteLedger {
+    async fn find_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
+        let mut count = QueryBuilder::<Sqlite>::new("SELECT count(*) AS n FROM jobs WHERE 1");
+        push_conditions(&mut count, filter);
+        let total: i64 = count
+            .build()
+            .fetch_one(self.read_pool())
+            .await?
+            .try_get("n")?;
+        let mut page = QueryBuilder::<Sqlite>::new("SELECT * FROM jobs WHERE 1");
+        push_conditions(&mut page, filter);
+        page.push(match filter.order {
+            JobOrder::RecentlyChanged => " ORDER BY changed_at DESC, id",
+            JobOrder::RunAt => " ORDER BY run_at, id",
+            JobOrder::LeaseExpiry => " ORDER BY lease_expires_at, id",
+        });
+        page.push(" LIMIT ")
+            .push_bind(i64::from(filter.limit.clamp(1, MAX_PAGE)))
+            .push(" OFFSET ")
+            .push_bind(i64::from(filter.offset));
+        let jobs = page
+            .build()
+            .fetch_all(self.read_pool())
+            .await?
+            .iter()
+            .map(job_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(JobPage { total, jobs })
+    }
+
+    async fn activity(&self, window: Duration) -> Result<Activity> {
+        let now = self.clock().now_micros();
+        let minutes = (window.as_secs() / 60).clamp(1, 24 * 60) as i64;
+        // Whole minutes, the last one ending now.
+        let since = now - minutes * MINUTE;
+        let pool = self.read_pool();
+
+        let mut buckets: Vec<MinuteActivity> = (0..minutes)
+            .map(|index| MinuteActivity {
+                start: since + index * MINUTE,
+                ..MinuteActivity::default()
+            })
+            .collect();
+        let mut queued_delta = vec![0i64; buckets.len()];
+        let rows = sqlx::query(
+            "SELECT (at - ?1) / ?3 AS minute, \
+               sum(to_state = 'running') AS claimed, sum(to_state = 'completed') AS completed, \
+               sum(to_state = 'retry_wait') AS retried, \
+               sum(to_state IN ('dead', 'quarantined')) AS failed, \
+               sum(coalesce(to_state IN ('pending', 'retry_wait'), 0)) \
+                 - sum(coalesce(from_state IN ('pending', 'retry_wait'), 0)) AS queued \
+             FROM history WHERE entity = 'job' AND at >= ?1 AND at <= ?2 GROUP BY minute",
+        )
+        .bind(since)
+        .bind(now)
+        .bind(MINUTE)
+        .fetch_all(pool)
+        .await?;
+        for row in rows {
+            let minute: i64 = row.try_get("minute")?;
+            // An event at exactly `now` belongs to the last minute.
+            let Ok(index) = usize::try_from(minute.min(minutes - 1)) else {
+                continue;
+            };
+            let bucket = &mut buckets[index];
+            bucket.claimed += row.try_get::<i64, _>("claimed")?;
+            bucket.completed += row.try_get::<i64, _>("completed")?;
+            bucket.retried += row.try_get::<i64, _>("retried")?;
+            bucket.failed += row.try_get::<i64, _>("failed")?;
+            queued_delta[index] += row.try_get::<i64, _>("queued")?;
+        }
+
+        let row = sqlx::query(
+            "SELECT \
+               (SELECT count(*) FROM jobs WHERE state IN ('pending', 'retry_wait')) AS queued, \
+               (SELECT count(*) FROM jobs WHERE state IN ('pending', 'retry_wait') AND run_at <= ?1) AS due, \
+               (SELECT count(*) FROM jobs WHERE state = 'running') AS running, \
+               (SELECT ?1 - min(started_at) FROM jobs WHERE state = 'running') AS oldest_lease, \
+               (SELECT ?1 - min(heartbeat_at) FROM jobs WHERE state = 'running') AS max_heartbeat",
+        )
+        .bind(now)
+        .fetch_one(pool)
+        .await?;
+        let queue_depth: i64 = row.try_get("queued")?;
+        // Depth at the end of each minute: today's depth minus what changed after it.
+        let mut depth = queue_depth;
+        for (bucket, delta) in buckets.iter_mut().zip(&queued_delta).rev() {
+            bucket.queue_depth = depth.max(0);
+            depth -= delta;
+        }
+
+        let latencies = |sql: &'static str| async move {
+            let packed: Option<String> =
+                sqlx::query_scalar(sql).bind(since).fetch_one(pool).await?;
+            let values: Vec<Micros> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
+                .map_err(|error| LedgerError::Corrupt(format!("latencies: {error}")))?;
+            Ok::<_, LedgerError>(LatencySummary::of(values))
+        };
+        let enqueue_to_start = latencies(
+            "SELECT json_group_array(h.at - j.created_at) FROM history AS h \
+             JOIN jobs AS j ON j.id = h.entity_id \
+             WHERE h.entity = 'job' AND h.at >= ?1 AND h.to_state = 'running' \
+               AND NOT EXISTS (SELECT 1 FROM history AS e WHERE e.entity = 'job' \
+                 AND e.entity_id = h.entity_id AND e.to_state = 'running' AND e.seq < h.seq)",
+        )
+        .await?;
+        let accepted_to_searchable = latencies(
+            "SELECT json_group_array(h.at - r.accepted_at) FROM history AS h \
+             JOIN jobs AS j ON j.id = h.entity_id JOIN revisions AS r ON r.id = j.revision_id \
+             WHERE h.entity = 'job' AND h.at >= ?1 AND h.to_state = 'completed' \
+               AND j.kind = 'project'",
+        )
+        .await?;
+
+        let pauses = sqlx::query(
+            "SELECT dataset, reason, actor, created_at FROM claim_pauses ORDER BY dataset",
+        )
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let dataset: String = row.try_get("dataset")?;
+            Ok(Pause {
+                dataset: (dataset != "*").then_some(dataset),
+                reason: row.try_get("reason")?,
+                actor: row.try_get("actor")?,
+                since: row.try_get("created_at")?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+
+        Ok(Activity {
+            now,
+            since,
+            minutes: buckets,
+            queue_depth,
+            due: row.try_get("due")?,
+            running: row.try_get("running")?,
+            oldest_lease_age_micros: row.try_get("oldest_lease")?,
+            max_heartbeat_age_micros: row.try_get("max_heartbeat")?,
+            enqueue_to_start,
+            accepted_to_searchable,
+            pauses,
+        })
+    }
+
+    async fn job_events(&self, after_seq: i64, limit: u32) -> Result<Vec<JobEvent>> {
+        sqlx::query(
+            "SELECT h.seq, h.at, h.entity_id, h.from_state, h.to_state, h.actor, h.error_code, \
+               h.stage, j.dataset, j.kind, j.created_at, r.accepted_at, \
+               (h.to_state = 'running' AND NOT EXISTS (SELECT 1 FROM history AS e \
+                  WHERE e.entity = 'job' AND e.entity_id = h.entity_id \
+                    AND e.to_state = 'running' AND e.seq < h.seq)) AS first_claim \
+             FROM history AS h JOIN jobs AS j ON j.id = h.entity_id \
+             JOIN revisions AS r ON r.id = j.revision_id \
+             WHERE h.seq > ?1 AND h.entity = 'job' ORDER BY h.seq LIMIT ?2",
+        )
+        .bind(after_seq)
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(self.read_pool())
+        .await?
+        .iter()
+        .map(|row| {
+            let from: Option<String> = row.try_get("from_state")?;
+            Ok(JobEvent {
+                seq: row.try_get("seq")?,
+                at: row.try_get("at")?,
+                job_id: parse_uuid(&row.try_get::<String, _>("entity_id")?)?,
+                dataset: row.try_get("dataset")?,
+                kind: parse_enum(&row.try_get::<String, _>("kind")?)?,
+                from: from.as_deref().map(parse_enum::<JobState>).transpose()?,
+                to: parse_enum(&row.try_get::<String, _>("to_state")?)?,
+                actor: row.try_get("actor")?,
+                error_code: row.try_get("error_code")?,
+                stage: row.try_get("stage")?,
+                first_claim: row.try_get::<i64, _>("first_claim")? == 1,
+                job_created_at: row.try_get("created_at")?,
+                accepted_at: row.try_get("accepted_at")?,
+            })
+        })
+        .collect()
+    }
+
+    fn clock_now(&self) -> Micros {
+        self.clock().now_micros()
+    }
+
+    async fn last_history_seq(&self) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM history")
+                .fetch_one(self.read_pool())
+                .await?,
+        )
+    }
+}
