@@ -25,13 +25,13 @@ struct Cli {
 #[derive(Debug, clap::Args)]
 struct ClientArgs {
     /// Base URL of the cairn server.
-    #[arg(long, env = "CAIRN_SERVER", default_value_t = format!("http://{DEFAULT_BIND}"))]
+    #[arg(long, global = true, env = "CAIRN_SERVER", default_value_t = format!("http://{DEFAULT_BIND}"))]
     server: String,
     /// Bearer token (default: the admin token in --data-dir).
-    #[arg(long, env = "CAIRN_TOKEN", hide_env_values = true)]
+    #[arg(long, global = true, env = "CAIRN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// The server's data directory, to read its admin.token.
-    #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    #[arg(long, global = true, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
 }
 

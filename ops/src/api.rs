@@ -396,18 +396,18 @@ fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
     Ok(text)
 }
 
+/// A JSON body that may be left out entirely (no body: every field's default).
 async fn optional_body<T: Default + serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
-    let empty = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value == "0");
-    if empty {
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES + 1)
+        .await
+        .map_err(|_| invalid("invalid_json", "the request body could not be read"))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    read_json(headers, body, MAX_BODY_BYTES).await
+    read_json(headers, Body::from(bytes), MAX_BODY_BYTES).await
 }
 
 /// Which action.
@@ -515,9 +515,15 @@ async fn bulk(
     } else {
         auth.require(Scope::OpsWrite)?
     };
+    // No states (or an empty list): every state the action applies to.
     let states = match &body.states {
         Some(names) => parse_states(&names.join(","))?,
-        None => action.states().to_vec(),
+        None => Vec::new(),
+    };
+    let states = if states.is_empty() {
+        action.states().to_vec()
+    } else {
+        states
     };
     if let Some(outside) = states.iter().find(|state| !action.states().contains(state)) {
         return Err(invalid(

@@ -142,3 +142,23 @@ pub(crate) fn assert_error(result: &(StatusCode, Value), status: u16, code: &str
         result.1
     );
 }
+
+/// A Prometheus text exposition's value of `name` summed over the series that carry every
+/// given label (in any order).
+pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            if metric != name {
+                return None;
+            }
+            labels
+                .iter()
+                .all(|(key, value)| rest.contains(&format!("{key}=\"{value}\"")))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}

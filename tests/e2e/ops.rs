@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use receipts::{Failure, FailureClass, Job, JobState, LeaseToken, Ledger, Scope, Submission};
 use serde_json::{json, Value};
 
-use crate::common::{app_with, assert_error, TestApp};
+use crate::common::{app_with, assert_error, metric, TestApp};
 
 /// Lease of the seeded jobs: short enough that the crashing worker's lease runs out quickly,
 /// long enough for a held lease to be seen counting down.
@@ -607,25 +607,6 @@ async fn ops_actions_need_their_scope_and_dataset_and_are_recorded() {
     );
 }
 
-/// One sample of a Prometheus text exposition: the value of `name` with every given label.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            if metric != name {
-                return None;
-            }
-            labels
-                .iter()
-                .all(|(key, value)| rest.contains(&format!("{key}=\"{value}\"")))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
-}
-
 #[tokio::test]
 async fn metrics_follow_a_workload() {
     let seeded = seed().await;
@@ -645,14 +626,14 @@ async fn metrics_follow_a_workload() {
         String::from_utf8(body).expect("text")
     };
     let before = scrape().await;
-    assert_eq!(sample(&before, "cairn_jobs", &[("state", "running")]), 1.0);
+    assert_eq!(metric(&before, "cairn_jobs", &[("state", "running")]), 1.0);
     assert_eq!(
-        sample(&before, "cairn_jobs", &[("state", "quarantined")]),
+        metric(&before, "cairn_jobs", &[("state", "quarantined")]),
         1.0
     );
-    assert_eq!(sample(&before, "cairn_job_claims_total", &[]), 4.0);
+    assert_eq!(metric(&before, "cairn_job_claims_total", &[]), 4.0);
     assert_eq!(
-        sample(
+        metric(
             &before,
             "cairn_job_failures_total",
             &[("code", "not_text"), ("outcome", "dead")]
@@ -660,16 +641,16 @@ async fn metrics_follow_a_workload() {
         1.0
     );
     assert_eq!(
-        sample(&before, "cairn_job_retries_scheduled_total", &[]),
+        metric(&before, "cairn_job_retries_scheduled_total", &[]),
         1.0
     );
-    assert_eq!(sample(&before, "cairn_lease_rescues_total", &[]), 1.0);
-    assert_eq!(sample(&before, "cairn_job_quarantines_total", &[]), 1.0);
+    assert_eq!(metric(&before, "cairn_lease_rescues_total", &[]), 1.0);
+    assert_eq!(metric(&before, "cairn_job_quarantines_total", &[]), 1.0);
     assert_eq!(
-        sample(&before, "cairn_job_enqueue_to_start_seconds_count", &[]),
+        metric(&before, "cairn_job_enqueue_to_start_seconds_count", &[]),
         4.0
     );
-    assert!(sample(&before, "cairn_max_heartbeat_age_seconds", &[]) < (LEASE_MS as f64) / 1000.0);
+    assert!(metric(&before, "cairn_max_heartbeat_age_seconds", &[]) < (LEASE_MS as f64) / 1000.0);
 
     // Workload: complete the running job, claim and fail the pending ones, search twice.
     let ledger = &app.ledger;
@@ -716,26 +697,26 @@ async fn metrics_follow_a_workload() {
     assert_eq!(status.as_u16(), 422);
 
     let after = scrape().await;
-    assert_eq!(sample(&after, "cairn_job_completions_total", &[]), 1.0);
+    assert_eq!(metric(&after, "cairn_job_completions_total", &[]), 1.0);
     assert_eq!(
-        sample(&after, "cairn_job_claims_total", &[]),
+        metric(&after, "cairn_job_claims_total", &[]),
         4.0 + failed as f64
     );
     assert_eq!(
-        sample(
+        metric(
             &after,
             "cairn_job_failures_total",
             &[("code", "config_error")]
         ),
         failed as f64
     );
-    assert_eq!(sample(&after, "cairn_jobs", &[("state", "running")]), 0.0);
+    assert_eq!(metric(&after, "cairn_jobs", &[("state", "running")]), 0.0);
     assert_eq!(
-        sample(&after, "cairn_accepted_to_searchable_seconds_count", &[]),
+        metric(&after, "cairn_accepted_to_searchable_seconds_count", &[]),
         1.0
     );
     assert_eq!(
-        sample(
+        metric(
             &after,
             "cairn_search_requests_total",
             &[("mode", "lexical"), ("status", "200")]
@@ -743,7 +724,7 @@ async fn metrics_follow_a_workload() {
         2.0
     );
     assert_eq!(
-        sample(
+        metric(
             &after,
             "cairn_search_requests_total",
             &[("mode", "vector"), ("status", "422")]
@@ -751,7 +732,7 @@ async fn metrics_follow_a_workload() {
         1.0
     );
     assert_eq!(
-        sample(
+        metric(
             &after,
             "cairn_search_duration_seconds_count",
             &[("mode", "lexical")]
@@ -761,7 +742,119 @@ async fn metrics_follow_a_workload() {
     // Counters never go back: a third scrape with no new events reads the same.
     let again = scrape().await;
     assert_eq!(
-        sample(&again, "cairn_job_claims_total", &[]),
-        sample(&after, "cairn_job_claims_total", &[])
+        metric(&again, "cairn_job_claims_total", &[]),
+        metric(&after, "cairn_job_claims_total", &[])
     );
+}
+
+/// Runs `cairn ops ARGS...` against `base` with `token`; returns stdout (asserting success).
+async fn cairn_ops(base: &str, token: &str, args: &[&str]) -> String {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("ops")
+        .args(args)
+        .args(["--server", base, "--token", token])
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .await
+        .expect("run cairn ops");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "cairn ops {args:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ops_cli_prints_tables_and_acts_by_filter() {
+    let seeded = seed().await;
+    let app = &seeded.app;
+    let operator = app
+        .token("cli-operator", &[Scope::OpsRead, Scope::OpsWrite], None)
+        .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    let server = tokio::spawn(std::future::IntoFuture::into_future(axum::serve(
+        listener,
+        app.app.clone(),
+    )));
+
+    let status = cairn_ops(&base, &operator, &["status"]).await;
+    assert!(status.contains("running 1"), "{status}");
+    assert!(status.contains("enqueue to start"), "{status}");
+    let leases = cairn_ops(&base, &operator, &["leases"]).await;
+    assert!(leases.contains("host-b:202:worker-1"), "{leases}");
+    assert!(leases.contains("embedding"), "{leases}");
+    let retries = cairn_ops(&base, &operator, &["retries"]).await;
+    assert!(retries.contains("backoff after attempt 1"), "{retries}");
+    assert!(retries.contains("vector_unavailable"), "{retries}");
+    let dead = cairn_ops(&base, &operator, &["dead", "--error-code", "not_text"]).await;
+    assert!(dead.contains(&seeded.dead.id.to_string()), "{dead}");
+    assert!(!dead.contains(&seeded.quarantined.id.to_string()), "{dead}");
+    let detail = cairn_ops(
+        &base,
+        &operator,
+        &["job", &seeded.dead.id.to_string(), "--json"],
+    )
+    .await;
+    let detail: Value = serde_json::from_str(&detail).expect("json");
+    assert_eq!(detail["history"][2]["error_code"], "not_text");
+
+    // A bulk action without --yes is a dry run: it lists the candidates and changes nothing.
+    let dry = cairn_ops(
+        &base,
+        &operator,
+        &["requeue", "--error-code", "lease_expired"],
+    )
+    .await;
+    assert!(dry.contains(&seeded.quarantined.id.to_string()), "{dry}");
+    assert!(dry.contains("run again with --yes"), "{dry}");
+    let unchanged = app
+        .ledger
+        .job(seeded.quarantined.id)
+        .await
+        .expect("job")
+        .expect("exists");
+    assert_eq!(unchanged.state, JobState::Quarantined);
+    let done = cairn_ops(
+        &base,
+        &operator,
+        &[
+            "requeue",
+            "--error-code",
+            "lease_expired",
+            "--yes",
+            "--reason",
+            "new host",
+        ],
+    )
+    .await;
+    assert!(done.contains("1 done, 0 refused"), "{done}");
+    let requeued = app
+        .ledger
+        .job(seeded.quarantined.id)
+        .await
+        .expect("job")
+        .expect("exists");
+    assert_eq!(requeued.state, JobState::Pending);
+
+    let paused = cairn_ops(
+        &base,
+        &operator,
+        &["pause", "--dataset", "beta", "--reason", "audit"],
+    )
+    .await;
+    assert!(
+        paused.contains("paused: beta (by token:cli-operator: audit)"),
+        "{paused}"
+    );
+    let resumed = cairn_ops(&base, &operator, &["resume", "--dataset", "beta"]).await;
+    assert!(
+        resumed.contains("claiming runs for every dataset"),
+        "{resumed}"
+    );
+    server.abort();
 }

@@ -175,6 +175,51 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
         "{old}"
     );
 
+    // The served metrics saw the real runs: every stage of both jobs, both completions, and
+    // the searches above.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let count = |name: &str, labels: &[(&str, &str)]| crate::common::metric(&metrics, name, labels);
+    for stage in [
+        "reading",
+        "chunking",
+        "relational write",
+        "embedding",
+        "vector write",
+        "read-back",
+        "making current",
+    ] {
+        assert!(
+            count(
+                "cairn_projection_stage_seconds_count",
+                &[("kind", "project"), ("stage", stage)]
+            ) >= 1.0,
+            "no `{stage}` stage in the metrics:\n{metrics}"
+        );
+    }
+    assert!(
+        count(
+            "cairn_projection_stage_seconds_count",
+            &[("kind", "tombstone"), ("stage", "vector exclude")]
+        ) >= 1.0
+    );
+    assert_eq!(count("cairn_job_completions_total", &[]), 2.0, "{metrics}");
+    assert_eq!(
+        count("cairn_accepted_to_searchable_seconds_count", &[]),
+        1.0
+    );
+    assert!(
+        count("cairn_search_requests_total", &[]) >= 2.0,
+        "{metrics}"
+    );
+
     // A graceful stop, a restart on the same data: the same generation, the same receipts.
     let pid = server.id().expect("pid");
     let _ = std::process::Command::new("kill")
