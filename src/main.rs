@@ -63,6 +63,21 @@ impl From<OpsFilter> for cairn::ops_cli::Filter {
     }
 }
 
+/// One job by id, or every job matching the filters.
+#[derive(Debug, Clone, clap::Args)]
+struct OpsAction {
+    /// Job id (omit to act by filter).
+    id: Option<String>,
+    #[command(flatten)]
+    filter: OpsFilter,
+    /// Why (recorded in history).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Act on every match (without it a bulk action only lists the candidates).
+    #[arg(long)]
+    yes: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum OpsCommand {
     /// Queue depth, throughput, latency percentiles, lease health, pauses.
@@ -98,32 +113,10 @@ enum OpsCommand {
     },
     /// Requeue one job, or (without an id) every dead/quarantined/cancelled job matching the
     /// filters: a dry run unless --yes.
-    Requeue {
-        /// Job id (omit to act by filter).
-        id: Option<String>,
-        #[command(flatten)]
-        filter: OpsFilter,
-        /// Why (recorded in history).
-        #[arg(long)]
-        reason: Option<String>,
-        /// Act on every match (without it a bulk action only lists the candidates).
-        #[arg(long)]
-        yes: bool,
-    },
+    Requeue(OpsAction),
     /// Cancel one job, or (without an id) every waiting or running job matching the filters:
     /// a dry run unless --yes.
-    Cancel {
-        /// Job id (omit to act by filter).
-        id: Option<String>,
-        #[command(flatten)]
-        filter: OpsFilter,
-        /// Why (recorded in history).
-        #[arg(long)]
-        reason: Option<String>,
-        /// Act on every match (without it a bulk action only lists the candidates).
-        #[arg(long)]
-        yes: bool,
-    },
+    Cancel(OpsAction),
     /// Stop claiming (one dataset, or all).
     Pause {
         /// Dataset (default: every dataset).
@@ -767,10 +760,18 @@ async fn run_ops(
     json: bool,
 ) -> anyhow::Result<()> {
     use cairn::ops_cli::{self, Target};
-    let target = |id: Option<String>, filter: OpsFilter| match id {
-        Some(id) => Target::Job(id),
-        None => Target::Matching(filter.into()),
-    };
+    async fn act(
+        api: &cairn::client::Client,
+        name: &str,
+        action: OpsAction,
+        json: bool,
+    ) -> anyhow::Result<()> {
+        let target = match action.id {
+            Some(id) => Target::Job(id),
+            None => Target::Matching(action.filter.into()),
+        };
+        ops_cli::act(api, name, target, action.reason, action.yes, json).await
+    }
     match command {
         OpsCommand::Status => ops_cli::status(api, json).await,
         OpsCommand::Leases { filter, limit } => {
@@ -781,18 +782,8 @@ async fn run_ops(
         }
         OpsCommand::Dead { filter, limit } => ops_cli::dead(api, &filter.into(), limit, json).await,
         OpsCommand::Job { id } => ops_cli::job(api, &id, json).await,
-        OpsCommand::Requeue {
-            id,
-            filter,
-            reason,
-            yes,
-        } => ops_cli::act(api, "requeue", target(id, filter), reason, yes, json).await,
-        OpsCommand::Cancel {
-            id,
-            filter,
-            reason,
-            yes,
-        } => ops_cli::act(api, "cancel", target(id, filter), reason, yes, json).await,
+        OpsCommand::Requeue(action) => act(api, "requeue", action, json).await,
+        OpsCommand::Cancel(action) => act(api, "cancel", action, json).await,
         OpsCommand::Pause { dataset, reason } => {
             ops_cli::pause(api, "pause", dataset, reason, json).await
         }

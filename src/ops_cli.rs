@@ -224,6 +224,41 @@ pub async fn status(client: &Client, as_json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A job listing: the page as JSON, or a table of `columns` with one row per job.
+async fn listing(
+    client: &Client,
+    path: &str,
+    filter: &Filter,
+    limit: u32,
+    as_json: bool,
+    columns: &[&str],
+    row: fn(&Value) -> Vec<String>,
+) -> anyhow::Result<()> {
+    let page = client
+        .get(&format!("/v1/ops/{path}{}", filter.query(limit)))
+        .await?;
+    if as_json {
+        return print(&page);
+    }
+    let list = jobs(&page);
+    let rows: Vec<Vec<String>> = list.iter().map(row).collect();
+    table(columns, &rows);
+    footer(&page, list.len());
+    Ok(())
+}
+
+fn error_of(job: &Value) -> String {
+    format!(
+        "{}: {}",
+        text(job, "last_error_code"),
+        clip(&text(job, "last_error_message"), 60)
+    )
+}
+
+fn ms_of(job: &Value, key: &str) -> String {
+    duration(job.get(key).and_then(Value::as_i64))
+}
+
 /// `cairn ops leases`.
 pub async fn leases(
     client: &Client,
@@ -231,54 +266,40 @@ pub async fn leases(
     limit: u32,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let page = client
-        .get(&format!("/v1/ops/leases{}", filter.query(limit)))
-        .await?;
-    if as_json {
-        return print(&page);
-    }
-    let list = jobs(&page);
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|job| {
-            let late = job.get("heartbeat_late").and_then(Value::as_bool) == Some(true);
-            vec![
-                text(job, "id"),
-                text(job, "dataset"),
-                clip(&text(job, "source_key"), 32),
-                text(job, "lease_owner"),
-                text(job, "stage"),
-                format!(
-                    "{} of {}",
-                    job.get("attempt").and_then(Value::as_i64).unwrap_or(0) + 1,
-                    text(job, "max_attempts")
-                ),
-                duration(job.get("lease_expires_in_ms").and_then(Value::as_i64)),
-                format!(
-                    "{}{}",
-                    duration(job.get("heartbeat_age_ms").and_then(Value::as_i64)),
-                    if late { " LATE" } else { "" }
-                ),
-                duration(job.get("deadline_in_ms").and_then(Value::as_i64)),
-            ]
-        })
-        .collect();
-    table(
-        &[
-            "job",
-            "dataset",
-            "source",
-            "worker",
-            "stage",
-            "attempt",
-            "lease left",
-            "heartbeat age",
-            "deadline in",
-        ],
-        &rows,
-    );
-    footer(&page, list.len());
-    Ok(())
+    let columns = [
+        "job",
+        "dataset",
+        "source",
+        "worker",
+        "stage",
+        "attempt",
+        "lease left",
+        "heartbeat age",
+        "deadline in",
+    ];
+    listing(client, "leases", filter, limit, as_json, &columns, |job| {
+        let late = job.get("heartbeat_late").and_then(Value::as_bool) == Some(true);
+        vec![
+            text(job, "id"),
+            text(job, "dataset"),
+            clip(&text(job, "source_key"), 32),
+            text(job, "lease_owner"),
+            text(job, "stage"),
+            format!(
+                "{} of {}",
+                job.get("attempt").and_then(Value::as_i64).unwrap_or(0) + 1,
+                text(job, "max_attempts")
+            ),
+            ms_of(job, "lease_expires_in_ms"),
+            format!(
+                "{}{}",
+                ms_of(job, "heartbeat_age_ms"),
+                if late { " LATE" } else { "" }
+            ),
+            ms_of(job, "deadline_in_ms"),
+        ]
+    })
+    .await
 }
 
 /// `cairn ops retries`.
@@ -288,56 +309,38 @@ pub async fn retries(
     limit: u32,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let page = client
-        .get(&format!("/v1/ops/retries{}", filter.query(limit)))
-        .await?;
-    if as_json {
-        return print(&page);
-    }
-    let list = jobs(&page);
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|job| {
-            let attempts = job
-                .get("attempts")
-                .and_then(Value::as_array)
-                .map(|attempts| {
-                    attempts
-                        .iter()
-                        .map(|attempt| text(attempt, "error_code"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default();
-            vec![
-                text(job, "id"),
-                text(job, "dataset"),
-                clip(&text(job, "source_key"), 32),
-                duration(job.get("due_in_ms").and_then(Value::as_i64)),
-                clip(&text(job, "run_at_rule"), 60),
-                format!(
-                    "{}: {}",
-                    text(job, "last_error_code"),
-                    clip(&text(job, "last_error_message"), 60)
-                ),
-                attempts,
-            ]
-        })
-        .collect();
-    table(
-        &[
-            "job",
-            "dataset",
-            "source",
-            "next run in",
-            "rule",
-            "last error",
-            "errors so far",
-        ],
-        &rows,
-    );
-    footer(&page, list.len());
-    Ok(())
+    let columns = [
+        "job",
+        "dataset",
+        "source",
+        "next run in",
+        "rule",
+        "last error",
+        "errors so far",
+    ];
+    listing(client, "retries", filter, limit, as_json, &columns, |job| {
+        let attempts = job
+            .get("attempts")
+            .and_then(Value::as_array)
+            .map(|attempts| {
+                attempts
+                    .iter()
+                    .map(|attempt| text(attempt, "error_code"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        vec![
+            text(job, "id"),
+            text(job, "dataset"),
+            clip(&text(job, "source_key"), 32),
+            ms_of(job, "due_in_ms"),
+            clip(&text(job, "run_at_rule"), 60),
+            error_of(job),
+            attempts,
+        ]
+    })
+    .await
 }
 
 /// `cairn ops dead`.
@@ -347,51 +350,33 @@ pub async fn dead(
     limit: u32,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let page = client
-        .get(&format!("/v1/ops/dead{}", filter.query(limit)))
-        .await?;
-    if as_json {
-        return print(&page);
-    }
-    let list = jobs(&page);
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|job| {
-            vec![
-                text(job, "id"),
-                text(job, "state"),
-                text(job, "dataset"),
-                clip(&text(job, "source_key"), 32),
-                format!(
-                    "{} ({})",
-                    clip(&text(job, "change_cause"), 50),
-                    text(job, "changed_by")
-                ),
-                format!(
-                    "{}: {}",
-                    text(job, "last_error_code"),
-                    clip(&text(job, "last_error_message"), 60)
-                ),
-                format!("{} of {}", text(job, "attempt"), text(job, "max_attempts")),
-                text(job, "crashes"),
-            ]
-        })
-        .collect();
-    table(
-        &[
-            "job",
-            "state",
-            "dataset",
-            "source",
-            "why (by)",
-            "last error",
-            "attempts",
-            "lost leases",
-        ],
-        &rows,
-    );
-    footer(&page, list.len());
-    Ok(())
+    let columns = [
+        "job",
+        "state",
+        "dataset",
+        "source",
+        "why (by)",
+        "last error",
+        "attempts",
+        "lost leases",
+    ];
+    listing(client, "dead", filter, limit, as_json, &columns, |job| {
+        vec![
+            text(job, "id"),
+            text(job, "state"),
+            text(job, "dataset"),
+            clip(&text(job, "source_key"), 32),
+            format!(
+                "{} ({})",
+                clip(&text(job, "change_cause"), 50),
+                text(job, "changed_by")
+            ),
+            error_of(job),
+            format!("{} of {}", text(job, "attempt"), text(job, "max_attempts")),
+            text(job, "crashes"),
+        ]
+    })
+    .await
 }
 
 /// `cairn ops job ID`: the job, its history, receipts and revision chain.

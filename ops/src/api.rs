@@ -128,24 +128,74 @@ fn parse_dataset(dataset: Option<String>) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn parse_error_code(code: Option<String>) -> Result<Option<String>, ApiError> {
-    match code.filter(|code| !code.is_empty()) {
-        Some(code) if code.len() > 128 || code.chars().any(char::is_control) => Err(invalid(
-            "invalid_error_code",
-            "an error code is at most 128 printable characters",
-        )),
+/// An optional free-text parameter: empty means absent; at most `max` bytes, no control
+/// characters.
+fn bounded_text(
+    value: Option<String>,
+    max: usize,
+    code: &str,
+    message: &str,
+) -> Result<Option<String>, ApiError> {
+    match value.filter(|value| !value.is_empty()) {
+        Some(value) if value.len() > max || value.chars().any(char::is_control) => {
+            Err(invalid(code, message))
+        }
         other => Ok(other),
     }
 }
 
+fn parse_error_code(code: Option<String>) -> Result<Option<String>, ApiError> {
+    bounded_text(
+        code,
+        128,
+        "invalid_error_code",
+        "an error code is at most 128 printable bytes",
+    )
+}
+
 fn parse_text(text: Option<String>) -> Result<Option<String>, ApiError> {
-    match text.filter(|text| !text.is_empty()) {
-        Some(text) if text.len() > 1024 || text.chars().any(char::is_control) => Err(invalid(
-            "invalid_query",
-            "`q` is at most 1024 printable bytes",
-        )),
-        other => Ok(other),
+    bounded_text(
+        text,
+        1024,
+        "invalid_query",
+        "`q` is at most 1024 printable bytes",
+    )
+}
+
+/// The states asked for, each one of `allowed` (`allowed` empty: any state); none asked: all
+/// of `allowed`. `what` starts the refusal's message ("this listing shows").
+fn states_within(
+    requested: Vec<JobState>,
+    allowed: &[JobState],
+    what: &str,
+) -> Result<Vec<JobState>, ApiError> {
+    if let Some(outside) = requested
+        .iter()
+        .find(|state| !allowed.is_empty() && !allowed.contains(state))
+    {
+        let names: Vec<&str> = allowed.iter().map(|state| state.as_str()).collect();
+        return Err(invalid(
+            "invalid_state",
+            format!(
+                "{what} {}; `{outside}` is not one of them",
+                names.join(", ")
+            ),
+        ));
     }
+    Ok(if requested.is_empty() {
+        allowed.to_vec()
+    } else {
+        requested
+    })
+}
+
+/// A dataset filter, refused when it is outside the token's allowlist.
+fn dataset_for(dataset: Option<String>, principal: &Principal) -> Result<Option<String>, ApiError> {
+    let dataset = parse_dataset(dataset)?;
+    if let Some(dataset) = &dataset {
+        principal.require_dataset(dataset)?;
+    }
+    Ok(dataset)
 }
 
 /// Builds a filter from listing parameters; `states` are the listing's own when the request
@@ -161,25 +211,8 @@ fn filter(
         Some(text) => parse_states(text)?,
         None => Vec::new(),
     };
-    if !states.is_empty() {
-        if let Some(outside) = requested.iter().find(|state| !states.contains(state)) {
-            return Err(invalid(
-                "invalid_state",
-                format!(
-                    "this listing shows {}; `{outside}` is not one of them",
-                    states
-                        .iter()
-                        .map(|state| state.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-    }
-    let dataset = parse_dataset(params.dataset)?;
-    if let Some(dataset) = &dataset {
-        principal.require_dataset(dataset)?;
-    }
+    let states = states_within(requested, states, "this listing shows")?;
+    let dataset = dataset_for(params.dataset, principal)?;
     let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > receipts::operations::MAX_PAGE {
         return Err(invalid(
@@ -188,11 +221,7 @@ fn filter(
         ));
     }
     Ok(JobFilter {
-        states: if requested.is_empty() {
-            states.to_vec()
-        } else {
-            requested
-        },
+        states,
         dataset,
         allowed_datasets: principal.datasets.clone(),
         text: parse_text(params.q)?,
@@ -266,20 +295,60 @@ pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<V
     })))
 }
 
+/// The states of the "dead" listing.
+const DEAD_STATES: [JobState; 3] = [JobState::Dead, JobState::Quarantined, JobState::Cancelled];
+
+/// The job listings: which states each shows, in which order, and whether each job comes
+/// with its failed attempts.
+#[derive(Debug, Clone, Copy)]
+enum Listing {
+    Leases,
+    Retries,
+    Dead,
+    Jobs,
+}
+
+impl Listing {
+    fn states(self) -> &'static [JobState] {
+        match self {
+            Listing::Leases => &[JobState::Running],
+            Listing::Retries => &[JobState::RetryWait],
+            Listing::Dead => &DEAD_STATES,
+            Listing::Jobs => &[],
+        }
+    }
+
+    fn order(self) -> JobOrder {
+        match self {
+            Listing::Leases => JobOrder::LeaseExpiry,
+            Listing::Retries => JobOrder::RunAt,
+            Listing::Dead | Listing::Jobs => JobOrder::RecentlyChanged,
+        }
+    }
+
+    fn with_attempts(self) -> bool {
+        matches!(self, Listing::Retries | Listing::Dead)
+    }
+
+    async fn answer(
+        self,
+        state: OpsState,
+        auth: Auth,
+        params: ListParams,
+    ) -> Result<Json<Value>, ApiError> {
+        let principal = auth.require(Scope::OpsRead)?;
+        let filter = filter(params, principal, self.states(), self.order())?;
+        list(&state, filter, self.with_attempts()).await
+    }
+}
+
 /// `GET /v1/ops/leases`: running jobs, soonest lease expiry first.
 pub async fn leases(
     State(state): State<OpsState>,
     auth: Auth,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let principal = auth.require(Scope::OpsRead)?;
-    let filter = filter(
-        params,
-        principal,
-        &[JobState::Running],
-        JobOrder::LeaseExpiry,
-    )?;
-    list(&state, filter, false).await
+    Listing::Leases.answer(state, auth, params).await
 }
 
 /// `GET /v1/ops/retries`: jobs waiting to retry, soonest first, with each failed attempt.
@@ -288,23 +357,17 @@ pub async fn retries(
     auth: Auth,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let principal = auth.require(Scope::OpsRead)?;
-    let filter = filter(params, principal, &[JobState::RetryWait], JobOrder::RunAt)?;
-    list(&state, filter, true).await
+    Listing::Retries.answer(state, auth, params).await
 }
 
-/// The states of the "dead" listing.
-const DEAD_STATES: [JobState; 3] = [JobState::Dead, JobState::Quarantined, JobState::Cancelled];
-
-/// `GET /v1/ops/dead`: dead, quarantined and cancelled jobs, most recent first.
+/// `GET /v1/ops/dead`: dead, quarantined and cancelled jobs, most recent first, with each
+/// failed attempt.
 pub async fn dead(
     State(state): State<OpsState>,
     auth: Auth,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let principal = auth.require(Scope::OpsRead)?;
-    let filter = filter(params, principal, &DEAD_STATES, JobOrder::RecentlyChanged)?;
-    list(&state, filter, true).await
+    Listing::Dead.answer(state, auth, params).await
 }
 
 /// `GET /v1/ops/jobs`: any jobs, by state, dataset, source key or id, error code.
@@ -313,9 +376,7 @@ pub async fn jobs(
     auth: Auth,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let principal = auth.require(Scope::OpsRead)?;
-    let filter = filter(params, principal, &[], JobOrder::RecentlyChanged)?;
-    list(&state, filter, false).await
+    Listing::Jobs.answer(state, auth, params).await
 }
 
 fn parse_job_id(id: &str) -> Result<Uuid, ApiError> {
@@ -421,6 +482,13 @@ pub enum Action {
 }
 
 impl Action {
+    fn applies_to(self) -> &'static str {
+        match self {
+            Action::Requeue => "requeue applies to jobs that are",
+            Action::Cancel => "cancel applies to jobs that are",
+        }
+    }
+
     fn states(self) -> &'static [JobState] {
         match self {
             Action::Requeue => &DEAD_STATES,
@@ -516,32 +584,12 @@ async fn bulk(
         auth.require(Scope::OpsWrite)?
     };
     // No states (or an empty list): every state the action applies to.
-    let states = match &body.states {
+    let requested = match &body.states {
         Some(names) => parse_states(&names.join(","))?,
         None => Vec::new(),
     };
-    let states = if states.is_empty() {
-        action.states().to_vec()
-    } else {
-        states
-    };
-    if let Some(outside) = states.iter().find(|state| !action.states().contains(state)) {
-        return Err(invalid(
-            "invalid_state",
-            format!("{action:?} applies to jobs that are {}; not `{outside}`", {
-                action
-                    .states()
-                    .iter()
-                    .map(|state| state.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }),
-        ));
-    }
-    let dataset = parse_dataset(body.dataset)?;
-    if let Some(dataset) = &dataset {
-        principal.require_dataset(dataset)?;
-    }
+    let states = states_within(requested, action.states(), action.applies_to())?;
+    let dataset = dataset_for(body.dataset, principal)?;
     let mut filter = JobFilter {
         states,
         dataset,
