@@ -14,7 +14,11 @@
 //! - **History** is append-only and written by the store itself (SQLite triggers), for every
 //!   head move, job state change, receipt state change and content block, whoever issued the
 //!   statement. cairn attributes its own writes (actor, cause, time); anything else is recorded
-//!   as `unattributed`.
+//!   as `unattributed`. A job run that ends in an error carries the error's code and message
+//!   and the stage the run had reached in its history row, so the trail holds every attempt.
+//! - A running job reports its **stage** (`reading`, `chunking`, `embedding`, ...) with a
+//!   fenced heartbeat ([`Leases::progress`]); operators read jobs, activity and the job event
+//!   stream through [`Operations`].
 //!
 //! ## Invariants
 //! 1. A receipt ([`Acceptance`]) is returned only after the transaction that holds its bytes,
@@ -41,7 +45,8 @@
 //! [`SqliteLedger`] runs one writer task that owns the only write connection and commits
 //! queued operations (acceptances, lease operations, blocks, tokens) in groups (see
 //! [`sqlite`]); reads use a pool of other connections, and a background task checkpoints the
-//! WAL every 500 ms so that no commit waits for a checkpoint.
+//! WAL every 500 ms so that no commit waits for a checkpoint, truncating it once it is large
+//! and fully copied.
 //!
 //! Ids are described in [`ids`].
 
