@@ -26,8 +26,9 @@ const BUCKETS: [f64; 20] = [
 
 /// Most history rows read per page while catching up.
 const EVENT_PAGE: u32 = 5_000;
-/// Most history rows one scrape reads (the rest are read by the next scrape).
-const EVENTS_PER_SCRAPE: usize = 200_000;
+/// Most history rows one scrape reads, about a second's work (a large ledger's history is read
+/// over the first few scrapes).
+const EVENTS_PER_SCRAPE: usize = 50_000;
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -90,7 +91,7 @@ impl EventCursor {
                             .increment(1);
                         if event.kind == JobKind::Project {
                             metrics::histogram!("cairn_accepted_to_searchable_seconds")
-                                .record(seconds(event.at - event.accepted_at));
+                                .record(seconds(event.at - event.job_created_at));
                         }
                     }
                     JobState::RetryWait if event.from == Some(JobState::Running) => {

@@ -1352,6 +1352,10 @@ pub async fn operations_read_jobs_activity_and_events(harness: Harness) {
         .revision
         .accepted_at;
     assert_eq!(
+        second.created_at, accepted,
+        "a job is created with its receipt"
+    );
+    assert_eq!(
         activity.accepted_to_searchable.p50_ms,
         ms(completed_at - accepted)
     );

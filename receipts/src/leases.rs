@@ -143,7 +143,8 @@ async fn claim(
         "UPDATE jobs SET state = 'running', lease_id = lower(hex(randomblob(16))), lease_owner = ?2, \
            lease_expires_at = ?1 + min(policy.lease_micros, policy.max_run_micros), heartbeat_at = ?1, \
            deadline_at = ?1 + policy.max_run_micros, \
-           started_at = ?1, stage = 'claimed', stage_at = ?1, changed_by = ?2, \
+           started_at = ?1, first_started_at = coalesce(first_started_at, ?1), \
+           stage = 'claimed', stage_at = ?1, changed_by = ?2, \
            change_cause = 'claimed (failures so far ' || jobs.attempt || ' of ' || jobs.max_attempts || ', crashes ' || jobs.crashes || ')', \
            changed_at = ?1, change_seq = change_seq + 1 \
          FROM job_policies AS policy \

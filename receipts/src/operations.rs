@@ -7,7 +7,8 @@
 //! - **Queue depth**: jobs `pending` or `retry_wait`; **due**: those whose `run_at` has come.
 //! - **Enqueue to start**: a job's first claim minus its creation (acceptance) time.
 //! - **Accepted to searchable**: a `project` job's completion (every backend verified) minus
-//!   its revision's acceptance time.
+//!   its creation, the moment its receipt was issued (for a revert, when the earlier revision
+//!   became head again).
 //! - **Retry**: a run ending in `retry_wait`; **failure**: a run ending in an error (its code
 //!   is in the history row); **rescue**: a run whose lease expired, ended by the rescuer.
 
@@ -149,7 +150,7 @@ pub struct Activity {
     pub max_heartbeat_age_micros: Option<Micros>,
     /// First claims in the window: claim minus acceptance.
     pub enqueue_to_start: LatencySummary,
-    /// Projections completed in the window: completion minus acceptance.
+    /// Projections completed in the window: completion minus the job's creation.
     pub accepted_to_searchable: LatencySummary,
     /// Active pauses.
     pub pauses: Vec<Pause>,
@@ -180,10 +181,8 @@ pub struct JobEvent {
     pub stage: Option<String>,
     /// A claim that is the job's first.
     pub first_claim: bool,
-    /// The job's creation time.
+    /// The job's creation time (when its receipt was issued).
     pub job_created_at: Micros,
-    /// The revision's acceptance time.
-    pub accepted_at: Micros,
 }
 
 /// Operator reads.

@@ -88,8 +88,10 @@ impl Operations for SqliteLedger {
     async fn activity(&self, window: Duration) -> Result<Activity> {
         let now = self.clock().now_micros();
         let minutes = (window.as_secs() / 60).clamp(1, 24 * 60) as i64;
-        // Whole minutes, the last one ending now.
-        let since = now - minutes * MINUTE;
+        // Whole clock minutes, the last one the current (partial) minute.
+        let last = now.div_euclid(MINUTE);
+        let first = last - minutes + 1;
+        let since = first * MINUTE;
         let pool = self.read_pool();
 
         let mut buckets: Vec<MinuteActivity> = (0..minutes)
@@ -100,31 +102,27 @@ impl Operations for SqliteLedger {
             .collect();
         let mut queued_delta = vec![0i64; buckets.len()];
         let rows = sqlx::query(
-            "SELECT (at - ?1) / ?3 AS minute, \
-               sum(to_state = 'running') AS claimed, sum(to_state = 'completed') AS completed, \
-               sum(to_state = 'retry_wait') AS retried, \
-               sum(to_state IN ('dead', 'quarantined')) AS failed, \
-               sum(coalesce(to_state IN ('pending', 'retry_wait'), 0)) \
-                 - sum(coalesce(from_state IN ('pending', 'retry_wait'), 0)) AS queued \
-             FROM history WHERE entity = 'job' AND at >= ?1 AND at <= ?2 GROUP BY minute",
+            "SELECT minute, claimed, completed, retried, failed, queued_delta FROM job_minutes \
+             WHERE minute BETWEEN ?1 AND ?2",
         )
-        .bind(since)
-        .bind(now)
-        .bind(MINUTE)
+        .bind(first)
+        .bind(last)
         .fetch_all(pool)
         .await?;
         for row in rows {
             let minute: i64 = row.try_get("minute")?;
-            // An event at exactly `now` belongs to the last minute.
-            let Ok(index) = usize::try_from(minute.min(minutes - 1)) else {
+            let Some(index) = usize::try_from(minute - first)
+                .ok()
+                .filter(|index| *index < buckets.len())
+            else {
                 continue;
             };
             let bucket = &mut buckets[index];
-            bucket.claimed += row.try_get::<i64, _>("claimed")?;
-            bucket.completed += row.try_get::<i64, _>("completed")?;
-            bucket.retried += row.try_get::<i64, _>("retried")?;
-            bucket.failed += row.try_get::<i64, _>("failed")?;
-            queued_delta[index] += row.try_get::<i64, _>("queued")?;
+            bucket.claimed = row.try_get("claimed")?;
+            bucket.completed = row.try_get("completed")?;
+            bucket.retried = row.try_get("retried")?;
+            bucket.failed = row.try_get("failed")?;
+            queued_delta[index] = row.try_get("queued_delta")?;
         }
 
         let row = sqlx::query(
@@ -153,19 +151,17 @@ impl Operations for SqliteLedger {
                 .map_err(|error| LedgerError::Corrupt(format!("latencies: {error}")))?;
             Ok::<_, LedgerError>(LatencySummary::of(values))
         };
+        // Both read the jobs table through indexes on the window's time column, so their cost
+        // follows the jobs of the window, not the history's length.
         let enqueue_to_start = latencies(
-            "SELECT json_group_array(h.at - j.created_at) FROM history AS h \
-             JOIN jobs AS j ON j.id = h.entity_id \
-             WHERE h.entity = 'job' AND h.at >= ?1 AND h.to_state = 'running' \
-               AND NOT EXISTS (SELECT 1 FROM history AS e WHERE e.entity = 'job' \
-                 AND e.entity_id = h.entity_id AND e.to_state = 'running' AND e.seq < h.seq)",
+            "SELECT json_group_array(first_started_at - created_at) \
+             FROM jobs INDEXED BY jobs_by_first_start WHERE first_started_at >= ?1",
         )
         .await?;
         let accepted_to_searchable = latencies(
-            "SELECT json_group_array(h.at - r.accepted_at) FROM history AS h \
-             JOIN jobs AS j ON j.id = h.entity_id JOIN revisions AS r ON r.id = j.revision_id \
-             WHERE h.entity = 'job' AND h.at >= ?1 AND h.to_state = 'completed' \
-               AND j.kind = 'project'",
+            "SELECT json_group_array(changed_at - created_at) \
+             FROM jobs INDEXED BY jobs_by_state_changed \
+             WHERE state = 'completed' AND changed_at >= ?1 AND kind = 'project'",
         )
         .await?;
 
@@ -204,12 +200,9 @@ impl Operations for SqliteLedger {
     async fn job_events(&self, after_seq: i64, limit: u32) -> Result<Vec<JobEvent>> {
         sqlx::query(
             "SELECT h.seq, h.at, h.entity_id, h.from_state, h.to_state, h.actor, h.error_code, \
-               h.stage, j.dataset, j.kind, j.created_at, r.accepted_at, \
-               (h.to_state = 'running' AND NOT EXISTS (SELECT 1 FROM history AS e \
-                  WHERE e.entity = 'job' AND e.entity_id = h.entity_id \
-                    AND e.to_state = 'running' AND e.seq < h.seq)) AS first_claim \
-             FROM history AS h JOIN jobs AS j ON j.id = h.entity_id \
-             JOIN revisions AS r ON r.id = j.revision_id \
+               h.stage, j.dataset, j.kind, j.created_at, \
+               (h.to_state = 'running' AND h.at = j.first_started_at) AS first_claim \
+             FROM history AS h NOT INDEXED JOIN jobs AS j ON j.id = h.entity_id \
              WHERE h.seq > ?1 AND h.entity = 'job' ORDER BY h.seq LIMIT ?2",
         )
         .bind(after_seq)
@@ -232,7 +225,6 @@ impl Operations for SqliteLedger {
                 stage: row.try_get("stage")?,
                 first_claim: row.try_get::<i64, _>("first_claim")? == 1,
                 job_created_at: row.try_get("created_at")?,
-                accepted_at: row.try_get("accepted_at")?,
             })
         })
         .collect()
