@@ -160,8 +160,8 @@ impl Operations for SqliteLedger {
         .await?;
         let accepted_to_searchable = latencies(
             "SELECT json_group_array(changed_at - created_at) \
-             FROM jobs INDEXED BY jobs_by_state_changed \
-             WHERE state = 'completed' AND changed_at >= ?1 AND kind = 'project'",
+             FROM jobs INDEXED BY jobs_completed \
+             WHERE state = 'completed' AND kind = 'project' AND changed_at >= ?1",
         )
         .await?;
 
