@@ -222,18 +222,11 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     let operator = app
         .token("night-shift", &[Scope::OpsRead, Scope::OpsWrite], None)
         .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listener");
-    let address = listener.local_addr().expect("address");
-    let server = tokio::spawn(std::future::IntoFuture::into_future(axum::serve(
-        listener,
-        app.app.clone(),
-    )));
+    let (base, server) = app.listen().await;
     let profile = tempfile::tempdir().expect("profile");
     let driver = Driver::start(profile.path()).await;
 
-    driver.go(&format!("http://{address}/ops")).await;
+    driver.go(&format!("{base}/ops")).await;
     // The page asks for the token once.
     driver
         .wait_for(

@@ -118,6 +118,20 @@ impl TestApp {
             .await
     }
 
+    /// Serves the app on a local port (for a browser or the CLI); returns its base URL and
+    /// the server task (abort it to stop).
+    pub(crate) async fn listen(&self) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let server = tokio::spawn(std::future::IntoFuture::into_future(axum::serve(
+            listener,
+            self.app.clone(),
+        )));
+        (base, server)
+    }
+
     pub(crate) async fn counts(&self) -> receipts::LedgerCounts {
         self.ledger.counts().await.expect("counts")
     }

@@ -773,14 +773,7 @@ async fn the_ops_cli_prints_tables_and_acts_by_filter() {
     let operator = app
         .token("cli-operator", &[Scope::OpsRead, Scope::OpsWrite], None)
         .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listener");
-    let base = format!("http://{}", listener.local_addr().expect("address"));
-    let server = tokio::spawn(std::future::IntoFuture::into_future(axum::serve(
-        listener,
-        app.app.clone(),
-    )));
+    let (base, server) = app.listen().await;
 
     let status = cairn_ops(&base, &operator, &["status"]).await;
     assert!(status.contains("running 1"), "{status}");
