@@ -306,41 +306,20 @@ async fn ops_listings_show_each_state_with_its_why() {
     );
 
     // Bad parameters are typed errors.
-    assert_error(
-        &app.call("GET", "/v1/ops/jobs?state=sleeping", Some(&reader), None)
-            .await,
-        422,
-        "invalid_state",
-    );
-    assert_error(
-        &app.call("GET", "/v1/ops/leases?state=dead", Some(&reader), None)
-            .await,
-        422,
-        "invalid_state",
-    );
-    assert_error(
-        &app.call("GET", "/v1/ops/jobs?limit=0", Some(&reader), None)
-            .await,
-        422,
-        "invalid_limit",
-    );
-    assert_error(
-        &app.call("GET", "/v1/ops/jobs/not-a-uuid", Some(&reader), None)
-            .await,
-        422,
-        "invalid_job_id",
-    );
-    assert_error(
-        &app.call(
-            "GET",
-            &format!("/v1/ops/jobs/{}", uuid::Uuid::nil()),
-            Some(&reader),
-            None,
-        )
-        .await,
-        404,
-        "job_not_found",
-    );
+    let missing = format!("/v1/ops/jobs/{}", uuid::Uuid::nil());
+    for (uri, status, code) in [
+        ("/v1/ops/jobs?state=sleeping", 422, "invalid_state"),
+        ("/v1/ops/leases?state=dead", 422, "invalid_state"),
+        ("/v1/ops/jobs?limit=0", 422, "invalid_limit"),
+        ("/v1/ops/jobs/not-a-uuid", 422, "invalid_job_id"),
+        (missing.as_str(), 404, "job_not_found"),
+    ] {
+        assert_error(
+            &app.call("GET", uri, Some(&reader), None).await,
+            status,
+            code,
+        );
+    }
 }
 
 #[tokio::test]
