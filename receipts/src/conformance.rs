@@ -1083,34 +1083,48 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
 pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
     use crate::model::{Backend, HitRef};
     let generation = activate_test_generation(&harness).await;
+    // Project `old` fully, then `new` one receipt at a time: searchable needs both receipts
+    // verified in the active generation, and a newer verified revision supersedes the older.
     let old = must_accept(&harness, put("docs", "a", "old text")).await;
+    let old_token = claimed_token(&harness, old.source_revision_id).await;
+    let verify = |token: &LeaseToken, backend| {
+        let (ledger, token) = (harness.ledger.clone(), token.clone());
+        let update = verified_receipt(backend, &generation);
+        async move { must(ledger.record_receipt(&token, update).await, "receipt") }
+    };
+    let write = |token: &LeaseToken, text: &'static str| {
+        let (ledger, token, generation) =
+            (harness.ledger.clone(), token.clone(), generation.id.clone());
+        async move {
+            must(
+                ledger
+                    .write_chunks(&token, &generation, rows(&[text]))
+                    .await,
+                "write chunks",
+            )
+        }
+    };
+    write(&old_token, "old text").await;
+    verify(&old_token, Backend::Relational).await;
+    verify(&old_token, Backend::Vector).await;
+    assert!(searchable(&harness, old.source_revision_id).await);
     let new = must_accept(&harness, put("docs", "a", "new text")).await;
     let gone = must_accept(&harness, put("docs", "b", "deleted soon")).await;
     must_accept(&harness, delete("docs", "b")).await;
     let pending = must_accept(&harness, put("notes", "c", "not projected")).await;
-    // Project `new` fully: chunk rows, relational and vector receipts verified.
-    let claimed = must(harness.ledger.claim("w", 10).await, "claim");
-    let job = claimed
-        .iter()
-        .find(|job| job.revision_id == new.source_revision_id)
-        .expect("the new head's job is claimable");
-    let token = LeaseToken::of(job).expect("lease");
-    must(
-        harness
-            .ledger
-            .write_chunks(&token, &generation.id, rows(&["new text"]))
-            .await,
-        "write chunks",
+    let new_token = claimed_token(&harness, new.source_revision_id).await;
+    write(&new_token, "new text").await;
+    verify(&new_token, Backend::Relational).await;
+    assert!(
+        !searchable(&harness, new.source_revision_id).await,
+        "relational alone is not vector-searchable"
     );
-    for backend in [Backend::Relational, Backend::Vector] {
-        must(
-            harness
-                .ledger
-                .record_receipt(&token, verified_receipt(backend, &generation))
-                .await,
-            "receipt",
-        );
-    }
+    assert!(
+        !searchable(&harness, old.source_revision_id).await,
+        "the newer revision's verified relational receipt supersedes the old one's"
+    );
+    verify(&new_token, Backend::Vector).await;
+    assert!(searchable(&harness, new.source_revision_id).await);
     let asked = [
         HitRef {
             revision_id: new.source_revision_id,
@@ -1146,7 +1160,7 @@ pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
         summary,
         vec![
             (asked[0], true, true, Some("new text".to_owned())),
-            (asked[1], false, false, None),
+            (asked[1], false, false, Some("old text".to_owned())),
             (asked[2], false, false, None),
             (asked[4], true, false, None),
             (asked[5], true, true, None),
@@ -1156,6 +1170,38 @@ pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
     assert_eq!(bound[3].dataset, "notes");
     assert_eq!(bound[3].source_key, "c");
     assert!(must(harness.ledger.bind_hits(&[]).await, "bind nothing").is_empty());
+    // A receipt that leaves `verified` takes the revision out at once.
+    let failed = crate::model::ReceiptUpdate {
+        state: ReceiptState::Failed,
+        cause: "read-back mismatch".to_owned(),
+        ..verified_receipt(Backend::Vector, &generation)
+    };
+    must(
+        harness.ledger.record_receipt(&new_token, failed).await,
+        "receipt",
+    );
+    assert!(!searchable(&harness, new.source_revision_id).await);
+}
+
+/// The lease on `revision`'s job, claimed now.
+async fn claimed_token(harness: &Harness, revision: Uuid) -> LeaseToken {
+    let claimed = must(harness.ledger.claim("w", 10).await, "claim");
+    let job = claimed
+        .iter()
+        .find(|job| job.revision_id == revision)
+        .expect("the revision's job is claimable");
+    LeaseToken::of(job).expect("lease")
+}
+
+/// Whether the ledger binds chunk 0 of `revision` as vector-searchable.
+async fn searchable(harness: &Harness, revision: Uuid) -> bool {
+    let hit = crate::model::HitRef {
+        revision_id: revision,
+        chunk_index: Some(0),
+    };
+    must(harness.ledger.bind_hits(&[hit]).await, "bind")
+        .first()
+        .is_some_and(|bound| bound.vector_searchable)
 }
 
 /// A lexical search with a deadline ends at the deadline, with real SQLite work interrupted

@@ -70,6 +70,10 @@ impl SqliteOptions {
     }
 }
 
+/// How much of the database file each read connection maps: more than SQLite's build limit
+/// (`SQLITE_MAX_MMAP_SIZE`, 2 GiB on 64-bit Linux), which then applies.
+const READ_MMAP_BYTES: &str = "1099511627776";
+
 /// The SQLite implementation of [`crate::Ledger`].
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
@@ -150,11 +154,14 @@ impl SqliteLedger {
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
             // Reads (search binding, lexical ranking) touch pages all over the tables: a larger
-            // cache and memory-mapped reads keep them off `pread`.
+            // cache and memory-mapped reads keep them off `pread`. The map covers the whole
+            // file up to SQLite's build limit (2 GiB): with only part of a 400 MB ledger mapped,
+            // binding ten hits took 0.57 ms warm and 2.8 ms with the file out of the page
+            // cache (one `pread` per page, no readahead), against 0.2 ms and 0.36 ms mapped.
             .connect_with(
                 connect
                     .pragma("cache_size", "-16384")
-                    .pragma("mmap_size", "268435456"),
+                    .pragma("mmap_size", READ_MMAP_BYTES),
             )
             .await?;
         let (sender, receiver) = mpsc::channel(4096);
@@ -1569,16 +1576,11 @@ impl Reader for SqliteLedger {
         let packed: Option<String> = sqlx::query_scalar(
             "WITH asked AS (SELECT key AS position, value ->> 0 AS revision_id, \
                  value ->> 1 AS chunk_index FROM json_each(?1)), \
-             active AS (SELECT id FROM generations WHERE active = 1), \
              bound AS ( \
              SELECT a.position, a.revision_id, a.chunk_index, r.dataset, r.source_key, \
                coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0) AS current, \
-               (EXISTS (SELECT 1 FROM jobs j JOIN projection_receipts pr ON pr.job_id = j.id \
-                  WHERE j.revision_id = r.id AND pr.backend = 'vector' \
-                    AND pr.state = 'verified' AND pr.generation = (SELECT id FROM active)) \
-                AND EXISTS (SELECT 1 FROM jobs j JOIN projection_receipts pr ON pr.job_id = j.id \
-                  WHERE j.revision_id = r.id AND pr.backend = 'relational' \
-                    AND pr.state = 'verified' AND pr.generation = (SELECT id FROM active))) \
+               EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
+                 AND sr.generation = (SELECT id FROM generations WHERE active = 1)) \
                  AS vector_searchable, \
                c.text AS chunk_text \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
