@@ -28,8 +28,10 @@ BEGIN
                     AND r.state = 'verified' AND r.generation = v.generation);
 END;
 
+-- Only receipts entering or leaving `verified` can change the answer, so acceptance (which
+-- inserts `pending` receipts and supersedes unfinished ones) never runs the refresh.
 CREATE TRIGGER receipt_searchable_created AFTER INSERT ON projection_receipts
-WHEN NEW.backend IN ('vector', 'relational')
+WHEN NEW.backend IN ('vector', 'relational') AND NEW.state = 'verified'
 BEGIN
     INSERT INTO searchable_refresh (revision_id)
     SELECT revision_id FROM jobs WHERE id = NEW.job_id;
@@ -37,6 +39,7 @@ END;
 
 CREATE TRIGGER receipt_searchable_changed AFTER UPDATE OF state, generation ON projection_receipts
 WHEN NEW.backend IN ('vector', 'relational')
+  AND (NEW.state = 'verified' OR OLD.state = 'verified')
   AND (NEW.state IS NOT OLD.state OR NEW.generation IS NOT OLD.generation)
 BEGIN
     INSERT INTO searchable_refresh (revision_id)

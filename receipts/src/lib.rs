@@ -16,6 +16,9 @@
 //!   statement. cairn attributes its own writes (actor, cause, time); anything else is recorded
 //!   as `unattributed`. A job run that ends in an error carries the error's code and message
 //!   and the stage the run had reached in its history row, so the trail holds every attempt.
+//! - A revision is **vector-searchable** in a generation when its relational and vector
+//!   receipts are verified there; triggers on the receipts keep that answer in
+//!   `searchable_revisions` (one lookup per search hit), in the receipt's own transaction.
 //! - A running job reports its **stage** (`reading`, `chunking`, `embedding`, ...) with a
 //!   fenced heartbeat ([`Leases::progress`]); operators read jobs, activity and the job event
 //!   stream through [`Operations`].
