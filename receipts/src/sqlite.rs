@@ -1572,46 +1572,36 @@ impl Reader for SqliteLedger {
             .collect();
         // One row of JSON instead of a row per hit: sqlx hands each row across threads, which
         // cost more than the query itself (1.3 ms against 0.3 ms for 20 hits). `CROSS JOIN`
-        // keeps the asked hits as the outer loop (the planner cannot size a `json_each`).
+        // keeps the asked hits as the outer loop (the planner cannot size a `json_each`). Each
+        // row names its hit by position in `hits`; the order is restored here, not by a sort
+        // in SQL.
         let packed: Option<String> = sqlx::query_scalar(
             "WITH asked AS (SELECT key AS position, value ->> 0 AS revision_id, \
-                 value ->> 1 AS chunk_index FROM json_each(?1)), \
-             bound AS ( \
-             SELECT a.position, a.revision_id, a.chunk_index, r.dataset, r.source_key, \
-               coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0) AS current, \
+                 value ->> 1 AS chunk_index FROM json_each(?1)) \
+             SELECT json_group_array(json_array(a.position, r.dataset, r.source_key, \
+               coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0), \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
-                 AND sr.generation = (SELECT id FROM generations WHERE active = 1)) \
-                 AS vector_searchable, \
-               c.text AS chunk_text \
+                 AND sr.generation = (SELECT id FROM generations WHERE active = 1)), \
+               c.text)) \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
-             LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index \
-             ORDER BY a.position) \
-             SELECT json_group_array(json_array(revision_id, chunk_index, dataset, source_key, \
-               current, vector_searchable, chunk_text)) FROM bound",
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index",
         )
         .bind(json_text(&asked))
         .fetch_one(&self.reads)
         .await?;
-        type Packed = (
-            String,
-            Option<i64>,
-            String,
-            String,
-            i64,
-            i64,
-            Option<String>,
-        );
-        let rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
+        type Packed = (usize, String, String, i64, i64, Option<String>);
+        let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
             .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
+        rows.sort_unstable_by_key(|row| row.0);
         rows.into_iter()
             .map(
-                |(revision_id, chunk_index, dataset, source_key, current, searchable, text)| {
+                |(position, dataset, source_key, current, searchable, text)| {
+                    let hit = *hits.get(position).ok_or_else(|| {
+                        LedgerError::Internal(format!("bound hit {position} was not asked"))
+                    })?;
                     Ok(BoundHit {
-                        hit: HitRef {
-                            revision_id: parse_uuid(&revision_id)?,
-                            chunk_index: chunk_index.and_then(|index| u32::try_from(index).ok()),
-                        },
+                        hit,
                         dataset,
                         source_key,
                         current: current != 0,
