@@ -362,8 +362,8 @@ enum BenchCommand {
         /// Corpus sizes in chunks (comma-separated).
         #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
         sizes: Vec<usize>,
-        /// Queries per mode (the p50 of a difference of two ~12 ms series needs several
-        /// hundred to settle within a tenth of a millisecond).
+        /// Queries per mode (the overhead is a difference of two p50s of ~13 ms series, so
+        /// it needs several hundred samples; it still moves by about 0.25 ms between runs).
         #[arg(long, default_value_t = 500)]
         queries: usize,
         /// Results per query.

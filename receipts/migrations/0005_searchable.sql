@@ -5,8 +5,9 @@
 -- hit; asked of the receipts themselves it is two index walks per backend (jobs by revision,
 -- then the receipt), about a third of the cost of binding a page of hits. This table holds
 -- the answer, one row per (revision, generation). Only `searchable_refresh` writes it, and the
--- receipt triggers call it on every receipt insert and every change of a receipt's state or
--- generation, in the same transaction: it cannot disagree with the receipts.
+-- receipt triggers call it whenever a vector or relational receipt enters or leaves `verified`
+-- (or changes generation while verified), in the same transaction: it cannot disagree with the
+-- receipts.
 CREATE TABLE searchable_revisions (
     revision_id TEXT NOT NULL REFERENCES revisions(id),
     generation  TEXT NOT NULL REFERENCES generations(id),
