@@ -33,12 +33,24 @@ struct FileConfig {
     projection: FileProjection,
     #[serde(default)]
     search: FileSearch,
+    #[serde(default)]
+    http: FileHttp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileHttp {
+    max_connections: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSearch {
     max_in_flight: Option<usize>,
+    max_queued: Option<usize>,
     default_budget_ms: Option<u64>,
     max_budget_ms: Option<u64>,
 }
@@ -194,6 +206,8 @@ pub struct Config {
     pub projection: ProjectionSettings,
     /// Search admission and budgets.
     pub search: search::SearchSettings,
+    /// Connection cap and timeouts of the HTTP server.
+    pub http: crate::server::HttpSettings,
 }
 
 /// Flags that override the file and the environment.
@@ -355,6 +369,9 @@ impl Config {
             max_in_flight: env_number(env, "CAIRN_SEARCH_MAX_IN_FLIGHT")?
                 .or(file.search.max_in_flight)
                 .unwrap_or(search_defaults.max_in_flight),
+            max_queued: env_number(env, "CAIRN_SEARCH_MAX_QUEUED")?
+                .or(file.search.max_queued)
+                .unwrap_or(search_defaults.max_queued),
             default_budget: env_number(env, "CAIRN_SEARCH_BUDGET_MS")?
                 .or(file.search.default_budget_ms)
                 .map_or(
@@ -366,7 +383,24 @@ impl Config {
                 .max_budget_ms
                 .map_or(search_defaults.max_budget, std::time::Duration::from_millis),
         };
+        let http_defaults = crate::server::HttpSettings::default();
+        let millis = std::time::Duration::from_millis;
+        let http = crate::server::HttpSettings {
+            max_connections: env_number(env, "CAIRN_HTTP_MAX_CONNECTIONS")?
+                .or(file.http.max_connections)
+                .unwrap_or(http_defaults.max_connections),
+            header_read_timeout: env_number(env, "CAIRN_HTTP_HEADER_READ_TIMEOUT_MS")?
+                .or(file.http.header_read_timeout_ms)
+                .map_or(http_defaults.header_read_timeout, millis),
+            request_timeout: env_number(env, "CAIRN_HTTP_REQUEST_TIMEOUT_MS")?
+                .or(file.http.request_timeout_ms)
+                .map_or(http_defaults.request_timeout, millis),
+            shutdown_grace: env_number(env, "CAIRN_HTTP_SHUTDOWN_GRACE_MS")?
+                .or(file.http.shutdown_grace_ms)
+                .map_or(http_defaults.shutdown_grace, millis),
+        };
         let config = Config {
+            http,
             search,
             projection,
             job_policies,
@@ -416,6 +450,9 @@ impl Config {
         if self.search.max_in_flight == 0 {
             bail!("search.max_in_flight must be at least 1");
         }
+        if self.search.max_queued > 100_000 {
+            bail!("search.max_queued must be at most 100000");
+        }
         if self.search.default_budget.is_zero()
             || self.search.default_budget > self.search.max_budget
         {
@@ -426,6 +463,21 @@ impl Config {
         }
         if self.projection.embed_sessions == 0 || self.projection.embed_sessions > 16 {
             bail!("projection.embed_sessions must be between 1 and 16");
+        }
+        let http = &self.http;
+        if http.max_connections == 0 || http.max_connections > 1_000_000 {
+            bail!("http.max_connections must be between 1 and 1000000");
+        }
+        if http.header_read_timeout.is_zero() {
+            bail!("http.header_read_timeout_ms must be at least 1");
+        }
+        if http.request_timeout <= self.search.max_budget {
+            bail!(
+                "http.request_timeout_ms ({}) must be above search.max_budget_ms ({}): a search \
+                 within its budget must not be cut off",
+                http.request_timeout.as_millis(),
+                self.search.max_budget.as_millis()
+            );
         }
         if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
             bail!("projection.embed_batch must be between 1 and 512");

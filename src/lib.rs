@@ -16,9 +16,12 @@
 pub mod bench;
 pub mod client;
 pub mod config;
+pub mod datadir;
 pub mod eval;
 pub mod ops_cli;
 pub mod projection;
+pub mod server;
+pub mod tokens_cli;
 
 use std::future::Future;
 use std::io::Write;
@@ -44,6 +47,11 @@ pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::Vect
         .merge(search::router(ledger.clone(), searcher))
         .merge(ops::router(ledger))
         .fallback(receipts::http::not_found)
+        .layer(middleware::map_response(receipts::http::typed_errors))
+        .layer(middleware::from_fn_with_state(
+            config.http.request_timeout,
+            server::request_deadline,
+        ))
         .layer(middleware::from_fn(log_request))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
@@ -73,7 +81,10 @@ async fn log_request(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status().as_u16();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if status >= 500 {
+    if status == 504 {
+        // A search whose client-chosen budget ran out: the client's choice, not a fault.
+        tracing::info!(%method, %path, status, elapsed_ms, "request ran out of its budget");
+    } else if status >= 500 {
         tracing::error!(%method, %path, status, elapsed_ms, "request failed");
     } else if status >= 400 {
         tracing::info!(%method, %path, status, elapsed_ms, "request refused");
@@ -104,6 +115,7 @@ pub async fn ensure_admin_token(
             scopes: vec![Scope::Admin],
             datasets: None,
             created_by: "cairn:bootstrap".to_owned(),
+            expires_at: None,
         })
         .await?;
     let path = config::admin_token_path(data_dir);
@@ -140,8 +152,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    datadir::prepare(&config.data_dir)?;
     let ledger: Arc<dyn Ledger> = Arc::new(open_ledger(&config).await?);
     if let Some(path) = ensure_admin_token(ledger.as_ref(), &config.data_dir).await? {
         println!(
@@ -173,6 +184,21 @@ pub async fn serve(
         None => None,
     };
     let workers = start_workers(&config, ledger.clone(), projection.as_ref()).await?;
+    let stop_workers = workers.stop.clone();
+    // Descriptors for every connection the server may hold, plus the ledger's and the
+    // vector store's files.
+    let needed = (config.http.max_connections + server::OVERFLOW_CONNECTIONS) as u64 + 1024;
+    if let Some(limit) = server::ensure_open_files(needed) {
+        if limit < needed {
+            tracing::warn!(
+                open_file_limit = limit,
+                needed,
+                max_connections = config.http.max_connections,
+                "the open-file limit is below what http.max_connections may need; lower \
+                 http.max_connections or raise `ulimit -n`"
+            );
+        }
+    }
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("binding {}", config.bind))?;
@@ -180,12 +206,23 @@ pub async fn serve(
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
     tracing::info!(%address, data_dir = %config.data_dir.display(), backends = ?config.backends, "cairn serving");
-    let served = axum::serve(listener, app(ledger, &config, vector))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("serving HTTP");
-    workers.stop().await;
-    served?;
+    let http = server::serve(listener, app(ledger, &config, vector), config.http, async {
+        shutdown.await;
+        // Workers stop on their own clock, independently of the HTTP drain: they release
+        // their leases without charge while connections finish.
+        let _ = stop_workers.send(true);
+    });
+    let (report, ()) = tokio::join!(http, workers.stopped());
+    tracing::info!(
+        connections = report.served,
+        overflowed = report.overflowed,
+        refused = report.refused,
+        dropped_at_shutdown = report.dropped_at_shutdown,
+        "HTTP stopped"
+    );
+    if let Some(projection) = projection {
+        projection.close().await?;
+    }
     tracing::info!("cairn stopped");
     Ok(())
 }
@@ -205,9 +242,11 @@ struct RunningWorkers {
 }
 
 impl RunningWorkers {
-    /// Stops claiming, lets running jobs finish within the grace period, releases the rest.
-    async fn stop(self) {
-        let _ = self.stop.send(true);
+    /// Waits for the stop signal (`stop`), then for every worker to stop claiming, let its
+    /// running jobs finish within the worker's grace period and release the rest.
+    async fn stopped(self) {
+        let mut stopping = self.stop.subscribe();
+        let _ = stopping.wait_for(|stop| *stop).await;
         for handle in self.handles {
             let _ = handle.await;
         }

@@ -7,8 +7,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use cairn::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
 use clap::{Parser, Subcommand};
-use receipts::auth::NewToken;
-use receipts::Scope;
 
 /// cairn: durable ingest and projection.
 #[derive(Debug, Parser)]
@@ -276,10 +274,58 @@ enum TokenCommand {
         /// Limit the token to these datasets (repeatable).
         #[arg(long = "dataset")]
         datasets: Vec<String>,
+        /// Lifetime: 90d, 12h, 30m, 45s (default: no expiry).
+        #[arg(long)]
+        expires_in: Option<String>,
         /// Data directory.
         #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
     },
+    /// List tokens: id, name, state, scopes, datasets, expiry (never a secret).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Data directory.
+        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+    },
+    /// Revoke a token: it stops working at once, in every process.
+    Revoke {
+        /// Token id (`cairn token list`).
+        id: String,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Data directory.
+        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+    },
+    /// Replace a token's secret (same name, scopes, datasets); print the new one (shown once).
+    Rotate {
+        /// Token id (`cairn token list`).
+        id: String,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The new token's lifetime (default: the old one's, counted from now).
+        #[arg(long)]
+        expires_in: Option<String>,
+        /// Data directory.
+        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+    },
+}
+
+impl TokenCommand {
+    fn data_dir(&self) -> &PathBuf {
+        match self {
+            TokenCommand::Create { data_dir, .. }
+            | TokenCommand::List { data_dir, .. }
+            | TokenCommand::Revoke { data_dir, .. }
+            | TokenCommand::Rotate { data_dir, .. } => data_dir,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -452,11 +498,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 &env,
             )?;
+            cairn::datadir::prepare(&config.data_dir)?;
             let ledger: std::sync::Arc<dyn receipts::Ledger> =
                 std::sync::Arc::new(cairn::open_ledger(&config).await?);
             let owner = owner.unwrap_or_else(|| cairn::worker_owner("worker"));
             let mut worker_config = worker::WorkerConfig::new(owner.clone());
             worker_config.concurrency = concurrency.max(1);
+            let mut projection = None;
             let (work, what): (std::sync::Arc<dyn worker::Work>, String) = match simulate_work_ms {
                 Some(delay) => (
                     std::sync::Arc::new(cairn::SimulatedWork(std::time::Duration::from_millis(
@@ -465,8 +513,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     format!("simulated work of {delay} ms per job"),
                 ),
                 None => {
-                    let projector =
-                        cairn::projection::open_projector(&config, ledger.clone()).await?;
+                    let opened =
+                        cairn::projection::open_projection(&config, ledger.clone()).await?;
+                    let projector = opened.projector.clone();
+                    projection = Some(opened);
                     (
                         projector,
                         format!(
@@ -482,6 +532,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             worker::Worker::new(ledger, work, worker_config)
                 .run(cairn::shutdown_signal())
                 .await;
+            if let Some(projection) = projection {
+                projection.close().await?;
+            }
         }
         Command::Ingest {
             paths,
@@ -553,44 +606,46 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             println!("blocked {sha256} in dataset {dataset}");
         }
-        Command::Token {
-            command:
-                TokenCommand::Create {
-                    name,
-                    scopes,
-                    datasets,
-                    data_dir,
-                },
-        } => {
-            let scopes = scopes
-                .iter()
-                .map(|scope| scope.parse::<Scope>().map_err(anyhow::Error::msg))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+        Command::Token { command } => {
             let overrides = Overrides {
-                data_dir: Some(data_dir),
+                data_dir: Some(command.data_dir().clone()),
                 ..Overrides::default()
             };
             let config = Config::load(&overrides, &env)?;
             let ledger = cairn::open_ledger(&config).await?;
-            let created = receipts::Tokens::create_token(
-                &ledger,
-                NewToken {
+            let actor = format!("cli:{}", whoami());
+            match command {
+                TokenCommand::Create {
                     name,
                     scopes,
-                    datasets: if datasets.is_empty() {
-                        None
-                    } else {
-                        Some(datasets)
-                    },
-                    created_by: format!("cli:{}", whoami()),
-                },
-            )
-            .await?;
-            println!("{}", created.secret);
-            eprintln!(
-                "token {} created; the secret above is shown once",
-                created.id
-            );
+                    datasets,
+                    expires_in,
+                    ..
+                } => {
+                    cairn::tokens_cli::create(
+                        &ledger,
+                        actor,
+                        name,
+                        &scopes,
+                        datasets,
+                        expires_in.as_deref(),
+                    )
+                    .await?
+                }
+                TokenCommand::List { json, .. } => cairn::tokens_cli::list(&ledger, json).await?,
+                TokenCommand::Revoke { id, reason, .. } => {
+                    cairn::tokens_cli::revoke(&ledger, actor, &id, reason).await?
+                }
+                TokenCommand::Rotate {
+                    id,
+                    reason,
+                    expires_in,
+                    ..
+                } => {
+                    cairn::tokens_cli::rotate(&ledger, actor, &id, reason, expires_in.as_deref())
+                        .await?
+                }
+            }
         }
         Command::Bench {
             command:

@@ -67,7 +67,8 @@ fn text(value: &Value, key: &str) -> String {
     }
 }
 
-fn duration(ms: Option<i64>) -> String {
+/// A signed duration for a table: `12.5s`, `3m05s`, `26h10m`, `-` when absent.
+pub(crate) fn duration(ms: Option<i64>) -> String {
     let Some(ms) = ms else {
         return "-".to_owned();
     };

@@ -35,6 +35,27 @@ pub struct Projection {
     pub vectors: Option<Arc<dyn VectorStore>>,
     /// The model files.
     pub files: ModelFiles,
+    /// Stops the vector store's background optimiser.
+    optimizer: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Projection {
+    /// Stops the optimiser and puts the vector store on disk, reporting a failed last flush
+    /// (a full disk, say) as an error instead of a panic at exit. Nothing is lost by such a
+    /// failure: a vector receipt is verified only after its flush, so a revision whose points
+    /// did not reach the disk is projected again.
+    pub async fn close(self) -> anyhow::Result<()> {
+        if let Some(stop) = &self.optimizer {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if let Some(vectors) = &self.vectors {
+            vectors
+                .close()
+                .await
+                .context("closing the vector store: its last flush failed")?;
+        }
+        Ok(())
+    }
 }
 
 /// Loads the model, activates the generation in the ledger (refusing a changed one) and opens
@@ -88,13 +109,14 @@ pub async fn open_projection(
                 generation.id, generation.chunker, generation.backends
             )
         })?;
+    let mut optimizer = None;
     let vectors: Option<Arc<dyn VectorStore>> = if config.backends.contains(&Backend::Vector) {
         let path = vector_path(config, &generation);
         let store =
             tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, MODEL_DIMENSION))
                 .await
                 .context("opening the vector store")??;
-        store.spawn_optimizer(config.projection.optimize)?;
+        optimizer = Some(store.spawn_optimizer(config.projection.optimize)?);
         Some(Arc::new(store))
     } else {
         None
@@ -110,5 +132,6 @@ pub async fn open_projection(
         projector,
         vectors,
         files,
+        optimizer,
     })
 }

@@ -17,6 +17,7 @@
 //! - Batch items are independent: one refused item does not fail the others, and results come
 //!   back in request order.
 
+mod batch;
 mod secrets;
 
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use receipts::http::{read_json, ApiError, Auth};
+use receipts::http::{invalid_json, read_json, read_json_body, ApiError, Auth};
 use receipts::{
     policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission,
 };
@@ -108,12 +109,6 @@ struct SourceRequest {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BatchRequest {
-    items: Vec<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct SourceQuery {
     dataset: String,
     source_key: String,
@@ -128,7 +123,8 @@ struct BlockRequest {
     reason: String,
 }
 
-async fn healthz() -> Json<Value> {
+/// Liveness: always `{"status": "ok"}`, without a token (also served past the connection cap).
+pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
@@ -169,25 +165,59 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
             })?,
     };
     validate::content(&bytes)?;
-    if let Some(finding) = secrets::scan(&bytes) {
+    let media_type = request
+        .media_type
+        .unwrap_or_else(|| "text/plain".to_owned());
+    validate::media_type(&media_type)?;
+    if let Err(error) = std::str::from_utf8(&bytes) {
+        // Projection reads text; no binary format is extracted yet, so bytes that are not
+        // UTF-8 would be accepted only to fail later. Refuse them now.
         return Err(ApiError::unprocessable(
-            "secret_detected",
+            "not_text",
             format!(
-                "content carries a credential ({}) at byte offset {}; remove it and resubmit",
-                finding.kind, finding.offset
+                "content is not UTF-8 text (invalid byte at offset {}); cairn indexes text \
+                 documents",
+                error.valid_up_to()
             ),
         )
-        .with_details(json!({ "kind": finding.kind, "offset": finding.offset })));
+        .with_details(json!({ "offset": error.valid_up_to(), "media_type": media_type })));
+    }
+    // Credentials are refused wherever they would be stored: the content, the source key,
+    // the tags and the metadata (its JSON text, keys and values).
+    let metadata_text = request
+        .metadata
+        .as_ref()
+        .map(|metadata| serde_json::to_string(metadata).unwrap_or_default());
+    let tags_text = request.tags.as_ref().map(|tags| tags.join("\n"));
+    let fields: [(&str, &[u8]); 4] = [
+        ("content", &bytes),
+        ("source_key", request.source_key.as_bytes()),
+        ("tags", tags_text.as_deref().unwrap_or_default().as_bytes()),
+        (
+            "metadata",
+            metadata_text.as_deref().unwrap_or_default().as_bytes(),
+        ),
+    ];
+    for (field, text) in fields {
+        if let Some(finding) = secrets::scan(text) {
+            return Err(ApiError::unprocessable(
+                "secret_detected",
+                format!(
+                    "{field} carries a credential ({}) at byte offset {}; remove it and resubmit",
+                    finding.kind, finding.offset
+                ),
+            )
+            .with_details(
+                json!({ "field": field, "kind": finding.kind, "offset": finding.offset }),
+            ));
+        }
     }
     let document = Document {
         bytes,
-        media_type: request
-            .media_type
-            .unwrap_or_else(|| "text/plain".to_owned()),
+        media_type,
         tags: request.tags.unwrap_or_default(),
         metadata: request.metadata.unwrap_or_default(),
     };
-    validate::media_type(&document.media_type)?;
     validate::tags(&document.tags)?;
     validate::metadata(&document.metadata)?;
     Ok(Submission {
@@ -241,29 +271,28 @@ async fn put_batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     auth.require(Scope::Ingest)?;
-    let request: BatchRequest =
-        read_json(&headers, body, state.config.max_batch_body_bytes).await?;
-    if request.items.is_empty() {
+    let limit = state.config.max_batch_items;
+    let body = read_json_body(&headers, body, state.config.max_batch_body_bytes).await?;
+    let items = batch::parse(&body, limit).map_err(|error| match error {
+        batch::BatchError::TooMany { limit } => ApiError::unprocessable(
+            "batch_too_large",
+            format!("more than {limit} items given; the limit is {limit}"),
+        )
+        .with_details(json!({ "limit": limit })),
+        batch::BatchError::Invalid(error) => invalid_json(error),
+    })?;
+    // The items are parsed: the raw body is not needed any more.
+    drop(body);
+    if items.is_empty() {
         return Err(ApiError::unprocessable(
             "empty_batch",
             "`items` must hold at least one item",
         ));
     }
-    if request.items.len() > state.config.max_batch_items {
-        return Err(ApiError::unprocessable(
-            "batch_too_large",
-            format!(
-                "{} items given; the limit is {}",
-                request.items.len(),
-                state.config.max_batch_items
-            ),
-        )
-        .with_details(json!({ "limit": state.config.max_batch_items })));
-    }
-    let mut results: Vec<Option<Value>> = vec![None; request.items.len()];
+    let mut results: Vec<Option<Value>> = vec![None; items.len()];
     let mut admitted = Vec::new();
     let mut slots = Vec::new();
-    for (index, item) in request.items.into_iter().enumerate() {
+    for (index, item) in items.into_iter().enumerate() {
         let parsed = serde_json::from_value::<SourceRequest>(item)
             .map_err(|error| {
                 ApiError::unprocessable("invalid_json", format!("items[{index}]: {error}"))
@@ -326,12 +355,7 @@ async fn delete_source(
     let query = source_query(query)?;
     principal.require_dataset(&query.dataset)?;
     if let Some(reason) = &query.reason {
-        if reason.len() > 1024 || reason.chars().any(char::is_control) {
-            return Err(ApiError::unprocessable(
-                "invalid_reason",
-                "reason is at most 1024 printable characters",
-            ));
-        }
+        validate::reason(reason)?;
     }
     let submission = Submission {
         dataset: query.dataset,
@@ -419,10 +443,18 @@ async fn get_content(
             ApiError::from(LedgerError::Corrupt(format!("content {sha256} missing")))
         })?;
     let media_type = detail.revision.media_type;
+    // The bytes are the client's, served from the dashboard's origin: never rendered there
+    // (attachment, no sniffing, and a policy that runs nothing if a browser renders anyway).
     Ok((
         [
             (header::CONTENT_TYPE, media_type),
             (header::ETAG, format!("\"{sha256}\"")),
+            (header::CONTENT_DISPOSITION, "attachment".to_owned()),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; sandbox".to_owned(),
+            ),
         ],
         bytes,
     )
@@ -437,7 +469,9 @@ async fn block_content(
 ) -> Result<Response, ApiError> {
     let principal = auth.require(Scope::OpsWrite)?;
     let request: BlockRequest = read_json(&headers, body, state.config.max_body_bytes).await?;
+    validate::dataset(&request.dataset)?;
     principal.require_dataset(&request.dataset)?;
+    validate::reason(&request.reason)?;
     let block = ContentBlock {
         dataset: request.dataset,
         sha256: request.content_sha256.to_ascii_lowercase(),

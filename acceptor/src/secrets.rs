@@ -44,6 +44,11 @@ const PATTERNS: &[(&str, &str)] = &[
     ("openai_project_key", r"\bsk-proj-[A-Za-z0-9_\-]{40,}"),
     ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),
     ("pypi_token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
+    // cairn's own API tokens (`cairn_` and 43 base64url characters).
+    (
+        "cairn_token",
+        r"\bcairn_[A-Za-z0-9_\-]{43}(?:[^A-Za-z0-9_\-]|$)",
+    ),
 ];
 
 /// Each pattern compiled, in the order of [`PATTERNS`] (so indices match the set's).

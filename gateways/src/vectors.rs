@@ -108,6 +108,10 @@ pub trait VectorStore: Send + Sync + 'static {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError>;
+    /// Puts everything written on disk before the process stops, and reports what failed (a
+    /// full disk, say) instead of failing later where nobody can handle it. Called once, at
+    /// shutdown.
+    async fn close(&self) -> Result<(), GatewayError>;
 }
 
 /// The point id of a chunk: UUID v5 of the chunk index in the revision's namespace.
@@ -181,7 +185,8 @@ const INDEXED: [(&str, PayloadSchemaType); 6] = [
 ];
 
 struct Shard {
-    shard: EdgeShard,
+    /// The engine; `None` only once the shard is being dropped (see `Drop for Shard`).
+    shard: Option<EdgeShard>,
     /// Points written since the store opened, and when the last write happened
     /// (milliseconds since `opened`): the optimiser's policy inputs.
     points_written: AtomicU64,
@@ -200,7 +205,27 @@ struct Shard {
     flushed: std::sync::Mutex<u64>,
 }
 
+impl Drop for Shard {
+    /// qdrant-edge's own `Drop` flushes and panics when the flush fails (a full disk, say).
+    /// The last flush normally happened in [`VectorStore::close`]; this one is contained, so
+    /// dropping a store can never take the process down.
+    fn drop(&mut self) {
+        if let Some(engine) = self.shard.take() {
+            if let Err(message) = catching(move || drop(engine)) {
+                tracing::error!(%message, "qdrant-edge failed its final flush while closing");
+            }
+        }
+    }
+}
+
 impl Shard {
+    /// The engine.
+    fn engine(&self) -> Result<&EdgeShard, GatewayError> {
+        self.shard
+            .as_ref()
+            .ok_or_else(|| unavailable("the vector store is closed"))
+    }
+
     /// Returns once write number `seq` is on disk, flushing unless a flush already covered it.
     fn sync(&self, seq: u64) -> Result<(), GatewayError> {
         let mut flushed = self
@@ -215,7 +240,7 @@ impl Shard {
             .write()
             .map_err(|_| unavailable("the shard lock is poisoned"))?;
         let target = self.written.load(Ordering::SeqCst);
-        flush(&self.shard)?;
+        flush(self.engine()?)?;
         *flushed = target;
         Ok(())
     }
@@ -429,7 +454,7 @@ impl EdgeVectorStore {
         }
         Ok(EdgeVectorStore {
             inner: Arc::new(Shard {
-                shard,
+                shard: Some(shard),
                 points_written: AtomicU64::new(0),
                 last_write_ms: AtomicU64::new(0),
                 opened: Instant::now(),
@@ -460,7 +485,7 @@ impl EdgeVectorStore {
                         .lock
                         .write()
                         .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                    let result = f(&inner.shard);
+                    let result = inner.engine().and_then(f);
                     let seq = inner.written.fetch_add(1, Ordering::SeqCst) + 1;
                     inner.last_write_ms.store(
                         u64::try_from(inner.opened.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -476,7 +501,7 @@ impl EdgeVectorStore {
                     .lock
                     .read()
                     .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                f(&inner.shard)
+                f(inner.engine()?)
             }
         })
         .await
@@ -513,7 +538,10 @@ impl EdgeVectorStore {
                 shard.update_stats(|stats| stats.running = true);
                 tracing::info!(path = %path.display(), new_points = since, "vector index optimisation started");
                 let started = Instant::now();
-                let outcome = catching(|| shard.shard.optimize());
+                let Ok(engine) = shard.engine() else {
+                    return;
+                };
+                let outcome = catching(|| engine.optimize());
                 let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let outcome = match outcome {
                     Ok(Ok(changed)) => Ok(changed),
@@ -560,7 +588,8 @@ impl EdgeVectorStore {
     pub async fn optimize_now(&self) -> Result<bool, GatewayError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            catching(|| inner.shard.optimize())
+            let engine = inner.engine()?;
+            catching(|| engine.optimize())
                 .map_err(unavailable)?
                 .map_err(unavailable)
         })
@@ -781,6 +810,19 @@ impl VectorStore for EdgeVectorStore {
                 .map_err(unavailable)
         })
         .await
+    }
+
+    async fn close(&self) -> Result<(), GatewayError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let _guard = inner
+                .lock
+                .write()
+                .map_err(|_| unavailable("the shard lock is poisoned"))?;
+            flush(inner.engine()?)
+        })
+        .await
+        .map_err(|error| unavailable(format!("vector task failed: {error}")))?
     }
 
     async fn search(

@@ -20,13 +20,11 @@ use uuid::Uuid;
 use crate::OpsState;
 
 /// Largest action body.
-const MAX_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Default page size.
 const DEFAULT_LIMIT: u32 = 50;
 /// Most jobs one bulk action touches.
 pub const MAX_BULK: usize = 10_000;
-/// Longest reason an operator can give.
-const MAX_REASON_CHARS: usize = 500;
 
 /// Query parameters of the job listings.
 #[derive(Debug, Default, Deserialize)]
@@ -384,13 +382,14 @@ fn parse_job_id(id: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| invalid("invalid_job_id", format!("`{id}` is not a job id (a UUID)")))
 }
 
+/// The job `id` if the token may see it. A job of a dataset outside the token's allowlist is
+/// answered as absent (404), as revisions are, so that ids do not reveal other datasets.
 async fn load_job(state: &OpsState, principal: &Principal, id: Uuid) -> Result<Job, ApiError> {
-    let job = state
-        .ledger
-        .job(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("job_not_found", format!("no job {id}")))?;
-    principal.require_dataset(&job.dataset)?;
+    let not_found = || ApiError::not_found("job_not_found", format!("no job {id}"));
+    let job = state.ledger.job(id).await?.ok_or_else(not_found)?;
+    principal
+        .require_dataset(&job.dataset)
+        .map_err(|_| not_found())?;
     Ok(job)
 }
 
@@ -443,22 +442,17 @@ struct ActionBody {
     reason: Option<String>,
 }
 
-fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
+pub(crate) fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
     let text = text
         .map(|text| text.trim().to_owned())
         .filter(|text| !text.is_empty())
         .unwrap_or_else(|| default.to_owned());
-    if text.chars().count() > MAX_REASON_CHARS || text.chars().any(char::is_control) {
-        return Err(invalid(
-            "invalid_reason",
-            format!("a reason is at most {MAX_REASON_CHARS} printable characters"),
-        ));
-    }
+    receipts::validate::reason(&text)?;
     Ok(text)
 }
 
 /// A JSON body that may be left out entirely (no body: every field's default).
-async fn optional_body<T: Default + serde::de::DeserializeOwned>(
+pub(crate) async fn optional_body<T: Default + serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {

@@ -6,6 +6,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::clock::Micros;
 use crate::ids::sha256_hex;
 
 /// A permission a token can carry.
@@ -129,6 +130,84 @@ pub struct NewToken {
     pub datasets: Option<Vec<String>>,
     /// Who creates it.
     pub created_by: String,
+    /// When it stops working (microseconds since the epoch; `None`: never).
+    pub expires_at: Option<Micros>,
+}
+
+/// Where a token is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenState {
+    /// It authenticates.
+    Active,
+    /// Its expiry has passed.
+    Expired,
+    /// Revoked (or replaced by a rotation).
+    Revoked,
+}
+
+/// A token as listed: everything but its secret, which is never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenInfo {
+    /// Id.
+    pub id: Uuid,
+    /// Name (the actor `token:<name>`).
+    pub name: String,
+    /// Scopes.
+    pub scopes: Vec<Scope>,
+    /// Dataset allowlist (`None`: all datasets).
+    pub datasets: Option<Vec<String>>,
+    /// Who created it.
+    pub created_by: String,
+    /// When.
+    pub created_at: Micros,
+    /// When it expires (`None`: never).
+    pub expires_at: Option<Micros>,
+    /// When it was revoked or rotated away.
+    pub revoked_at: Option<Micros>,
+    /// Who revoked it.
+    pub revoked_by: Option<String>,
+    /// The token that replaced it in a rotation.
+    pub replaced_by: Option<Uuid>,
+    /// Active, expired or revoked, at the time it was read.
+    pub state: TokenState,
+}
+
+/// A change to a token, applied by the ledger's one write path and recorded in history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenChange {
+    /// Create a token.
+    Create(NewToken),
+    /// Revoke a token: it stops authenticating at once.
+    Revoke {
+        /// The token.
+        id: Uuid,
+        /// Who (recorded in history).
+        actor: String,
+        /// Why (recorded in history).
+        reason: Option<String>,
+    },
+    /// Replace a token by a new one with the same name, scopes and datasets, in one
+    /// transaction: the old secret stops working as the new one starts.
+    Rotate {
+        /// The token to replace.
+        id: Uuid,
+        /// Who (recorded in history).
+        actor: String,
+        /// Why (recorded in history).
+        reason: Option<String>,
+        /// The new token's expiry; `None` keeps the old token's lifetime, counted from now.
+        expires_at: Option<Micros>,
+    },
+}
+
+/// What a token change produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenChanged {
+    /// The token changed (the new one, for a creation or rotation).
+    pub token: TokenInfo,
+    /// The new secret (creation and rotation only), shown once.
+    pub secret: Option<String>,
 }
 
 /// A freshly created token: the secret is shown once and never stored.

@@ -459,6 +459,7 @@ pub async fn tokens_authenticate(harness: Harness) {
             scopes: vec![Scope::Ingest],
             datasets: Some(vec!["docs".to_owned()]),
             created_by: "test".to_owned(),
+            expires_at: None,
         })
         .await
         .expect("create");

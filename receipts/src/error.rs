@@ -42,6 +42,12 @@ pub enum LedgerError {
     /// The job does not exist.
     #[error("job {0} not found")]
     JobNotFound(uuid::Uuid),
+    /// The token does not exist.
+    #[error("token {0} not found")]
+    TokenNotFound(uuid::Uuid),
+    /// The token was already revoked (or rotated away).
+    #[error("token {0} is already revoked")]
+    TokenRevoked(uuid::Uuid),
     /// The job's state does not allow the action.
     #[error("job {job_id} is {state}; cannot {action}")]
     InvalidTransition {
@@ -102,6 +108,8 @@ impl LedgerError {
             LedgerError::SourceNotFound { .. } => "source_not_found",
             LedgerError::LeaseLost { .. } => "lease_lost",
             LedgerError::JobNotFound(_) => "job_not_found",
+            LedgerError::TokenNotFound(_) => "token_not_found",
+            LedgerError::TokenRevoked(_) => "token_revoked",
             LedgerError::InvalidTransition { .. } => "invalid_transition",
             LedgerError::GenerationMismatch { .. } => "generation_mismatch",
             LedgerError::Injected(_) => "injected_fault",
@@ -117,8 +125,12 @@ impl LedgerError {
     /// The HTTP status that goes with the code.
     pub fn http_status(&self) -> u16 {
         match self.code() {
-            "content_blocked" | "lease_lost" | "invalid_transition" | "generation_mismatch" => 409,
-            "source_not_found" | "job_not_found" => 404,
+            "content_blocked"
+            | "lease_lost"
+            | "invalid_transition"
+            | "generation_mismatch"
+            | "token_revoked" => 409,
+            "source_not_found" | "job_not_found" | "token_not_found" => 404,
             "ledger_unavailable" => 503,
             "deadline_exceeded" => 504,
             "internal_error" | "injected_fault" => 500,
@@ -131,13 +143,15 @@ impl LedgerError {
         matches!(self.http_status(), 500 | 503)
     }
 
-    /// The message to send to a client: internal details stay in the log.
+    /// The message to send to a client: internal details (driver messages, SQLite result
+    /// codes, paths) stay in the log, and the client gets a stable sentence per code.
     pub fn public_message(&self) -> String {
-        match self {
-            LedgerError::Storage(_) | LedgerError::Internal(_) | LedgerError::Corrupt(_) => {
-                "internal error in the ledger; see the server log".to_owned()
-            }
-            other => other.to_string(),
+        match self.code() {
+            "ledger_unavailable" => "the ledger is unavailable (storage full, busy or \
+                                     unreachable); retry shortly"
+                .to_owned(),
+            "internal_error" => "internal error in the ledger; see the server log".to_owned(),
+            _ => self.to_string(),
         }
     }
 }
@@ -171,6 +185,8 @@ impl LedgerError {
                 reason: reason.clone(),
             },
             LedgerError::JobNotFound(id) => LedgerError::JobNotFound(*id),
+            LedgerError::TokenNotFound(id) => LedgerError::TokenNotFound(*id),
+            LedgerError::TokenRevoked(id) => LedgerError::TokenRevoked(*id),
             LedgerError::InvalidTransition {
                 job_id,
                 state,

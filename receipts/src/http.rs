@@ -187,6 +187,24 @@ pub async fn read_json<T: DeserializeOwned>(
     body: Body,
     limit: usize,
 ) -> Result<T, ApiError> {
+    let bytes = read_json_body(headers, body, limit).await?;
+    serde_json::from_slice(&bytes).map_err(invalid_json)
+}
+
+/// 422 `invalid_json` for a body serde refused.
+pub fn invalid_json(error: serde_json::Error) -> ApiError {
+    ApiError::unprocessable("invalid_json", format!("invalid request body: {error}"))
+}
+
+/// Reads the bytes of a JSON body, checked but not parsed: the media type (415), at most
+/// `limit` bytes (413: a `Content-Length` over the limit is refused before any byte is read,
+/// and a streamed body is refused as soon as it passes the limit, so no more than `limit`
+/// bytes are ever buffered) and UTF-8 (422 `invalid_utf8`).
+pub async fn read_json_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<axum::body::Bytes, ApiError> {
     if let Some(content_type) = headers.get(CONTENT_TYPE) {
         let text = content_type
             .to_str()
@@ -231,12 +249,90 @@ pub async fn read_json<T: DeserializeOwned>(
         )
         .with_details(serde_json::json!({ "offset": error.valid_up_to() })));
     }
-    serde_json::from_slice(&bytes).map_err(|error| {
-        ApiError::unprocessable("invalid_json", format!("invalid request body: {error}"))
-    })
+    Ok(bytes)
 }
 
 /// Fallback for unknown routes: 404 `not_found`.
 pub async fn not_found() -> ApiError {
     ApiError::not_found("not_found", "no such endpoint")
+}
+
+/// Turns every error response that is not already typed JSON into `{code, message}`: the
+/// rejections of axum's extractors (a bad query string, an undecodable path, a wrong method)
+/// answer in plain text otherwise. Query-string errors become 422 (`invalid_limit` or
+/// `invalid_offset` when they name that parameter, else `invalid_query`), path errors 422
+/// `invalid_path`; other statuses keep their status with a code named after it. A 405 keeps
+/// its `Allow` header.
+pub async fn typed_errors(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"));
+    if is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    // Extractor rejections are short sentences; anything longer is cut.
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let error = if let Some(detail) = text.strip_prefix("Failed to deserialize query string:") {
+        // serde_urlencoded names the parameter first (`limit: invalid digit ...`) or as a
+        // duplicate (``duplicate field `limit` ``).
+        let about = |field: &str| {
+            let detail = detail.trim();
+            detail.starts_with(&format!("{field}:"))
+                || detail.contains(&format!("duplicate field `{field}`"))
+        };
+        let code = if about("limit") {
+            "invalid_limit"
+        } else if about("offset") {
+            "invalid_offset"
+        } else {
+            "invalid_query"
+        };
+        ApiError::unprocessable(code, text)
+    } else if status == StatusCode::BAD_REQUEST
+        && (text.contains("Invalid URL") || text.contains("path"))
+    {
+        ApiError::unprocessable("invalid_path", format!("the path is not valid: {text}"))
+    } else {
+        let (code, message) = match status {
+            StatusCode::METHOD_NOT_ALLOWED => (
+                "method_not_allowed",
+                "this endpoint does not take that method; see the Allow header",
+            ),
+            StatusCode::NOT_FOUND => ("not_found", "no such endpoint"),
+            StatusCode::PAYLOAD_TOO_LARGE => ("payload_too_large", "the request body is too large"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                "unsupported_media_type",
+                "request bodies are JSON (Content-Type: application/json)",
+            ),
+            StatusCode::REQUEST_TIMEOUT => ("request_timeout", "the request took too long"),
+            status if status.is_server_error() => {
+                tracing::error!(status = status.as_u16(), body = %text, "untyped server error");
+                ("internal_error", "internal error; see the server log")
+            }
+            _ => ("bad_request", "the request could not be read"),
+        };
+        let message = if text.is_empty() || status.is_server_error() {
+            message.to_owned()
+        } else {
+            text
+        };
+        ApiError::new(status, code, message)
+    };
+    let mut typed = error.into_response();
+    if let Some(allow) = parts.headers.get(axum::http::header::ALLOW) {
+        typed
+            .headers_mut()
+            .insert(axum::http::header::ALLOW, allow.clone());
+    }
+    typed
 }

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::auth::{CreatedToken, NewToken, Principal};
+use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::error::Result;
 use crate::model::{
     Acceptance, BoundHit, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation, Heartbeat,
@@ -70,14 +70,33 @@ pub trait Reader: Send + Sync {
 /// API tokens.
 #[async_trait]
 pub trait Tokens: Send + Sync {
-    /// Creates a token and returns its secret (shown once).
-    async fn create_token(&self, token: NewToken) -> Result<CreatedToken>;
+    /// The one path for every token change (create, revoke, rotate): applied in one
+    /// transaction and recorded in history with its actor and reason. A new secret is in the
+    /// answer, shown once; only its hash is stored.
+    async fn change_token(&self, change: TokenChange) -> Result<TokenChanged>;
 
-    /// The principal of a valid, unrevoked token.
+    /// Creates a token and returns its secret (shown once): [`Tokens::change_token`] with
+    /// [`TokenChange::Create`].
+    async fn create_token(&self, token: NewToken) -> Result<CreatedToken> {
+        let changed = self.change_token(TokenChange::Create(token)).await?;
+        let secret = changed.secret.ok_or_else(|| {
+            crate::LedgerError::Internal("a created token came back without its secret".into())
+        })?;
+        Ok(CreatedToken {
+            id: changed.token.id,
+            secret,
+        })
+    }
+
+    /// The principal of a token that is neither revoked nor expired. Checked against the
+    /// ledger on every call: a revocation takes effect at the next request.
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>>;
 
-    /// Number of unrevoked tokens.
+    /// Number of tokens that authenticate now.
     async fn token_count(&self) -> Result<i64>;
+
+    /// Every token (never a secret), newest first.
+    async fn tokens(&self) -> Result<Vec<TokenInfo>>;
 }
 
 /// Job leases for workers, and the operator actions on jobs. Every write that presents a

@@ -71,6 +71,7 @@ pub mod policy;
 mod projection;
 pub mod sqlite;
 mod sqlite_operations;
+mod sqlite_tokens;
 pub mod validate;
 
 pub use auth::{Principal, Scope};

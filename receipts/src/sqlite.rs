@@ -21,7 +21,7 @@ use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::auth::{generate_secret, secret_hash, CreatedToken, NewToken, Principal, Scope};
+use crate::auth::{Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::clock::{Clock, Micros};
 use crate::error::{LedgerError, Result};
 use crate::faults::{FaultInjector, FaultPoint, NoFaults};
@@ -37,6 +37,7 @@ use crate::model::{
 use crate::passages::{self, Passage};
 use crate::policy;
 use crate::projection::{self, ProjectCommand};
+use crate::sqlite_tokens;
 use crate::validate;
 
 /// How to open a SQLite ledger.
@@ -81,7 +82,6 @@ pub struct SqliteLedger {
     /// Fault injection for reads (tests); the writer holds the same injector.
     faults: Arc<dyn FaultInjector>,
     work_signal: Arc<tokio::sync::Notify>,
-    principals: Arc<std::sync::Mutex<HashMap<String, (Principal, std::time::Instant)>>>,
     writer: mpsc::Sender<WriteOp>,
     clock: Arc<dyn Clock>,
     options: Arc<SqliteOptions>,
@@ -185,7 +185,6 @@ impl SqliteLedger {
             reads,
             faults,
             work_signal,
-            principals: Arc::default(),
             writer: sender,
             clock,
             options,
@@ -230,12 +229,6 @@ impl SqliteLedger {
             .map_err(|_| LedgerError::Unavailable("the ledger writer stopped mid-write".to_owned()))
     }
 }
-
-/// How long a verified token is trusted without asking the database again (a revoked token
-/// stops working within this time).
-const PRINCIPAL_CACHE_TTL: Duration = Duration::from_secs(5);
-/// Most cached principals.
-const PRINCIPAL_CACHE_ENTRIES: usize = 1024;
 
 /// How often the background checkpointer copies the WAL into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
@@ -348,7 +341,7 @@ enum WriteOp {
     Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
     Project(ProjectCommand, oneshot::Sender<Result<()>>),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
-    Token(NewToken, oneshot::Sender<Result<CreatedToken>>),
+    Token(TokenChange, oneshot::Sender<Result<TokenChanged>>),
 }
 
 impl WriteOp {
@@ -368,7 +361,7 @@ enum Done {
     ),
     Block(Result<()>, oneshot::Sender<Result<()>>),
     Project(Result<()>, oneshot::Sender<Result<()>>),
-    Token(Result<CreatedToken>, oneshot::Sender<Result<CreatedToken>>),
+    Token(Result<TokenChanged>, oneshot::Sender<Result<TokenChanged>>),
     Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
 }
 
@@ -518,7 +511,13 @@ impl Writer {
             }
             Err(error) => {
                 if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut self.connection).await {
-                    tracing::error!(error = %rollback, "ledger rollback failed");
+                    // SQLite rolls back by itself when a COMMIT fails for a full disk or an
+                    // I/O error; then there is nothing left to roll back, and that is fine.
+                    if rollback.to_string().contains("no transaction is active") {
+                        tracing::debug!("ledger transaction already rolled back by SQLite");
+                    } else {
+                        tracing::error!(error = %rollback, "ledger rollback failed");
+                    }
                 }
                 tracing::error!(%error, "ledger commit failed; the whole group was rolled back");
                 let message = error.to_string();
@@ -576,9 +575,10 @@ impl Writer {
                 };
                 Done::Block(self.end_item(result).await, reply)
             }
-            WriteOp::Token(token, reply) => {
+            WriteOp::Token(change, reply) => {
+                let now = self.clock.now_micros();
                 let result = match self.begin_item().await {
-                    Ok(()) => self.create_token(token).await,
+                    Ok(()) => sqlite_tokens::change(&mut self.connection, change, now).await,
                     Err(error) => Err(error),
                 };
                 Done::Token(self.end_item(result).await, reply)
@@ -896,26 +896,6 @@ impl Writer {
         .await?;
         Ok(())
     }
-
-    async fn create_token(&mut self, token: NewToken) -> Result<CreatedToken> {
-        let now = self.clock.now_micros();
-        let id = ids::new_v7();
-        let secret = generate_secret();
-        sqlx::query(
-            "INSERT INTO tokens (id, name, sha256, scopes, datasets, created_by, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(id.to_string())
-        .bind(&token.name)
-        .bind(secret_hash(&secret))
-        .bind(json_text(&token.scopes))
-        .bind(token.datasets.as_ref().map(json_text))
-        .bind(&token.created_by)
-        .bind(now)
-        .execute(&mut self.connection)
-        .await?;
-        Ok(CreatedToken { id, secret })
-    }
 }
 
 /// The acceptance write steps. Only `accept_params.sql` takes bound parameters; it stages them
@@ -1137,7 +1117,7 @@ fn duplicate_from_row(row: &SqliteRow) -> Result<Acceptance> {
     })
 }
 
-fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+pub(crate) fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
 }
 
@@ -1241,12 +1221,7 @@ impl Acceptor for SqliteLedger {
     async fn block_content(&self, block: ContentBlock) -> Result<()> {
         validate::dataset(&block.dataset)?;
         validate::sha256_hex(&block.sha256)?;
-        if block.reason.trim().is_empty() {
-            return Err(LedgerError::invalid(
-                "invalid_reason",
-                "a block needs a reason",
-            ));
-        }
+        validate::reason(&block.reason)?;
         self.submit(|reply| WriteOp::Block(block, reply)).await?
     }
 }
@@ -1689,73 +1664,23 @@ impl Reader for SqliteLedger {
 
 #[async_trait]
 impl Tokens for SqliteLedger {
-    async fn create_token(&self, token: NewToken) -> Result<CreatedToken> {
-        if token.name.trim().is_empty()
-            || token.name.len() > 128
-            || token.name.chars().any(char::is_control)
-        {
-            return Err(LedgerError::invalid(
-                "invalid_token_name",
-                "a token name is 1-128 printable characters",
-            ));
+    async fn change_token(&self, change: TokenChange) -> Result<TokenChanged> {
+        if let TokenChange::Create(token) = &change {
+            sqlite_tokens::check_new(token, self.clock.now_micros())?;
         }
-        if token.scopes.is_empty() {
-            return Err(LedgerError::invalid(
-                "invalid_scopes",
-                "a token needs at least one scope",
-            ));
-        }
-        if let Some(datasets) = &token.datasets {
-            for dataset in datasets {
-                validate::dataset(dataset)?;
-            }
-        }
-        self.submit(|reply| WriteOp::Token(token, reply)).await?
+        self.submit(|reply| WriteOp::Token(change, reply)).await?
     }
 
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
-        let hash = secret_hash(secret);
-        if let Ok(cache) = self.principals.lock() {
-            if let Some((principal, at)) = cache.get(&hash) {
-                if at.elapsed() < PRINCIPAL_CACHE_TTL {
-                    return Ok(Some(principal.clone()));
-                }
-            }
-        }
-        let row = sqlx::query(
-            "SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = ? AND revoked_at IS NULL",
-        )
-        .bind(&hash)
-        .fetch_optional(&self.reads)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let scopes: String = row.try_get("scopes")?;
-        let datasets: Option<String> = row.try_get("datasets")?;
-        let corrupt = |error: serde_json::Error| LedgerError::Corrupt(error.to_string());
-        let principal = Principal {
-            token_id: parse_uuid(&row.try_get::<String, _>("id")?)?,
-            name: row.try_get("name")?,
-            scopes: serde_json::from_str::<Vec<Scope>>(&scopes).map_err(corrupt)?,
-            datasets: datasets
-                .map(|text| serde_json::from_str(&text))
-                .transpose()
-                .map_err(corrupt)?,
-        };
-        if let Ok(mut cache) = self.principals.lock() {
-            if cache.len() >= PRINCIPAL_CACHE_ENTRIES {
-                cache.clear();
-            }
-            cache.insert(hash, (principal.clone(), std::time::Instant::now()));
-        }
-        Ok(Some(principal))
+        sqlite_tokens::authenticate(&self.reads, secret, self.clock.now_micros()).await
     }
 
     async fn token_count(&self) -> Result<i64> {
-        Ok(
-            sqlx::query_scalar("SELECT count(*) FROM tokens WHERE revoked_at IS NULL")
-                .fetch_one(&self.reads)
-                .await?,
-        )
+        sqlite_tokens::active_count(&self.reads, self.clock.now_micros()).await
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenInfo>> {
+        sqlite_tokens::list(&self.reads, self.clock.now_micros()).await
     }
 }
 

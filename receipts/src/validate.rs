@@ -169,3 +169,21 @@ pub fn stage(value: &str) -> Result<(), LedgerError> {
         ))
     }
 }
+
+/// Most characters in a reason (a block, a delete, an operator action, a token change).
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// A reason recorded in history and shown to operators: 1-500 printable characters (no
+/// control characters such as NUL or newlines).
+pub fn reason(text: &str) -> Result<(), LedgerError> {
+    if text.trim().is_empty()
+        || text.chars().count() > MAX_REASON_CHARS
+        || text.chars().any(char::is_control)
+    {
+        return Err(LedgerError::invalid(
+            "invalid_reason",
+            format!("a reason is 1-{MAX_REASON_CHARS} printable characters"),
+        ));
+    }
+    Ok(())
+}

@@ -137,13 +137,16 @@ pub fn parse(
 impl From<SearchError> for ApiError {
     fn from(error: SearchError) -> Self {
         match error {
-            SearchError::Overloaded { limit } => {
+            SearchError::Overloaded { limit, queued } => {
                 let mut api = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "overloaded",
-                    format!("{limit} searches are already running; retry after a second"),
+                    format!(
+                        "{limit} searches are running and {queued} waiting; no slot could start \
+                         this one within its budget; retry after a second"
+                    ),
                 )
-                .with_details(serde_json::json!({ "max_in_flight": limit }));
+                .with_details(serde_json::json!({ "max_in_flight": limit, "queued": queued }));
                 api.retry_after = Some(1);
                 api
             }

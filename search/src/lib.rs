@@ -21,8 +21,10 @@
 //!   refilled from further candidates, so drops never silently shorten an answer.
 //! - Dataset permissions apply to every phase: the store's filter, the ledger query and the
 //!   binding all use the same dataset list.
-//! - Admission is bounded (`max_in_flight`): excess requests get `overloaded` (429) at once,
-//!   never a timeout. A timeout is never reported as overload.
+//! - Admission is bounded: `max_in_flight` searches run, up to `max_queued` more wait for a
+//!   slot, and the wait counts against each request's budget. A request gets `overloaded`
+//!   (429) when the queue is full or a slot would leave its vector phase less than
+//!   [`MIN_VECTOR_TIME`]; never a timeout. A timeout is never reported as overload.
 //! - No work outlives the budget by more than one bounded step: the lexical query is
 //!   interrupted inside SQLite; the vector phase is dropped at its deadline, leaving at most the
 //!   embedding of one query (at most 256 tokens) or one store search to finish on the blocking
@@ -32,6 +34,7 @@ pub mod api;
 pub mod fusion;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +47,20 @@ pub use api::router;
 
 /// Share of the budget the vector phase (embed, search, bind) may use in `auto` mode.
 pub const VECTOR_SHARE: f64 = 0.75;
+
+/// The least time a queued search must have left for its vector phase when it gets a slot
+/// (a search takes about 5 ms idle and 11 ms under projection); a slot that would come later
+/// is refused with 429 instead.
+pub const MIN_VECTOR_TIME: Duration = Duration::from_millis(25);
+
+/// Counts a request out of the admission queue when it leaves (admitted, refused or dropped).
+struct QueuedGuard<'a>(&'a AtomicUsize);
+
+impl Drop for QueuedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 /// Longest query, in characters.
 pub const MAX_QUERY_CHARS: usize = 2000;
 /// Most results per request.
@@ -56,8 +73,10 @@ pub const MAX_VECTOR_FETCH: usize = 2000;
 /// Limits of the search API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SearchSettings {
-    /// Searches running at once; more are refused with 429.
+    /// Searches running at once; more wait in the admission queue.
     pub max_in_flight: usize,
+    /// Searches waiting for a slot; more are refused with 429 at once.
+    pub max_queued: usize,
     /// Budget when the request does not give one.
     pub default_budget: Duration,
     /// Largest budget a request may ask for.
@@ -68,6 +87,7 @@ impl Default for SearchSettings {
     fn default() -> Self {
         Self {
             max_in_flight: 32,
+            max_queued: 256,
             default_budget: Duration::from_millis(2000),
             max_budget: Duration::from_millis(30_000),
         }
@@ -185,6 +205,8 @@ pub struct SearchResult {
 /// Milliseconds spent per phase (absent: the phase did not run).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Phases {
+    /// Waiting in the admission queue for a slot (absent when one was free).
+    pub admission: Option<f64>,
     /// Embedding the query.
     pub embed: Option<f64>,
     /// The store's nearest-neighbour search.
@@ -222,11 +244,14 @@ pub struct SearchResponse {
 /// Why a search has no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
-    /// Too many searches in flight.
-    #[error("too many searches in flight (limit {limit}); retry shortly")]
+    /// Too many searches in flight, and the queue is full or the wait for a slot would leave
+    /// the vector phase no time.
+    #[error("too many searches in flight (limit {limit}, {queued} queued); retry shortly")]
     Overloaded {
         /// The limit.
         limit: usize,
+        /// Searches waiting when this one was refused.
+        queued: usize,
     },
     /// The budget ran out with nothing to return.
     #[error("no phase answered within the budget of {budget_ms} ms ({})", degradations.join(", "))]
@@ -265,6 +290,8 @@ pub struct Searcher {
     vector: Option<VectorSide>,
     settings: SearchSettings,
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// Requests waiting for a slot.
+    queued: Arc<AtomicUsize>,
     overfetch: OverFetch,
 }
 
@@ -420,8 +447,40 @@ impl Searcher {
             ledger,
             vector,
             in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight.max(1))),
+            queued: Arc::new(AtomicUsize::new(0)),
             settings,
             overfetch: OverFetch::new(),
+        }
+    }
+
+    /// A slot among `max_in_flight`. When none is free the request waits in a bounded queue,
+    /// and the wait counts against its budget: it gives up (429) when the queue is full, or
+    /// when a slot would come too late to leave the vector phase [`MIN_VECTOR_TIME`].
+    async fn admit(
+        &self,
+        arrived: Instant,
+        budget: Duration,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, SearchError> {
+        if let Ok(permit) = self.in_flight.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        let overloaded = |queued| SearchError::Overloaded {
+            limit: self.settings.max_in_flight,
+            queued,
+        };
+        let latest = (arrived + budget.mul_f64(VECTOR_SHARE)).checked_sub(MIN_VECTOR_TIME);
+        let Some(latest) = latest.filter(|latest| *latest > Instant::now()) else {
+            return Err(overloaded(self.queued.load(Ordering::SeqCst)));
+        };
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
+        let _queued = QueuedGuard(&self.queued);
+        if queued >= self.settings.max_queued {
+            return Err(overloaded(queued));
+        }
+        let wait = self.in_flight.clone().acquire_owned();
+        match tokio::time::timeout_at(latest.into(), wait).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(overloaded(self.queued.load(Ordering::SeqCst))),
         }
     }
 
@@ -437,14 +496,9 @@ impl Searcher {
 
     /// Answers `query` within its budget.
     pub async fn search(&self, query: Query) -> Result<SearchResponse, SearchError> {
-        let _permit =
-            self.in_flight
-                .clone()
-                .try_acquire_owned()
-                .map_err(|_| SearchError::Overloaded {
-                    limit: self.settings.max_in_flight,
-                })?;
         let started = Instant::now();
+        let _permit = self.admit(started, query.budget).await?;
+        let admission_ms = ms(started);
         let deadline = started + query.budget;
         let mode = match (query.mode, &self.vector) {
             (Mode::Vector, None) => {
@@ -486,7 +540,10 @@ impl Searcher {
         };
         let (vector, lexical) = tokio::join!(vector_phase, lexical_phase);
 
-        let mut phases = Phases::default();
+        let mut phases = Phases {
+            admission: (admission_ms >= 0.01).then_some(admission_ms),
+            ..Phases::default()
+        };
         let mut degradations = Vec::new();
         let mut stale_dropped = 0;
         let mut lists: Vec<(&'static str, Vec<Candidate>)> = Vec::new();

@@ -127,6 +127,27 @@ impl World {
         )
     }
 
+    /// A searcher with an admission queue of `max_queued`.
+    fn searcher_queued(
+        &self,
+        embedder: Arc<dyn Embedder>,
+        max_in_flight: usize,
+        max_queued: usize,
+    ) -> Searcher {
+        Searcher::new(
+            self.ledger.clone(),
+            Some(VectorSide {
+                embedder,
+                store: self.vectors.clone(),
+            }),
+            SearchSettings {
+                max_in_flight,
+                max_queued,
+                ..SearchSettings::default()
+            },
+        )
+    }
+
     /// A running worker; stops when the returned sender is dropped or sent `true`.
     fn start_worker(
         &self,
@@ -284,6 +305,9 @@ struct FailingSearchVectors(Arc<EdgeVectorStore>);
 impl VectorStore for FailingSearchVectors {
     fn name(&self) -> &'static str {
         "failing-search"
+    }
+    async fn close(&self) -> Result<(), GatewayError> {
+        self.0.close().await
     }
     fn dimension(&self) -> usize {
         self.0.dimension()
@@ -504,11 +528,12 @@ async fn the_budget_ends_in_search_timeout_when_no_phase_can_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn searches_beyond_the_in_flight_limit_are_refused_at_once() {
+async fn searches_beyond_the_queue_are_refused_at_once_and_queued_ones_when_too_late() {
     let world = world().await;
     world.accept(corpus("docs")).await;
     let slow = slow_model(Arc::new(AtomicUsize::new(0))).await;
-    let searcher = Arc::new(world.searcher(slow, 2));
+    // One slot, two places in the queue; each search holds its slot for 75% of 1 s.
+    let searcher = Arc::new(world.searcher_queued(slow, 1, 2));
     let mut tasks = Vec::new();
     for _ in 0..6 {
         let searcher = searcher.clone();
@@ -518,31 +543,65 @@ async fn searches_beyond_the_in_flight_limit_are_refused_at_once() {
             (outcome, started.elapsed())
         }));
     }
-    let mut answered = 0;
-    let mut refused = 0;
+    let (mut answered, mut refused_at_once, mut refused_after_waiting) = (0, 0, 0);
     for task in tasks {
         match task.await.expect("join") {
             (Ok(answer), _) => {
                 assert_eq!(answer.mode, Answered::LexicalFallback);
                 answered += 1;
             }
-            (Err(SearchError::Overloaded { limit }), elapsed) => {
-                assert_eq!(limit, 2);
-                assert!(
-                    elapsed < Duration::from_millis(100),
-                    "refused after {elapsed:?}"
-                );
-                refused += 1;
+            (Err(SearchError::Overloaded { limit, .. }), elapsed) => {
+                assert_eq!(limit, 1);
+                if elapsed < Duration::from_millis(100) {
+                    refused_at_once += 1;
+                } else {
+                    // Queued, and refused once a slot could no longer leave the vector phase
+                    // its minimum: at 75% of the budget less that minimum, not at the end.
+                    assert!(
+                        elapsed >= Duration::from_millis(600)
+                            && elapsed < Duration::from_millis(900),
+                        "refused after {elapsed:?}"
+                    );
+                    refused_after_waiting += 1;
+                }
             }
             (Err(other), _) => panic!("unexpected {other}"),
         }
     }
-    assert_eq!((answered, refused), (2, 4));
-    // Permits come back: the next search runs.
+    assert_eq!(
+        (answered, refused_at_once, refused_after_waiting),
+        (1, 3, 2)
+    );
+    // Permits and queue places come back: the next search runs.
     assert!(searcher
         .search(query("volcano", Mode::Lexical, 1_000))
         .await
         .is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_larger_than_the_slots_is_answered_from_the_queue() {
+    let world = world().await;
+    world.accept(corpus("docs")).await;
+    // One slot and room for the whole burst: every search waits its turn and is answered
+    // within its budget (without the queue, 31 of 32 would be refused).
+    let searcher = Arc::new(world.searcher_queued(model().await, 1, 64));
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let searcher = searcher.clone();
+        tasks.push(tokio::spawn(async move {
+            searcher
+                .search(query("volcano", Mode::Lexical, 3_000))
+                .await
+        }));
+    }
+    let mut waited = 0;
+    for task in tasks {
+        let answer = task.await.expect("join").expect("answered from the queue");
+        assert_eq!(answer.results[0].source_key, "volcano");
+        waited += usize::from(answer.phases.admission.is_some());
+    }
+    assert!(waited >= 1, "no search waited for a slot");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -667,6 +726,7 @@ async fn token(
             scopes,
             datasets: datasets.map(|names| names.into_iter().map(str::to_owned).collect()),
             created_by: "test".to_owned(),
+            expires_at: None,
         })
         .await
         .expect("token")
@@ -766,7 +826,11 @@ async fn overload_and_timeout_have_their_own_statuses() {
     let world = world().await;
     world.accept(corpus("docs")).await;
     let slow = slow_model(Arc::new(AtomicUsize::new(0))).await;
-    let router = search::router(world.ledger.clone(), Arc::new(world.searcher(slow, 1)));
+    // No queue: a second search is refused while the first holds the only slot.
+    let router = search::router(
+        world.ledger.clone(),
+        Arc::new(world.searcher_queued(slow, 1, 0)),
+    );
     let secret = token(&world.ledger, vec![Scope::Search], None).await;
     let first = {
         let router = router.clone();

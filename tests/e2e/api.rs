@@ -116,12 +116,13 @@ async fn multibyte_whitespace_at_a_passage_boundary_is_accepted() {
 }
 
 #[tokio::test]
-async fn base64_content_keeps_binary_bytes() {
+async fn base64_content_keeps_its_bytes_and_non_utf8_is_refused_at_admission() {
     let app = app().await;
-    let bytes = [0u8, 159, 146, 150, 255];
-    let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+    // Text with a NUL, a CR and a non-ASCII letter: sent as base64, kept byte for byte.
+    let bytes = "caf\u{e9}\0\r\nline".as_bytes().to_vec();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
     let (status, receipt) = app
-        .put(&app.admin, json!({"dataset": "bin", "source_key": "x", "content_base64": encoded, "media_type": "application/octet-stream"}))
+        .put(&app.admin, json!({"dataset": "bin", "source_key": "x", "content_base64": encoded, "media_type": "text/plain"}))
         .await;
     assert_eq!(status, 202, "{receipt}");
     assert_eq!(receipt["content_sha256"], receipts::ids::sha256_hex(&bytes));
@@ -131,6 +132,16 @@ async fn base64_content_keeps_binary_bytes() {
         .await
         .expect("read");
     assert_eq!(stored.as_deref(), Some(&bytes[..]));
+
+    // Bytes that are not UTF-8 would only die later as `not_text`: refused now, nothing kept.
+    let before = app.counts().await;
+    let binary = base64::engine::general_purpose::STANDARD.encode([0u8, 159, 146, 150, 255]);
+    let refused = app
+        .put(&app.admin, json!({"dataset": "bin", "source_key": "y", "content_base64": binary, "media_type": "application/octet-stream"}))
+        .await;
+    assert_error(&refused, 422, "not_text");
+    assert_eq!(refused.1["details"]["offset"], 1);
+    assert_eq!(app.counts().await, before);
 }
 
 #[tokio::test]
@@ -441,9 +452,33 @@ async fn every_bad_input_is_typed_and_writes_nothing() {
     assert_error(&leaked, 422, "secret_detected");
     assert_eq!(
         leaked.1["details"],
-        json!({"kind": "aws_access_key_id", "offset": 9})
+        json!({"field": "content", "kind": "aws_access_key_id", "offset": 9})
     );
     assert!(!leaked.1.to_string().contains(secret));
+    // The other stored fields are scanned too, and cairn's own tokens are recognised.
+    for (field, body) in [
+        (
+            "source_key",
+            json!({"dataset": "docs", "source_key": format!("keys/{secret}"), "content": "x"}),
+        ),
+        (
+            "tags",
+            json!({"dataset": "docs", "source_key": "k", "content": "x", "tags": ["ok", secret]}),
+        ),
+        (
+            "metadata",
+            json!({"dataset": "docs", "source_key": "k", "content": "x", "metadata": {"note": {"key": secret}}}),
+        ),
+        (
+            "content",
+            json!({"dataset": "docs", "source_key": "k", "content": format!("use {} here", app.admin)}),
+        ),
+    ] {
+        let refused = app.put(&token, body).await;
+        assert_error(&refused, 422, "secret_detected");
+        assert_eq!(refused.1["details"]["field"], field, "{}", refused.1);
+        assert!(!refused.1.to_string().contains(&app.admin));
+    }
     let key = app.put(&token, json!({"dataset": "docs", "source_key": "k", "content": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"})).await;
     assert_error(&key, 422, "secret_detected");
     assert_eq!(key.1["details"]["kind"], "private_key");
@@ -499,6 +534,28 @@ async fn every_bad_input_is_typed_and_writes_nothing() {
     assert_error(
         &app.call("POST", "/v1/sources/batch", Some(&token), Some(too_many))
             .await,
+        422,
+        "batch_too_large",
+    );
+    // The item limit is applied while parsing: a body whose items run past the limit is
+    // refused for its size even though everything after the limit is not JSON at all, so
+    // nothing past the limit is parsed or kept.
+    let (status, _, bytes) = app
+        .raw(
+            axum::http::Request::builder()
+                .method("POST")
+                .uri("/v1/sources/batch")
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(format!(
+                    "{{\"items\":[0,0,0,0,{}",
+                    "x".repeat(1000)
+                )))
+                .expect("request"),
+        )
+        .await;
+    assert_error(
+        &(status, serde_json::from_slice(&bytes).expect("json")),
         422,
         "batch_too_large",
     );
@@ -647,4 +704,129 @@ async fn search_without_a_vector_store_answers_lexically_from_acceptance_on() {
         .call("POST", "/v1/search", None, Some(json!({"query": "lava"})))
         .await;
     assert_eq!(status.as_u16(), 401);
+}
+
+#[tokio::test]
+async fn every_error_is_typed_json_whatever_rejects_it() {
+    let app = app().await;
+    let admin = app.admin.clone();
+    // Query strings: a bad number, a repeated or unknown parameter.
+    for (uri, code) in [
+        ("/v1/ops/jobs?limit=-1", "invalid_limit"),
+        ("/v1/ops/jobs?limit=abc", "invalid_limit"),
+        ("/v1/ops/jobs?limit=1&limit=2", "invalid_limit"),
+        ("/v1/ops/jobs?colour=red", "invalid_query"),
+    ] {
+        assert_error(&app.call("GET", uri, Some(&admin), None).await, 422, code);
+    }
+    // A path segment that is not UTF-8.
+    assert_error(
+        &app.call("GET", "/v1/ops/jobs/%FF%FE", Some(&admin), None)
+            .await,
+        422,
+        "invalid_path",
+    );
+    // A wrong method: typed, with `Allow`.
+    let (status, headers, bytes) = app
+        .raw(
+            Request::builder()
+                .method("PUT")
+                .uri("/v1/sources/batch")
+                .header("authorization", format!("Bearer {admin}"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+    let body: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+    assert_error(&(status, body), 405, "method_not_allowed");
+    assert_eq!(
+        headers.get("allow").and_then(|v| v.to_str().ok()),
+        Some("POST")
+    );
+}
+
+#[tokio::test]
+async fn reasons_are_bounded_printable_text_and_content_is_served_as_an_attachment() {
+    let app = app().await;
+    let admin = app.admin.clone();
+    let sha = "a".repeat(64);
+    for reason in [
+        "with a NUL \u{0} byte".to_owned(),
+        "x".repeat(100_000),
+        " ".to_owned(),
+    ] {
+        let refused = app
+            .call(
+                "POST",
+                "/v1/blocks",
+                Some(&admin),
+                Some(json!({"dataset": "docs", "content_sha256": sha, "reason": reason})),
+            )
+            .await;
+        assert_error(&refused, 422, "invalid_reason");
+    }
+    let (status, _) = app
+        .call(
+            "POST",
+            "/v1/blocks",
+            Some(&admin),
+            Some(json!({"dataset": "docs", "content_sha256": sha, "reason": "legal hold"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    // Client-chosen HTML is never rendered from cairn's origin.
+    let (_, receipt) = app
+        .put(
+            &admin,
+            json!({"dataset": "docs", "source_key": "page", "content": "<script>alert(1)</script>", "media_type": "text/html"}),
+        )
+        .await;
+    let id = receipt["source_revision_id"].as_str().expect("id");
+    let (status, headers, _) = app
+        .raw(
+            Request::builder()
+                .uri(format!("/v1/revisions/{id}/content"))
+                .header("authorization", format!("Bearer {admin}"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(header("content-disposition"), "attachment");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert!(header("content-security-policy").contains("sandbox"));
+
+    // The dashboard: a policy that allows only its own script, no framing, no sniffing.
+    let (status, headers, _) = app
+        .raw(
+            Request::builder()
+                .uri("/ops")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let policy = headers
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(policy.contains("script-src 'sha256-"), "{policy}");
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert_eq!(
+        headers.get("x-frame-options").map(|v| v.as_bytes()),
+        Some(&b"DENY"[..])
+    );
+    assert_eq!(
+        headers.get("x-content-type-options").map(|v| v.as_bytes()),
+        Some(&b"nosniff"[..])
+    );
+    assert!(headers.get("referrer-policy").is_some());
 }

@@ -66,6 +66,7 @@ impl TestApp {
                 scopes: scopes.to_vec(),
                 datasets: datasets.map(|list| list.iter().map(|d| d.to_string()).collect()),
                 created_by: "test".to_owned(),
+                expires_at: None,
             })
             .await
             .expect("token")

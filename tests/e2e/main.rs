@@ -10,3 +10,5 @@ mod crash;
 mod eval;
 mod ops;
 mod projection;
+mod server;
+mod tokens;

@@ -340,7 +340,7 @@ async fn ops_actions_need_their_scope_and_dataset_and_are_recorded() {
     let ingest = app.token("ingest", &[Scope::Ingest], None).await;
     let requeue_dead = format!("/v1/ops/jobs/{}/requeue", seeded.dead.id);
 
-    // 401 without a token, 403 without the scope, 403 outside the allowlist.
+    // 401 without a token, 403 without the scope, 403 or 404 outside the allowlist.
     assert_error(
         &app.call("GET", "/v1/ops/summary", None, None).await,
         401,
@@ -362,12 +362,18 @@ async fn ops_actions_need_their_scope_and_dataset_and_are_recorded() {
         403,
         "forbidden",
     );
-    assert_error(
-        &app.call("POST", &requeue_dead, Some(&beta_only), Some(json!({})))
-            .await,
-        403,
-        "forbidden",
-    );
+    // Another dataset's job is answered as absent, never named: read, requeue, cancel.
+    let other_job = format!("/v1/ops/jobs/{}", seeded.dead.id);
+    for (method, uri) in [
+        ("GET", other_job.clone()),
+        ("POST", requeue_dead.clone()),
+        ("POST", format!("{other_job}/cancel")),
+    ] {
+        let body = (method == "POST").then(|| json!({}));
+        let refused = app.call(method, &uri, Some(&beta_only), body).await;
+        assert_error(&refused, 404, "job_not_found");
+        assert!(!refused.1.to_string().contains("alpha"), "{}", refused.1);
+    }
     assert_error(
         &app.call("GET", "/v1/ops/jobs?dataset=alpha", Some(&beta_only), None)
             .await,

@@ -20,7 +20,7 @@ async fn revision(http: &reqwest::Client, base: &str, token: &str, id: &str) -> 
 }
 
 /// Polls a revision until its job reaches `state`; returns the detail.
-async fn wait_for_job(
+pub(crate) async fn wait_for_job(
     http: &reqwest::Client,
     base: &str,
     token: &str,

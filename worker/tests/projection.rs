@@ -433,6 +433,9 @@ impl VectorStore for FaultyVectors {
     fn name(&self) -> &'static str {
         "faulty"
     }
+    async fn close(&self) -> Result<(), GatewayError> {
+        self.real.close().await
+    }
     fn dimension(&self) -> usize {
         self.real.dimension()
     }
