@@ -69,9 +69,14 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
         Some(2),
         "rejected files make the exit status 2:\n{stdout}"
     );
-    assert!(stdout.contains("accepted  3"), "{stdout}");
+    assert!(stdout.contains("accepted  2"), "{stdout}");
     assert!(stdout.contains("duplicate 0"), "{stdout}");
-    assert!(stdout.contains("rejected  2"), "{stdout}");
+    assert!(stdout.contains("rejected  3"), "{stdout}");
+    // Bytes that are not UTF-8 are refused at admission, not accepted to fail later.
+    assert!(
+        stdout.contains("not_text (1)") && stdout.contains("blob.bin"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("empty_content (1)") && stdout.contains("notes/empty.txt"),
         "{stdout}"
@@ -89,7 +94,7 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
         .await
         .expect("ingest");
     assert!(
-        again.contains("accepted  0") && again.contains("duplicate 3"),
+        again.contains("accepted  0") && again.contains("duplicate 2"),
         "{again}"
     );
 
@@ -112,7 +117,7 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
     .expect("status");
     assert!(status.status.success());
     let report: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
-    assert_eq!(report["status"]["counts"]["sources"], 3);
+    assert_eq!(report["status"]["counts"]["sources"], 2);
     assert_eq!(report["ready"]["status"], "ready");
 
     let pid = server.id().expect("pid").to_string();
