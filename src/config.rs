@@ -95,6 +95,7 @@ struct FileLimits {
     max_body_bytes: Option<usize>,
     max_batch_body_bytes: Option<usize>,
     max_batch_items: Option<usize>,
+    max_body_bytes_in_flight: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -270,6 +271,20 @@ impl Config {
             max_batch_items: env_number(env, "CAIRN_MAX_BATCH_ITEMS")?
                 .or(file.limits.max_batch_items)
                 .unwrap_or(defaults.max_batch_items),
+            max_body_bytes_in_flight: 0,
+        };
+        // Unless set, room for the larger of the two body limits (the default: one maximal
+        // batch at a time).
+        let acceptor = acceptor::AcceptorConfig {
+            max_body_bytes_in_flight: env_number(env, "CAIRN_MAX_BODY_BYTES_IN_FLIGHT")?
+                .or(file.limits.max_body_bytes_in_flight)
+                .unwrap_or(
+                    defaults
+                        .max_body_bytes_in_flight
+                        .max(acceptor.max_body_bytes)
+                        .max(acceptor.max_batch_body_bytes),
+                ),
+            ..acceptor
         };
         let backend_names: Option<Vec<String>> = env
             .get("CAIRN_BACKENDS")
@@ -421,6 +436,17 @@ impl Config {
         }
         if self.acceptor.max_body_bytes < 1024 {
             bail!("limits.max_body_bytes must be at least 1024");
+        }
+        let largest = self
+            .acceptor
+            .max_body_bytes
+            .max(self.acceptor.max_batch_body_bytes);
+        if self.acceptor.max_body_bytes_in_flight < largest {
+            bail!(
+                "limits.max_body_bytes_in_flight ({}) must be at least the largest body limit \
+                 ({largest}), or a request of that size could never be read",
+                self.acceptor.max_body_bytes_in_flight
+            );
         }
         if self.acceptor.max_batch_items == 0 || self.acceptor.max_batch_items > 100_000 {
             bail!("limits.max_batch_items must be between 1 and 100000");

@@ -30,7 +30,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use receipts::http::{invalid_json, read_json, read_json_body, ApiError, Auth};
+use receipts::http::{
+    invalid_json, page_newest_first, read_json, read_json_body, ApiError, Auth, PageParams,
+};
 use receipts::{
     policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission,
 };
@@ -49,6 +51,11 @@ pub struct AcceptorConfig {
     pub max_batch_body_bytes: usize,
     /// Most items in one batch.
     pub max_batch_items: usize,
+    /// Bytes of ingest bodies read and admitted at once, across all requests. A request
+    /// reserves its declared length (its limit when it declares none) before reading a byte,
+    /// and waits while the reservation does not fit; so memory stays bounded whatever the
+    /// number of clients. At least the larger of the two body limits.
+    pub max_body_bytes_in_flight: usize,
 }
 
 impl Default for AcceptorConfig {
@@ -57,6 +64,7 @@ impl Default for AcceptorConfig {
             max_body_bytes: policy::DEFAULT_MAX_BODY_BYTES,
             max_batch_body_bytes: policy::DEFAULT_MAX_BATCH_BODY_BYTES,
             max_batch_items: policy::DEFAULT_MAX_BATCH_ITEMS,
+            max_body_bytes_in_flight: policy::DEFAULT_MAX_BATCH_BODY_BYTES,
         }
     }
 }
@@ -66,6 +74,42 @@ impl Default for AcceptorConfig {
 pub struct AcceptorState {
     ledger: Arc<dyn Ledger>,
     config: Arc<AcceptorConfig>,
+    /// The in-flight body budget, in KiB.
+    budget: Arc<tokio::sync::Semaphore>,
+}
+
+impl AcceptorState {
+    /// Reserves room for a body of at most `limit` bytes in the in-flight budget. A body
+    /// declared larger than its limit reserves nothing: it is refused (413) before it is read.
+    async fn reserve(
+        &self,
+        headers: &HeaderMap,
+        limit: usize,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<usize>().ok());
+        if declared.is_some_and(|length| length > limit) {
+            return Ok(None);
+        }
+        let bytes = declared
+            .unwrap_or(limit)
+            .min(self.config.max_body_bytes_in_flight);
+        let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        self.budget
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .map(Some)
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shutting_down",
+                    "the server is stopping",
+                )
+            })
+    }
 }
 
 impl FromRef<AcceptorState> for Arc<dyn Ledger> {
@@ -76,8 +120,10 @@ impl FromRef<AcceptorState> for Arc<dyn Ledger> {
 
 /// The ingest API's routes, ready to merge into cairn's router.
 pub fn router(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> Router {
+    let budget_kib = config.max_body_bytes_in_flight.div_ceil(1024).max(1);
     let state = AcceptorState {
         ledger,
+        budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
         config: Arc::new(config),
     };
     Router::new()
@@ -113,6 +159,10 @@ struct SourceQuery {
     dataset: String,
     source_key: String,
     reason: Option<String>,
+    /// Reads: revisions and head moves per page (newest first).
+    limit: Option<u32>,
+    /// Reads: entries skipped.
+    offset: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -245,6 +295,7 @@ async fn put_source(
     body: Body,
 ) -> Result<Response, ApiError> {
     auth.require(Scope::Ingest)?;
+    let _reserved = state.reserve(&headers, state.config.max_body_bytes).await?;
     let request: SourceRequest = read_json(&headers, body, state.config.max_body_bytes).await?;
     let submission = admit(&auth, request)?;
     accept_one(&state, submission).await
@@ -271,6 +322,9 @@ async fn put_batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     auth.require(Scope::Ingest)?;
+    let _reserved = state
+        .reserve(&headers, state.config.max_batch_body_bytes)
+        .await?;
     let limit = state.config.max_batch_items;
     let body = read_json_body(&headers, body, state.config.max_batch_body_bytes).await?;
     let items = batch::parse(&body, limit).map_err(|error| match error {
@@ -381,7 +435,17 @@ async fn get_source(
         .source(&query.dataset, &query.source_key)
         .await?
     {
-        Some(view) => Ok(Json(view).into_response()),
+        Some(view) => {
+            let (limit, offset) = PageParams {
+                limit: query.limit,
+                offset: query.offset,
+            }
+            .resolve()?;
+            let mut value = serde_json::to_value(view).unwrap_or(Value::Null);
+            page_newest_first(&mut value, "revisions", (limit, offset), true);
+            page_newest_first(&mut value, "head_history", (limit, offset), false);
+            Ok(Json(value).into_response())
+        }
         None => Err(LedgerError::SourceNotFound {
             dataset: query.dataset,
             source_key: query.source_key,
@@ -420,8 +484,13 @@ async fn get_revision(
     State(state): State<AcceptorState>,
     auth: Auth,
     Path(id): Path<String>,
+    Query(page): Query<PageParams>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(visible_revision(&state, &auth, &id).await?).into_response())
+    let (limit, offset) = page.resolve()?;
+    let detail = visible_revision(&state, &auth, &id).await?;
+    let mut value = serde_json::to_value(detail).unwrap_or(Value::Null);
+    page_newest_first(&mut value, "history", (limit, offset), false);
+    Ok(Json(value).into_response())
 }
 
 async fn get_content(

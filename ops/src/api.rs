@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use receipts::http::{read_json, ApiError, Auth};
+use receipts::http::{page_newest_first, read_json, ApiError, Auth, PageParams};
 use receipts::{
     HistoryEntry, Job, JobFilter, JobOrder, JobState, LedgerError, Micros, Principal, Scope,
 };
@@ -263,7 +263,10 @@ async fn list(
 
 /// `GET /v1/ops/summary`: counts, the last hour's activity, lease health, pauses.
 pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {
-    auth.require(Scope::OpsRead)?;
+    let principal = auth.require(Scope::OpsRead)?;
+    if let Some(datasets) = &principal.datasets {
+        return Ok(Json(scoped_summary(&state, datasets).await?));
+    }
     let counts = state.ledger.counts().await?;
     let activity = state.ledger.activity(Duration::from_secs(3600)).await?;
     let per_minute = |pick: fn(&receipts::operations::MinuteActivity) -> i64| -> f64 {
@@ -291,6 +294,59 @@ pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<V
         "minutes": activity.minutes,
         "pauses": activity.pauses,
     })))
+}
+
+/// Jobs by state within `datasets` (a token's allowlist), counted from the job listings.
+pub(crate) async fn jobs_by_state(
+    state: &OpsState,
+    datasets: &[String],
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let mut counts = serde_json::Map::new();
+    for job_state in JobState::ALL.iter().copied() {
+        let page = state
+            .ledger
+            .find_jobs(&JobFilter {
+                states: vec![job_state],
+                dataset: None,
+                allowed_datasets: Some(datasets.to_vec()),
+                text: None,
+                error_code: None,
+                order: JobOrder::RecentlyChanged,
+                limit: 1,
+                offset: 0,
+            })
+            .await?;
+        if page.total > 0 {
+            counts.insert(job_state.as_str().to_owned(), json!(page.total));
+        }
+    }
+    Ok(counts)
+}
+
+/// The summary for a token limited to some datasets: its datasets' jobs by state and the
+/// pauses that apply to them (their own and the pause of every dataset). Ledger-wide figures
+/// (sources, receipts, throughput, latency) would describe other datasets, so they are left
+/// out; `scope` says so.
+async fn scoped_summary(state: &OpsState, datasets: &[String]) -> Result<Value, ApiError> {
+    let activity = state.ledger.activity(Duration::from_secs(60)).await?;
+    let pauses: Vec<_> = activity
+        .pauses
+        .into_iter()
+        .filter(|pause| {
+            pause
+                .dataset
+                .as_ref()
+                .is_none_or(|dataset| datasets.contains(dataset))
+        })
+        .collect();
+    Ok(json!({
+        "now": activity.now,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": state.started_at.elapsed().as_secs(),
+        "scope": { "datasets": datasets, "ledger_wide_figures": "omitted" },
+        "jobs": jobs_by_state(state, datasets).await?,
+        "pauses": pauses,
+    }))
 }
 
 /// The states of the "dead" listing.
@@ -399,8 +455,10 @@ pub async fn job_detail(
     State(state): State<OpsState>,
     auth: Auth,
     Path(id): Path<String>,
+    Query(page): Query<PageParams>,
 ) -> Result<Json<Value>, ApiError> {
     let principal = auth.require(Scope::OpsRead)?;
+    let (limit, offset) = page.resolve()?;
     let id = parse_job_id(&id)?;
     let job = load_job(&state, principal, id).await?;
     let ledger = &state.ledger;
@@ -415,7 +473,7 @@ pub async fn job_detail(
     let source = ledger.source(&job.dataset, &job.source_key).await?;
     let revision = ledger.revision(job.revision_id).await?;
     let now = ledger.clock_now();
-    Ok(Json(json!({
+    let mut detail = json!({
         "now": now,
         "job": JobView::of(job, now),
         "history": history,
@@ -432,7 +490,14 @@ pub async fn job_detail(
             "revisions": source.revisions,
             "head_history": source.head_history,
         })),
-    })))
+    });
+    // Lists that grow with every retry or revision come newest first, one page at a time.
+    page_newest_first(&mut detail, "history", (limit, offset), false);
+    if let Some(source) = detail.get_mut("source") {
+        page_newest_first(source, "revisions", (limit, offset), true);
+        page_newest_first(source, "head_history", (limit, offset), false);
+    }
+    Ok(Json(detail))
 }
 
 /// The body of a one-job action.

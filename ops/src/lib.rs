@@ -88,7 +88,17 @@ pub fn router(ledger: Arc<dyn Ledger>) -> Router {
 }
 
 async fn status(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {
-    auth.require(Scope::OpsRead)?;
+    let principal = auth.require(Scope::OpsRead)?;
+    if let Some(datasets) = &principal.datasets {
+        // Ledger-wide counts would describe other datasets: only this token's jobs.
+        return Ok(Json(json!({
+            "status": "ok",
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_seconds": state.started_at.elapsed().as_secs(),
+            "scope": { "datasets": datasets },
+            "counts": { "jobs": api::jobs_by_state(&state, datasets).await? },
+        })));
+    }
     let counts = state.ledger.counts().await?;
     Ok(Json(json!({
         "status": "ok",
@@ -138,7 +148,17 @@ fn dashboard_policy() -> &'static str {
 }
 
 async fn prometheus(State(state): State<OpsState>, auth: Auth) -> Result<Response, ApiError> {
-    auth.require(Scope::OpsRead)?;
+    let principal = auth.require(Scope::OpsRead)?;
+    if principal.datasets.is_some() {
+        // Series carry every dataset's name and ledger-wide counts.
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "forbidden",
+            "metrics name every dataset: scrape with an ops:read token that has no dataset \
+             allowlist",
+        )
+        .with_details(json!({ "reason": "dataset_allowlist" })));
+    }
     let text = metrics::render(state.ledger.as_ref(), &state.cursor).await?;
     Ok((
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

@@ -336,3 +336,56 @@ pub async fn typed_errors(response: Response) -> Response {
     }
     typed
 }
+
+/// Query parameters of responses that hold lists without a bound (history, revisions).
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    /// Entries per list (1-500, default 50).
+    pub limit: Option<u32>,
+    /// Entries skipped, newest first.
+    pub offset: Option<u32>,
+}
+
+/// Default entries per list.
+pub const DEFAULT_PAGE: u32 = 50;
+/// Most entries per list.
+pub const MAX_PAGE: u32 = 500;
+
+impl PageParams {
+    /// The page's `(limit, offset)`, or 422 `invalid_limit`.
+    pub fn resolve(self) -> Result<(usize, usize), ApiError> {
+        let limit = self.limit.unwrap_or(DEFAULT_PAGE);
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(ApiError::unprocessable(
+                "invalid_limit",
+                format!("limit is between 1 and {MAX_PAGE}"),
+            ));
+        }
+        Ok((limit as usize, self.offset.unwrap_or(0) as usize))
+    }
+}
+
+/// Pages the array `value[field]` newest first, and adds `{field}_total` with the whole
+/// array's length. History is stored oldest first and is reversed; revision lists already
+/// come newest first (`already_newest_first`). Other fields are left as they are.
+pub fn page_newest_first(
+    value: &mut serde_json::Value,
+    field: &str,
+    (limit, offset): (usize, usize),
+    already_newest_first: bool,
+) {
+    let Some(object) = value.as_object_mut() else {
+        return;
+    };
+    let Some(serde_json::Value::Array(mut items)) = object.remove(field) else {
+        return;
+    };
+    let total = items.len();
+    if !already_newest_first {
+        items.reverse();
+    }
+    let page: Vec<serde_json::Value> = items.into_iter().skip(offset).take(limit).collect();
+    object.insert(field.to_owned(), serde_json::Value::Array(page));
+    object.insert(format!("{field}_total"), serde_json::json!(total));
+}

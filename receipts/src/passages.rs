@@ -14,8 +14,14 @@ pub struct Passage {
     pub byte_start: usize,
     /// Offset one past the last byte.
     pub byte_end: usize,
-    /// The passage text (trimmed).
-    pub text: String,
+}
+
+impl Passage {
+    /// The passage's text within the text it was split from (trimmed). Passages hold offsets
+    /// only: acceptance keeps no second copy of a document's text.
+    pub fn text<'a>(&self, of: &'a str) -> &'a str {
+        of.get(self.byte_start..self.byte_end).unwrap_or_default()
+    }
 }
 
 /// Splits `text` into passages of at most [`PASSAGE_TARGET_BYTES`] bytes (a single word
@@ -37,7 +43,6 @@ pub fn split(text: &str) -> Vec<Passage> {
             passages.push(Passage {
                 byte_start: trimmed_start,
                 byte_end: trimmed_start + trimmed.len(),
-                text: trimmed.to_owned(),
             });
         }
         start = end;
@@ -97,14 +102,15 @@ mod tests {
         let passages = split(&text);
         assert_eq!(passages.len(), 2);
         assert_eq!(passages[0].byte_end, PASSAGE_TARGET_BYTES - 10);
-        assert_eq!(passages[1].text, "y".repeat(400));
+        assert_eq!(passages[1].text(&text), "y".repeat(400));
     }
 
     #[test]
     fn short_text_is_one_passage() {
-        let passages = split("  hello world \n");
+        let text = "  hello world \n";
+        let passages = split(text);
         assert_eq!(passages.len(), 1);
-        assert_eq!(passages[0].text, "hello world");
+        assert_eq!(passages[0].text(text), "hello world");
         assert_eq!(passages[0].byte_start, 2);
     }
 
@@ -114,15 +120,14 @@ mod tests {
         for passage in &passages {
             prop_assert!(passage.byte_start >= last_end);
             prop_assert!(passage.byte_end - passage.byte_start <= PASSAGE_TARGET_BYTES.max(4));
-            prop_assert_eq!(
-                &text[passage.byte_start..passage.byte_end],
-                passage.text.as_str()
-            );
+            // Each passage is trimmed, non-empty text on character boundaries.
+            let piece = text.get(passage.byte_start..passage.byte_end);
+            prop_assert!(piece.is_some_and(|piece| !piece.is_empty() && piece.trim() == piece));
             last_end = passage.byte_end;
         }
         let joined: String = passages
             .iter()
-            .map(|p| p.text.as_str())
+            .map(|p| p.text(text))
             .collect::<Vec<_>>()
             .join(" ");
         prop_assert_eq!(
@@ -155,10 +160,11 @@ mod tests {
             for passage in &passages {
                 prop_assert!(passage.byte_start >= last_end);
                 prop_assert!(passage.byte_end - passage.byte_start <= PASSAGE_TARGET_BYTES.max(4));
-                prop_assert_eq!(&text[passage.byte_start..passage.byte_end], passage.text.as_str());
+                let piece = text.get(passage.byte_start..passage.byte_end);
+                prop_assert!(piece.is_some_and(|piece| !piece.is_empty() && piece.trim() == piece));
                 last_end = passage.byte_end;
             }
-            let joined: String = passages.iter().map(|p| p.text.as_str()).collect();
+            let joined: String = passages.iter().map(|p| p.text(&text)).collect();
             let squeezed: String = text.split_whitespace().collect();
             let joined_squeezed: String = joined.split_whitespace().collect();
             prop_assert_eq!(squeezed, joined_squeezed);

@@ -174,6 +174,18 @@ async fn source_history_delete_and_revert() {
     assert_eq!(source["deleted"], true);
     assert_eq!(source["head"]["reason"], "gdpr request");
     assert_eq!(source["revisions"].as_array().map(Vec::len), Some(3));
+    assert_eq!(source["revisions_total"], 3);
+    assert_eq!(source["revisions"][0]["tombstone"], true, "newest first");
+    let (_, page) = app
+        .call(
+            "GET",
+            "/v1/sources?dataset=docs&source_key=k&limit=1&offset=2",
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(page["revisions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(page["revisions"][0]["id"], first["source_revision_id"]);
     let (_, back) = app.put(&app.admin, put("one")).await;
     assert_eq!(
         back["source_revision_id"], first["source_revision_id"],

@@ -292,13 +292,39 @@ async fn ops_listings_show_each_state_with_its_why() {
     assert_eq!(
         transitions,
         vec![
-            (Value::Null, json!("pending")),
-            (json!("pending"), json!("running")),
             (json!("running"), json!("dead")),
-        ]
+            (json!("pending"), json!("running")),
+            (Value::Null, json!("pending")),
+        ],
+        "newest first"
     );
     assert_eq!(history[1]["actor"], "host-c:303:worker-2");
-    assert_eq!(history[2]["error_code"], "not_text");
+    assert_eq!(detail["history_total"], 3);
+    // One page at a time.
+    let (status, page) = app
+        .call(
+            "GET",
+            &format!("/v1/ops/jobs/{}?limit=1&offset=1", seeded.dead.id),
+            Some(&reader),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["history"].as_array().map(Vec::len), Some(1));
+    assert_eq!(page["history"][0]["to"], "running");
+    assert_eq!(page["history_total"], 3);
+    assert_error(
+        &app.call(
+            "GET",
+            &format!("/v1/ops/jobs/{}?limit=0", seeded.dead.id),
+            Some(&reader),
+            None,
+        )
+        .await,
+        422,
+        "invalid_limit",
+    );
+    assert_eq!(history[0]["error_code"], "not_text");
     assert_eq!(detail["receipts"].as_array().map(Vec::len), Some(2));
     assert_eq!(
         detail["source"]["head_revision_id"],
@@ -380,6 +406,44 @@ async fn ops_actions_need_their_scope_and_dataset_and_are_recorded() {
         403,
         "forbidden",
     );
+    // Views are scoped to the allowlist: another dataset's pause, actor and reason, and
+    // ledger-wide counts are not shown; metrics (which name every dataset) need a token
+    // without an allowlist.
+    app.ledger
+        .pause(Some("gamma"), "token:ops", "gamma maintenance window")
+        .await
+        .expect("pause gamma");
+    let (status, summary) = app
+        .call("GET", "/v1/ops/summary", Some(&beta_only), None)
+        .await;
+    assert_eq!(status, 200, "{summary}");
+    assert!(
+        !summary.to_string().contains("alpha") && !summary.to_string().contains("gamma"),
+        "{summary}"
+    );
+    assert_eq!(summary["scope"]["datasets"], json!(["beta"]));
+    let beta_jobs: i64 = summary["jobs"]
+        .as_object()
+        .expect("jobs")
+        .values()
+        .filter_map(Value::as_i64)
+        .sum();
+    assert_eq!(beta_jobs, 1, "{summary}");
+    let (_, status_view) = app.call("GET", "/v1/status", Some(&beta_only), None).await;
+    assert!(!status_view.to_string().contains("alpha"), "{status_view}");
+    assert!(
+        status_view["counts"].get("sources").is_none(),
+        "{status_view}"
+    );
+    assert_error(
+        &app.call("GET", "/metrics", Some(&beta_only), None).await,
+        403,
+        "forbidden",
+    );
+    app.ledger
+        .resume(Some("gamma"), "token:ops", "done")
+        .await
+        .expect("resume gamma");
     // The allowlist narrows listings.
     let (_, beta_view) = app
         .call("GET", "/v1/ops/jobs", Some(&beta_only), None)
@@ -779,7 +843,7 @@ async fn the_ops_cli_prints_tables_and_acts_by_filter() {
     )
     .await;
     let detail: Value = serde_json::from_str(&detail).expect("json");
-    assert_eq!(detail["history"][2]["error_code"], "not_text");
+    assert_eq!(detail["history"][0]["error_code"], "not_text");
 
     // A bulk action without --yes is a dry run: it lists the candidates and changes nothing.
     let dry = cairn_ops(
