@@ -46,6 +46,7 @@ pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::Vect
         .merge(acceptor::router(ledger.clone(), config.acceptor.clone()))
         .merge(search::router(ledger.clone(), searcher))
         .merge(ops::router(ledger))
+        .route_layer(middleware::from_fn(note_route))
         .fallback(receipts::http::not_found)
         .layer(middleware::map_response(receipts::http::typed_errors))
         .layer(middleware::from_fn_with_state(
@@ -74,13 +75,50 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     ))
 }
 
+/// The route template that matched a request (`/v1/revisions/{id}`), for metric labels that
+/// stay few whatever the paths clients send.
+#[derive(Debug, Clone)]
+struct Route(String);
+
+/// Runs on matched routes only: passes the matched route out with the response.
+async fn note_route(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|path| path.as_str().to_owned());
+    let mut response = next.run(request).await;
+    if let Some(route) = route {
+        response.extensions_mut().insert(Route(route));
+    }
+    response
+}
+
 async fn log_request(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let started = std::time::Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16();
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed = started.elapsed();
+    let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+    let route = response
+        .extensions()
+        .get::<Route>()
+        .map_or_else(|| "unmatched".to_owned(), |route| route.0.clone());
+    let method_label = method.as_str().to_owned();
+    metrics::counter!(
+        "cairn_http_requests_total",
+        "route" => route.clone(),
+        "method" => method_label.clone(),
+        "status" => status.to_string(),
+    )
+    .increment(1);
+    metrics::histogram!(
+        "cairn_http_request_duration_seconds",
+        "route" => route,
+        "method" => method_label,
+    )
+    .record(elapsed.as_secs_f64());
     if status == 504 {
         // A search whose client-chosen budget ran out: the client's choice, not a fault.
         tracing::info!(%method, %path, status, elapsed_ms, "request ran out of its budget");

@@ -130,18 +130,22 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let (service, permit, keep_alive) =
+                let (service, permit, keep_alive, label) =
                     if let Ok(permit) = permits.clone().try_acquire_owned() {
                         report.served += 1;
-                        (app.clone(), permit, true)
+                        (app.clone(), permit, true, "app")
                     } else if let Ok(permit) = overflow_permits.clone().try_acquire_owned() {
                         report.overflowed += 1;
-                        (overflow.clone(), permit, false)
+                        (overflow.clone(), permit, false, "overflow")
                     } else {
                         report.refused += 1;
+                        metrics::counter!("cairn_http_connections_refused_total").increment(1);
                         drop(stream);
                         continue;
                     };
+                let open = metrics::gauge!("cairn_http_connections_open", "service" => label);
+                open.increment(1.0);
+                let permit = OpenConnection { _permit: permit, open };
                 connections.spawn(connection(
                     stream,
                     service,
@@ -190,7 +194,7 @@ async fn connection(
     header_read_timeout: Duration,
     keep_alive: bool,
     mut draining: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    _permit: OpenConnection,
 ) {
     let _ = stream.set_nodelay(true);
     let mut builder = http1::Builder::new();
@@ -214,6 +218,18 @@ async fn connection(
     if let Err(error) = result {
         // Timeouts and clients that go away are normal for a server on a network.
         tracing::debug!(%error, "HTTP connection ended with an error");
+    }
+}
+
+/// A connection's place under the cap, counted in `cairn_http_connections_open` while held.
+struct OpenConnection {
+    _permit: OwnedSemaphorePermit,
+    open: metrics::Gauge,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.open.decrement(1.0);
     }
 }
 

@@ -45,7 +45,10 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
                 }
             };
             match builder.install_recorder() {
-                Ok(handle) => Some(handle),
+                Ok(handle) => {
+                    describe();
+                    Some(handle)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "a metrics recorder is already installed; in-process metrics are off");
                     None
@@ -53,6 +56,197 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// Every metric cairn exports: name, kind and help text. The exposition carries a `# HELP`
+/// line for each (promtool checks it in the tests).
+pub const METRICS: &[(&str, Kind, &str)] = &[
+    (
+        "cairn_jobs",
+        Kind::Gauge,
+        "Jobs by state, read from the ledger at scrape time.",
+    ),
+    (
+        "cairn_receipts",
+        Kind::Gauge,
+        "Projection receipts by backend and state, read from the ledger at scrape time.",
+    ),
+    (
+        "cairn_queue_depth",
+        Kind::Gauge,
+        "Jobs waiting to run (pending or retry_wait).",
+    ),
+    (
+        "cairn_queue_due",
+        Kind::Gauge,
+        "Waiting jobs whose run time has come.",
+    ),
+    (
+        "cairn_running_jobs",
+        Kind::Gauge,
+        "Jobs running under a lease.",
+    ),
+    (
+        "cairn_oldest_running_lease_age_seconds",
+        Kind::Gauge,
+        "Age of the oldest lease held by a running job (0 when none runs).",
+    ),
+    (
+        "cairn_max_heartbeat_age_seconds",
+        Kind::Gauge,
+        "Longest time since a running job's last heartbeat (0 when none runs).",
+    ),
+    (
+        "cairn_claim_pauses",
+        Kind::Gauge,
+        "Active claim pauses (one per paused dataset, one for all datasets).",
+    ),
+    (
+        "cairn_sources",
+        Kind::Gauge,
+        "Sources in the ledger, deleted ones included.",
+    ),
+    ("cairn_revisions", Kind::Gauge, "Revisions in the ledger."),
+    (
+        "cairn_job_claims_total",
+        Kind::Counter,
+        "Jobs claimed by workers, by dataset, counted from the job history.",
+    ),
+    (
+        "cairn_job_completions_total",
+        Kind::Counter,
+        "Jobs completed, by dataset, counted from the job history.",
+    ),
+    (
+        "cairn_job_retries_scheduled_total",
+        Kind::Counter,
+        "Runs that ended in a scheduled retry, by dataset.",
+    ),
+    (
+        "cairn_job_quarantines_total",
+        Kind::Counter,
+        "Jobs quarantined after repeated crashes, by dataset.",
+    ),
+    (
+        "cairn_job_failures_total",
+        Kind::Counter,
+        "Runs that ended in an error, by dataset, error code and the state the job went to.",
+    ),
+    (
+        "cairn_lease_rescues_total",
+        Kind::Counter,
+        "Expired leases taken back from workers that stopped heartbeating, by dataset and outcome.",
+    ),
+    (
+        "cairn_job_enqueue_to_start_seconds",
+        Kind::Histogram,
+        "Time from acceptance to a job's first claim.",
+    ),
+    (
+        "cairn_accepted_to_searchable_seconds",
+        Kind::Histogram,
+        "Time from acceptance to a completed projection (every backend read back).",
+    ),
+    (
+        "cairn_search_requests_total",
+        Kind::Counter,
+        "Searches by the mode that answered (or was asked, on error) and HTTP status.",
+    ),
+    (
+        "cairn_search_duration_seconds",
+        Kind::Histogram,
+        "Time to answer a search, by the mode that answered.",
+    ),
+    (
+        "cairn_search_stale_dropped_total",
+        Kind::Counter,
+        "Vector hits dropped by binding because their revision is no longer current.",
+    ),
+    (
+        "cairn_search_degraded_total",
+        Kind::Counter,
+        "Searches answered with less than asked, by reason.",
+    ),
+    (
+        "cairn_projection_stage_seconds",
+        Kind::Histogram,
+        "Time spent in each projection stage, by stage and job kind.",
+    ),
+    (
+        "cairn_http_requests_total",
+        Kind::Counter,
+        "HTTP requests by route, method and status.",
+    ),
+    (
+        "cairn_http_request_duration_seconds",
+        Kind::Histogram,
+        "Time to answer an HTTP request, by route and method.",
+    ),
+    (
+        "cairn_http_connections_open",
+        Kind::Gauge,
+        "HTTP connections open, by the service that serves them (app or overflow).",
+    ),
+    (
+        "cairn_http_connections_refused_total",
+        Kind::Counter,
+        "HTTP connections closed at once because the cap and the overflow were full.",
+    ),
+];
+
+/// A metric's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Goes up and down.
+    Gauge,
+    /// Only goes up.
+    Counter,
+    /// Observations in buckets.
+    Histogram,
+}
+
+/// Describes every metric and creates, at zero, each series whose labels are known before
+/// the first event: dashboards and alerts see 0, not "no data".
+fn describe() {
+    for (name, kind, help) in METRICS {
+        match kind {
+            Kind::Gauge => metrics::describe_gauge!(*name, *help),
+            Kind::Counter => metrics::describe_counter!(*name, *help),
+            Kind::Histogram => metrics::describe_histogram!(*name, *help),
+        }
+    }
+    for histogram in [
+        "cairn_job_enqueue_to_start_seconds",
+        "cairn_accepted_to_searchable_seconds",
+    ] {
+        let _ = metrics::histogram!(histogram);
+    }
+    metrics::counter!("cairn_search_stale_dropped_total").absolute(0);
+    metrics::counter!("cairn_http_connections_refused_total").absolute(0);
+    for service in ["app", "overflow"] {
+        metrics::gauge!("cairn_http_connections_open", "service" => service).set(0.0);
+    }
+    for mode in ["hybrid", "vector", "lexical", "lexical_fallback"] {
+        metrics::counter!("cairn_search_requests_total", "mode" => mode, "status" => "200")
+            .absolute(0);
+        let _ = metrics::histogram!("cairn_search_duration_seconds", "mode" => mode);
+    }
+    for mode in ["auto", "vector", "lexical"] {
+        for status in ["422", "429", "500", "503", "504"] {
+            metrics::counter!("cairn_search_requests_total", "mode" => mode, "status" => status)
+                .absolute(0);
+        }
+    }
+    for reason in [
+        "vector_timeout",
+        "vector_error",
+        "embed_error",
+        "lexical_timeout",
+        "lexical_error",
+        "stale_dropped",
+    ] {
+        metrics::counter!("cairn_search_degraded_total", "reason" => reason).absolute(0);
+    }
 }
 
 /// The position in the job history up to which events were counted.
@@ -140,10 +334,15 @@ pub async fn render(ledger: &dyn Ledger, cursor: &EventCursor) -> Result<String,
         let value = counts.jobs.get(state.as_str()).copied().unwrap_or(0);
         metrics::gauge!("cairn_jobs", "state" => state.as_str()).set(value as f64);
     }
-    for (key, value) in &counts.receipts {
-        let (backend, state) = key.split_once('/').unwrap_or((key.as_str(), ""));
-        metrics::gauge!("cairn_receipts", "backend" => backend.to_owned(), "state" => state.to_owned())
-            .set(*value as f64);
+    // Every backend and state, at zero when the ledger has none (a series that vanishes
+    // reads as "no data", not as 0).
+    for backend in receipts::Backend::ALL {
+        for state in receipts::ReceiptState::ALL {
+            let key = format!("{}/{}", backend.as_str(), state.as_str());
+            let value = counts.receipts.get(&key).copied().unwrap_or(0);
+            metrics::gauge!("cairn_receipts", "backend" => backend.as_str(), "state" => state.as_str())
+                .set(value as f64);
+        }
     }
     let activity = ledger.activity(Duration::from_secs(60)).await?;
     metrics::gauge!("cairn_queue_depth").set(activity.queue_depth as f64);

@@ -10,5 +10,6 @@ mod crash;
 mod eval;
 mod ops;
 mod projection;
+mod prometheus;
 mod server;
 mod tokens;
