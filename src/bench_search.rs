@@ -181,6 +181,61 @@ fn summary(mut samples: Vec<f64>) -> Value {
     })
 }
 
+/// `clients` searches started at once (auto mode, 3 s budget each): how many were answered
+/// within their budget, refused (429) or timed out, and the goodput (answers within budget
+/// per second of the burst's wall time).
+async fn burst(
+    searcher: &Arc<Searcher>,
+    queries: &[String],
+    datasets: &[String],
+    top_k: usize,
+    clients: usize,
+) -> Value {
+    let budget = Duration::from_secs(3);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|index| {
+            let searcher = searcher.clone();
+            let query = Query {
+                text: queries[index % queries.len().max(1)].clone(),
+                datasets: datasets.to_vec(),
+                top_k,
+                budget,
+                mode: Mode::Auto,
+                group_by_source: true,
+            };
+            tokio::spawn(async move {
+                let began = Instant::now();
+                let outcome = searcher.search(query).await;
+                (outcome, began.elapsed())
+            })
+        })
+        .collect();
+    let (mut answered, mut refused, mut failed, mut degraded) = (0usize, 0usize, 0usize, 0usize);
+    let mut latencies = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok((Ok(answer), took)) if took <= budget => {
+                answered += 1;
+                degraded += usize::from(answer.degraded);
+                latencies.push(took.as_secs_f64() * 1000.0);
+            }
+            Ok((Err(search::SearchError::Overloaded { .. }), _)) => refused += 1,
+            _ => failed += 1,
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    json!({
+        "answered_within_budget": answered,
+        "degraded_answers": degraded,
+        "refused_429": refused,
+        "timed_out_or_failed": failed,
+        "wall_seconds": wall,
+        "goodput_per_second": answered as f64 / wall.max(1e-9),
+        "answer_latency": summary(latencies),
+    })
+}
+
 /// Runs the benchmark on temporary data directories.
 pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value> {
     let files = ModelFiles::locate(&config.projection.models_dir)?;
@@ -329,8 +384,32 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             p50.get("vector").copied().unwrap_or(0.0),
             paired["p50_ms"].as_f64().unwrap_or(0.0)
         );
+        // Bursts: many clients at once, each with one search (auto mode, 3 s budget), against
+        // admission without a queue (429 at once past max_in_flight, as before issue 13) and
+        // with the bounded queue.
+        let mut bursts = Vec::new();
+        for clients in [64, 256] {
+            for (policy, max_queued) in [("no_queue", 0), ("queue", config.search.max_queued)] {
+                let settings = search::SearchSettings {
+                    max_queued,
+                    ..config.search
+                };
+                let searcher = Arc::new(Searcher::new(
+                    ledger.clone(),
+                    Some(VectorSide {
+                        embedder: embedder.clone(),
+                        store: Arc::new(store.clone()),
+                    }),
+                    settings,
+                ));
+                let report = burst(&searcher, &queries, &datasets, bench.top_k, clients).await;
+                eprintln!("search: {size} chunks, burst of {clients}, {policy}: {report}");
+                bursts.push(json!({ "clients": clients, "admission": policy, "max_queued": max_queued, "result": report }));
+            }
+        }
         reports.push(json!({
             "chunks": size,
+            "bursts": bursts,
             "load_seconds": load_seconds,
             "hnsw_build_seconds": optimize_seconds,
             "hnsw_built": changed,

@@ -282,12 +282,24 @@ fn catching<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     CAUGHT.with(|caught| caught.set(false));
     result.map_err(|payload| {
-        payload
+        let message = payload
             .downcast_ref::<&str>()
             .map(|text| (*text).to_owned())
             .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_owned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        // qdrant-edge's errors carry their whole backtrace in their Debug text: an operator
+        // needs the description (the file and the OS error), not 50 frames.
+        match message.split_once(", backtrace:") {
+            Some((head, _)) => format!("{head} }}"),
+            None => message,
+        }
     })
+}
+
+/// Whether a failed flush met the optimiser holding a lock (worth retrying) rather than a
+/// storage error such as a full disk (not worth retrying).
+fn contended(message: &str) -> bool {
+    message.contains("lock acquired")
 }
 
 /// Flushes the shard (WAL and segments) to disk, retrying while the optimiser holds the
@@ -298,12 +310,16 @@ fn flush(shard: &EdgeShard) -> Result<(), GatewayError> {
     for attempt in 1..=ATTEMPTS {
         match catching(|| shard.flush()) {
             Ok(()) => return Ok(()),
-            Err(message) => {
+            Err(message) if contended(&message) => {
                 if attempt == 1 {
                     tracing::debug!(%message, "qdrant-edge flush contended; retrying");
                 }
                 last = message;
                 std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(message) => {
+                tracing::error!(%message, "qdrant-edge flush failed");
+                return Err(unavailable(format!("flush failed: {message}")));
             }
         }
     }

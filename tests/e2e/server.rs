@@ -323,3 +323,152 @@ async fn the_binary_keeps_its_data_private_and_stops_cleanly_on_sigterm() {
     assert!(started.elapsed() < Duration::from_secs(15));
     drop(stuck);
 }
+
+/// Mounts a small tmpfs (the test runs as root, as CI does) and unmounts it when dropped.
+struct SmallDisk {
+    path: std::path::PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(megabytes: u32) -> SmallDisk {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let path = parent.path().join("disk");
+        std::fs::create_dir(&path).expect("mkdir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={megabytes}m"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .expect("mount");
+        assert!(
+            status.success(),
+            "mounting a tmpfs needs root (CAP_SYS_ADMIN), as CI runs; this test fills a disk"
+        );
+        SmallDisk {
+            path,
+            _parent: parent,
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_on_a_full_disk_exits_without_a_panic() {
+    let disk = SmallDisk::mount(48);
+    let data = disk.path.join("data");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env(
+            "CAIRN_MODELS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
+        )
+        .env("CAIRN_LOG", "info")
+        .env("RUST_BACKTRACE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn cairn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let log = tokio::spawn(async move {
+        let mut text = String::new();
+        let mut stderr = stderr;
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let base = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.expect("stdout") {
+            if let Some(address) = line.strip_prefix("listening on ") {
+                return address.trim().to_owned();
+            }
+        }
+        panic!("cairn serve exited before listening");
+    })
+    .await
+    .expect("started");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .expect("token")
+        .trim()
+        .to_owned();
+    let client = reqwest::Client::new();
+    let put = |key: String, text: String| {
+        let client = client.clone();
+        let base = base.clone();
+        let token = token.clone();
+        async move {
+            client
+                .post(format!("{base}/v1/sources"))
+                .bearer_auth(&token)
+                .json(&json!({"dataset": "docs", "source_key": key, "content": text}))
+                .send()
+                .await
+                .expect("send")
+        }
+    };
+    let first: Value = put("a".into(), "projected before the disk fills".into())
+        .await
+        .json()
+        .await
+        .expect("receipt");
+    let revision = first["source_revision_id"].as_str().expect("id").to_owned();
+    crate::projection::wait_for_job(&client, &base, &token, &revision, "completed").await;
+
+    // Fill the disk to the last byte.
+    {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(disk.path.join("filler")).expect("filler");
+        let block = vec![0u8; 1 << 20];
+        loop {
+            if filler.write_all(&block).is_err() {
+                break;
+            }
+        }
+        let mut byte = [0u8; 1];
+        while filler.write_all(&byte).is_ok() {
+            byte[0] = byte[0].wrapping_add(1);
+        }
+    }
+    // Acceptance on a full disk is a typed 503 with a stable message.
+    let refused = put("b".into(), "x ".repeat(200_000)).await;
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.expect("json");
+    assert_eq!(body["code"], "ledger_unavailable");
+    assert!(
+        !body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("code: 13"),
+        "internal detail sent: {body}"
+    );
+
+    let pid = child.id().expect("pid").to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("stopped within 30 s")
+        .expect("wait");
+    let log = log.await.expect("log");
+    assert!(!log.contains("panicked"), "a panic at shutdown:\n{log}");
+    // The vector store's last flush cannot succeed on a full disk: its failure is logged as
+    // one error line naming the file and the OS error, and the exit status says so.
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("closing the vector store"), "{log}");
+    assert!(log.contains("No space left on device"), "{log}");
+    assert!(!log.contains("backtrace"), "a backtrace in the log:\n{log}");
+}
