@@ -18,6 +18,7 @@ pub mod client;
 pub mod config;
 pub mod datadir;
 pub mod eval;
+pub mod openapi;
 pub mod ops_cli;
 pub mod projection;
 pub mod server;
@@ -42,10 +43,14 @@ pub use config::Config;
 /// query embedder and the vector store) is given.
 pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::VectorSide>) -> Router {
     let searcher = Arc::new(search::Searcher::new(ledger.clone(), vector, config.search));
-    Router::new()
-        .merge(acceptor::router(ledger.clone(), config.acceptor.clone()))
-        .merge(search::router(ledger.clone(), searcher))
-        .merge(ops::router(ledger))
+    let (routes, document) = utoipa_axum::router::OpenApiRouter::new()
+        .merge(acceptor::routes(ledger.clone(), config.acceptor.clone()))
+        .merge(search::routes(ledger.clone(), searcher))
+        .merge(ops::routes(ledger))
+        .split_for_parts();
+    let document = Arc::new(openapi::complete(document));
+    routes
+        .merge(openapi::router(document))
         .route_layer(middleware::from_fn(note_route))
         .fallback(receipts::http::not_found)
         .layer(middleware::map_response(receipts::http::typed_errors))

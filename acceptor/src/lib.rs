@@ -27,17 +27,19 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
 use receipts::http::{
-    invalid_json, page_newest_first, read_json, read_json_body, ApiError, Auth, PageParams,
+    invalid_json, page_newest_first, read_json, read_json_body, ApiError, ApiErrors, Auth,
+    PageParams,
 };
 use receipts::{
     policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
 use uuid::Uuid;
 
 pub use secrets::{scan as scan_for_secrets, Finding};
@@ -118,67 +120,220 @@ impl FromRef<AcceptorState> for Arc<dyn Ledger> {
     }
 }
 
-/// The ingest API's routes, ready to merge into cairn's router.
-pub fn router(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> Router {
+/// The ingest API's routes with their OpenAPI description: each route is registered from
+/// its handler's `#[utoipa::path]`, so the document cannot drift from the router.
+pub fn routes(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> OpenApiRouter {
     let budget_kib = config.max_body_bytes_in_flight.div_ceil(1024).max(1);
     let state = AcceptorState {
         ledger,
         budget: Arc::new(tokio::sync::Semaphore::new(budget_kib)),
         config: Arc::new(config),
     };
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route(
-            "/v1/sources",
-            post(put_source).delete(delete_source).get(get_source),
-        )
-        .route("/v1/sources/batch", post(put_batch))
-        .route("/v1/revisions/{id}", get(get_revision))
-        .route("/v1/revisions/{id}/content", get(get_content))
-        .route("/v1/blocks", post(block_content))
-        .with_state(state)
+    let mut router = OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(healthz))
+        .routes(utoipa_axum::routes!(readyz))
+        .routes(utoipa_axum::routes!(put_source, delete_source, get_source))
+        .routes(utoipa_axum::routes!(put_batch))
+        .routes(utoipa_axum::routes!(get_revision))
+        .routes(utoipa_axum::routes!(get_content))
+        .routes(utoipa_axum::routes!(block_content));
+    exactly_one_content(router.get_openapi_mut());
+    router.with_state(state)
 }
 
-/// One source in a request body.
-#[derive(Debug, Deserialize)]
+/// States in the document what `admit` enforces: exactly one of `content` and
+/// `content_base64` is a string (the other absent or null).
+fn exactly_one_content(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+    let Some(components) = document.components.as_mut() else {
+        return;
+    };
+    let Some(request) = components.schemas.remove("SourceRequest") else {
+        return;
+    };
+    // Base64 of at least one byte (standard alphabet, padded).
+    let base64 = ObjectBuilder::new().schema_type(Type::String).pattern(Some(
+        "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)$",
+    ));
+    let text = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1));
+    let branch = |name: &str, schema: ObjectBuilder, other: &str| {
+        ObjectBuilder::new()
+            .property(name, schema)
+            .property(other, ObjectBuilder::new().schema_type(Type::Null))
+            .required(name)
+    };
+    let combined = AllOfBuilder::new()
+        .item(request)
+        .item(
+            OneOfBuilder::new()
+                .item(branch("content", text, "content_base64"))
+                .item(branch("content_base64", base64, "content")),
+        )
+        .description(Some(
+            "One source: its text as `content`, or its bytes as `content_base64` (exactly one \
+             of the two is a string).",
+        ))
+        .build();
+    components
+        .schemas
+        .insert("SourceRequest".to_owned(), Schema::AllOf(combined).into());
+}
+
+/// The ingest API's routes, ready to merge into cairn's router.
+pub fn router(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> Router {
+    routes(ledger, config).split_for_parts().0
+}
+
+fn tags_schema() -> utoipa::openapi::schema::Array {
+    receipts::http::optional_names(receipts::http::tag_schema(), 0, Some(validate::MAX_TAGS))
+}
+
+/// One source: its text as `content`, or its bytes as `content_base64`: exactly one of the
+/// two is a string.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SourceRequest {
+    #[schema(schema_with = receipts::http::dataset_schema)]
     dataset: String,
+    #[schema(schema_with = receipts::http::source_key_schema)]
     source_key: String,
+    /// The document's text (UTF-8; not empty).
+    #[schema(min_length = 1)]
     content: Option<String>,
+    /// The document's bytes in standard base64; they must be UTF-8 text.
     content_base64: Option<String>,
+    /// `type/subtype` (default `text/plain`).
+    #[schema(
+        max_length = 255,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f /;]+/[^\x00-\x1f\x7f-\x9f /;]+$"
+    )]
     media_type: Option<String>,
+    /// At most 64 tags.
+    #[schema(schema_with = tags_schema)]
     tags: Option<Vec<String>>,
+    /// Any JSON object, at most 64 KiB serialised.
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
 }
 
+/// The batch body: up to `limits.max_batch_items` (1000) items. Each item should be a
+/// `SourceRequest`; an item that is not one fails alone, with its error in the answer, and the
+/// others are accepted.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct BatchRequest {
+    #[schema(min_items = 1, max_items = 1000, value_type = Vec<serde_json::Value>)]
+    items: Vec<Value>,
+}
+
+/// The batch answer: one entry per item, in request order: a receipt with its `index`, or
+/// `{index, accepted: false, http_status, code, message, details?}`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+struct BatchResponse {
+    #[schema(value_type = Vec<Object>)]
+    results: Vec<Value>,
+}
+
+/// Which source.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SourceQuery {
     dataset: String,
     source_key: String,
     reason: Option<String>,
-    /// Reads: revisions and head moves per page (newest first).
     limit: Option<u32>,
-    /// Reads: entries skipped.
     offset: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+impl IntoParams for SourceQuery {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::Required;
+        let parameter = |name: &str, required: bool, schema, description: &str| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Query)
+                .required(if required {
+                    Required::True
+                } else {
+                    Required::False
+                })
+                .schema(Some(schema))
+                .description(Some(description))
+                .build()
+        };
+        let number = |minimum: f64, maximum: f64| {
+            utoipa::openapi::schema::ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::Type::Integer)
+                .minimum(Some(minimum))
+                .maximum(Some(maximum))
+                .build()
+        };
+        vec![
+            parameter(
+                "dataset",
+                true,
+                receipts::http::dataset_schema(),
+                "The dataset.",
+            ),
+            parameter(
+                "source_key",
+                true,
+                receipts::http::source_key_schema(),
+                "The source key.",
+            ),
+            parameter(
+                "reason",
+                false,
+                receipts::http::reason_schema(),
+                "Deletes: why (recorded in history).",
+            ),
+            parameter(
+                "limit",
+                false,
+                number(1.0, 500.0),
+                "Reads: revisions and head moves per page, newest first (default 50).",
+            ),
+            parameter(
+                "offset",
+                false,
+                number(0.0, 4_294_967_295.0),
+                "Reads: entries skipped.",
+            ),
+        ]
+    }
+}
+
+/// Content to block in a dataset.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BlockRequest {
+    #[schema(schema_with = receipts::http::dataset_schema)]
     dataset: String,
+    /// SHA-256 of the exact bytes, 64 hex digits.
+    #[schema(pattern = "^[0-9a-fA-F]{64}$")]
     content_sha256: String,
+    /// Why (recorded in history); 1-500 printable characters, not only spaces.
+    #[schema(schema_with = receipts::http::reason_schema)]
     reason: String,
 }
 
 /// Liveness: always `{"status": "ok"}`, without a token (also served past the connection cap).
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The process answers.", body = Object)))]
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// Readiness: the ledger answers. Any valid token may ask (only `/healthz` is open).
+#[utoipa::path(get, path = "/readyz", tag = "health", security(("bearer" = [])),
+    responses((status = 200, description = "The ledger answers.", body = Object), ApiErrors))]
 async fn readyz(State(state): State<AcceptorState>, _auth: Auth) -> Result<Json<Value>, ApiError> {
     state.ledger.ping().await?;
     Ok(Json(json!({ "status": "ready", "ledger": "reachable" })))
@@ -288,6 +443,11 @@ async fn accept_one(state: &AcceptorState, submission: Submission) -> Result<Res
     Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
 }
 
+/// Accepts one source: the receipt comes back once the bytes are committed to disk; the
+/// revision is not indexed yet (`queued_not_confirmed`).
+#[utoipa::path(post, path = "/v1/sources", tag = "ingest", security(("bearer" = [])),
+    request_body(content = SourceRequest, content_type = "application/json"),
+    responses((status = 202, description = "Durably accepted (or a duplicate of the head).", body = receipts::Acceptance), ApiErrors))]
 async fn put_source(
     State(state): State<AcceptorState>,
     auth: Auth,
@@ -315,6 +475,10 @@ fn item_error(index: usize, error: ApiError) -> Value {
     value
 }
 
+/// Accepts up to 1000 sources; each item succeeds or fails alone, answered in order.
+#[utoipa::path(post, path = "/v1/sources/batch", tag = "ingest", security(("bearer" = [])),
+    request_body(content = BatchRequest, content_type = "application/json"),
+    responses((status = 200, description = "One result per item, in request order.", body = BatchResponse), ApiErrors))]
 async fn put_batch(
     State(state): State<AcceptorState>,
     auth: Auth,
@@ -400,6 +564,10 @@ fn source_query(
     Ok(query)
 }
 
+/// Deletes a source: a tombstone revision becomes its head.
+#[utoipa::path(delete, path = "/v1/sources", tag = "ingest", security(("bearer" = [])),
+    params(SourceQuery),
+    responses((status = 202, description = "The tombstone's receipt.", body = receipts::Acceptance), ApiErrors))]
 async fn delete_source(
     State(state): State<AcceptorState>,
     auth: Auth,
@@ -422,6 +590,10 @@ async fn delete_source(
     accept_one(&state, submission).await
 }
 
+/// A source: its head, its revisions and head moves (newest first, paged).
+#[utoipa::path(get, path = "/v1/sources", tag = "ingest", security(("bearer" = [])),
+    params(SourceQuery),
+    responses((status = 200, description = "The source; `revisions_total` and `head_history_total` count the whole lists.", body = receipts::SourceView), ApiErrors))]
 async fn get_source(
     State(state): State<AcceptorState>,
     auth: Auth,
@@ -480,6 +652,10 @@ async fn visible_revision(
     Ok(detail)
 }
 
+/// A revision: whether it is the head, its job, its receipts, its history (newest first).
+#[utoipa::path(get, path = "/v1/revisions/{id}", tag = "ingest", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Revision id"), receipts::http::PageParams),
+    responses((status = 200, description = "The revision; `history_total` counts the whole history.", body = receipts::RevisionDetail), ApiErrors))]
 async fn get_revision(
     State(state): State<AcceptorState>,
     auth: Auth,
@@ -493,6 +669,10 @@ async fn get_revision(
     Ok(Json(value).into_response())
 }
 
+/// The retained bytes of a revision, as an attachment.
+#[utoipa::path(get, path = "/v1/revisions/{id}/content", tag = "ingest", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Revision id")),
+    responses((status = 200, description = "The bytes, with the media type they were accepted with.", content_type = "*/*", body = Vec<u8>), ApiErrors))]
 async fn get_content(
     State(state): State<AcceptorState>,
     auth: Auth,
@@ -530,6 +710,10 @@ async fn get_content(
         .into_response())
 }
 
+/// Blocks exact content (by SHA-256) in a dataset: later ingests of it get 409.
+#[utoipa::path(post, path = "/v1/blocks", tag = "ingest", security(("bearer" = [])),
+    request_body(content = BlockRequest, content_type = "application/json"),
+    responses((status = 201, description = "Blocked.", body = receipts::ContentBlock), ApiErrors))]
 async fn block_content(
     State(state): State<AcceptorState>,
     auth: Auth,

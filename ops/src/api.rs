@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use receipts::http::{page_newest_first, read_json, ApiError, Auth, PageParams};
+use receipts::http::{page_newest_first, read_json, ApiError, ApiErrors, Auth, PageParams};
 use receipts::{
     HistoryEntry, Job, JobFilter, JobOrder, JobState, LedgerError, Micros, Principal, Scope,
 };
@@ -32,13 +32,103 @@ pub const MAX_BULK: usize = 10_000;
 pub struct ListParams {
     /// Comma-separated states (the listing's own states when absent).
     state: Option<String>,
+    /// Only this dataset.
     dataset: Option<String>,
     /// Source key substring, or a job or revision id.
     q: Option<String>,
+    /// Only jobs whose last error has this code.
     error_code: Option<String>,
+    /// Jobs per page (1-500, default 50).
     limit: Option<u32>,
+    /// Jobs skipped.
     offset: Option<u32>,
 }
+
+/// Unicode White_Space, which `str::trim` removes (as a regex class body).
+const WHITESPACE: &str = r"\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+
+/// A comma-separated list of `states`, each trimmed; empty parts are ignored.
+fn states_schema(states: &[JobState]) -> utoipa::openapi::schema::Object {
+    let names: Vec<&str> = states.iter().map(|state| state.as_str()).collect();
+    let one = format!("[{WHITESPACE}]*(?:{})?[{WHITESPACE}]*", names.join("|"));
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(format!("^{one}(?:,{one})*$")))
+        .description(Some(format!(
+            "Comma-separated states among: {} (default: all of them)",
+            names.join(", ")
+        )))
+        .build()
+}
+
+/// Free text: at most `max` characters, no control characters; empty means absent.
+pub(crate) fn text_schema(max: usize, description: &str) -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .max_length(Some(max))
+        .pattern(Some(r"^[^\x00-\x1f\x7f-\x9f]*$"))
+        .description(Some(description))
+        .build()
+}
+
+/// A dataset name, or empty (meaning: no dataset filter).
+pub(crate) fn dataset_or_empty() -> utoipa::openapi::schema::Object {
+    let mut schema = receipts::http::dataset_schema();
+    schema.min_length = None;
+    schema.pattern = schema.pattern.map(|pattern| format!("^$|{pattern}"));
+    schema
+}
+
+fn error_code_schema() -> utoipa::openapi::schema::Object {
+    text_schema(128, "Only jobs whose last error has this code.")
+}
+
+fn q_schema() -> utoipa::openapi::schema::Object {
+    text_schema(1024, "Source key text, or a job or revision id.")
+}
+
+/// The query parameters of one listing, for the document: the same fields as
+/// [`ListParams`], with the states that listing shows.
+macro_rules! listing_params {
+    ($name:ident, $states:expr) => {
+        #[derive(utoipa::IntoParams)]
+        #[into_params(parameter_in = Query)]
+        #[allow(dead_code)]
+        struct $name {
+            #[param(schema_with = $states)]
+            state: Option<String>,
+            #[param(schema_with = dataset_or_empty)]
+            dataset: Option<String>,
+            #[param(schema_with = q_schema)]
+            q: Option<String>,
+            #[param(schema_with = error_code_schema)]
+            error_code: Option<String>,
+            /// Jobs per page (1-500, default 50).
+            #[param(minimum = 1, maximum = 500)]
+            limit: Option<u32>,
+            /// Jobs skipped.
+            #[param(value_type = Option<u64>, minimum = 0, maximum = 4294967295_u64)]
+            offset: Option<u32>,
+        }
+    };
+}
+
+fn leases_states() -> utoipa::openapi::schema::Object {
+    states_schema(Listing::Leases.states())
+}
+fn retries_states() -> utoipa::openapi::schema::Object {
+    states_schema(Listing::Retries.states())
+}
+fn dead_states() -> utoipa::openapi::schema::Object {
+    states_schema(Listing::Dead.states())
+}
+fn all_states() -> utoipa::openapi::schema::Object {
+    states_schema(JobState::ALL)
+}
+listing_params!(LeasesParams, leases_states);
+listing_params!(RetriesParams, retries_states);
+listing_params!(DeadParams, dead_states);
+listing_params!(JobsParams, all_states);
 
 /// A job as operators see it: the row plus what the dashboard computes from it.
 #[derive(Debug, Serialize)]
@@ -135,7 +225,7 @@ fn bounded_text(
     message: &str,
 ) -> Result<Option<String>, ApiError> {
     match value.filter(|value| !value.is_empty()) {
-        Some(value) if value.len() > max || value.chars().any(char::is_control) => {
+        Some(value) if value.chars().count() > max || value.chars().any(char::is_control) => {
             Err(invalid(code, message))
         }
         other => Ok(other),
@@ -147,7 +237,7 @@ fn parse_error_code(code: Option<String>) -> Result<Option<String>, ApiError> {
         code,
         128,
         "invalid_error_code",
-        "an error code is at most 128 printable bytes",
+        "an error code is at most 128 printable characters",
     )
 }
 
@@ -156,7 +246,7 @@ fn parse_text(text: Option<String>) -> Result<Option<String>, ApiError> {
         text,
         1024,
         "invalid_query",
-        "`q` is at most 1024 printable bytes",
+        "`q` is at most 1024 printable characters",
     )
 }
 
@@ -262,6 +352,7 @@ async fn list(
 }
 
 /// `GET /v1/ops/summary`: counts, the last hour's activity, lease health, pauses.
+#[utoipa::path(get, path = "/v1/ops/summary", tag = "ops", security(("bearer" = [])), responses((status = 200, description = "Is work flowing: jobs by state, queue depth, per-minute activity, latency percentiles, lease health, pauses.", body = Object), ApiErrors))]
 pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {
     let principal = auth.require(Scope::OpsRead)?;
     if let Some(datasets) = &principal.datasets {
@@ -397,6 +488,7 @@ impl Listing {
 }
 
 /// `GET /v1/ops/leases`: running jobs, soonest lease expiry first.
+#[utoipa::path(get, path = "/v1/ops/leases", tag = "ops", security(("bearer" = [])), params(LeasesParams), responses((status = 200, description = "Running jobs with their worker, stage, lease and heartbeat.", body = Object), ApiErrors))]
 pub async fn leases(
     State(state): State<OpsState>,
     auth: Auth,
@@ -406,6 +498,7 @@ pub async fn leases(
 }
 
 /// `GET /v1/ops/retries`: jobs waiting to retry, soonest first, with each failed attempt.
+#[utoipa::path(get, path = "/v1/ops/retries", tag = "ops", security(("bearer" = [])), params(RetriesParams), responses((status = 200, description = "Jobs waiting to retry, with every error so far.", body = Object), ApiErrors))]
 pub async fn retries(
     State(state): State<OpsState>,
     auth: Auth,
@@ -416,6 +509,7 @@ pub async fn retries(
 
 /// `GET /v1/ops/dead`: dead, quarantined and cancelled jobs, most recent first, with each
 /// failed attempt.
+#[utoipa::path(get, path = "/v1/ops/dead", tag = "ops", security(("bearer" = [])), params(DeadParams), responses((status = 200, description = "Dead, quarantined and cancelled jobs with the reason.", body = Object), ApiErrors))]
 pub async fn dead(
     State(state): State<OpsState>,
     auth: Auth,
@@ -425,6 +519,7 @@ pub async fn dead(
 }
 
 /// `GET /v1/ops/jobs`: any jobs, by state, dataset, source key or id, error code.
+#[utoipa::path(get, path = "/v1/ops/jobs", tag = "ops", security(("bearer" = [])), params(JobsParams), responses((status = 200, description = "Any jobs, by filter.", body = Object), ApiErrors))]
 pub async fn jobs(
     State(state): State<OpsState>,
     auth: Auth,
@@ -451,6 +546,7 @@ async fn load_job(state: &OpsState, principal: &Principal, id: Uuid) -> Result<J
 
 /// `GET /v1/ops/jobs/{id}`: the job, its whole history, its receipts with their evidence and
 /// history, and the revision chain of its source.
+#[utoipa::path(get, path = "/v1/ops/jobs/{id}", tag = "ops", security(("bearer" = [])), params(("id" = uuid::Uuid, Path, description = "Job id"), receipts::http::PageParams), responses((status = 200, description = "One job: history (newest first, paged), receipts with read-back evidence, the revision chain.", body = Object), ApiErrors))]
 pub async fn job_detail(
     State(state): State<OpsState>,
     auth: Auth,
@@ -501,10 +597,45 @@ pub async fn job_detail(
 }
 
 /// The body of a one-job action.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ActionBody {
+    /// Why (recorded in history); at most 500 printable characters.
+    #[schema(schema_with = nullable_reason)]
     reason: Option<String>,
+}
+
+/// `schema`, or `null` (a body field that may be null).
+pub(crate) fn nullable(
+    mut schema: utoipa::openapi::schema::Object,
+) -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    schema.schema_type = SchemaType::from_iter([Type::String, Type::Null]);
+    schema
+}
+
+fn nullable_dataset() -> utoipa::openapi::schema::Object {
+    nullable(dataset_or_empty())
+}
+
+fn nullable_error_code() -> utoipa::openapi::schema::Object {
+    nullable(error_code_schema())
+}
+
+fn nullable_q() -> utoipa::openapi::schema::Object {
+    nullable(q_schema())
+}
+
+pub(crate) fn nullable_reason() -> utoipa::openapi::schema::Object {
+    nullable(reason_schema())
+}
+
+/// A reason: at most 500 printable characters (empty: the action's default reason).
+pub(crate) fn reason_schema() -> utoipa::openapi::schema::Object {
+    text_schema(
+        receipts::validate::MAX_REASON_CHARS,
+        "Why (recorded in history); at most 500 printable characters.",
+    )
 }
 
 pub(crate) fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
@@ -524,7 +655,8 @@ pub(crate) async fn optional_body<T: Default + serde::de::DeserializeOwned>(
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES + 1)
         .await
         .map_err(|_| invalid("invalid_json", "the request body could not be read"))?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    // No body, or `null`: every field's default.
+    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
         return Ok(T::default());
     }
     read_json(headers, Body::from(bytes), MAX_BODY_BYTES).await
@@ -592,6 +724,7 @@ async fn one(
 }
 
 /// `POST /v1/ops/jobs/{id}/requeue`.
+#[utoipa::path(post, path = "/v1/ops/jobs/{id}/requeue", tag = "ops", security(("bearer" = [])), params(("id" = uuid::Uuid, Path, description = "Job id")), request_body(content = Option<ActionBody>, content_type = "application/json", description = "May be left out."), responses((status = 200, description = "Requeues a dead, quarantined or cancelled job.", body = Object), ApiErrors))]
 pub async fn requeue_one(
     State(state): State<OpsState>,
     auth: Auth,
@@ -603,6 +736,7 @@ pub async fn requeue_one(
 }
 
 /// `POST /v1/ops/jobs/{id}/cancel`.
+#[utoipa::path(post, path = "/v1/ops/jobs/{id}/cancel", tag = "ops", security(("bearer" = [])), params(("id" = uuid::Uuid, Path, description = "Job id")), request_body(content = Option<ActionBody>, content_type = "application/json", description = "May be left out."), responses((status = 200, description = "Cancels a waiting or running job.", body = Object), ApiErrors))]
 pub async fn cancel_one(
     State(state): State<OpsState>,
     auth: Auth,
@@ -619,14 +753,74 @@ pub async fn cancel_one(
 struct BulkBody {
     /// States to act on (default: every state the action applies to).
     states: Option<Vec<String>>,
+    /// Only this dataset (empty: every dataset the token may touch).
     dataset: Option<String>,
+    /// Only jobs whose last error has this code.
     error_code: Option<String>,
+    /// Source key text, or a job or revision id.
     q: Option<String>,
     /// Only list the candidates; change nothing.
     #[serde(default)]
     dry_run: bool,
+    /// Why (recorded in history); at most 500 printable characters.
     reason: Option<String>,
 }
+
+/// `null`, or a list of states among `states`.
+fn states_list(states: &[JobState]) -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let names: Vec<&str> = states.iter().map(|state| state.as_str()).collect();
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(names)),
+        )
+        .description(Some(
+            "States to act on (default: every state the action applies to).",
+        ))
+        .build()
+}
+
+fn requeue_states() -> utoipa::openapi::schema::Array {
+    states_list(Action::Requeue.states())
+}
+
+fn cancel_states() -> utoipa::openapi::schema::Array {
+    states_list(Action::Cancel.states())
+}
+
+/// The body of a bulk action, for the document: [`BulkBody`] with the states the action
+/// applies to.
+macro_rules! bulk_body {
+    ($name:ident, $states:expr) => {
+        #[derive(Deserialize, utoipa::ToSchema)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct $name {
+            #[schema(schema_with = $states)]
+            states: Option<Vec<String>>,
+            /// Only this dataset (empty: every dataset the token may touch).
+            #[schema(schema_with = nullable_dataset)]
+            dataset: Option<String>,
+            /// Only jobs whose last error has this code.
+            #[schema(schema_with = nullable_error_code)]
+            error_code: Option<String>,
+            /// Source key text, or a job or revision id.
+            #[schema(schema_with = nullable_q)]
+            q: Option<String>,
+            /// Only list the candidates; change nothing (default false).
+            #[schema(required = false)]
+            dry_run: bool,
+            /// Why (recorded in history); at most 500 printable characters.
+            #[schema(schema_with = nullable_reason)]
+            reason: Option<String>,
+        }
+    };
+}
+bulk_body!(RequeueBody, requeue_states);
+bulk_body!(CancelBody, cancel_states);
 
 async fn bulk(
     state: OpsState,
@@ -719,6 +913,7 @@ async fn bulk(
 }
 
 /// `POST /v1/ops/requeue`: requeue by filter (`dry_run: true` lists the exact candidates).
+#[utoipa::path(post, path = "/v1/ops/requeue", tag = "ops", security(("bearer" = [])), request_body(content = RequeueBody, content_type = "application/json"), responses((status = 200, description = "Requeues every job matching a filter (or lists them, with dry_run).", body = Object), ApiErrors))]
 pub async fn requeue_bulk(
     State(state): State<OpsState>,
     auth: Auth,
@@ -729,6 +924,7 @@ pub async fn requeue_bulk(
 }
 
 /// `POST /v1/ops/cancel`: cancel by filter (`dry_run: true` lists the exact candidates).
+#[utoipa::path(post, path = "/v1/ops/cancel", tag = "ops", security(("bearer" = [])), request_body(content = CancelBody, content_type = "application/json"), responses((status = 200, description = "Cancels every job matching a filter (or lists them, with dry_run).", body = Object), ApiErrors))]
 pub async fn cancel_bulk(
     State(state): State<OpsState>,
     auth: Auth,
@@ -739,11 +935,14 @@ pub async fn cancel_bulk(
 }
 
 /// The body of a pause or resume.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PauseBody {
-    /// The dataset (absent: every dataset).
+    /// The dataset (absent or empty: every dataset).
+    #[schema(schema_with = nullable_dataset)]
     dataset: Option<String>,
+    /// Why (recorded in history); at most 500 printable characters.
+    #[schema(schema_with = nullable_reason)]
     reason: Option<String>,
 }
 
@@ -797,6 +996,7 @@ async fn pause_or_resume(
 }
 
 /// `POST /v1/ops/pause`: stop claiming (one dataset or all).
+#[utoipa::path(post, path = "/v1/ops/pause", tag = "ops", security(("bearer" = [])), request_body(content = Option<PauseBody>, content_type = "application/json", description = "May be left out."), responses((status = 200, description = "Stops claiming in one dataset, or in all.", body = Object), ApiErrors))]
 pub async fn pause(
     State(state): State<OpsState>,
     auth: Auth,
@@ -807,6 +1007,7 @@ pub async fn pause(
 }
 
 /// `POST /v1/ops/resume`: claim again.
+#[utoipa::path(post, path = "/v1/ops/resume", tag = "ops", security(("bearer" = [])), request_body(content = Option<PauseBody>, content_type = "application/json", description = "May be left out."), responses((status = 200, description = "Claims again.", body = Object), ApiErrors))]
 pub async fn resume(
     State(state): State<OpsState>,
     auth: Auth,

@@ -36,11 +36,13 @@ use axum::http::header::{
     X_FRAME_OPTIONS,
 };
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+
 use axum::{Json, Router};
-use receipts::http::{ApiError, Auth};
+use receipts::http::{ApiError, ApiErrors, Auth};
 use receipts::{Ledger, Scope};
 use serde_json::{json, Value};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Shared state of the operations routes.
 #[derive(Debug, Clone)]
@@ -56,37 +58,46 @@ impl FromRef<OpsState> for Arc<dyn Ledger> {
     }
 }
 
-/// The operations routes: status, dashboard, ops API, metrics. Installs the process's
+/// The operations routes with their OpenAPI description (each registered from its handler's
+/// `#[utoipa::path]`): status, dashboard, ops API, tokens, metrics. Installs the process's
 /// Prometheus recorder on first use.
-pub fn router(ledger: Arc<dyn Ledger>) -> Router {
+pub fn routes(ledger: Arc<dyn Ledger>) -> OpenApiRouter {
     metrics::recorder();
     let state = OpsState {
         ledger,
         started_at: std::time::Instant::now(),
         cursor: Arc::default(),
     };
-    Router::new()
-        .route("/v1/status", get(status))
-        .route("/ops", get(dashboard))
-        .route("/metrics", get(prometheus))
-        .route("/v1/ops/summary", get(api::summary))
-        .route("/v1/ops/leases", get(api::leases))
-        .route("/v1/ops/retries", get(api::retries))
-        .route("/v1/ops/dead", get(api::dead))
-        .route("/v1/ops/jobs", get(api::jobs))
-        .route("/v1/ops/jobs/{id}", get(api::job_detail))
-        .route("/v1/ops/jobs/{id}/requeue", post(api::requeue_one))
-        .route("/v1/ops/jobs/{id}/cancel", post(api::cancel_one))
-        .route("/v1/ops/requeue", post(api::requeue_bulk))
-        .route("/v1/ops/cancel", post(api::cancel_bulk))
-        .route("/v1/ops/pause", post(api::pause))
-        .route("/v1/ops/resume", post(api::resume))
-        .route("/v1/tokens", get(tokens::list).post(tokens::create))
-        .route("/v1/tokens/{id}/revoke", post(tokens::revoke))
-        .route("/v1/tokens/{id}/rotate", post(tokens::rotate))
+    OpenApiRouter::new()
+        .routes(routes!(status))
+        .routes(routes!(dashboard))
+        .routes(routes!(prometheus))
+        .routes(routes!(api::summary))
+        .routes(routes!(api::leases))
+        .routes(routes!(api::retries))
+        .routes(routes!(api::dead))
+        .routes(routes!(api::jobs))
+        .routes(routes!(api::job_detail))
+        .routes(routes!(api::requeue_one))
+        .routes(routes!(api::cancel_one))
+        .routes(routes!(api::requeue_bulk))
+        .routes(routes!(api::cancel_bulk))
+        .routes(routes!(api::pause))
+        .routes(routes!(api::resume))
+        .routes(routes!(tokens::list, tokens::create))
+        .routes(routes!(tokens::revoke))
+        .routes(routes!(tokens::rotate))
         .with_state(state)
 }
 
+/// The operations routes, ready to merge into cairn's router.
+pub fn router(ledger: Arc<dyn Ledger>) -> Router {
+    routes(ledger).split_for_parts().0
+}
+
+/// Health and counts (a token with a dataset allowlist sees its datasets' jobs only).
+#[utoipa::path(get, path = "/v1/status", tag = "ops", security(("bearer" = [])),
+    responses((status = 200, description = "Version, uptime and counts.", body = Object), ApiErrors))]
 async fn status(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {
     let principal = auth.require(Scope::OpsRead)?;
     if let Some(datasets) = &principal.datasets {
@@ -110,6 +121,8 @@ async fn status(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>
 
 /// The dashboard page. It carries no data (the data needs the bearer token), so it is served
 /// without authentication.
+#[utoipa::path(get, path = "/ops", tag = "ops",
+    responses((status = 200, description = "The operations dashboard (HTML; its data needs a token).", content_type = "text/html", body = String)))]
 async fn dashboard() -> Response {
     (
         [
@@ -147,6 +160,9 @@ fn dashboard_policy() -> &'static str {
     })
 }
 
+/// Prometheus text exposition (needs an `ops:read` token without a dataset allowlist).
+#[utoipa::path(get, path = "/metrics", tag = "ops", security(("bearer" = [])),
+    responses((status = 200, description = "Metrics in the Prometheus text format.", content_type = "text/plain", body = String), ApiErrors))]
 async fn prometheus(State(state): State<OpsState>, auth: Auth) -> Result<Response, ApiError> {
     let principal = auth.require(Scope::OpsRead)?;
     if principal.datasets.is_some() {

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use receipts::auth::{NewToken, TokenChange, TokenChanged};
-use receipts::http::{ApiError, Auth};
+use receipts::http::{ApiError, ApiErrors, Auth};
 use receipts::Scope;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -22,20 +22,85 @@ use crate::OpsState;
 /// Longest lifetime a token may be given: ten years.
 const MAX_EXPIRES_IN_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
-#[derive(Debug, Deserialize)]
+/// A token to create.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
+    /// 1-128 printable characters, not only spaces; the actor in history is `token:<name>`.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     name: String,
+    /// At least one of `ingest`, `search`, `ops:read`, `ops:write`, `admin`.
+    #[schema(min_items = 1, value_type = Vec<receipts::Scope>)]
     scopes: Vec<String>,
+    /// Limit the token to these datasets (absent: every dataset; empty: none).
+    #[schema(schema_with = token_datasets)]
     datasets: Option<Vec<String>>,
+    /// Lifetime in seconds (1 to ten years; absent: no expiry).
+    #[schema(minimum = 1, maximum = 315360000)]
     expires_in_seconds: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+fn token_datasets() -> utoipa::openapi::schema::Array {
+    receipts::http::optional_names(receipts::http::dataset_schema(), 0, None)
+}
+
+/// A revocation or rotation.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ChangeBody {
+    /// Why (recorded in history); at most 500 printable characters.
+    #[schema(schema_with = crate::api::nullable_reason)]
     reason: Option<String>,
+    /// Rotation only: the new token's lifetime in seconds (default: the old one's).
+    #[schema(minimum = 1, maximum = 315360000)]
     expires_in_seconds: Option<u64>,
+}
+
+/// A revocation.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct RevokeBody {
+    /// Why (recorded in history); at most 500 printable characters.
+    #[schema(schema_with = crate::api::nullable_reason)]
+    reason: Option<String>,
+}
+
+/// A token change's answer: the token, and its new secret when one was made.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+struct TokenAnswer {
+    token: receipts::auth::TokenInfo,
+    /// The new secret, shown once (creation and rotation).
+    secret: Option<String>,
+    /// A reminder that the secret is not shown again.
+    note: Option<String>,
+}
+
+/// Every token.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+struct TokenList {
+    tokens: Vec<receipts::auth::TokenInfo>,
+}
+
+/// A token may not revoke or rotate itself over the API: that would lock its caller out in
+/// the middle of its own session. Another admin token, or `cairn token` on the data
+/// directory, can.
+fn not_self(principal: &receipts::Principal, id: Uuid) -> Result<(), ApiError> {
+    if principal.token_id == id {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "own_token",
+            "a token cannot revoke or rotate itself over the API; use another admin token, or \
+             `cairn token revoke|rotate` on the data directory",
+        ));
+    }
+    Ok(())
 }
 
 fn token_id(text: &str) -> Result<Uuid, ApiError> {
@@ -75,6 +140,7 @@ fn changed(status: StatusCode, changed: TokenChanged) -> Response {
 }
 
 /// `GET /v1/tokens`: every token, newest first, without secrets.
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])), responses((status = 200, description = "Every token, newest first; never a secret.", body = TokenList), ApiErrors))]
 pub async fn list(State(state): State<OpsState>, auth: Auth) -> Result<Json<Value>, ApiError> {
     auth.require(Scope::Admin)?;
     let tokens = state.ledger.tokens().await?;
@@ -82,6 +148,7 @@ pub async fn list(State(state): State<OpsState>, auth: Auth) -> Result<Json<Valu
 }
 
 /// `POST /v1/tokens`: a new token; its secret is in this answer only.
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])), request_body(content = CreateBody, content_type = "application/json"), responses((status = 201, description = "Created; the secret is in this answer only.", body = TokenAnswer), ApiErrors))]
 pub async fn create(
     State(state): State<OpsState>,
     auth: Auth,
@@ -115,6 +182,7 @@ pub async fn create(
 }
 
 /// `POST /v1/tokens/{id}/revoke`: the token stops working at once.
+#[utoipa::path(post, path = "/v1/tokens/{id}/revoke", tag = "tokens", security(("bearer" = [])), params(("id" = uuid::Uuid, Path, description = "Token id")), request_body(content = Option<RevokeBody>, content_type = "application/json", description = "May be left out."), responses((status = 200, description = "Revoked: it stops working at the next request.", body = TokenAnswer), ApiErrors))]
 pub async fn revoke(
     State(state): State<OpsState>,
     auth: Auth,
@@ -124,6 +192,7 @@ pub async fn revoke(
 ) -> Result<Response, ApiError> {
     let principal = auth.require(Scope::Admin)?;
     let id = token_id(&id)?;
+    not_self(principal, id)?;
     let body: ChangeBody = optional_body(&headers, body).await?;
     if body.expires_in_seconds.is_some() {
         return Err(ApiError::unprocessable(
@@ -145,6 +214,7 @@ pub async fn revoke(
 
 /// `POST /v1/tokens/{id}/rotate`: a new secret for the same name, scopes and datasets; the old
 /// one stops working in the same transaction.
+#[utoipa::path(post, path = "/v1/tokens/{id}/rotate", tag = "tokens", security(("bearer" = [])), params(("id" = uuid::Uuid, Path, description = "Token id")), request_body(content = Option<ChangeBody>, content_type = "application/json", description = "May be left out."), responses((status = 201, description = "Rotated: the new secret is in this answer only; the old one stops working now.", body = TokenAnswer), ApiErrors))]
 pub async fn rotate(
     State(state): State<OpsState>,
     auth: Auth,
@@ -154,6 +224,7 @@ pub async fn rotate(
 ) -> Result<Response, ApiError> {
     let principal = auth.require(Scope::Admin)?;
     let id = token_id(&id)?;
+    not_self(principal, id)?;
     let body: ChangeBody = optional_body(&headers, body).await?;
     let reason = reason(body.reason, "rotated through the token API")?;
     let rotated = state

@@ -11,6 +11,7 @@ use crate::ids::sha256_hex;
 
 /// A permission a token can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub enum Scope {
     /// Submit and delete sources; read sources and revisions.
     #[serde(rename = "ingest")]
@@ -136,6 +137,7 @@ pub struct NewToken {
 
 /// Where a token is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TokenState {
     /// It authenticates.
@@ -148,6 +150,7 @@ pub enum TokenState {
 
 /// A token as listed: everything but its secret, which is never stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct TokenInfo {
     /// Id.
     pub id: Uuid,

@@ -44,6 +44,19 @@ pub struct ErrorBody<'a> {
     pub details: Option<&'a serde_json::Value>,
 }
 
+/// The schema of every error body, for the API document.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorSchema {
+    /// Stable machine-readable code (the README's error table lists them all).
+    pub code: String,
+    /// Human-readable explanation; never echoes a secret or an internal detail.
+    pub message: String,
+    /// Extra structured fields, per code (a limit, the field at fault, a dataset).
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<serde_json::Value>,
+}
+
 impl ApiError {
     /// An error with a status, code and message.
     pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
@@ -188,7 +201,18 @@ pub async fn read_json<T: DeserializeOwned>(
     limit: usize,
 ) -> Result<T, ApiError> {
     let bytes = read_json_body(headers, body, limit).await?;
-    serde_json::from_slice(&bytes).map_err(invalid_json)
+    from_object(&bytes)
+}
+
+/// Parses a body that must be a JSON object (serde would also read a struct from an array).
+pub fn from_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::unprocessable(
+            "invalid_json",
+            "the request body must be a JSON object",
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(invalid_json)
 }
 
 /// 422 `invalid_json` for a body serde refused.
@@ -338,12 +362,15 @@ pub async fn typed_errors(response: Response) -> Response {
 }
 
 /// Query parameters of responses that hold lists without a bound (history, revisions).
-#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PageParams {
-    /// Entries per list (1-500, default 50).
+    /// Entries per list, newest first (1-500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
-    /// Entries skipped, newest first.
+    /// Entries skipped.
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 4294967295_u64)]
     pub offset: Option<u32>,
 }
 
@@ -388,4 +415,135 @@ pub fn page_newest_first(
     let page: Vec<serde_json::Value> = items.into_iter().skip(offset).take(limit).collect();
     object.insert(field.to_owned(), serde_json::Value::Array(page));
     object.insert(format!("{field}_total"), serde_json::json!(total));
+}
+
+/// The error answers of the API, for the document: every status an operation may answer
+/// besides its successes, each with the [`ErrorSchema`] body. Listed on every operation, so
+/// that a client (and schemathesis) finds every status it can meet documented.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiErrors;
+
+/// Each error status with what it means; the codes are in the README's error table.
+pub const ERROR_STATUSES: [(&str, &str); 12] = [
+    ("401", "`unauthenticated`: no, malformed, unknown, revoked or expired bearer token"),
+    ("403", "`forbidden`: a scope is missing, or the dataset is outside the token's allowlist"),
+    ("404", "`*_not_found`: no such source, revision, job, token or endpoint"),
+    ("409", "`content_blocked`, `invalid_transition`, `lease_lost`, `token_revoked`, `own_token`"),
+    ("410", "`revision_is_tombstone`: a deletion has no content"),
+    ("413", "`payload_too_large`: the body is over its limit"),
+    ("415", "`unsupported_media_type`: a body that is not JSON"),
+    ("422", "`invalid_*`, `empty_*`, `not_text`, `secret_detected`, `batch_too_large`, ...: the request does not validate; the message says how"),
+    ("429", "`overloaded`: no search slot within the budget (`Retry-After`)"),
+    ("500", "`internal_error`: a bug; the detail is in the server log"),
+    ("503", "`ledger_unavailable`, `overloaded` (connection cap), `request_timeout`, `shutting_down` (`Retry-After`)"),
+    ("504", "`search_timeout`: no search phase answered within the budget"),
+];
+
+impl utoipa::IntoResponses for ApiErrors {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        ERROR_STATUSES
+            .iter()
+            .map(|(status, description)| {
+                let response = ResponseBuilder::new()
+                    .description(*description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("Error")))
+                            .build(),
+                    )
+                    .build();
+                ((*status).to_owned(), response.into())
+            })
+            .collect()
+    }
+}
+
+/// Characters that `validate` refuses anywhere in a name: control characters (Unicode Cc).
+const CONTROL: &str = r"\x00-\x1f\x7f-\x9f";
+/// Characters a name may not start or end with: Unicode White_Space outside the controls.
+const SPACE: &str = r" \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+
+/// The pattern of a name (dataset, source key, tag): no control characters, no surrounding
+/// whitespace, none of `extra`; the rule of [`crate::validate`] in the API document.
+fn name_pattern(extra: &str) -> String {
+    format!("^[^{CONTROL}{SPACE}{extra}](?:[^{CONTROL}{extra}]*[^{CONTROL}{SPACE}{extra}])?$")
+}
+
+fn name_schema(max: usize, extra: &str, description: &str) -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(max))
+        .pattern(Some(name_pattern(extra)))
+        .description(Some(description))
+        .build()
+}
+
+/// The schema of a dataset name.
+pub fn dataset_schema() -> utoipa::openapi::schema::Object {
+    name_schema(
+        crate::validate::MAX_DATASET_CHARS,
+        "/",
+        "Dataset name: 1-128 characters, no `/`, no control characters, no surrounding whitespace.",
+    )
+}
+
+/// The schema of a source key.
+pub fn source_key_schema() -> utoipa::openapi::schema::Object {
+    name_schema(
+        crate::validate::MAX_SOURCE_KEY_CHARS,
+        "",
+        "The source's key in its dataset (a path, a URL, an id): 1-1024 characters, no control characters, no surrounding whitespace.",
+    )
+}
+
+/// The schema of a tag.
+pub fn tag_schema() -> utoipa::openapi::schema::Object {
+    name_schema(
+        crate::validate::MAX_TAG_CHARS,
+        "",
+        "A tag: 1-128 characters, no control characters, no surrounding whitespace.",
+    )
+}
+
+/// An optional list of names (`null` or absent: none given).
+pub fn optional_names(
+    item: utoipa::openapi::schema::Object,
+    min_items: usize,
+    max_items: Option<usize>,
+) -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+        .items(item)
+        .min_items(Some(min_items))
+        .max_items(max_items)
+        .build()
+}
+
+/// A reason: 1-500 characters, no control characters, not only whitespace (the rule of
+/// [`crate::validate::reason`]).
+pub fn reason_schema() -> utoipa::openapi::schema::Object {
+    let space = r"\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(crate::validate::MAX_REASON_CHARS))
+        .pattern(Some(format!(
+            "^[^{CONTROL}]*[^{CONTROL}{space}][^{CONTROL}]*$"
+        )))
+        .description(Some(
+            "Why (recorded in history): 1-500 characters, no control characters.",
+        ))
+        .build()
+}
+
+/// An optional list of dataset names, at least one when given.
+pub fn optional_datasets() -> utoipa::openapi::schema::Array {
+    optional_names(dataset_schema(), 1, None)
 }

@@ -14,6 +14,7 @@ macro_rules! closed_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+ }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
         #[serde(rename_all = "snake_case")]
         pub enum $name {
             $($(#[$vmeta])* $variant,)+
@@ -204,6 +205,7 @@ pub struct Document {
 
 /// The receipt for an accepted submission: the bytes are durable, projection is queued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Acceptance {
     /// Always `true`: a refused submission is an error, not an acceptance.
     pub accepted: bool,
@@ -231,6 +233,7 @@ pub struct Acceptance {
 
 /// A revision as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Revision {
     /// Revision id (UUID v5 of its identity, or v7 for tombstones).
     pub id: Uuid,
@@ -262,6 +265,7 @@ pub struct Revision {
 
 /// A projection job as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Job {
     /// Job id (UUID v7).
     pub id: Uuid,
@@ -321,6 +325,7 @@ pub struct Job {
 
 /// One backend's projection receipt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ProjectionReceipt {
     /// The backend.
     pub backend: Backend,
@@ -334,6 +339,7 @@ pub struct ProjectionReceipt {
 
 /// One entry of the append-only history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct HistoryEntry {
     /// Position in the ledger-wide history.
     pub seq: i64,
@@ -363,6 +369,7 @@ pub struct HistoryEntry {
 
 /// A revision with its latest job, that job's receipts and the revision's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct RevisionDetail {
     /// The revision.
     pub revision: Revision,
@@ -378,6 +385,7 @@ pub struct RevisionDetail {
 
 /// A source with its head and revision chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct SourceView {
     /// Dataset.
     pub dataset: String,
@@ -395,6 +403,7 @@ pub struct SourceView {
 
 /// An operator's block on exact content within a dataset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct ContentBlock {
     /// Dataset the block applies to.
     pub dataset: String,
@@ -451,6 +460,7 @@ pub struct BoundHit {
 
 /// Ledger-wide counts for status pages.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct LedgerCounts {
     /// Sources (including deleted ones).
     pub sources: i64,

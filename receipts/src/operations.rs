@@ -68,6 +68,7 @@ pub struct JobPage {
 
 /// A pause of claiming.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Pause {
     /// The paused dataset; `None`: every dataset.
     pub dataset: Option<String>,

@@ -25,7 +25,7 @@ const COLUMNS: &str = "id, name, scopes, datasets, created_by, created_at, expir
 /// Refuses a token that could not be used or named: checked before the writer sees it.
 pub(crate) fn check_new(token: &NewToken, now: Micros) -> Result<()> {
     if token.name.trim().is_empty()
-        || token.name.len() > 128
+        || token.name.chars().count() > 128
         || token.name.chars().any(char::is_control)
     {
         return Err(LedgerError::invalid(

@@ -4,16 +4,19 @@
 
 use crate::error::LedgerError;
 
-/// Longest dataset name, in bytes.
-pub const MAX_DATASET_BYTES: usize = 128;
-/// Longest source key, in bytes.
-pub const MAX_SOURCE_KEY_BYTES: usize = 1024;
-/// Longest media type, in bytes.
-pub const MAX_MEDIA_TYPE_BYTES: usize = 255;
+// Lengths of names are counted in characters (Unicode scalar values), as the API document's
+// `maxLength` counts them, so the published contract and this check are the same rule.
+
+/// Longest dataset name, in characters.
+pub const MAX_DATASET_CHARS: usize = 128;
+/// Longest source key, in characters.
+pub const MAX_SOURCE_KEY_CHARS: usize = 1024;
+/// Longest media type, in characters.
+pub const MAX_MEDIA_TYPE_CHARS: usize = 255;
 /// Most tags per revision.
 pub const MAX_TAGS: usize = 64;
-/// Longest tag, in bytes.
-pub const MAX_TAG_BYTES: usize = 128;
+/// Longest tag, in characters.
+pub const MAX_TAG_CHARS: usize = 128;
 /// Longest serialised metadata object, in bytes.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 
@@ -24,10 +27,11 @@ fn check_name(field: &str, code: &'static str, value: &str, max: usize) -> Resul
             format!("{field} must not be empty"),
         ));
     }
-    if value.len() > max {
+    let length = value.chars().count();
+    if length > max {
         return Err(LedgerError::invalid(
             code,
-            format!("{field} is {} bytes long; the limit is {max}", value.len()),
+            format!("{field} is {length} characters long; the limit is {max}"),
         ));
     }
     if let Some((offset, _)) = value.char_indices().find(|(_, c)| c.is_control()) {
@@ -47,7 +51,7 @@ fn check_name(field: &str, code: &'static str, value: &str, max: usize) -> Resul
 
 /// A dataset name: 1-128 bytes, no control characters, no `/`, no surrounding whitespace.
 pub fn dataset(value: &str) -> Result<(), LedgerError> {
-    check_name("dataset", "invalid_dataset", value, MAX_DATASET_BYTES)?;
+    check_name("dataset", "invalid_dataset", value, MAX_DATASET_CHARS)?;
     if value.contains('/') {
         return Err(LedgerError::invalid(
             "invalid_dataset",
@@ -63,7 +67,7 @@ pub fn source_key(value: &str) -> Result<(), LedgerError> {
         "source_key",
         "invalid_source_key",
         value,
-        MAX_SOURCE_KEY_BYTES,
+        MAX_SOURCE_KEY_CHARS,
     )
 }
 
@@ -73,7 +77,7 @@ pub fn media_type(value: &str) -> Result<(), LedgerError> {
         "media_type",
         "invalid_media_type",
         value,
-        MAX_MEDIA_TYPE_BYTES,
+        MAX_MEDIA_TYPE_CHARS,
     )?;
     let essence = value.split(';').next().unwrap_or_default().trim();
     let mut parts = essence.split('/');
@@ -103,7 +107,7 @@ pub fn tags(values: &[String]) -> Result<(), LedgerError> {
             &format!("tags[{index}]"),
             "invalid_tags",
             tag,
-            MAX_TAG_BYTES,
+            MAX_TAG_CHARS,
         )?;
     }
     Ok(())

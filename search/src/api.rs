@@ -10,13 +10,17 @@ use axum::body::Body;
 use axum::extract::{FromRef, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use axum::{Json, Router};
-use receipts::http::{read_json, ApiError, Auth};
+use receipts::http::{read_json, ApiError, ApiErrors, Auth};
 use receipts::{validate, Ledger, Principal, Scope};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::{Mode, Query, SearchError, Searcher, DEFAULT_TOP_K, MAX_QUERY_CHARS, MAX_TOP_K};
+
+/// The smallest budget a request may ask for: below it a search could not even embed its
+/// query, so the answer would always be a timeout.
+pub const MIN_BUDGET_MS: i64 = 50;
 
 /// Largest search request body.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -34,26 +38,42 @@ impl FromRef<SearchState> for Arc<dyn Ledger> {
     }
 }
 
-/// The search API's routes, ready to merge into cairn's router.
-pub fn router(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> Router {
-    Router::new()
-        .route("/v1/search", post(search))
+/// The search API's routes with their OpenAPI description (registered from the handler's
+/// `#[utoipa::path]`).
+pub fn routes(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(search))
         .with_state(SearchState { ledger, searcher })
 }
 
+/// The search API's routes, ready to merge into cairn's router.
+pub fn router(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> Router {
+    routes(ledger, searcher).split_for_parts().0
+}
+
 /// The request body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
-    /// 1 to 2,000 characters.
+    /// 1 to 2,000 characters, not only whitespace.
+    #[schema(
+        min_length = 1,
+        max_length = 2000,
+        pattern = r"[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+    )]
     pub query: String,
-    /// Datasets to search (default: every dataset the token may read).
+    /// Datasets to search (default: every dataset the token may read); at least one when
+    /// given.
+    #[schema(schema_with = receipts::http::optional_datasets)]
     pub datasets: Option<Vec<String>>,
     /// 1 to 100 (default 10).
+    #[schema(minimum = 1, maximum = 100)]
     pub top_k: Option<i64>,
-    /// 1 to the server's maximum (default 2,000).
+    /// 50 to the server's maximum, `search.max_budget_ms` (default 2,000).
+    #[schema(minimum = 50, maximum = 30000)]
     pub budget_ms: Option<i64>,
     /// `auto` (default), `vector` or `lexical`.
+    #[schema(pattern = "^(auto|vector|lexical)$")]
     pub mode: Option<String>,
     /// One result per source (default true).
     pub group_by_source: Option<bool>,
@@ -85,10 +105,12 @@ pub fn parse(
     let budget_ms = body
         .budget_ms
         .unwrap_or(i64::try_from(settings.default_budget.as_millis()).unwrap_or(i64::MAX));
-    if !(1..=max_budget).contains(&budget_ms) {
+    if !(MIN_BUDGET_MS..=max_budget).contains(&budget_ms) {
         return Err(ApiError::unprocessable(
             "invalid_budget",
-            format!("`budget_ms` must be between 1 and {max_budget} (got {budget_ms})"),
+            format!(
+                "`budget_ms` must be between {MIN_BUDGET_MS} and {max_budget} (got {budget_ms})"
+            ),
         ));
     }
     let mode: Mode = match body.mode.as_deref() {
@@ -171,6 +193,11 @@ impl From<SearchError> for ApiError {
     }
 }
 
+/// Searches current revisions: vector and lexical phases under one budget, fused; every hit
+/// bound to its source's current revision.
+#[utoipa::path(post, path = "/v1/search", tag = "search", security(("bearer" = [])),
+    request_body(content = SearchBody, content_type = "application/json"),
+    responses((status = 200, description = "Results, best first, with what answered and how long each phase took.", body = crate::SearchResponse), ApiErrors))]
 async fn search(
     State(state): State<SearchState>,
     auth: Auth,

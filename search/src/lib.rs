@@ -43,7 +43,7 @@ use receipts::{BoundHit, HitRef, Ledger, LedgerError, LexicalHit};
 use serde::Serialize;
 use uuid::Uuid;
 
-pub use api::router;
+pub use api::{router, routes};
 
 /// Share of the budget the vector phase (embed, search, bind) may use in `auto` mode.
 pub const VECTOR_SHARE: f64 = 0.75;
@@ -133,7 +133,7 @@ impl std::str::FromStr for Mode {
 }
 
 /// Which phases answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Answered {
     /// Vector and lexical, fused by rank.
@@ -176,7 +176,7 @@ pub struct Query {
 }
 
 /// One result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SearchResult {
     /// 1-based.
     pub rank: usize,
@@ -203,7 +203,7 @@ pub struct SearchResult {
 }
 
 /// Milliseconds spent per phase (absent: the phase did not run).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Phases {
     /// Waiting in the admission queue for a slot (absent when one was free).
     pub admission: Option<f64>,
@@ -220,7 +220,7 @@ pub struct Phases {
 }
 
 /// An answer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SearchResponse {
     /// Best first.
     pub results: Vec<SearchResult>,

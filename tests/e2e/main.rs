@@ -6,6 +6,7 @@ mod browser;
 mod chaos;
 mod cli;
 mod common;
+mod contract;
 mod crash;
 mod eval;
 mod ops;
