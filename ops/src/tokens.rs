@@ -190,26 +190,37 @@ pub async fn revoke(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let principal = auth.require(Scope::Admin)?;
-    let id = token_id(&id)?;
-    not_self(principal, id)?;
-    let body: ChangeBody = optional_body(&headers, body).await?;
+    let (actor, id, body) = change_request(&auth, &id, &headers, body).await?;
     if body.expires_in_seconds.is_some() {
         return Err(ApiError::unprocessable(
             "invalid_json",
             "expires_in_seconds applies to rotation only",
         ));
     }
-    let reason = reason(body.reason, "revoked through the token API")?;
     let revoked = state
         .ledger
         .change_token(TokenChange::Revoke {
             id,
-            actor: principal.actor(),
-            reason: Some(reason),
+            actor,
+            reason: Some(reason(body.reason, "revoked through the token API")?),
         })
         .await?;
     Ok(changed(StatusCode::OK, revoked))
+}
+
+/// What a revocation or rotation starts from: the admin's actor name, the token (never the
+/// caller's own) and the optional body.
+async fn change_request(
+    auth: &Auth,
+    id: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(String, Uuid, ChangeBody), ApiError> {
+    let principal = auth.require(Scope::Admin)?;
+    let id = token_id(id)?;
+    not_self(principal, id)?;
+    let body: ChangeBody = optional_body(headers, body).await?;
+    Ok((principal.actor(), id, body))
 }
 
 /// `POST /v1/tokens/{id}/rotate`: a new secret for the same name, scopes and datasets; the old
@@ -222,17 +233,13 @@ pub async fn rotate(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let principal = auth.require(Scope::Admin)?;
-    let id = token_id(&id)?;
-    not_self(principal, id)?;
-    let body: ChangeBody = optional_body(&headers, body).await?;
-    let reason = reason(body.reason, "rotated through the token API")?;
+    let (actor, id, body) = change_request(&auth, &id, &headers, body).await?;
     let rotated = state
         .ledger
         .change_token(TokenChange::Rotate {
             id,
-            actor: principal.actor(),
-            reason: Some(reason),
+            actor,
+            reason: Some(reason(body.reason, "rotated through the token API")?),
             expires_at: expiry(body.expires_in_seconds)?,
         })
         .await?;

@@ -13,6 +13,12 @@ use tokio::process::{Child, Command};
 
 /// Starts `cairn serve` on a free port; returns the child and its base URL.
 pub(crate) async fn start(data_dir: &Path) -> (Child, String) {
+    spawn_serve(data_dir, "warn", Stdio::inherit()).await
+}
+
+/// Starts `cairn serve` on a free port with a log filter and where its stderr goes; returns
+/// the child (its stderr taken when piped) and its base URL.
+pub(crate) async fn spawn_serve(data_dir: &Path, log: &str, stderr: Stdio) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
@@ -20,9 +26,9 @@ pub(crate) async fn start(data_dir: &Path) -> (Child, String) {
             "CAIRN_MODELS_DIR",
             concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
         )
-        .env("CAIRN_LOG", "warn")
+        .env("CAIRN_LOG", log)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .expect("spawn cairn serve");

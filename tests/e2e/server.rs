@@ -364,20 +364,8 @@ impl Drop for SmallDisk {
 async fn sigterm_on_a_full_disk_exits_without_a_panic() {
     let disk = SmallDisk::mount(48);
     let data = disk.path.join("data");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .env(
-            "CAIRN_MODELS_DIR",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
-        )
-        .env("CAIRN_LOG", "info")
-        .env("RUST_BACKTRACE", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn cairn serve");
+    let (mut child, base) =
+        crate::crash::spawn_serve(&data, "info", std::process::Stdio::piped()).await;
     let stderr = child.stderr.take().expect("stderr");
     let log = tokio::spawn(async move {
         let mut text = String::new();
@@ -385,19 +373,6 @@ async fn sigterm_on_a_full_disk_exits_without_a_panic() {
         let _ = stderr.read_to_string(&mut text).await;
         text
     });
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let base = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.expect("stdout") {
-            if let Some(address) = line.strip_prefix("listening on ") {
-                return address.trim().to_owned();
-            }
-        }
-        panic!("cairn serve exited before listening");
-    })
-    .await
-    .expect("started");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let token = std::fs::read_to_string(data.join("admin.token"))
         .expect("token")
         .trim()
