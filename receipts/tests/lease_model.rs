@@ -1,15 +1,33 @@
 //! Model-based property test of leases: random interleavings of claim, heartbeat, complete,
-//! fail, time advance, crash, cancel and requeue against the SQLite ledger, with the lease
-//! invariants checked after every step.
+//! fail, release, time advance, crash, cancel and requeue against the SQLite ledger.
+//!
+//! An independent model keeps, per job, what the contract says it must be: state, attempt,
+//! crashes, holder (which lease), lease expiry, deadline, run-at and a pending cancel request.
+//! After every step the ledger's rows must equal the model's prediction; `claim` must return
+//! exactly `min(limit, claimable)` jobs, the ones the model picks (highest priority, datasets
+//! taking turns, then oldest), in the promised order; and the invariants (one lease per job,
+//! no lease past its deadline, terminal states stay, history is a complete chain) hold.
+//!
+//! The only value the model does not predict exactly is a backoff's jitter: a retry's run-at
+//! must lie within the policy's jitter band, and the model then adopts it.
+//!
+//! Mutation check (run by hand; each must make this test fail):
+//! - in the completion statement, `SET state = 'completed'` changed to `'dead'`, or the
+//!   statement made a no-op that still answers Ok;
+//! - `claim` returning `[]` always;
+//! - a `Permanent` failure ending in `retry_wait`.
+//!
+//! `cargo nextest run -p receipts -E 'binary(lease_model)'`
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use receipts::conformance::{put, START};
+use receipts::policy::{JobPolicy, BACKOFF_JITTER};
 use receipts::{
     Acceptor, Clock, Failure, FailureClass, Job, JobState, LeaseToken, Leases, LedgerError,
-    ManualClock, Reader, SqliteLedger, SqliteOptions,
+    ManualClock, Micros, Reader, SqliteLedger, SqliteOptions,
 };
 
 const JOBS: usize = 3;
@@ -86,6 +104,180 @@ fn failure(class: u8) -> Failure {
     }
 }
 
+/// What the contract says one job must be.
+#[derive(Debug, Clone, PartialEq)]
+struct ModelJob {
+    id: uuid::Uuid,
+    dataset: String,
+    priority: i64,
+    max_attempts: i64,
+    state: JobState,
+    attempt: i64,
+    crashes: i64,
+    /// The lease that holds the job (as the ledger issued it at the claim), and its owner.
+    lease: Option<(String, String)>,
+    lease_expires_at: Option<Micros>,
+    deadline_at: Option<Micros>,
+    run_at: Micros,
+    cancel_requested: bool,
+}
+
+impl ModelJob {
+    fn of(job: &Job) -> ModelJob {
+        ModelJob {
+            id: job.id,
+            dataset: job.dataset.clone(),
+            priority: job.priority,
+            max_attempts: job.max_attempts,
+            state: job.state,
+            attempt: job.attempt,
+            crashes: job.crashes,
+            lease: None,
+            lease_expires_at: None,
+            deadline_at: None,
+            run_at: job.run_at,
+            cancel_requested: job.cancel_requested,
+        }
+    }
+
+    /// Whether `token` holds the job at `now` for a write that ends or extends the run.
+    fn held_by(&self, token: &LeaseToken, now: Micros) -> bool {
+        self.state == JobState::Running
+            && self.lease.as_ref().map(|(lease, _)| lease.as_str()) == Some(token.lease_id.as_str())
+            && self.lease_expires_at.is_some_and(|expiry| expiry > now)
+    }
+
+    /// The run ends: the lease is gone.
+    fn end(&mut self, state: JobState, run_at: Micros) {
+        self.state = state;
+        self.run_at = run_at;
+        self.lease = None;
+        self.lease_expires_at = None;
+        self.deadline_at = None;
+    }
+
+    /// Compares the ledger's row with the prediction.
+    fn check(&self, job: &Job, context: &str) -> Result<(), TestCaseError> {
+        prop_assert_eq!(job.state, self.state, "state after {}: {:?}", context, job);
+        prop_assert_eq!(
+            job.attempt,
+            self.attempt,
+            "attempt after {}: {:?}",
+            context,
+            job
+        );
+        prop_assert_eq!(
+            job.crashes,
+            self.crashes,
+            "crashes after {}: {:?}",
+            context,
+            job
+        );
+        prop_assert_eq!(
+            job.lease_id.as_deref(),
+            self.lease.as_ref().map(|(lease, _)| lease.as_str()),
+            "lease after {}",
+            context
+        );
+        prop_assert_eq!(
+            job.lease_owner.as_deref(),
+            self.lease.as_ref().map(|(_, owner)| owner.as_str()),
+            "lease owner after {}",
+            context
+        );
+        prop_assert_eq!(
+            job.lease_expires_at,
+            self.lease_expires_at,
+            "lease expiry after {}",
+            context
+        );
+        prop_assert_eq!(
+            job.deadline_at,
+            self.deadline_at,
+            "deadline after {}",
+            context
+        );
+        prop_assert_eq!(
+            job.run_at,
+            self.run_at,
+            "run_at after {}: {:?}",
+            context,
+            job
+        );
+        prop_assert_eq!(
+            job.cancel_requested,
+            self.cancel_requested,
+            "cancel request after {}",
+            context
+        );
+        Ok(())
+    }
+}
+
+/// The model of the whole queue.
+struct Model {
+    jobs: Vec<ModelJob>,
+    policy: JobPolicy,
+}
+
+impl Model {
+    /// Expired leases go back to pending charged a crash, to quarantine at the limit, or to
+    /// cancelled when a cancel was requested; run before every claim.
+    fn rescue(&mut self, now: Micros) {
+        let limit = self.policy.quarantine_after_crashes;
+        for job in &mut self.jobs {
+            if job.state == JobState::Running && job.lease_expires_at.is_some_and(|e| e <= now) {
+                job.crashes += 1;
+                let state = if job.cancel_requested {
+                    JobState::Cancelled
+                } else if job.crashes >= limit {
+                    JobState::Quarantined
+                } else {
+                    JobState::Pending
+                };
+                job.end(state, now);
+            }
+        }
+    }
+
+    /// The jobs a claim of `limit` takes, in the claim's selection order: highest priority,
+    /// then each dataset's n-th oldest before any dataset's (n+1)-th, then run-at, then id.
+    fn claimable(&self, now: Micros, limit: usize) -> Vec<usize> {
+        let due: Vec<usize> = (0..self.jobs.len())
+            .filter(|&index| {
+                let job = &self.jobs[index];
+                matches!(job.state, JobState::Pending | JobState::RetryWait) && job.run_at <= now
+            })
+            .collect();
+        let turn = |index: usize| {
+            let job = &self.jobs[index];
+            due.iter()
+                .filter(|&&other| {
+                    let o = &self.jobs[other];
+                    o.priority == job.priority
+                        && o.dataset == job.dataset
+                        && (o.run_at, o.id.to_string()) < (job.run_at, job.id.to_string())
+                })
+                .count()
+        };
+        let mut order: Vec<(i64, usize, Micros, String, usize)> = due
+            .iter()
+            .map(|&index| {
+                let job = &self.jobs[index];
+                (
+                    -job.priority,
+                    turn(index),
+                    job.run_at,
+                    job.id.to_string(),
+                    index,
+                )
+            })
+            .collect();
+        order.sort();
+        order.into_iter().take(limit).map(|entry| entry.4).collect()
+    }
+}
+
 struct World {
     ledger: SqliteLedger,
     clock: Arc<ManualClock>,
@@ -148,32 +340,20 @@ impl World {
     }
 }
 
-/// Whether `token` is the job's current, unexpired lease at `now`.
-fn holds(job: &Job, token: &LeaseToken, now: i64) -> bool {
-    job.state == JobState::Running
-        && job.lease_id.as_deref() == Some(token.lease_id.as_str())
-        && job.lease_expires_at.is_some_and(|expiry| expiry > now)
-}
-
-/// Checks a fenced write against the model: it succeeds exactly when the token held the job
-/// (and `extra_valid`), and a refused write leaves the job and its history untouched.
+/// Checks a fenced write's answer against the model: it succeeds exactly when the model says
+/// the token holds the job (and `extra_valid`), and a refused write leaves the job and its
+/// history untouched.
 #[allow(clippy::too_many_arguments)]
 async fn check_fenced<T: std::fmt::Debug>(
     world: &World,
     job: usize,
     before: &Job,
-    token: &LeaseToken,
-    now: i64,
-    extra_valid: bool,
-    result: Result<T, LedgerError>,
+    valid: bool,
+    result: &Result<T, LedgerError>,
     history_before: usize,
 ) -> Result<(), TestCaseError> {
-    let valid = holds(before, token, now) && extra_valid;
     match result {
-        Ok(_) => prop_assert!(
-            valid,
-            "a write with an invalid lease succeeded: {before:?} {token:?}"
-        ),
+        Ok(_) => prop_assert!(valid, "a write with an invalid lease succeeded: {before:?}"),
         Err(LedgerError::LeaseLost { .. }) => {
             prop_assert!(!valid, "a valid lease was refused: {before:?}");
             let after = world
@@ -194,35 +374,112 @@ async fn check_fenced<T: std::fmt::Debug>(
     Ok(())
 }
 
+/// How a failed run ends, by the contract: cancelled when a cancel was requested or the error
+/// says so; dead for a permanent error or at the last attempt; otherwise waiting, after the
+/// error's retry-after (no attempt charged) or the backoff (one attempt charged). Returns the
+/// backoff band `(lowest, highest)` of run-at when the jitter decides it.
+fn predict_failure(
+    job: &mut ModelJob,
+    class: FailureClass,
+    now: Micros,
+    policy: &JobPolicy,
+) -> Option<(Micros, Micros)> {
+    let class = if job.cancel_requested {
+        FailureClass::Cancelled
+    } else {
+        class
+    };
+    match class {
+        FailureClass::Cancelled => job.end(JobState::Cancelled, now),
+        FailureClass::Permanent => {
+            job.attempt += 1;
+            job.end(JobState::Dead, now);
+        }
+        FailureClass::Retryable {
+            retry_after_micros: Some(delay),
+        } => job.end(JobState::RetryWait, now + delay.max(0)),
+        FailureClass::Retryable {
+            retry_after_micros: None,
+        } => {
+            job.attempt += 1;
+            if job.attempt >= job.max_attempts {
+                job.end(JobState::Dead, now);
+            } else {
+                let exponent = u32::try_from(job.attempt - 1).unwrap_or(0).min(40);
+                let raw = policy
+                    .backoff_base_micros
+                    .saturating_mul(2_i64.saturating_pow(exponent))
+                    .min(policy.backoff_cap_micros) as f64;
+                let low = now + (raw * (1.0 - BACKOFF_JITTER)).floor() as i64;
+                let high = now + (raw * (1.0 + BACKOFF_JITTER)).ceil() as i64;
+                job.end(JobState::RetryWait, now);
+                return Some((low, high));
+            }
+        }
+    }
+    None
+}
+
 async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
     let mut world = World::new().await;
+    let policy = JobPolicy::default();
+    let mut model = Model {
+        jobs: world.snapshot().await.iter().map(ModelJob::of).collect(),
+        policy,
+    };
     for step in steps {
         let before = world.snapshot().await;
         let now = world.clock.now_micros();
+        let context = format!("{step:?} at {now}");
         match step.clone() {
             Step::Claim { worker, limit } => {
-                let claimed = world
-                    .ledger
-                    .claim(&format!("w{worker}"), limit)
-                    .await
-                    .expect("claim");
-                prop_assert!(claimed.len() <= limit as usize);
-                for job in claimed {
+                let owner = format!("w{worker}");
+                model.rescue(now);
+                let expected = model.claimable(now, limit as usize);
+                let claimed = world.ledger.claim(&owner, limit).await.expect("claim");
+                let mut got: Vec<usize> = claimed
+                    .iter()
+                    .map(|job| {
+                        world
+                            .jobs
+                            .iter()
+                            .position(|id| *id == job.id)
+                            .expect("known job")
+                    })
+                    .collect();
+                // The promised order: priority first, then run-at.
+                let keys: Vec<(i64, Micros)> = claimed
+                    .iter()
+                    .map(|job| (-job.priority, job.run_at))
+                    .collect();
+                let mut sorted = keys.clone();
+                sorted.sort();
+                prop_assert_eq!(keys, sorted, "claim order after {}", &context);
+                got.sort_unstable();
+                let mut want = expected.clone();
+                want.sort_unstable();
+                prop_assert_eq!(
+                    got,
+                    want,
+                    "claimed jobs after {} (limit {}, claimable {:?})",
+                    &context,
+                    limit,
+                    model.claimable(now, usize::MAX)
+                );
+                for job in &claimed {
                     let index = world
                         .jobs
                         .iter()
                         .position(|id| *id == job.id)
                         .expect("known job");
-                    let old = &before[index];
-                    let expired = old.state == JobState::Running
-                        && old.lease_expires_at.is_some_and(|e| e <= now);
-                    prop_assert!(
-                        matches!(old.state, JobState::Pending | JobState::RetryWait)
-                            && old.run_at <= now
-                            || expired,
-                        "claimed a job that was not claimable: {old:?}"
-                    );
-                    world.tokens[worker].insert(index, LeaseToken::of(&job).expect("lease"));
+                    let lease = job.lease_id.clone().expect("a claimed job holds a lease");
+                    let predicted = &mut model.jobs[index];
+                    predicted.state = JobState::Running;
+                    predicted.lease = Some((lease, owner.clone()));
+                    predicted.lease_expires_at =
+                        Some(now + policy.lease_micros.min(policy.max_run_micros));
+                    predicted.deadline_at = Some(now + policy.max_run_micros);
+                    world.tokens[worker].insert(index, LeaseToken::of(job).expect("lease"));
                 }
             }
             Step::Heartbeat { worker, job }
@@ -234,42 +491,58 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 };
                 let history_before = world.history_len(job).await;
                 let old = &before[job];
+                let predicted = &mut model.jobs[job];
+                let holds = predicted.held_by(&token, now);
                 match step {
                     Step::Heartbeat { .. } => {
-                        let deadline_ok = old.deadline_at.is_some_and(|d| d > now);
+                        let valid = holds && predicted.deadline_at.is_some_and(|d| d > now);
                         let result = world.ledger.heartbeat(&token).await;
-                        if let Ok(beat) = &result {
-                            prop_assert!(
-                                Some(beat.lease_expires_at) <= old.deadline_at,
-                                "lease extended past the deadline"
-                            );
+                        check_fenced(&world, job, old, valid, &result, history_before).await?;
+                        if let Ok(beat) = result {
+                            let deadline = predicted.deadline_at.unwrap_or(now);
+                            let expiry = (now + policy.lease_micros).min(deadline);
+                            predicted.lease_expires_at = Some(expiry);
+                            prop_assert_eq!(beat.lease_expires_at, expiry);
+                            prop_assert_eq!(beat.cancel_requested, predicted.cancel_requested);
                         }
-                        check_fenced(
-                            &world,
-                            job,
-                            old,
-                            &token,
-                            now,
-                            deadline_ok,
-                            result,
-                            history_before,
-                        )
-                        .await?;
                     }
                     Step::Complete { .. } => {
                         let result = world.ledger.complete(&token).await;
-                        check_fenced(&world, job, old, &token, now, true, result, history_before)
-                            .await?;
+                        check_fenced(&world, job, old, holds, &result, history_before).await?;
+                        if result.is_ok() {
+                            predicted.end(JobState::Completed, now);
+                        }
                     }
                     Step::Fail { class, .. } => {
-                        let result = world.ledger.fail(&token, failure(class)).await;
-                        check_fenced(&world, job, old, &token, now, true, result, history_before)
-                            .await?;
+                        let failure = failure(class);
+                        let result = world.ledger.fail(&token, failure.clone()).await;
+                        check_fenced(&world, job, old, holds, &result, history_before).await?;
+                        if let Ok(failed) = &result {
+                            if let Some((low, high)) =
+                                predict_failure(predicted, failure.class, now, &policy)
+                            {
+                                prop_assert!(
+                                    (low..=high).contains(&failed.run_at),
+                                    "backoff run_at {} outside [{}, {}]",
+                                    failed.run_at,
+                                    low,
+                                    high
+                                );
+                                predicted.run_at = failed.run_at;
+                            }
+                        }
                     }
                     _ => {
                         let result = world.ledger.release(&token).await;
-                        check_fenced(&world, job, old, &token, now, true, result, history_before)
-                            .await?;
+                        check_fenced(&world, job, old, holds, &result, history_before).await?;
+                        if result.is_ok() {
+                            let state = if predicted.cancel_requested {
+                                JobState::Cancelled
+                            } else {
+                                JobState::Pending
+                            };
+                            predicted.end(state, now);
+                        }
                     }
                 }
             }
@@ -277,29 +550,37 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             Step::Crash { worker } => world.tokens[worker].clear(),
             Step::Cancel { job } => {
                 let result = world.ledger.cancel(world.jobs[job], "model", "test").await;
-                let old = &before[job];
+                let predicted = &mut model.jobs[job];
                 match result {
-                    Ok(_) => prop_assert!(!old.state.is_terminal()),
+                    Ok(_) => {
+                        prop_assert!(!predicted.state.is_terminal(), "cancelled a terminal job");
+                        if predicted.state == JobState::Running {
+                            predicted.cancel_requested = true;
+                        } else {
+                            predicted.state = JobState::Cancelled;
+                        }
+                    }
                     Err(LedgerError::InvalidTransition { .. }) => {
-                        prop_assert!(old.state.is_terminal())
+                        prop_assert!(predicted.state.is_terminal())
                     }
                     Err(error) => prop_assert!(false, "cancel failed: {error}"),
                 }
             }
             Step::Requeue { job } => {
                 let result = world.ledger.requeue(world.jobs[job], "model", "test").await;
-                let old = &before[job];
+                let predicted = &mut model.jobs[job];
                 let requeueable = matches!(
-                    old.state,
+                    predicted.state,
                     JobState::Dead | JobState::Cancelled | JobState::Quarantined
                 );
                 match result {
-                    Ok(job) => {
-                        prop_assert!(requeueable);
-                        prop_assert_eq!(
-                            (job.state, job.attempt, job.crashes),
-                            (JobState::Pending, 0, 0)
-                        );
+                    Ok(_) => {
+                        prop_assert!(requeueable, "requeued a {:?} job", predicted.state);
+                        predicted.state = JobState::Pending;
+                        predicted.attempt = 0;
+                        predicted.crashes = 0;
+                        predicted.cancel_requested = false;
+                        predicted.run_at = now;
                     }
                     Err(LedgerError::InvalidTransition { .. }) => prop_assert!(!requeueable),
                     Err(error) => prop_assert!(false, "requeue failed: {error}"),
@@ -307,9 +588,10 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
         }
 
-        // Invariants after every step.
+        // The ledger equals the model, and the invariants hold, after every step.
         let after = world.snapshot().await;
         for (index, (old, new)) in before.iter().zip(&after).enumerate() {
+            model.jobs[index].check(new, &context)?;
             prop_assert!(
                 new.attempt <= new.max_attempts,
                 "attempts exceed the maximum: {new:?}"
@@ -348,7 +630,7 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
     #[test]
     fn leases_keep_their_invariants(steps in proptest::collection::vec(step(), 1..60)) {
