@@ -481,7 +481,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 &env,
             )?;
-            cairn::serve(config, cairn::shutdown_signal()).await?;
+            let shutdown = cairn::shutdown_signal();
+            cairn::serve(config, shutdown).await?;
         }
         Command::Worker {
             data_dir,
@@ -498,6 +499,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 &env,
             )?;
+            // Signals are handled from here on, through the model's loading.
+            let shutdown = cairn::shutdown_signal();
             cairn::datadir::prepare(&config.data_dir)?;
             let ledger: std::sync::Arc<dyn receipts::Ledger> =
                 std::sync::Arc::new(cairn::open_ledger(&config).await?);
@@ -530,7 +533,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             worker::Worker::new(ledger, work, worker_config)
-                .run(cairn::shutdown_signal())
+                .run(shutdown)
                 .await;
             if let Some(projection) = projection {
                 projection.close().await?;
