@@ -253,6 +253,19 @@ struct SlowEmbedder {
     delay: Duration,
     inner: Arc<dyn Embedder>,
     finished: Arc<AtomicUsize>,
+    /// Embeddings whose future was dropped before it finished (cancelled by the searcher).
+    dropped: Arc<AtomicUsize>,
+}
+
+/// Counts a future dropped before it finished; disarmed when it finishes.
+struct DropGuard(Option<Arc<AtomicUsize>>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if let Some(count) = self.0.take() {
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 #[async_trait]
@@ -264,8 +277,10 @@ impl Embedder for SlowEmbedder {
         self.inner.dimension()
     }
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        let mut guard = DropGuard(Some(self.dropped.clone()));
         tokio::time::sleep(self.delay).await;
         let vectors = self.inner.embed(texts).await;
+        guard.0 = None;
         self.finished.fetch_add(1, Ordering::SeqCst);
         vectors
     }
@@ -277,6 +292,7 @@ async fn slow_model(finished: Arc<AtomicUsize>) -> Arc<SlowEmbedder> {
         delay: Duration::from_secs(5),
         inner: model().await,
         finished,
+        dropped: Arc::new(AtomicUsize::new(0)),
     })
 }
 
@@ -441,6 +457,7 @@ async fn a_slow_or_failing_vector_phase_falls_back_to_lexical_within_the_budget(
     world.project(corpus("docs")).await;
     let finished = Arc::new(AtomicUsize::new(0));
     let slow = slow_model(finished.clone()).await;
+    let dropped = slow.dropped.clone();
     let searcher = world.searcher(slow, 8);
     let started = Instant::now();
     let answer = searcher
@@ -457,8 +474,13 @@ async fn a_slow_or_failing_vector_phase_falls_back_to_lexical_within_the_budget(
         elapsed < Duration::from_millis(400 + 250),
         "answered after {elapsed:?} on a 400 ms budget"
     );
-    // The vector phase was cancelled at its deadline: the slow embedding never finishes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The vector phase was cancelled at its deadline: the embedding's future was dropped (a
+    // drop guard counts it), long before its 5 s delay could end, and it never finished.
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the slow embedding was not cancelled when the search answered"
+    );
     assert_eq!(
         finished.load(Ordering::SeqCst),
         0,
