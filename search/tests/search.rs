@@ -2,7 +2,7 @@
 //! disk and the real projection job. Faults are injected by wrappers named `Slow*`/`Failing*`
 //! around the real stores, and by the ledger's `SlowLexical` fault point.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -386,14 +386,9 @@ async fn hybrid_search_binds_to_current_revisions_and_finds_pending_ones_lexical
         accepted[0].source_revision_id
     );
     assert!(answer.phases.embed.is_some() && answer.phases.lexical.is_some());
-    // One result per source.
-    let mut keys: Vec<_> = answer
-        .results
-        .iter()
-        .map(|r| r.source_key.clone())
-        .collect();
-    keys.dedup();
-    assert_eq!(keys.len(), answer.results.len());
+    // One result per source: as many distinct sources as results.
+    let sources: HashSet<_> = answer.results.iter().map(|r| &r.source_key).collect();
+    assert_eq!(sources.len(), answer.results.len(), "{:?}", answer.results);
 
     let vector = searcher
         .search(query("baking with yeast", Mode::Vector, 5_000))
@@ -680,6 +675,9 @@ async fn searches_during_supersedes_and_deletes_never_return_a_retired_revision(
     let searcher = Arc::new(world.searcher(model().await, 16));
     let mut checked = 0;
     let mut round = 0;
+    // Per mode: results returned, and hits the binding dropped as no longer current.
+    let mut results_by_mode: HashMap<&str, usize> = HashMap::new();
+    let mut vector_stale_dropped = 0;
     while !updater.is_finished() {
         let mode = [Mode::Auto, Mode::Vector, Mode::Lexical][round % 3];
         round += 1;
@@ -691,6 +689,10 @@ async fn searches_during_supersedes_and_deletes_never_return_a_retired_revision(
             })
             .await
             .expect("search");
+        *results_by_mode.entry(mode.as_str()).or_default() += answer.results.len();
+        if mode == Mode::Vector {
+            vector_stale_dropped += answer.stale_dropped;
+        }
         let retired = retired.lock().expect("lock").clone();
         for result in &answer.results {
             if let Some(when) = retired.get(&result.source_revision_id) {
@@ -709,6 +711,17 @@ async fn searches_during_supersedes_and_deletes_never_return_a_retired_revision(
     worker.await.expect("worker");
     assert!(round >= 10, "only {round} searches ran");
     assert!(checked > 50, "only {checked} results were checked");
+    for mode in ["auto", "vector", "lexical"] {
+        assert!(
+            results_by_mode.get(mode).copied().unwrap_or(0) > 0,
+            "{mode} mode returned nothing during the churn: {results_by_mode:?}"
+        );
+    }
+    // The binding itself was exercised: vector hits of superseded revisions were dropped.
+    assert!(
+        vector_stale_dropped > 0,
+        "no vector hit was dropped as stale: the binding was never tested"
+    );
 }
 
 async fn call(
