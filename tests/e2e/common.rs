@@ -159,9 +159,10 @@ pub(crate) fn assert_error(result: &(StatusCode, Value), status: u16, code: &str
 }
 
 /// A Prometheus text exposition's value of `name` summed over the series that carry every
-/// given label (in any order).
-pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
+/// given label (in any order); `None` when no such series exists.
+pub(crate) fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
             let (series, value) = line.rsplit_once(' ')?;
@@ -175,5 +176,13 @@ pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .then(|| value.parse::<f64>().ok())
                 .flatten()
         })
-        .sum()
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// [`metric_value`] of a series that must exist: a metric that vanished fails the test
+/// instead of reading as 0.
+pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric_value(text, name, labels)
+        .unwrap_or_else(|| panic!("no series {name} with labels {labels:?} in:\n{text}"))
 }
