@@ -343,12 +343,20 @@ pub async fn lexical_index_holds_current_heads_only(harness: Harness) {
     assert_eq!(hits[0].revision_id, second.source_revision_id);
     assert_ne!(hits[0].revision_id, first.source_revision_id);
     assert_eq!(lexical_hits(&harness, "charlie").await, 2);
-    // Query syntax never reaches the index.
-    assert!(harness
+    // Query syntax never reaches the index: the words are searched as words, and find their
+    // document.
+    must_accept(
+        &harness,
+        put("docs", "syntax.txt", "unbalanced quotes and parentheses"),
+    )
+    .await;
+    let hits = harness
         .ledger
         .lexical_search("\"unbalanced AND (", &[], 10, None)
         .await
-        .is_ok());
+        .expect("a query with search syntax is searched as words");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].source_key, "syntax.txt");
 }
 
 /// A failure injected at any step of acceptance leaves no partial rows.
@@ -596,7 +604,12 @@ pub async fn hard_deadline_ends_heartbeats(harness: Harness) {
     must_accept(&harness, put("docs", "a", "alpha")).await;
     let (job, token) = claim_one(&harness, "worker-1").await;
     let deadline = job.deadline_at.expect("deadline");
-    loop {
+    let start = harness.clock.now_micros();
+    // Ten-second beats reach the deadline in (deadline - start) / 10 s of them; a few more
+    // would mean heartbeats extend leases without end.
+    let most = (deadline - start) / (10 * SECOND) + 3;
+    for beat in 0.. {
+        assert!(beat <= most, "heartbeats still accepted after {beat} beats");
         harness.clock.advance(10 * SECOND);
         match harness.ledger.heartbeat(&token).await {
             Ok(beat) => assert!(beat.lease_expires_at <= deadline),

@@ -98,29 +98,34 @@ async fn history_is_append_only_and_states_are_checked() {
     let ledger = open(&directory.path().join("ledger.db")).await;
     receipts::Acceptor::accept(&ledger, vec![put("docs", "a", "text")]).await;
     let pool = ledger.read_pool();
-    assert!(sqlx::query("UPDATE history SET actor = 'forged'")
-        .execute(pool)
-        .await
-        .is_err());
-    assert!(sqlx::query("DELETE FROM history")
-        .execute(pool)
-        .await
-        .is_err());
-    assert!(sqlx::query("UPDATE jobs SET state = 'exploded'")
-        .execute(pool)
-        .await
-        .is_err());
-    assert!(sqlx::query("UPDATE projection_receipts SET state = 'done'")
-        .execute(pool)
-        .await
-        .is_err());
-    assert!(
-        sqlx::query("UPDATE jobs SET lease_id = 'x'")
-            .execute(pool)
-            .await
-            .is_err(),
-        "a pending job holds no lease"
-    );
+    // Each write is refused by the rule named, not by anything else.
+    let refused = |sql: &'static str, rule: &'static str| async move {
+        match sqlx::query(sql).execute(pool).await {
+            Ok(done) => panic!("`{sql}` succeeded ({} rows)", done.rows_affected()),
+            Err(error) => assert!(
+                error.to_string().contains(rule),
+                "`{sql}` failed for another reason: {error}"
+            ),
+        }
+    };
+    refused(
+        "UPDATE history SET actor = 'forged'",
+        "history is append-only",
+    )
+    .await;
+    refused("DELETE FROM history", "history is append-only").await;
+    refused(
+        "UPDATE jobs SET state = 'exploded'",
+        "CHECK constraint failed",
+    )
+    .await;
+    refused(
+        "UPDATE projection_receipts SET state = 'done'",
+        "CHECK constraint failed",
+    )
+    .await;
+    // A pending job holds no lease.
+    refused("UPDATE jobs SET lease_id = 'x'", "CHECK constraint failed").await;
 }
 
 #[tokio::test]
