@@ -19,6 +19,9 @@ pub enum FaultPoint {
     /// A projection run is about to write its chunk rows (the relational backend's write).
     /// Not an acceptance step, so not in [`FaultPoint::ALL`].
     BeforeChunkWrite,
+    /// A projection run's chunk rows are written, then the last one is lost before the run
+    /// reads them back (the relational read-back must notice). Not an acceptance step.
+    ChunkRowLost,
     /// A lexical search runs a long SQLite computation (minutes) under its deadline instead
     /// of the index query: the deadline, not the work, must end it. Not an acceptance step.
     SlowLexical,
@@ -42,6 +45,7 @@ impl fmt::Display for FaultPoint {
             FaultPoint::AfterHeadMove => "after_head_move",
             FaultPoint::BeforeCommit => "before_commit",
             FaultPoint::BeforeChunkWrite => "before_chunk_write",
+            FaultPoint::ChunkRowLost => "chunk_row_lost",
             FaultPoint::SlowLexical => "slow_lexical",
         };
         f.write_str(name)

@@ -60,6 +60,23 @@ pub(crate) async fn run(
     }
 }
 
+/// Fault injection ([`crate::faults::FaultPoint::ChunkRowLost`]): deletes the last chunk row
+/// of the job's revision, as a store that lost a write would.
+pub(crate) async fn lose_last_chunk(
+    connection: &mut SqliteConnection,
+    job_id: uuid::Uuid,
+) -> Result<()> {
+    sqlx::query(
+        "DELETE FROM chunks WHERE (revision_id, chunk_index) IN ( \
+           SELECT c.revision_id, c.chunk_index FROM chunks c JOIN jobs j ON j.revision_id = c.revision_id \
+           WHERE j.id = ? ORDER BY c.chunk_index DESC LIMIT 1)",
+    )
+    .bind(job_id.to_string())
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
 /// The job, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
 async fn fence(connection: &mut SqliteConnection, token: &LeaseToken, now: Micros) -> Result<Job> {
     let row = sqlx::query(

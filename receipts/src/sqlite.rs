@@ -559,13 +559,21 @@ impl Writer {
             WriteOp::Project(command, reply) => {
                 // A savepoint: a chunk write is two statements, kept or undone together.
                 let now = self.clock.now_micros();
-                let fault = matches!(command, ProjectCommand::WriteChunks { .. })
-                    && self.faults.fire(FaultPoint::BeforeChunkWrite);
-                let result = match self.begin_item().await {
+                let chunk_write = match &command {
+                    ProjectCommand::WriteChunks { token, .. } => Some(token.job_id),
+                    _ => None,
+                };
+                let fault = chunk_write.is_some() && self.faults.fire(FaultPoint::BeforeChunkWrite);
+                let mut result = match self.begin_item().await {
                     Ok(()) if fault => Err(LedgerError::Injected(FaultPoint::BeforeChunkWrite)),
                     Ok(()) => projection::run(&mut self.connection, command, now).await,
                     Err(error) => Err(error),
                 };
+                if let (Ok(()), Some(job_id)) = (&result, chunk_write) {
+                    if self.faults.fire(FaultPoint::ChunkRowLost) {
+                        result = projection::lose_last_chunk(&mut self.connection, job_id).await;
+                    }
+                }
                 Done::Project(self.end_item(result).await, reply)
             }
             WriteOp::Block(block, reply) => {

@@ -493,7 +493,13 @@ async fn a_failing_relational_write_retries_then_dies() {
     plan.arm(receipts::faults::FaultPoint::BeforeChunkWrite);
     plan.arm(receipts::faults::FaultPoint::BeforeChunkWrite);
     let projector = world.projector(embedder().await, world.vectors.clone());
-    dies_with(&world, projector, "relational_unavailable").await;
+    dies_with(
+        &world,
+        projector,
+        "relational_unavailable",
+        (ReceiptState::Pending, ReceiptState::Pending),
+    )
+    .await;
     assert_eq!(
         world.vectors.total_points().await.expect("points"),
         0,
@@ -501,7 +507,14 @@ async fn a_failing_relational_write_retries_then_dies() {
     );
 }
 
-async fn dies_with(world: &World, projector: Arc<Projector>, code: &str) {
+/// Runs one job to `dead` and checks its last error code, its attempts and the exact state each
+/// receipt was left in, as `(relational, vector)`.
+async fn dies_with(
+    world: &World,
+    projector: Arc<Projector>,
+    code: &str,
+    expected: (ReceiptState, ReceiptState),
+) {
     let accepted = accept(
         &world.ledger,
         vec![put("docs", &format!("fault-{code}"), TAXES)],
@@ -524,7 +537,37 @@ async fn dies_with(world: &World, projector: Arc<Projector>, code: &str) {
         .iter()
         .find(|r| r.backend == Backend::Vector)
         .expect("vector receipt");
-    assert_ne!(vector.state, ReceiptState::Verified);
+    let relational = receipts
+        .iter()
+        .find(|r| r.backend == Backend::Relational)
+        .expect("relational receipt");
+    assert_eq!(
+        (relational.state, vector.state),
+        expected,
+        "receipts after {code}: {receipts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_row_lost_after_the_write_fails_the_relational_read_back() {
+    let plan = Arc::new(receipts::faults::FaultPlan::default());
+    let world = world_with_faults(tempfile::tempdir().expect("tempdir"), plan.clone()).await;
+    // Both attempts write their rows, then lose the last one before reading them back.
+    plan.arm(receipts::faults::FaultPoint::ChunkRowLost);
+    plan.arm(receipts::faults::FaultPoint::ChunkRowLost);
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    dies_with(
+        &world,
+        projector,
+        "readback_mismatch",
+        (ReceiptState::Pending, ReceiptState::Pending),
+    )
+    .await;
+    assert_eq!(
+        world.vectors.total_points().await.expect("points"),
+        0,
+        "a revision whose rows did not read back never reached the vector store"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -541,18 +584,21 @@ async fn injected_faults_retry_then_die_with_a_specific_code() {
         &world,
         world.projector(Arc::new(FaultyEmbedder), world.vectors.clone()),
         "embed_error",
+        (ReceiptState::Verified, ReceiptState::Pending),
     )
     .await;
     dies_with(
         &world,
         world.projector(embedder().await, faulty(true, false)),
         "vector_unavailable",
+        (ReceiptState::Verified, ReceiptState::Pending),
     )
     .await;
     dies_with(
         &world,
         world.projector(embedder().await, faulty(false, true)),
         "readback_mismatch",
+        (ReceiptState::Verified, ReceiptState::Written),
     )
     .await;
 }
