@@ -21,6 +21,11 @@ enum Script {
     Hang,
 }
 
+/// Test double for a job's work (not projection): the worker runtime's contract (claim,
+/// heartbeats, cancel, lost-lease stop, release, retry) is about when and how work runs, not
+/// what it computes, and scripting it is the only way to make a run hang, fail once or take
+/// exactly as long as a lease. Tests about projection use the real projection job
+/// (`worker/tests/projection.rs`).
 struct ScriptedWork {
     script: Script,
     runs: Mutex<HashMap<uuid::Uuid, u32>>,
@@ -290,7 +295,9 @@ async fn a_superseded_run_is_dropped() {
     handle.await.expect("worker");
 }
 
-/// Records the dataset of every finished run, in order.
+/// Test double for a job's work that records the dataset of every finished run, in order: the
+/// fairness test asserts the order in which the ledger hands out jobs, which real projection
+/// would blur with its own varying run times.
 #[derive(Default)]
 struct OrderRecorder {
     order: Mutex<Vec<String>>,
