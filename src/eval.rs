@@ -170,6 +170,8 @@ struct Run {
     answered: BTreeMap<String, usize>,
     degraded: usize,
     latencies_ms: Vec<f64>,
+    /// Hits the search dropped because their revision was no longer current.
+    stale_dropped: u64,
 }
 
 async fn run_queries(
@@ -184,6 +186,7 @@ async fn run_queries(
         answered: BTreeMap::new(),
         degraded: 0,
         latencies_ms: Vec::new(),
+        stale_dropped: 0,
     };
     for (id, text) in &corpus.queries {
         let started = Instant::now();
@@ -221,6 +224,7 @@ async fn run_queries(
         if answer["degraded"].as_bool() == Some(true) {
             run.degraded += 1;
         }
+        run.stale_dropped += answer["stale_dropped"].as_u64().unwrap_or(0);
         run.ranked.insert(id.clone(), ranked);
     }
     Ok(run)
@@ -282,6 +286,25 @@ async fn ingest(
         }
     }
     Ok(revisions)
+}
+
+/// Pauses (or resumes) claiming in the evaluation's dataset.
+async fn pause(client: &Client, paused: bool) -> anyhow::Result<()> {
+    let path = if paused {
+        "/v1/ops/pause"
+    } else {
+        "/v1/ops/resume"
+    };
+    let (status, answer) = client
+        .post(
+            path,
+            &json!({ "dataset": DATASET, "reason": "eval churn: binding checked before projection" }),
+        )
+        .await?;
+    if status != 200 {
+        bail!("{path}: HTTP {status}: {answer}");
+    }
+    Ok(())
 }
 
 async fn delete(client: &Client, id: &str) -> anyhow::Result<String> {
@@ -518,19 +541,57 @@ async fn churn(
         updates.len(),
         deleted.len()
     );
+    // Claims are paused while the churn is accepted, so the vector store still holds the
+    // old revisions as current: only the binding at search time keeps them out of answers.
+    if !lexical_only {
+        pause(client, true).await?;
+    }
     let started = Instant::now();
     let new_revisions = ingest(client, &updates).await?;
     for id in &deleted {
         delete(client, id).await?;
-    }
-    if !lexical_only {
-        wait_for_projection(client, started).await?;
     }
     let retired: HashSet<&str> = superseded
         .iter()
         .chain(&deleted)
         .filter_map(|id| revisions.get(id).map(String::as_str))
         .collect();
+    let mut unprojected = json!(null);
+    if !lexical_only {
+        let run = run_queries(client, corpus, "vector", budget_ms).await;
+        // Claims resume whatever the queries found.
+        pause(client, false).await?;
+        let run = run?;
+        let violations = run
+            .revisions
+            .iter()
+            .filter(|(key, revision)| {
+                retired.contains(revision.as_str())
+                    || deleted.contains(key)
+                    || new_revisions
+                        .get(key)
+                        .is_some_and(|current| current != revision)
+            })
+            .count();
+        println!(
+            "churn before projection (claims paused), vector mode: {} stale hit(s) dropped by \
+             the binding, {violations} result(s) pointed at a superseded or deleted revision",
+            run.stale_dropped
+        );
+        if violations > 0 || run.stale_dropped == 0 {
+            bail!(
+                "churn before projection: {violations} stale result(s), {} stale hit(s) \
+                 dropped: the binding must drop every retired revision, and there were some to \
+                 drop",
+                run.stale_dropped
+            );
+        }
+        unprojected = json!({
+            "stale_dropped": run.stale_dropped,
+            "results_pointing_at_retired_revisions": violations,
+        });
+        wait_for_projection(client, started).await?;
+    }
     // Queries whose relevant documents were all left untouched.
     let untouched: HashSet<String> = corpus
         .qrels
@@ -546,6 +607,7 @@ async fn churn(
         "superseded": superseded.len(),
         "deleted": deleted.len(),
         "untouched_queries": untouched.len(),
+        "before_projection_vector": unprojected,
     });
     let mut violations = 0;
     for mode in modes.iter().map(String::as_str) {

@@ -1,6 +1,7 @@
 //! `cairn eval beir` on a slice of SciFact with churn: after superseding 20% of the documents
 //! with changed text and deleting 10%, no result in any mode points at a superseded or deleted
-//! revision, and the scores of queries whose documents were untouched do not drop.
+//! revision, both before projection catches up (claims paused: only the binding protects the
+//! answers) and after, and the scores of queries whose documents were untouched do not drop.
 
 use std::path::PathBuf;
 
@@ -43,6 +44,17 @@ async fn churn_never_surfaces_retired_revisions_and_keeps_scores() {
     );
     assert!(churn["deleted"].as_u64().expect("deleted") >= 10, "{churn}");
     assert_eq!(churn["results_pointing_at_retired_revisions"], 0, "{churn}");
+    // Before projection caught up (claims paused), the vector store still held the retired
+    // revisions as current: the binding dropped them, and none reached an answer.
+    let unprojected = &churn["before_projection_vector"];
+    assert_eq!(
+        unprojected["results_pointing_at_retired_revisions"], 0,
+        "{churn}"
+    );
+    assert!(
+        unprojected["stale_dropped"].as_u64().expect("stale_dropped") > 0,
+        "{churn}"
+    );
     assert!(
         churn["untouched_queries"].as_u64().expect("untouched") >= 5,
         "{churn}"
