@@ -52,7 +52,10 @@ async fn churn_never_surfaces_retired_revisions_and_keeps_scores() {
         "{churn}"
     );
     assert!(
-        unprojected["stale_dropped"].as_u64().expect("stale_dropped") > 0,
+        unprojected["stale_dropped"]
+            .as_u64()
+            .expect("stale_dropped")
+            > 0,
         "{churn}"
     );
     assert!(
