@@ -192,16 +192,13 @@ pub(crate) async fn lease_lost(
         Ok(job) => job,
         Err(error) => return error,
     };
+    // A lease never runs past its run's deadline (heartbeats stop at it), so an unexpired
+    // lease is within its deadline: expiry is the last reason to check.
     let reason = match (&job.lease_id, job.lease_expires_at) {
         _ if job.state != JobState::Running => format!("the job is {}", job.state),
         (Some(lease), _) if *lease != token.lease_id => "another lease holds the job".to_owned(),
         (_, Some(expiry)) if expiry <= now => format!("the lease expired at {expiry}"),
-        _ => match job.deadline_at {
-            Some(deadline) if deadline <= now => {
-                format!("the run passed its deadline at {deadline}")
-            }
-            _ => "the lease does not match".to_owned(),
-        },
+        _ => "the lease does not match".to_owned(),
     };
     LedgerError::LeaseLost {
         job_id: token.job_id,

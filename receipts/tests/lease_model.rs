@@ -348,14 +348,29 @@ async fn check_fenced<T: std::fmt::Debug>(
     world: &World,
     job: usize,
     before: &Job,
+    (token, now): (&LeaseToken, Micros),
     valid: bool,
     result: &Result<T, LedgerError>,
     history_before: usize,
 ) -> Result<(), TestCaseError> {
     match result {
         Ok(_) => prop_assert!(valid, "a write with an invalid lease succeeded: {before:?}"),
-        Err(LedgerError::LeaseLost { .. }) => {
+        Err(LedgerError::LeaseLost { reason, .. }) => {
             prop_assert!(!valid, "a valid lease was refused: {before:?}");
+            // The reason names what the operator must know, in the order the ledger checks.
+            let expected = if before.state != JobState::Running {
+                format!("the job is {}", before.state)
+            } else if before.lease_id.as_deref() != Some(token.lease_id.as_str()) {
+                "another lease holds the job".to_owned()
+            } else if before.lease_expires_at.is_some_and(|expiry| expiry <= now) {
+                format!(
+                    "the lease expired at {}",
+                    before.lease_expires_at.unwrap_or_default()
+                )
+            } else {
+                "the lease does not match".to_owned()
+            };
+            prop_assert_eq!(reason, &expected);
             let after = world
                 .ledger
                 .job(world.jobs[job])
@@ -497,7 +512,16 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     Step::Heartbeat { .. } => {
                         let valid = holds && predicted.deadline_at.is_some_and(|d| d > now);
                         let result = world.ledger.heartbeat(&token).await;
-                        check_fenced(&world, job, old, valid, &result, history_before).await?;
+                        check_fenced(
+                            &world,
+                            job,
+                            old,
+                            (&token, now),
+                            valid,
+                            &result,
+                            history_before,
+                        )
+                        .await?;
                         if let Ok(beat) = result {
                             let deadline = predicted.deadline_at.unwrap_or(now);
                             let expiry = (now + policy.lease_micros).min(deadline);
@@ -508,7 +532,16 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     }
                     Step::Complete { .. } => {
                         let result = world.ledger.complete(&token).await;
-                        check_fenced(&world, job, old, holds, &result, history_before).await?;
+                        check_fenced(
+                            &world,
+                            job,
+                            old,
+                            (&token, now),
+                            holds,
+                            &result,
+                            history_before,
+                        )
+                        .await?;
                         if result.is_ok() {
                             predicted.end(JobState::Completed, now);
                         }
@@ -516,7 +549,16 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     Step::Fail { class, .. } => {
                         let failure = failure(class);
                         let result = world.ledger.fail(&token, failure.clone()).await;
-                        check_fenced(&world, job, old, holds, &result, history_before).await?;
+                        check_fenced(
+                            &world,
+                            job,
+                            old,
+                            (&token, now),
+                            holds,
+                            &result,
+                            history_before,
+                        )
+                        .await?;
                         if let Ok(failed) = &result {
                             if let Some((low, high)) =
                                 predict_failure(predicted, failure.class, now, &policy)
@@ -534,7 +576,16 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     }
                     _ => {
                         let result = world.ledger.release(&token).await;
-                        check_fenced(&world, job, old, holds, &result, history_before).await?;
+                        check_fenced(
+                            &world,
+                            job,
+                            old,
+                            (&token, now),
+                            holds,
+                            &result,
+                            history_before,
+                        )
+                        .await?;
                         if result.is_ok() {
                             let state = if predicted.cancel_requested {
                                 JobState::Cancelled
@@ -554,7 +605,20 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 match result {
                     Ok(_) => {
                         prop_assert!(!predicted.state.is_terminal(), "cancelled a terminal job");
-                        if predicted.state == JobState::Running {
+                        if predicted.state == JobState::Running && predicted.cancel_requested {
+                            // Asked again: nothing changes, not even who asked.
+                            let row = world
+                                .ledger
+                                .job(world.jobs[job])
+                                .await
+                                .expect("read")
+                                .expect("exists");
+                            prop_assert_eq!(
+                                &row,
+                                &before[job],
+                                "a repeated cancel rewrote the job"
+                            );
+                        } else if predicted.state == JobState::Running {
                             predicted.cancel_requested = true;
                         } else {
                             predicted.state = JobState::Cancelled;
