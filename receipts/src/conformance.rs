@@ -247,6 +247,45 @@ pub async fn revert_reactivates_earlier_revision(harness: Harness) {
     );
 }
 
+/// The ledger-wide counts follow acceptance exactly: sources (deleted ones counted apart),
+/// revisions, retained contents once per distinct content, their bytes, history rows.
+pub async fn counts_follow_acceptance(harness: Harness) {
+    let empty = harness.ledger.counts().await.expect("counts");
+    assert_eq!(
+        (
+            empty.sources,
+            empty.deleted_sources,
+            empty.revisions,
+            empty.contents
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(empty.retained_bytes, 0);
+    must_accept(&harness, put("docs", "a", "alpha")).await;
+    must_accept(&harness, put("docs", "b", "alpha")).await; // the same bytes: retained once
+    must_accept(&harness, put("docs", "a", "alpha two")).await;
+    must_accept(&harness, put("notes", "c", "gamma")).await;
+    let before_delete = harness.ledger.counts().await.expect("counts");
+    must_accept(&harness, delete("notes", "c")).await;
+    let counts = harness.ledger.counts().await.expect("counts");
+    assert_eq!(counts.sources, 3, "{counts:?}");
+    assert_eq!(counts.deleted_sources, 1, "{counts:?}");
+    assert_eq!(
+        counts.revisions, 5,
+        "four contents and one tombstone: {counts:?}"
+    );
+    assert_eq!(counts.contents, 3, "alpha, alpha two, gamma: {counts:?}");
+    assert_eq!(
+        counts.retained_bytes,
+        ("alpha".len() + "alpha two".len() + "gamma".len()) as i64,
+        "{counts:?}"
+    );
+    assert!(
+        counts.history > before_delete.history && before_delete.history > empty.history,
+        "history grows with every change: {empty:?} {before_delete:?} {counts:?}"
+    );
+}
+
 /// Deleting a source makes a tombstone head and removes it from lexical search.
 pub async fn tombstone_deletes_source(harness: Harness) {
     let first = must_accept(&harness, put("docs", "a.txt", "zebra crossing")).await;
@@ -1454,6 +1493,7 @@ macro_rules! ledger_conformance {
             new_head_supersedes_previous_job,
             revert_reactivates_earlier_revision,
             tombstone_deletes_source,
+            counts_follow_acceptance,
             blocked_content_is_refused,
             lexical_index_holds_current_heads_only,
             faults_leave_no_partial_rows,
