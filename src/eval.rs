@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::client::Client;
+use crate::cli::client::Client;
 use crate::config::Config;
 
 /// How the evaluation runs.

@@ -1,9 +1,11 @@
 //! # cairn
 //!
-//! The `cairn` binary's library half: configuration, the assembled HTTP application, the
-//! server lifecycle, the command-line client and the benchmarks. `main.rs` only parses flags,
-//! sets up logging and calls into here, so tests drive the same code without a socket
-//! ([`app`]) or with one ([`serve`]).
+//! The `cairn` binary's library half: configuration (`config`), the assembled HTTP application
+//! and its contract (`openapi`), the server loop (`server`), the data directory (`datadir`),
+//! projection assembly (`projection`), the command-line client and its commands (`cli/`),
+//! the benchmarks (`bench/`) and the evaluation (`eval`). `main.rs` only parses flags, sets
+//! up logging and calls into here, so tests drive the same code without a socket ([`app`]) or
+//! with one ([`serve`]).
 //!
 //! ## Invariants
 //! - The application is the union of each crate's router over one shared
@@ -14,15 +16,13 @@
 //!   then closes the ledger; every receipt already sent is durable.
 
 pub mod bench;
-pub mod client;
+pub mod cli;
 pub mod config;
 pub mod datadir;
 pub mod eval;
 pub mod openapi;
-pub mod ops_cli;
 pub mod projection;
 pub mod server;
-pub mod tokens_cli;
 
 use std::future::Future;
 use std::io::Write;

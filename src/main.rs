@@ -50,7 +50,7 @@ struct OpsFilter {
     query: Option<String>,
 }
 
-impl From<OpsFilter> for cairn::ops_cli::Filter {
+impl From<OpsFilter> for cairn::cli::ops::Filter {
     fn from(filter: OpsFilter) -> Self {
         Self {
             dataset: filter.dataset,
@@ -546,10 +546,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             quiet,
             client,
         } => {
-            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
-            let api = cairn::client::Client::new(&client.server, token)?;
-            let summary = cairn::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
-            cairn::client::print_summary(&summary);
+            let token = cairn::cli::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::cli::client::Client::new(&client.server, token)?;
+            let summary =
+                cairn::cli::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
+            cairn::cli::client::print_summary(&summary);
             if !summary.rejected.is_empty() {
                 return Ok(ExitCode::from(2));
             }
@@ -564,8 +565,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             client,
         } => {
-            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
-            let api = cairn::client::Client::new(&client.server, token)?;
+            let token = cairn::cli::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::cli::client::Client::new(&client.server, token)?;
             let mut body = serde_json::json!({
                 "query": query,
                 "top_k": top_k,
@@ -578,21 +579,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(budget_ms) = budget_ms {
                 body["budget_ms"] = serde_json::json!(budget_ms);
             }
-            cairn::client::search(&api, &body, json).await?;
+            cairn::cli::client::search(&api, &body, json).await?;
         }
         Command::Ops {
             command,
             json,
             client,
         } => {
-            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
-            let api = cairn::client::Client::new(&client.server, token)?;
+            let token = cairn::cli::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::cli::client::Client::new(&client.server, token)?;
             run_ops(&api, command, json).await?;
         }
         Command::Status { json, client } => {
-            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
-            let api = cairn::client::Client::new(&client.server, token)?;
-            cairn::client::status(&api, json).await?;
+            let token = cairn::cli::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::cli::client::Client::new(&client.server, token)?;
+            cairn::cli::client::status(&api, json).await?;
         }
         Command::Block {
             dataset,
@@ -600,8 +601,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             reason,
             client,
         } => {
-            let token = cairn::client::resolve_token(client.token, &client.data_dir)?;
-            let api = cairn::client::Client::new(&client.server, token)?;
+            let token = cairn::cli::client::resolve_token(client.token, &client.data_dir)?;
+            let api = cairn::cli::client::Client::new(&client.server, token)?;
             let body = serde_json::json!({ "dataset": dataset, "content_sha256": sha256, "reason": reason });
             let (status, answer) = api.post("/v1/blocks", &body).await?;
             if status != 201 {
@@ -625,7 +626,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires_in,
                     ..
                 } => {
-                    cairn::tokens_cli::create(
+                    cairn::cli::tokens::create(
                         &ledger,
                         actor,
                         name,
@@ -635,9 +636,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     )
                     .await?
                 }
-                TokenCommand::List { json, .. } => cairn::tokens_cli::list(&ledger, json).await?,
+                TokenCommand::List { json, .. } => cairn::cli::tokens::list(&ledger, json).await?,
                 TokenCommand::Revoke { id, reason, .. } => {
-                    cairn::tokens_cli::revoke(&ledger, actor, &id, reason).await?
+                    cairn::cli::tokens::revoke(&ledger, actor, &id, reason).await?
                 }
                 TokenCommand::Rotate {
                     id,
@@ -645,7 +646,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires_in,
                     ..
                 } => {
-                    cairn::tokens_cli::rotate(&ledger, actor, &id, reason, expires_in.as_deref())
+                    cairn::cli::tokens::rotate(&ledger, actor, &id, reason, expires_in.as_deref())
                         .await?
                 }
             }
@@ -814,13 +815,13 @@ fn main() -> ExitCode {
 }
 
 async fn run_ops(
-    api: &cairn::client::Client,
+    api: &cairn::cli::client::Client,
     command: OpsCommand,
     json: bool,
 ) -> anyhow::Result<()> {
-    use cairn::ops_cli::{self, Target};
+    use cairn::cli::ops::{self as ops_cli, Target};
     async fn act(
-        api: &cairn::client::Client,
+        api: &cairn::cli::client::Client,
         name: &str,
         action: OpsAction,
         json: bool,

@@ -41,7 +41,7 @@
 //! 6. Content blocked in a dataset is refused (`content_blocked`) before anything is written.
 //! 7. Every state column has a CHECK constraint; a running job holds a whole lease, nothing
 //!    else holds one. Lease invariants (fencing, expiry, deadlines, rescue, attempts and
-//!    crashes) are stated in the `leases` module and hold for every [`Leases`] write.
+//!    crashes) are stated in `sqlite::leases` and hold for every [`Leases`] write.
 //! 8. Times are integer epoch microseconds from an injected [`Clock`].
 //!
 //! ## Tasks
@@ -62,16 +62,12 @@ pub mod faults;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
-mod leases;
 mod ledger;
 pub mod model;
 pub mod operations;
 pub mod passages;
 pub mod policy;
-mod projection;
 pub mod sqlite;
-mod sqlite_operations;
-mod sqlite_tokens;
 pub mod validate;
 
 pub use auth::{Principal, Scope};

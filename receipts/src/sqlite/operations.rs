@@ -5,6 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
+use super::{job_from_row, parse_enum, parse_uuid, SqliteLedger};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::JobState;
@@ -12,7 +13,6 @@ use crate::operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, MinuteActivity, Operations,
     Pause, MAX_PAGE,
 };
-use crate::sqlite::{job_from_row, parse_enum, parse_uuid, SqliteLedger};
 
 const MINUTE: Micros = 60_000_000;
 

@@ -21,11 +21,11 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::{Failure, FailureClass, Heartbeat, Job, JobState, LeaseToken};
 use crate::policy::{JobPolicies, JobPolicy};
-use crate::sqlite::job_from_row;
 
 /// A request to the writer about jobs.
 #[derive(Debug)]
@@ -139,7 +139,7 @@ async fn claim(
     // One call: rescue expired leases, then claim (both statements number their parameters
     // without gaps, as sqlx binds multi-statement queries per statement).
     let rows = sqlx::query(concat!(
-        include_str!("../queries/rescue_expired.sql"),
+        include_str!("queries/rescue_expired.sql"),
         "UPDATE jobs SET state = 'running', lease_id = lower(hex(randomblob(16))), lease_owner = ?2, \
            lease_expires_at = ?1 + min(policy.lease_micros, policy.max_run_micros), heartbeat_at = ?1, \
            deadline_at = ?1 + policy.max_run_micros, \

@@ -7,6 +7,11 @@
 //! when `COMMIT` returns) and only then answers every caller. Concurrent acceptances therefore
 //! share one fsync (group commit). Reads use a separate pool and never block the writer (WAL).
 
+mod leases;
+mod operations;
+mod projection;
+mod tokens;
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,12 +26,13 @@ use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use self::leases::{JobAnswer, JobCommand};
+use self::projection::ProjectCommand;
 use crate::auth::{Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::clock::{Clock, Micros};
 use crate::error::{LedgerError, Result};
 use crate::faults::{FaultInjector, FaultPoint, NoFaults};
 use crate::ids;
-use crate::leases::{self, JobAnswer, JobCommand};
 use crate::ledger::{Acceptor, Leases, Projections, Reader, Tokens};
 use crate::model::{
     AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRow, ChunkSummary, ContentBlock,
@@ -36,8 +42,7 @@ use crate::model::{
 };
 use crate::passages::{self, Passage};
 use crate::policy;
-use crate::projection::{self, ProjectCommand};
-use crate::sqlite_tokens;
+
 use crate::validate;
 
 /// How to open a SQLite ledger.
@@ -297,7 +302,7 @@ async fn truncate_wal(reads: &SqlitePool, busy_timeout: Duration) -> Result<()> 
     }
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// Connection settings shared by the writer and the read pool: WAL, `synchronous=FULL`,
 /// foreign keys on, a busy timeout for other processes' writes.
@@ -586,7 +591,7 @@ impl Writer {
             WriteOp::Token(change, reply) => {
                 let now = self.clock.now_micros();
                 let result = match self.begin_item().await {
-                    Ok(()) => sqlite_tokens::change(&mut self.connection, change, now).await,
+                    Ok(()) => tokens::change(&mut self.connection, change, now).await,
                     Err(error) => Err(error),
                 };
                 Done::Token(self.end_item(result).await, reply)
@@ -708,7 +713,7 @@ impl Writer {
             .collect();
         let mut duplicate_receipts = HashMap::new();
         if !duplicates.is_empty() {
-            for row in sqlx::query(include_str!("../queries/accept_duplicates.sql"))
+            for row in sqlx::query(include_str!("queries/accept_duplicates.sql"))
                 .bind(json_text(&duplicates))
                 .fetch_all(&mut self.connection)
                 .await?
@@ -783,10 +788,10 @@ impl Writer {
                 })
             })
             .collect();
-        const DECIDE: &str = include_str!("../queries/accept_decide.sql");
+        const DECIDE: &str = include_str!("queries/accept_decide.sql");
         const BEGIN_AND_DECIDE: &str = concat!(
             "BEGIN IMMEDIATE;\n",
-            include_str!("../queries/accept_decide.sql")
+            include_str!("queries/accept_decide.sql")
         );
         let statement = if self.in_transaction {
             DECIDE
@@ -912,12 +917,12 @@ impl Writer {
 /// which SQLite applies atomically: one call, one round trip to SQLite's thread. With
 /// `run_steps = 0` the same files run one by one, with a fault point after each.
 mod steps {
-    pub(super) const PARAMS: &str = include_str!("../queries/accept_params.sql");
-    pub(super) const RETAIN: &str = include_str!("../queries/accept_retain.sql");
-    pub(super) const REVISIONS: &str = include_str!("../queries/accept_revisions.sql");
-    pub(super) const HEADS: &str = include_str!("../queries/accept_move_heads.sql");
-    pub(super) const QUEUE: &str = include_str!("../queries/accept_queue.sql");
-    pub(super) const TABLES: &str = include_str!("../queries/wave_table.sql");
+    pub(super) const PARAMS: &str = include_str!("queries/accept_params.sql");
+    pub(super) const RETAIN: &str = include_str!("queries/accept_retain.sql");
+    pub(super) const REVISIONS: &str = include_str!("queries/accept_revisions.sql");
+    pub(super) const HEADS: &str = include_str!("queries/accept_move_heads.sql");
+    pub(super) const QUEUE: &str = include_str!("queries/accept_queue.sql");
+    pub(super) const TABLES: &str = include_str!("queries/wave_table.sql");
 
     /// The `accept_wave` trigger: every step, in order, inside the staging `INSERT`.
     pub(super) fn trigger() -> String {
@@ -1674,21 +1679,21 @@ impl Reader for SqliteLedger {
 impl Tokens for SqliteLedger {
     async fn change_token(&self, change: TokenChange) -> Result<TokenChanged> {
         if let TokenChange::Create(token) = &change {
-            sqlite_tokens::check_new(token, self.clock.now_micros())?;
+            tokens::check_new(token, self.clock.now_micros())?;
         }
         self.submit(|reply| WriteOp::Token(change, reply)).await?
     }
 
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
-        sqlite_tokens::authenticate(&self.reads, secret, self.clock.now_micros()).await
+        tokens::authenticate(&self.reads, secret, self.clock.now_micros()).await
     }
 
     async fn token_count(&self) -> Result<i64> {
-        sqlite_tokens::active_count(&self.reads, self.clock.now_micros()).await
+        tokens::active_count(&self.reads, self.clock.now_micros()).await
     }
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
-        sqlite_tokens::list(&self.reads, self.clock.now_micros()).await
+        tokens::list(&self.reads, self.clock.now_micros()).await
     }
 }
 

@@ -3,7 +3,7 @@
 use anyhow::bail;
 use serde_json::{json, Value};
 
-use crate::client::{ok_or_error, Client};
+use crate::cli::client::{ok_or_error, Client};
 
 /// A filter for listings and bulk actions.
 #[derive(Debug, Clone, Default)]

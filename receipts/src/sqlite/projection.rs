@@ -16,10 +16,10 @@
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;
 
+use super::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::{ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
-use crate::sqlite::job_from_row;
 
 /// A projection write, run by the writer.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ async fn fence(connection: &mut SqliteConnection, token: &LeaseToken, now: Micro
     .await?;
     match row {
         Some(row) => job_from_row(&row),
-        None => Err(crate::leases::lease_lost(connection, token, now).await),
+        None => Err(super::leases::lease_lost(connection, token, now).await),
     }
 }
 

@@ -9,6 +9,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
+use super::{json_text, parse_uuid};
 use crate::auth::{
     generate_secret, secret_hash, NewToken, Principal, Scope, TokenChange, TokenChanged, TokenInfo,
     TokenState,
@@ -16,7 +17,6 @@ use crate::auth::{
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::ids;
-use crate::sqlite::{json_text, parse_uuid};
 use crate::validate;
 
 const COLUMNS: &str = "id, name, scopes, datasets, created_by, created_at, expires_at, \

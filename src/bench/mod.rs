@@ -110,7 +110,7 @@ pub async fn accept(
     std::fs::create_dir_all(&config.data_dir)?;
     let ledger: Arc<dyn receipts::Ledger> = Arc::new(crate::open_ledger(&config).await?);
     crate::ensure_admin_token(ledger.as_ref(), &config.data_dir).await?;
-    let token = crate::client::resolve_token(None, &config.data_dir)?;
+    let token = crate::cli::client::resolve_token(None, &config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;
     let base = format!("http://{}", listener.local_addr()?);
     let application = crate::app(ledger, &config, None);
@@ -348,16 +348,13 @@ impl worker::Work for NoOp {
 }
 
 #[cfg(feature = "peer-apalis")]
-#[path = "bench_apalis.rs"]
 mod apalis_peer;
 
-#[path = "bench_project.rs"]
-mod projection;
-pub use projection::{project, ProjectBench};
+mod project;
+pub use project::{project, ProjectBench};
 
-#[path = "bench_search.rs"]
-mod search_bench;
-pub use search_bench::{search, SearchBench};
+mod search_latency;
+pub use search_latency::{search, SearchBench};
 
 /// The value at `fraction` (0..=1) of sorted samples (0 when there are none).
 pub(crate) fn percentile_f64(sorted: &[f64], fraction: f64) -> f64 {

@@ -137,7 +137,7 @@ pub async fn list(ledger: &dyn Ledger, json: bool) -> anyhow::Result<()> {
                 .map_or_else(|| "*".to_owned(), |datasets| datasets.join(",")),
             token.expires_at.map_or_else(
                 || "never".to_owned(),
-                |at| format!("in {}", crate::ops_cli::duration(Some((at - now) / 1000)))
+                |at| format!("in {}", crate::cli::ops::duration(Some((at - now) / 1000)))
             ),
         );
     }
