@@ -13,6 +13,8 @@
 //!   excluded receipts of every other revision of the source become `superseded` (history
 //!   records it): at most one revision per source is current in each backend.
 
+use super::*;
+
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;
 
@@ -225,4 +227,82 @@ pub(crate) fn generation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Gener
         chunker: row.try_get("chunker")?,
         backends,
     })
+}
+
+#[async_trait]
+impl Projections for SqliteLedger {
+    async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()> {
+        self.project_command(ProjectCommand::Activate {
+            generation: generation.clone(),
+            actor: actor.to_owned(),
+        })
+        .await
+    }
+
+    async fn active_generation(&self) -> Result<Option<Generation>> {
+        sqlx::query("SELECT * FROM generations WHERE active = 1")
+            .fetch_optional(&self.reads)
+            .await?
+            .as_ref()
+            .map(projection::generation_from_row)
+            .transpose()
+    }
+
+    async fn write_chunks(
+        &self,
+        lease: &LeaseToken,
+        generation: &str,
+        chunks: Vec<ChunkRow>,
+    ) -> Result<()> {
+        self.project_command(ProjectCommand::WriteChunks {
+            token: lease.clone(),
+            generation: generation.to_owned(),
+            chunks,
+        })
+        .await
+    }
+
+    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary> {
+        let hashes: Vec<String> = sqlx::query_scalar(
+            "SELECT sha256 FROM chunks WHERE revision_id = ? ORDER BY chunk_index",
+        )
+        .bind(revision_id.to_string())
+        .fetch_all(&self.reads)
+        .await?;
+        Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
+    }
+
+    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>> {
+        let rows = sqlx::query(
+            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
+             WHERE revision_id = ? ORDER BY chunk_index",
+        )
+        .bind(revision_id.to_string())
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChunkRow {
+                    chunk_index: row.try_get("chunk_index")?,
+                    text: row.try_get("text")?,
+                    byte_start: row.try_get("byte_start")?,
+                    byte_end: row.try_get("byte_end")?,
+                    token_count: row.try_get("token_count")?,
+                    sha256: row.try_get("sha256")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()> {
+        self.project_command(ProjectCommand::Receipt {
+            token: lease.clone(),
+            update,
+        })
+        .await
+    }
+
+    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
+        self.load_receipts(job_id).await
+    }
 }

@@ -5,6 +5,8 @@
 //! (`token_created`, `token_revoked`) with the actor and reason carried on the row. The secret
 //! is generated here, returned once and stored only as its SHA-256.
 
+use super::*;
+
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
@@ -281,4 +283,26 @@ fn info(row: &SqliteRow, now: Micros) -> Result<TokenInfo> {
 
 fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|error| LedgerError::Corrupt(error.to_string()))
+}
+
+#[async_trait]
+impl Tokens for SqliteLedger {
+    async fn change_token(&self, change: TokenChange) -> Result<TokenChanged> {
+        if let TokenChange::Create(token) = &change {
+            tokens::check_new(token, self.clock.now_micros())?;
+        }
+        self.submit(|reply| WriteOp::Token(change, reply)).await?
+    }
+
+    async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
+        tokens::authenticate(&self.reads, secret, self.clock.now_micros()).await
+    }
+
+    async fn token_count(&self) -> Result<i64> {
+        tokens::active_count(&self.reads, self.clock.now_micros()).await
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenInfo>> {
+        tokens::list(&self.reads, self.clock.now_micros()).await
+    }
 }

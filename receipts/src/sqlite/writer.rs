@@ -1,0 +1,816 @@
+//! The writer task: the one write connection, group commit (everything queued runs in one
+//! transaction, each operation in its own savepoint, one fsync for all), and acceptance in
+//! waves (set-based statements over the submissions that touch distinct sources).
+
+use super::*;
+
+/// A submission validated and hashed off the writer task.
+#[derive(Debug)]
+pub(super) struct Prepared {
+    pub(super) dataset: String,
+    pub(super) source_key: String,
+    pub(super) actor: String,
+    pub(super) change: PreparedChange,
+}
+
+#[derive(Debug)]
+pub(super) enum PreparedChange {
+    Put {
+        document: Document,
+        sha256: String,
+        revision_id: Uuid,
+        passages: Vec<Passage>,
+    },
+    Delete {
+        reason: Option<String>,
+    },
+}
+
+pub(super) enum WriteOp {
+    Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
+    Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
+    Project(ProjectCommand, oneshot::Sender<Result<()>>),
+    Block(ContentBlock, oneshot::Sender<Result<()>>),
+    Token(TokenChange, oneshot::Sender<Result<TokenChanged>>),
+}
+
+impl WriteOp {
+    fn weight(&self) -> usize {
+        match self {
+            WriteOp::Accept(items, _) => items.len().max(1),
+            WriteOp::Block(..) | WriteOp::Token(..) | WriteOp::Job(..) | WriteOp::Project(..) => 1,
+        }
+    }
+}
+
+/// An operation's results, held until the commit decides their fate.
+pub(super) enum Done {
+    Accept(
+        Vec<Result<Acceptance>>,
+        oneshot::Sender<Vec<Result<Acceptance>>>,
+    ),
+    Block(Result<()>, oneshot::Sender<Result<()>>),
+    Project(Result<()>, oneshot::Sender<Result<()>>),
+    Token(Result<TokenChanged>, oneshot::Sender<Result<TokenChanged>>),
+    Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
+}
+
+impl Done {
+    /// Replaces every success with `error()`: the commit failed, nothing was kept.
+    fn fail(self, error: &dyn Fn() -> LedgerError) -> Done {
+        fn fail_one<T>(result: Result<T>, error: &dyn Fn() -> LedgerError) -> Result<T> {
+            result.and_then(|_| Err(error()))
+        }
+        match self {
+            Done::Accept(results, reply) => Done::Accept(
+                results.into_iter().map(|r| fail_one(r, error)).collect(),
+                reply,
+            ),
+            Done::Block(result, reply) => Done::Block(fail_one(result, error), reply),
+            Done::Project(result, reply) => Done::Project(fail_one(result, error), reply),
+            Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
+            Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
+        }
+    }
+
+    /// Whether this operation, once committed, may have made a job claimable.
+    fn makes_work(&self) -> bool {
+        match self {
+            Done::Accept(results, _) => results
+                .iter()
+                .any(|result| matches!(result, Ok(acceptance) if acceptance.status == AcceptStatus::QueuedNotConfirmed)),
+            Done::Job(Ok(JobAnswer::Job(job)), _) => job.state == crate::model::JobState::Pending,
+            Done::Job(..) | Done::Block(..) | Done::Token(..) | Done::Project(..) => false,
+        }
+    }
+
+    fn send(self) {
+        // A caller that went away no longer needs its answer; its writes are committed anyway.
+        match self {
+            Done::Accept(results, reply) => drop(reply.send(results)),
+            Done::Block(result, reply) => drop(reply.send(result)),
+            Done::Project(result, reply) => drop(reply.send(result)),
+            Done::Job(result, reply) => drop(reply.send(result)),
+            Done::Token(result, reply) => drop(reply.send(result)),
+        }
+    }
+}
+
+pub(super) struct Writer {
+    /// Woken after a commit that made work claimable.
+    pub(super) work_signal: Arc<tokio::sync::Notify>,
+    pub(super) connection: SqliteConnection,
+    /// Whether the group's transaction has been begun.
+    pub(super) in_transaction: bool,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) faults: Arc<dyn FaultInjector>,
+    pub(super) options: Arc<SqliteOptions>,
+}
+
+impl Writer {
+    pub(super) async fn run(mut self, mut receiver: mpsc::Receiver<WriteOp>) {
+        while let Some(first) = receiver.recv().await {
+            let mut weight = first.weight();
+            let mut group = vec![first];
+            // Take whatever else is queued: it shares this group's commit.
+            while weight < self.options.max_group {
+                match receiver.try_recv() {
+                    Ok(op) => {
+                        weight += op.weight();
+                        group.push(op);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group).await;
+        }
+        let _ = self.connection.close().await;
+    }
+
+    async fn commit_group(&mut self, group: Vec<WriteOp>) {
+        let started = std::time::Instant::now();
+        let operations = group.len();
+        // `BEGIN IMMEDIATE` is sent with the group's first statement (one round trip less).
+        self.in_transaction = false;
+        // Blocks and tokens first, then every acceptance of the group together, so that the
+        // acceptances share waves; any order of concurrent requests is a valid serialisation.
+        let mut done = Vec::with_capacity(group.len());
+        let mut acceptances = Vec::new();
+        let mut completions = Vec::new();
+        for op in group {
+            match op {
+                WriteOp::Accept(items, reply) => acceptances.push((items, reply)),
+                WriteOp::Job(JobCommand::Complete(token), reply) => {
+                    completions.push((token, reply))
+                }
+                other => done.push(self.apply(other).await),
+            }
+        }
+        // Completions of the group share one statement.
+        if !completions.is_empty() {
+            let (tokens, replies): (Vec<_>, Vec<_>) = completions.into_iter().unzip();
+            let now = self.clock.now_micros();
+            let results = match self.ensure_transaction().await {
+                Ok(()) => leases::complete_many(&mut self.connection, &tokens, now).await,
+                Err(error) => tokens.iter().map(|_| Err(error.replicate())).collect(),
+            };
+            for (result, reply) in results.into_iter().zip(replies) {
+                done.push(Done::Job(
+                    result.map(|job| JobAnswer::Job(Box::new(job))),
+                    reply,
+                ));
+            }
+        }
+        let mut shapes = Vec::with_capacity(acceptances.len());
+        let mut items = Vec::new();
+        for (op_items, reply) in acceptances {
+            shapes.push((op_items.len(), reply));
+            items.extend(op_items);
+        }
+        let began_us = started.elapsed().as_micros() as u64;
+        let submissions = items.len();
+        let mut results = self.accept_all(items).await.into_iter();
+        for (count, reply) in shapes {
+            done.push(Done::Accept(results.by_ref().take(count).collect(), reply));
+        }
+        let written_us = started.elapsed().as_micros() as u64;
+        let outcome = if self.faults.fire(FaultPoint::BeforeCommit) {
+            Err(LedgerError::Injected(FaultPoint::BeforeCommit))
+        } else {
+            sqlx::query("COMMIT")
+                .execute(&mut self.connection)
+                .await
+                .map(|_| ())
+                .map_err(LedgerError::from)
+        };
+        tracing::debug!(
+            operations,
+            submissions,
+            began_us,
+            written_us,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            committed = outcome.is_ok(),
+            "ledger group commit"
+        );
+        match outcome {
+            Ok(()) => {
+                if done.iter().any(Done::makes_work) {
+                    self.work_signal.notify_waiters();
+                }
+                done.into_iter().for_each(Done::send);
+            }
+            Err(error) => {
+                if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut self.connection).await {
+                    // SQLite rolls back by itself when a COMMIT fails for a full disk or an
+                    // I/O error; then there is nothing left to roll back, and that is fine.
+                    if rollback.to_string().contains("no transaction is active") {
+                        tracing::debug!("ledger transaction already rolled back by SQLite");
+                    } else {
+                        tracing::error!(error = %rollback, "ledger rollback failed");
+                    }
+                }
+                tracing::error!(%error, "ledger commit failed; the whole group was rolled back");
+                let message = error.to_string();
+                let make = || match &error {
+                    LedgerError::Injected(point) => LedgerError::Injected(*point),
+                    _ => LedgerError::Unavailable(format!("commit failed: {message}")),
+                };
+                done.into_iter().for_each(|item| item.fail(&make).send());
+            }
+        }
+    }
+
+    async fn apply(&mut self, op: WriteOp) -> Done {
+        match op {
+            WriteOp::Accept(items, reply) => {
+                let results = self.accept_all(items).await;
+                Done::Accept(results, reply)
+            }
+            WriteOp::Job(command, reply) => {
+                // No savepoint: every lease operation's writes are single statements, each
+                // atomic on its own, so a failed operation leaves nothing partial behind.
+                let now = self.clock.now_micros();
+                let unit: f64 = rand::random();
+                let result = match self.ensure_transaction().await {
+                    Ok(()) => {
+                        leases::run(
+                            &mut self.connection,
+                            command,
+                            now,
+                            &self.options.job_policies,
+                            unit,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                Done::Job(result, reply)
+            }
+            WriteOp::Project(command, reply) => {
+                // A savepoint: a chunk write is two statements, kept or undone together.
+                let now = self.clock.now_micros();
+                let chunk_write = match &command {
+                    ProjectCommand::WriteChunks { token, .. } => Some(token.job_id),
+                    _ => None,
+                };
+                let fault = chunk_write.is_some() && self.faults.fire(FaultPoint::BeforeChunkWrite);
+                let mut result = match self.begin_item().await {
+                    Ok(()) if fault => Err(LedgerError::Injected(FaultPoint::BeforeChunkWrite)),
+                    Ok(()) => projection::run(&mut self.connection, command, now).await,
+                    Err(error) => Err(error),
+                };
+                if let (Ok(()), Some(job_id)) = (&result, chunk_write) {
+                    if self.faults.fire(FaultPoint::ChunkRowLost) {
+                        result = projection::lose_last_chunk(&mut self.connection, job_id).await;
+                    }
+                }
+                Done::Project(self.end_item(result).await, reply)
+            }
+            WriteOp::Block(block, reply) => {
+                let result = match self.begin_item().await {
+                    Ok(()) => self.block(block).await,
+                    Err(error) => Err(error),
+                };
+                Done::Block(self.end_item(result).await, reply)
+            }
+            WriteOp::Token(change, reply) => {
+                let now = self.clock.now_micros();
+                let result = match self.begin_item().await {
+                    Ok(()) => tokens::change(&mut self.connection, change, now).await,
+                    Err(error) => Err(error),
+                };
+                Done::Token(self.end_item(result).await, reply)
+            }
+        }
+    }
+
+    async fn ensure_transaction(&mut self) -> Result<()> {
+        if !self.in_transaction {
+            self.in_transaction = true;
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut self.connection)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn begin_item(&mut self) -> Result<()> {
+        let statement = if self.in_transaction {
+            "SAVEPOINT item"
+        } else {
+            "BEGIN IMMEDIATE; SAVEPOINT item"
+        };
+        // Once sent, count the transaction as begun even if the call failed midway: the
+        // group then ends with a ROLLBACK, which is harmless when nothing was begun.
+        self.in_transaction = true;
+        sqlx::query(statement).execute(&mut self.connection).await?;
+        Ok(())
+    }
+
+    /// Keeps the item's writes on success, undoes them on failure.
+    async fn end_item<T>(&mut self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            if let Err(error) = sqlx::query("ROLLBACK TO item")
+                .execute(&mut self.connection)
+                .await
+            {
+                tracing::error!(%error, "ledger savepoint could not be rolled back");
+                return Err(LedgerError::from(error));
+            }
+        }
+        match sqlx::query("RELEASE item")
+            .execute(&mut self.connection)
+            .await
+        {
+            Ok(_) => result,
+            Err(error) => {
+                tracing::error!(%error, "ledger savepoint could not be released");
+                Err(LedgerError::from(error))
+            }
+        }
+    }
+
+    fn fault(&self, point: FaultPoint) -> Result<()> {
+        if self.faults.fire(point) {
+            Err(LedgerError::Injected(point))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Accepts items in arrival order. Items are processed in waves in which no two items
+    /// share a source (a later item for the same source waits for the next wave and sees the
+    /// earlier one's head). Each wave is a handful of set-based statements inside one savepoint,
+    /// so its cost barely grows with its size.
+    async fn accept_all(&mut self, items: Vec<Prepared>) -> Vec<Result<Acceptance>> {
+        let mut results: Vec<Option<Result<Acceptance>>> = (0..items.len()).map(|_| None).collect();
+        let mut pending: Vec<(usize, Prepared)> = items.into_iter().enumerate().collect();
+        while !pending.is_empty() {
+            let mut sources = HashSet::new();
+            let mut wave = Vec::new();
+            let mut later = Vec::new();
+            for (position, item) in pending {
+                if sources.insert((item.dataset.clone(), item.source_key.clone())) {
+                    wave.push((position, item));
+                } else {
+                    later.push((position, item));
+                }
+            }
+            let (positions, items): (Vec<usize>, Vec<Prepared>) = wave.into_iter().unzip();
+            let outcomes = match self.accept_wave(&items).await {
+                Ok(outcomes) => outcomes,
+                Err(error) => {
+                    tracing::error!(%error, items = items.len(), "acceptance wave failed; its writes were rolled back");
+                    items.iter().map(|_| Err(error.replicate())).collect()
+                }
+            };
+            for (position, outcome) in positions.into_iter().zip(outcomes) {
+                results[position] = Some(outcome);
+            }
+            pending = later;
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(LedgerError::Internal("item lost in the writer".to_owned()))
+                })
+            })
+            .collect()
+    }
+
+    /// One wave: decide, then write every accepted item in four set-based steps with a fault
+    /// point between each. On error the wave's savepoint is rolled back and the error returned.
+    async fn accept_wave(&mut self, wave: &[Prepared]) -> Result<Vec<Result<Acceptance>>> {
+        let now = self.clock.now_micros();
+        let decisions = self.decide(wave).await?;
+        let mut outcomes: Vec<Outcome> = Vec::with_capacity(wave.len());
+        for (item, decision) in wave.iter().zip(decisions) {
+            outcomes.push(classify(item, decision, now));
+        }
+
+        let duplicates: Vec<String> = outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                Outcome::Duplicate(id) => Some(id.to_string()),
+                _ => None,
+            })
+            .collect();
+        let mut duplicate_receipts = HashMap::new();
+        if !duplicates.is_empty() {
+            for row in sqlx::query(include_str!("queries/accept_duplicates.sql"))
+                .bind(json_text(&duplicates))
+                .fetch_all(&mut self.connection)
+                .await?
+            {
+                let receipt = duplicate_from_row(&row)?;
+                duplicate_receipts.insert(receipt.source_revision_id, receipt);
+            }
+        }
+
+        let mut staged = Staged::default();
+        for (position, (item, outcome)) in wave.iter().zip(&outcomes).enumerate() {
+            if let Outcome::Write(write) = outcome {
+                staged.add(position, item, write);
+            }
+        }
+        let rows = staged.rows;
+        if !rows.is_empty() {
+            self.write_wave(&rows, &staged.passages, &staged.contents, now)
+                .await?;
+        }
+
+        Ok(wave
+            .iter()
+            .zip(outcomes)
+            .map(|(item, outcome)| match outcome {
+                Outcome::Refused(error) => Err(error),
+                Outcome::Duplicate(id) => duplicate_receipts
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| LedgerError::Corrupt(format!("revision {id} has no job"))),
+                Outcome::Write(write) => Ok(Acceptance {
+                    accepted: true,
+                    status: AcceptStatus::QueuedNotConfirmed,
+                    dataset: item.dataset.clone(),
+                    source_key: item.source_key.clone(),
+                    source_revision_id: write.revision_id,
+                    projection_job_id: write.job_id,
+                    content_sha256: match &item.change {
+                        PreparedChange::Put { sha256, .. } => Some(sha256.clone()),
+                        PreparedChange::Delete { .. } => None,
+                    },
+                    byte_length: match &item.change {
+                        PreparedChange::Put { document, .. } => document.bytes.len() as i64,
+                        PreparedChange::Delete { .. } => 0,
+                    },
+                    accepted_at: write.accepted_at,
+                    previous_revision_id: write.previous,
+                    tombstone: write.tombstone,
+                }),
+            })
+            .collect())
+    }
+
+    /// What the ledger holds for each item of a wave, in wave order.
+    async fn decide(&mut self, wave: &[Prepared]) -> Result<Vec<Decision>> {
+        let probe: Vec<serde_json::Value> = wave
+            .iter()
+            .map(|item| {
+                let (sha256, revision_id) = match &item.change {
+                    PreparedChange::Put {
+                        sha256,
+                        revision_id,
+                        ..
+                    } => (Some(sha256.as_str()), Some(revision_id.to_string())),
+                    PreparedChange::Delete { .. } => (None, None),
+                };
+                serde_json::json!({
+                    "dataset": item.dataset,
+                    "source_key": item.source_key,
+                    "sha256": sha256,
+                    "revision_id": revision_id,
+                })
+            })
+            .collect();
+        const DECIDE: &str = include_str!("queries/accept_decide.sql");
+        const BEGIN_AND_DECIDE: &str = concat!(
+            "BEGIN IMMEDIATE;\n",
+            include_str!("queries/accept_decide.sql")
+        );
+        let statement = if self.in_transaction {
+            DECIDE
+        } else {
+            BEGIN_AND_DECIDE
+        };
+        self.in_transaction = true;
+        let rows = sqlx::query(statement)
+            .bind(json_text(&probe))
+            .fetch_all(&mut self.connection)
+            .await?;
+        if rows.len() != wave.len() {
+            return Err(LedgerError::Internal(format!(
+                "decided {} of {} items",
+                rows.len(),
+                wave.len()
+            )));
+        }
+        rows.iter()
+            .map(|row| {
+                Ok(Decision {
+                    head: optional_uuid(row.try_get("head")?)?,
+                    head_tombstone: row.try_get::<Option<i64>, _>("head_tombstone")? == Some(1),
+                    blocked_reason: row.try_get("blocked_reason")?,
+                    existing_accepted_at: row.try_get("existing_accepted_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes the accepted items of a wave inside `SAVEPOINT wave`: retain bytes, revisions,
+    /// heads, then supersession, jobs, receipts and lexical passages. With a fault injector
+    /// armed the four steps run as separate calls with a fault point after each; otherwise the
+    /// same statements run as one call (one round trip to SQLite's thread).
+    async fn write_wave(
+        &mut self,
+        rows: &[serde_json::Value],
+        passages: &[[usize; 4]],
+        contents: &[(String, usize, String)],
+        now: Micros,
+    ) -> Result<()> {
+        let backends: Vec<&str> = self
+            .options
+            .backends
+            .iter()
+            .map(|backend| backend.as_str())
+            .collect();
+        let parameters = WaveParameters {
+            now,
+            rows: json_text(rows),
+            passages: json_text(passages),
+            contents: json_text(contents),
+            backends: json_text(&backends),
+        };
+        if !self.faults.armed() {
+            parameters
+                .bind(sqlx::query(steps::PARAMS))
+                .bind(1_i64)
+                .execute(&mut self.connection)
+                .await?;
+            return Ok(());
+        }
+        sqlx::query("SAVEPOINT wave")
+            .execute(&mut self.connection)
+            .await?;
+        let result = self.write_wave_step_by_step(&parameters).await;
+        let resolution: &[&str] = if result.is_ok() {
+            &["RELEASE wave"]
+        } else {
+            &["ROLLBACK TO wave", "RELEASE wave"]
+        };
+        for statement in resolution {
+            if let Err(error) = sqlx::query(statement).execute(&mut self.connection).await {
+                tracing::error!(%error, statement, "ledger savepoint could not be resolved");
+                return Err(LedgerError::from(error));
+            }
+        }
+        result
+    }
+
+    /// The same steps as the `accept_wave` trigger, one call each, with the fault points.
+    async fn write_wave_step_by_step(&mut self, parameters: &WaveParameters) -> Result<()> {
+        parameters
+            .bind(sqlx::query(steps::PARAMS))
+            .bind(0_i64)
+            .execute(&mut self.connection)
+            .await?;
+        let staged = [
+            (steps::RETAIN, Some(FaultPoint::AfterBytes)),
+            (steps::REVISIONS, Some(FaultPoint::AfterRevision)),
+            (steps::HEADS, Some(FaultPoint::AfterHeadMove)),
+            (steps::QUEUE, None),
+        ];
+        for (step, point) in staged {
+            sqlx::query(step).execute(&mut self.connection).await?;
+            if let Some(point) = point {
+                self.fault(point)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn block(&mut self, block: ContentBlock) -> Result<()> {
+        let now = self.clock.now_micros();
+        sqlx::query(
+            "INSERT INTO content_blocks (dataset, sha256, reason, actor, created_at) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (dataset, sha256) DO NOTHING",
+        )
+        .bind(&block.dataset)
+        .bind(&block.sha256)
+        .bind(&block.reason)
+        .bind(&block.actor)
+        .bind(now)
+        .execute(&mut self.connection)
+        .await?;
+        Ok(())
+    }
+}
+
+/// The acceptance write steps. Only `accept_params.sql` takes bound parameters; it stages them
+/// in the one row of `wave_params`, which the steps read. With `run_steps = 1` the temp trigger
+/// `accept_wave` (the four step files as its body) runs every step inside that one `INSERT`,
+/// which SQLite applies atomically: one call, one round trip to SQLite's thread. With
+/// `run_steps = 0` the same files run one by one, with a fault point after each.
+pub(crate) mod steps {
+    pub(crate) const PARAMS: &str = include_str!("queries/accept_params.sql");
+    pub(crate) const RETAIN: &str = include_str!("queries/accept_retain.sql");
+    pub(crate) const REVISIONS: &str = include_str!("queries/accept_revisions.sql");
+    pub(crate) const HEADS: &str = include_str!("queries/accept_move_heads.sql");
+    pub(crate) const QUEUE: &str = include_str!("queries/accept_queue.sql");
+    pub(crate) const TABLES: &str = include_str!("queries/wave_table.sql");
+
+    /// The `accept_wave` trigger: every step, in order, inside the staging `INSERT`.
+    pub(crate) fn trigger() -> String {
+        format!(
+            "CREATE TEMP TRIGGER IF NOT EXISTS accept_wave AFTER INSERT ON wave_params \
+             WHEN NEW.run_steps = 1 BEGIN\n{RETAIN}\n{REVISIONS}\n{HEADS}\n{QUEUE}\nEND;"
+        )
+    }
+}
+
+/// Parameters of `accept_params.sql`: `?1` now, `?2` wave rows, `?3` passage offsets, `?4`
+/// contents, `?5` backends (`?6`, run every step, is bound by the caller).
+pub(super) struct WaveParameters {
+    now: Micros,
+    rows: String,
+    passages: String,
+    contents: String,
+    backends: String,
+}
+
+impl WaveParameters {
+    fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+        query
+            .bind(self.now)
+            .bind(self.rows.as_str())
+            .bind(self.passages.as_str())
+            .bind(self.contents.as_str())
+            .bind(self.backends.as_str())
+    }
+}
+
+/// What the ledger holds for one item before its wave is written.
+#[derive(Debug)]
+pub(super) struct Decision {
+    head: Option<Uuid>,
+    head_tombstone: bool,
+    blocked_reason: Option<String>,
+    existing_accepted_at: Option<Micros>,
+}
+
+/// What acceptance does with one item.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    Refused(LedgerError),
+    Duplicate(Uuid),
+    Write(Write),
+}
+
+#[derive(Debug)]
+pub(super) struct Write {
+    revision_id: Uuid,
+    job_id: Uuid,
+    new_revision: bool,
+    tombstone: bool,
+    previous: Option<Uuid>,
+    accepted_at: Micros,
+    cause: &'static str,
+}
+
+pub(super) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
+    match &item.change {
+        PreparedChange::Put {
+            sha256,
+            revision_id,
+            ..
+        } => {
+            if let Some(reason) = decision.blocked_reason {
+                return Outcome::Refused(LedgerError::ContentBlocked {
+                    dataset: item.dataset.clone(),
+                    sha256: sha256.clone(),
+                    reason,
+                });
+            }
+            if decision.head == Some(*revision_id) {
+                return Outcome::Duplicate(*revision_id);
+            }
+            let reverted = decision.existing_accepted_at.is_some();
+            Outcome::Write(Write {
+                revision_id: *revision_id,
+                job_id: ids::new_v7(),
+                new_revision: !reverted,
+                tombstone: false,
+                previous: decision.head,
+                accepted_at: decision.existing_accepted_at.unwrap_or(now),
+                cause: if reverted {
+                    "reverted_to_earlier_revision"
+                } else {
+                    "accepted"
+                },
+            })
+        }
+        PreparedChange::Delete { .. } => match decision.head {
+            None => Outcome::Refused(LedgerError::SourceNotFound {
+                dataset: item.dataset.clone(),
+                source_key: item.source_key.clone(),
+            }),
+            Some(head) if decision.head_tombstone => Outcome::Duplicate(head),
+            Some(head) => Outcome::Write(Write {
+                revision_id: ids::new_v7(),
+                job_id: ids::new_v7(),
+                new_revision: true,
+                tombstone: true,
+                previous: Some(head),
+                accepted_at: now,
+                cause: "deleted",
+            }),
+        },
+    }
+}
+
+/// The accepted items of a wave, as the JSON parameters of the write statements.
+#[derive(Debug, Default)]
+pub(super) struct Staged {
+    /// Rows of `temp.wave`.
+    rows: Vec<serde_json::Value>,
+    /// `[position, passage_index, byte_start, byte_end]` per passage.
+    passages: Vec<[usize; 4]>,
+    /// `(sha256, byte_length, hex bytes)` per content.
+    contents: Vec<(String, usize, String)>,
+}
+
+impl Staged {
+    fn add(&mut self, position: usize, item: &Prepared, write: &Write) {
+        let kind = if write.tombstone {
+            JobKind::Tombstone
+        } else {
+            JobKind::Project
+        };
+        let (sha256, byte_length, media_type, tags, metadata, reason) = match &item.change {
+            PreparedChange::Put {
+                document,
+                sha256,
+                passages,
+                ..
+            } => {
+                for (index, passage) in passages.iter().enumerate() {
+                    self.passages
+                        .push([position, index, passage.byte_start, passage.byte_end]);
+                }
+                self.contents.push((
+                    sha256.clone(),
+                    document.bytes.len(),
+                    ids::to_hex(&document.bytes),
+                ));
+                (
+                    Some(sha256.as_str()),
+                    document.bytes.len(),
+                    document.media_type.as_str(),
+                    json_text(&ids::canonical_tags(&document.tags)),
+                    json_text(&document.metadata),
+                    None,
+                )
+            }
+            PreparedChange::Delete { reason } => (
+                None,
+                0,
+                "application/x-tombstone",
+                "[]".to_owned(),
+                "{}".to_owned(),
+                reason.as_deref(),
+            ),
+        };
+        self.rows.push(serde_json::json!({
+            "position": position,
+            "dataset": item.dataset,
+            "source_key": item.source_key,
+            "revision_id": write.revision_id.to_string(),
+            "new_revision": i64::from(write.new_revision),
+            "tombstone": i64::from(write.tombstone),
+            "sha256": sha256,
+            "byte_length": byte_length,
+            "media_type": media_type,
+            "tags": tags,
+            "metadata": metadata,
+            "previous_revision_id": write.previous.map(|id| id.to_string()),
+            "actor": item.actor,
+            "reason": reason,
+            "cause": write.cause,
+            "job_id": write.job_id.to_string(),
+            "kind": kind.as_str(),
+        }));
+    }
+}
+
+pub(super) fn duplicate_from_row(row: &SqliteRow) -> Result<Acceptance> {
+    let job_id: Option<String> = row.try_get("job_id")?;
+    let revision_id = parse_uuid(&row.try_get::<String, _>("id")?)?;
+    let job_id =
+        job_id.ok_or_else(|| LedgerError::Corrupt(format!("revision {revision_id} has no job")))?;
+    Ok(Acceptance {
+        accepted: true,
+        status: AcceptStatus::Duplicate,
+        dataset: row.try_get("dataset")?,
+        source_key: row.try_get("source_key")?,
+        source_revision_id: revision_id,
+        projection_job_id: parse_uuid(&job_id)?,
+        content_sha256: row.try_get("content_sha256")?,
+        byte_length: row.try_get("byte_length")?,
+        accepted_at: row.try_get("accepted_at")?,
+        previous_revision_id: optional_uuid(row.try_get("previous_revision_id")?)?,
+        tombstone: row.try_get::<i64, _>("tombstone")? == 1,
+    })
+}
