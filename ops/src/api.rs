@@ -44,13 +44,11 @@ pub struct ListParams {
     offset: Option<u32>,
 }
 
-/// Unicode White_Space, which `str::trim` removes (as a regex class body).
-const WHITESPACE: &str = r"\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
-
 /// A comma-separated list of `states`, each trimmed; empty parts are ignored.
 fn states_schema(states: &[JobState]) -> utoipa::openapi::schema::Object {
     let names: Vec<&str> = states.iter().map(|state| state.as_str()).collect();
-    let one = format!("[{WHITESPACE}]*(?:{})?[{WHITESPACE}]*", names.join("|"));
+    let space = receipts::http::WHITESPACE;
+    let one = format!("[{space}]*(?:{})?[{space}]*", names.join("|"));
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
         .pattern(Some(format!("^{one}(?:,{one})*$")))
@@ -58,16 +56,6 @@ fn states_schema(states: &[JobState]) -> utoipa::openapi::schema::Object {
             "Comma-separated states among: {} (default: all of them)",
             names.join(", ")
         )))
-        .build()
-}
-
-/// Free text: at most `max` characters, no control characters; empty means absent.
-pub(crate) fn text_schema(max: usize, description: &str) -> utoipa::openapi::schema::Object {
-    utoipa::openapi::schema::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .max_length(Some(max))
-        .pattern(Some(r"^[^\x00-\x1f\x7f-\x9f]*$"))
-        .description(Some(description))
         .build()
 }
 
@@ -80,11 +68,11 @@ pub(crate) fn dataset_or_empty() -> utoipa::openapi::schema::Object {
 }
 
 fn error_code_schema() -> utoipa::openapi::schema::Object {
-    text_schema(128, "Only jobs whose last error has this code.")
+    receipts::http::text_schema(128, "Only jobs whose last error has this code.")
 }
 
 fn q_schema() -> utoipa::openapi::schema::Object {
-    text_schema(1024, "Source key text, or a job or revision id.")
+    receipts::http::text_schema(1024, "Source key text, or a job or revision id.")
 }
 
 /// The query parameters of one listing, for the document: the same fields as
@@ -626,16 +614,13 @@ fn nullable_q() -> utoipa::openapi::schema::Object {
     nullable(q_schema())
 }
 
+/// An optional reason: `null`, or at most 500 printable characters (empty or absent: the
+/// action's default reason).
 pub(crate) fn nullable_reason() -> utoipa::openapi::schema::Object {
-    nullable(reason_schema())
-}
-
-/// A reason: at most 500 printable characters (empty: the action's default reason).
-pub(crate) fn reason_schema() -> utoipa::openapi::schema::Object {
-    text_schema(
+    nullable(receipts::http::text_schema(
         receipts::validate::MAX_REASON_CHARS,
         "Why (recorded in history); at most 500 printable characters.",
-    )
+    ))
 }
 
 pub(crate) fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {

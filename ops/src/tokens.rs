@@ -19,19 +19,12 @@ use uuid::Uuid;
 use crate::api::{optional_body, reason};
 use crate::OpsState;
 
-/// Longest lifetime a token may be given: ten years.
-const MAX_EXPIRES_IN_SECONDS: u64 = 10 * 365 * 24 * 3600;
-
 /// A token to create.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
     /// 1-128 printable characters, not only spaces; the actor in history is `token:<name>`.
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
-    )]
+    #[schema(schema_with = token_name)]
     name: String,
     /// At least one of `ingest`, `search`, `ops:read`, `ops:write`, `admin`.
     #[schema(min_items = 1, value_type = Vec<receipts::Scope>)]
@@ -42,6 +35,10 @@ struct CreateBody {
     /// Lifetime in seconds (1 to ten years; absent: no expiry).
     #[schema(minimum = 1, maximum = 315360000)]
     expires_in_seconds: Option<u64>,
+}
+
+fn token_name() -> utoipa::openapi::schema::Object {
+    receipts::http::not_blank_schema(128, false, "1-128 characters, no control characters.")
 }
 
 fn token_datasets() -> utoipa::openapi::schema::Array {
@@ -114,20 +111,12 @@ fn token_id(text: &str) -> Result<Uuid, ApiError> {
 
 /// Microseconds since the epoch, `seconds` from now.
 fn expiry(seconds: Option<u64>) -> Result<Option<i64>, ApiError> {
-    let Some(seconds) = seconds else {
-        return Ok(None);
-    };
-    if seconds == 0 || seconds > MAX_EXPIRES_IN_SECONDS {
-        return Err(ApiError::unprocessable(
-            "invalid_expiry",
-            format!("expires_in_seconds is between 1 and {MAX_EXPIRES_IN_SECONDS}"),
-        ));
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_micros() as i64)
-        .unwrap_or(0);
-    Ok(Some(now.saturating_add(seconds as i64 * 1_000_000)))
+    seconds
+        .map(receipts::auth::expiry_after)
+        .transpose()
+        .map_err(|message| {
+            ApiError::unprocessable("invalid_expiry", format!("expires_in_seconds: {message}"))
+        })
 }
 
 fn changed(status: StatusCode, changed: TokenChanged) -> Response {

@@ -135,6 +135,25 @@ pub struct NewToken {
     pub expires_at: Option<Micros>,
 }
 
+/// Longest lifetime a token may be given: ten years.
+pub const MAX_LIFETIME_SECONDS: u64 = 10 * 365 * 24 * 3600;
+
+/// The expiry of a token created now with a lifetime of `seconds` (microseconds since the
+/// epoch), or why the lifetime is refused. One rule for the CLI and the token API.
+pub fn expiry_after(seconds: u64) -> Result<Micros, String> {
+    if seconds == 0 || seconds > MAX_LIFETIME_SECONDS {
+        return Err(format!(
+            "a token lifetime is between 1 and {MAX_LIFETIME_SECONDS} seconds (ten years)"
+        ));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| "the clock is before 1970".to_owned())?
+        .as_micros();
+    let now = Micros::try_from(now).unwrap_or(Micros::MAX);
+    Ok(now.saturating_add(seconds as Micros * 1_000_000))
+}
+
 /// Where a token is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]

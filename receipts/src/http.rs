@@ -463,10 +463,45 @@ impl utoipa::IntoResponses for ApiErrors {
     }
 }
 
-/// Characters that `validate` refuses anywhere in a name: control characters (Unicode Cc).
-const CONTROL: &str = r"\x00-\x1f\x7f-\x9f";
-/// Characters a name may not start or end with: Unicode White_Space outside the controls.
-const SPACE: &str = r" \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+/// Control characters (Unicode Cc, what `char::is_control` refuses), as the body of a regex
+/// character class. The API document's patterns are built from these classes so that they
+/// state exactly the rules of [`crate::validate`].
+pub const CONTROL: &str = r"\x00-\x1f\x7f-\x9f";
+/// Unicode White_Space outside the controls (the rest of what `str::trim` removes).
+pub const SPACE: &str = r" \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+/// All of Unicode White_Space, controls included (`char::is_whitespace`).
+pub const WHITESPACE: &str = r"\t-\r\x85 \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+
+/// Text of at most `max` characters with at least one that is not whitespace (trimmed, it
+/// is not empty), and with no control characters unless `controls` allows them.
+pub fn not_blank_schema(
+    max: usize,
+    controls: bool,
+    description: &str,
+) -> utoipa::openapi::schema::Object {
+    let pattern = if controls {
+        format!("[^{WHITESPACE}]")
+    } else {
+        format!("^[^{CONTROL}]*[^{CONTROL}{WHITESPACE}][^{CONTROL}]*$")
+    };
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(max))
+        .pattern(Some(pattern))
+        .description(Some(description))
+        .build()
+}
+
+/// Free text: at most `max` characters, no control characters; empty means absent.
+pub fn text_schema(max: usize, description: &str) -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .max_length(Some(max))
+        .pattern(Some(format!("^[^{CONTROL}]*$")))
+        .description(Some(description))
+        .build()
+}
 
 /// The pattern of a name (dataset, source key, tag): no control characters, no surrounding
 /// whitespace, none of `extra`; the rule of [`crate::validate`] in the API document.
@@ -529,18 +564,11 @@ pub fn optional_names(
 /// A reason: 1-500 characters, no control characters, not only whitespace (the rule of
 /// [`crate::validate::reason`]).
 pub fn reason_schema() -> utoipa::openapi::schema::Object {
-    let space = r"\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
-    utoipa::openapi::schema::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .min_length(Some(1))
-        .max_length(Some(crate::validate::MAX_REASON_CHARS))
-        .pattern(Some(format!(
-            "^[^{CONTROL}]*[^{CONTROL}{space}][^{CONTROL}]*$"
-        )))
-        .description(Some(
-            "Why (recorded in history): 1-500 characters, no control characters.",
-        ))
-        .build()
+    not_blank_schema(
+        crate::validate::MAX_REASON_CHARS,
+        false,
+        "Why (recorded in history): 1-500 characters, no control characters.",
+    )
 }
 
 /// An optional list of dataset names, at least one when given.

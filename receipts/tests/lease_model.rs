@@ -530,8 +530,18 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                             prop_assert_eq!(beat.cancel_requested, predicted.cancel_requested);
                         }
                     }
-                    Step::Complete { .. } => {
-                        let result = world.ledger.complete(&token).await;
+                    // Complete, fail and release end the run: the same fence, each its own
+                    // prediction.
+                    ref ending => {
+                        let failure = match ending {
+                            Step::Fail { class, .. } => Some(failure(*class)),
+                            _ => None,
+                        };
+                        let result = match (&ending, &failure) {
+                            (Step::Complete { .. }, _) => world.ledger.complete(&token).await,
+                            (_, Some(failure)) => world.ledger.fail(&token, failure.clone()).await,
+                            _ => world.ledger.release(&token).await,
+                        };
                         check_fenced(
                             &world,
                             job,
@@ -542,57 +552,34 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                             history_before,
                         )
                         .await?;
-                        if result.is_ok() {
-                            predicted.end(JobState::Completed, now);
-                        }
-                    }
-                    Step::Fail { class, .. } => {
-                        let failure = failure(class);
-                        let result = world.ledger.fail(&token, failure.clone()).await;
-                        check_fenced(
-                            &world,
-                            job,
-                            old,
-                            (&token, now),
-                            holds,
-                            &result,
-                            history_before,
-                        )
-                        .await?;
-                        if let Ok(failed) = &result {
-                            if let Some((low, high)) =
-                                predict_failure(predicted, failure.class, now, &policy)
-                            {
-                                prop_assert!(
-                                    (low..=high).contains(&failed.run_at),
-                                    "backoff run_at {} outside [{}, {}]",
-                                    failed.run_at,
-                                    low,
-                                    high
-                                );
-                                predicted.run_at = failed.run_at;
+                        if let Ok(ended) = result {
+                            match (ending, failure) {
+                                (Step::Complete { .. }, _) => {
+                                    predicted.end(JobState::Completed, now)
+                                }
+                                (_, Some(failure)) => {
+                                    if let Some((low, high)) =
+                                        predict_failure(predicted, failure.class, now, &policy)
+                                    {
+                                        prop_assert!(
+                                            (low..=high).contains(&ended.run_at),
+                                            "backoff run_at {} outside [{}, {}]",
+                                            ended.run_at,
+                                            low,
+                                            high
+                                        );
+                                        predicted.run_at = ended.run_at;
+                                    }
+                                }
+                                _ => {
+                                    let state = if predicted.cancel_requested {
+                                        JobState::Cancelled
+                                    } else {
+                                        JobState::Pending
+                                    };
+                                    predicted.end(state, now);
+                                }
                             }
-                        }
-                    }
-                    _ => {
-                        let result = world.ledger.release(&token).await;
-                        check_fenced(
-                            &world,
-                            job,
-                            old,
-                            (&token, now),
-                            holds,
-                            &result,
-                            history_before,
-                        )
-                        .await?;
-                        if result.is_ok() {
-                            let state = if predicted.cancel_requested {
-                                JobState::Cancelled
-                            } else {
-                                JobState::Pending
-                            };
-                            predicted.end(state, now);
                         }
                     }
                 }

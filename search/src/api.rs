@@ -56,11 +56,7 @@ pub fn router(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> Router {
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
     /// 1 to 2,000 characters, not only whitespace.
-    #[schema(
-        min_length = 1,
-        max_length = 2000,
-        pattern = r"[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-    )]
+    #[schema(schema_with = query_schema)]
     pub query: String,
     /// Datasets to search (default: every dataset the token may read); at least one when
     /// given.
@@ -77,6 +73,14 @@ pub struct SearchBody {
     pub mode: Option<String>,
     /// One result per source (default true).
     pub group_by_source: Option<bool>,
+}
+
+fn query_schema() -> utoipa::openapi::schema::Object {
+    receipts::http::not_blank_schema(
+        MAX_QUERY_CHARS,
+        true,
+        "1 to 2,000 characters, not only whitespace.",
+    )
 }
 
 /// Validates a body for `principal` into a [`Query`].
