@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::clock::Micros;
+use crate::error::LedgerError;
 use crate::ids::sha256_hex;
+use crate::validate;
 
 /// A permission a token can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -255,4 +257,52 @@ pub fn generate_secret() -> String {
 /// The stored form of a secret.
 pub fn secret_hash(secret: &str) -> String {
     sha256_hex(secret.as_bytes())
+}
+
+/// Refuses a token that could not be used or named: checked before any engine sees it.
+pub(crate) fn check_new(token: &NewToken, now: Micros) -> crate::Result<()> {
+    if token.name.trim().is_empty()
+        || token.name.chars().count() > 128
+        || token.name.chars().any(char::is_control)
+    {
+        return Err(LedgerError::invalid(
+            "invalid_token_name",
+            "a token name is 1-128 printable characters",
+        ));
+    }
+    if token.scopes.is_empty() {
+        return Err(LedgerError::invalid(
+            "invalid_scopes",
+            "a token needs at least one scope",
+        ));
+    }
+    if let Some(datasets) = &token.datasets {
+        for dataset in datasets {
+            validate::dataset(dataset)?;
+        }
+    }
+    check_expiry(token.expires_at, now)
+}
+
+pub(crate) fn check_expiry(expires_at: Option<Micros>, now: Micros) -> crate::Result<()> {
+    match expires_at {
+        Some(at) if at <= now => Err(LedgerError::invalid(
+            "invalid_expiry",
+            "a token's expiry must be in the future",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The expiry of a rotated token: the one asked for, or the old token's lifetime again from
+/// now (no expiry stays no expiry).
+pub(crate) fn rotated_expiry(
+    old: &TokenInfo,
+    asked: Option<Micros>,
+    now: Micros,
+) -> Option<Micros> {
+    asked.or_else(|| {
+        old.expires_at
+            .map(|at| now.saturating_add(at.saturating_sub(old.created_at).max(1)))
+    })
 }

@@ -221,6 +221,17 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
         sqlx::Error::Database(database) => {
+            if let Some(postgres) = database.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                // Connection exceptions (08), insufficient resources (53), operator
+                // intervention such as a shutdown (57P), and serialization or deadlock
+                // failures (40001, 40P01): the same call may succeed later.
+                let code = postgres.code();
+                return code.starts_with("08")
+                    || code.starts_with("53")
+                    || code.starts_with("57P")
+                    || code == "40001"
+                    || code == "40P01";
+            }
             // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_IOERR (10), SQLITE_FULL (13),
             // SQLITE_CANTOPEN (14): primary result code in the low byte.
             let primary = database

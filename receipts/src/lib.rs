@@ -53,6 +53,7 @@
 //!
 //! Ids are described in [`ids`].
 
+mod acceptance;
 pub mod auth;
 pub mod clock;
 #[doc(hidden)]
@@ -67,7 +68,11 @@ pub mod model;
 pub mod operations;
 pub mod passages;
 pub mod policy;
+pub mod postgres;
+mod runs;
 pub mod sqlite;
+#[doc(hidden)]
+pub mod testing;
 pub mod validate;
 
 pub use auth::{Principal, Scope};
@@ -83,4 +88,5 @@ pub use model::{
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,
 };
+pub use postgres::{LedgerClock, PostgresLedger, PostgresOptions};
 pub use sqlite::{SqliteLedger, SqliteOptions};

@@ -86,6 +86,32 @@ fn cut_point(text: &str, limit: usize) -> usize {
     boundary
 }
 
+/// English stop words left out of lexical queries (Lucene's default English set, which BM25
+/// baselines use): in an OR query they match nearly every passage and add only noise.
+const STOP_WORDS: [&str; 33] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
+    "they", "this", "to", "was", "will", "with",
+];
+
+/// The words of a lexical query, for every engine: lowercased runs of letters and digits (at
+/// most 64), stop words dropped unless nothing else is left. No query syntax survives.
+pub fn query_words(text: &str) -> Vec<String> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .take(64)
+        .map(str::to_lowercase)
+        .collect();
+    if words.iter().all(|word| STOP_WORDS.contains(&word.as_str())) {
+        return words;
+    }
+    words
+        .into_iter()
+        .filter(|word| !STOP_WORDS.contains(&word.as_str()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

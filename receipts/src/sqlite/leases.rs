@@ -26,8 +26,9 @@ use uuid::Uuid;
 use super::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::model::{Failure, FailureClass, Heartbeat, Job, JobState, LeaseToken};
-use crate::policy::{JobPolicies, JobPolicy};
+use crate::model::{Failure, Heartbeat, Job, JobState, LeaseToken};
+use crate::policy::JobPolicies;
+use crate::runs::{self, Ending};
 
 /// A request to the writer about jobs.
 #[derive(Debug)]
@@ -248,39 +249,6 @@ async fn heartbeat(
     }
 }
 
-/// How a run ends: the job's next state and why.
-#[derive(Debug, Clone, PartialEq)]
-struct Ending {
-    state: JobState,
-    /// Failures charged by this run (0 or 1).
-    attempt_delta: i64,
-    run_at: Micros,
-    /// Why `run_at` holds its value.
-    rule: String,
-    /// The history cause.
-    cause: String,
-    /// The error to record as the job's last error, as `(code, message)`.
-    error: Option<(String, String)>,
-}
-
-impl Ending {
-    fn new(
-        state: JobState,
-        run_at: Micros,
-        rule: impl Into<String>,
-        cause: impl Into<String>,
-    ) -> Self {
-        Self {
-            state,
-            attempt_delta: 0,
-            run_at,
-            rule: rule.into(),
-            cause: cause.into(),
-            error: None,
-        }
-    }
-}
-
 /// Ends a run: sets the job's state and clears its lease, only while the lease holds.
 async fn end_run(
     connection: &mut SqliteConnection,
@@ -374,22 +342,7 @@ async fn release(
     now: Micros,
 ) -> Result<Job> {
     let job = load(connection, token.job_id).await?;
-    let ending = if job.cancel_requested {
-        Ending::new(
-            JobState::Cancelled,
-            now,
-            "cancelled",
-            "cancelled: released after a cancel request",
-        )
-    } else {
-        let rule = format!("released by {} without charge", token.owner);
-        Ending::new(
-            JobState::Pending,
-            now,
-            rule,
-            "released: worker shutting down",
-        )
-    };
+    let ending = runs::release_ending(&job, &token.owner, now);
     end_run(connection, token, now, &ending).await
 }
 
@@ -402,91 +355,8 @@ async fn fail(
     unit: f64,
 ) -> Result<Job> {
     let job = load(connection, token.job_id).await?;
-    let ending = failure_ending(&job, failure, now, policies.of(job.kind), unit);
+    let ending = runs::failure_ending(&job, failure, now, policies.of(job.kind), unit);
     end_run(connection, token, now, &ending).await
-}
-
-/// How a failed run ends, by the failure's class: cancelled (also whenever a cancel was
-/// requested), dead (permanent, or attempts exhausted), or waiting for a retry set by the
-/// error's retry-after (no attempt charged) or by exponential backoff (one attempt charged).
-fn failure_ending(
-    job: &Job,
-    failure: &Failure,
-    now: Micros,
-    policy: &JobPolicy,
-    unit: f64,
-) -> Ending {
-    let code = &failure.code;
-    let class = if job.cancel_requested {
-        FailureClass::Cancelled
-    } else {
-        failure.class
-    };
-    let mut ending = match class {
-        FailureClass::Cancelled => Ending::new(
-            JobState::Cancelled,
-            now,
-            "cancelled",
-            format!("cancelled ({code})"),
-        ),
-        FailureClass::Permanent => Ending {
-            attempt_delta: 1,
-            ..Ending::new(
-                JobState::Dead,
-                now,
-                "dead",
-                format!("dead: permanent error {code}"),
-            )
-        },
-        FailureClass::Retryable {
-            retry_after_micros: Some(delay),
-        } => {
-            let delay = delay.max(0);
-            Ending::new(
-                JobState::RetryWait,
-                now.saturating_add(delay),
-                format!(
-                    "retry-after {} ms from error {code} (snooze: no attempt charged)",
-                    delay / 1000
-                ),
-                format!("snoozed: {code} asked to retry after {} ms", delay / 1000),
-            )
-        }
-        FailureClass::Retryable {
-            retry_after_micros: None,
-        } => {
-            let attempt = job.attempt + 1;
-            if attempt >= job.max_attempts {
-                let cause = format!(
-                    "dead: attempts exhausted ({attempt} of {}) after {code}",
-                    job.max_attempts
-                );
-                Ending {
-                    attempt_delta: 1,
-                    ..Ending::new(JobState::Dead, now, "dead", cause)
-                }
-            } else {
-                let delay = policy.backoff_micros(attempt, unit);
-                let rule = format!(
-                    "backoff after attempt {attempt}: {} ms = {} ms x 2^{} (cap {} ms) with jitter",
-                    delay / 1000,
-                    policy.backoff_base_micros / 1000,
-                    attempt - 1,
-                    policy.backoff_cap_micros / 1000
-                );
-                let cause = format!(
-                    "retry scheduled after {code} (attempt {attempt} of {})",
-                    job.max_attempts
-                );
-                Ending {
-                    attempt_delta: 1,
-                    ..Ending::new(JobState::RetryWait, now.saturating_add(delay), rule, cause)
-                }
-            }
-        }
-    };
-    ending.error = Some((failure.code.clone(), failure.message.clone()));
-    ending
 }
 
 async fn cancel(

@@ -21,6 +21,7 @@ mod tokens;
 mod writer;
 
 use self::writer::*;
+use crate::acceptance::{classify, Decision, Outcome, Prepared, PreparedChange};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -45,11 +46,10 @@ use crate::faults::{FaultInjector, FaultPoint, NoFaults};
 use crate::ids;
 use crate::ledger::{Acceptor, Leases, Projections, Reader, Tokens};
 use crate::model::{
-    AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkSummary, ContentBlock, Document,
-    Heartbeat, HistoryEntry, HitRef, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit,
-    ProjectionReceipt, ReceiptState, Revision, RevisionDetail, SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, BoundHit, ChunkSummary, ContentBlock, Heartbeat,
+    HistoryEntry, HitRef, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    ReceiptState, Revision, RevisionDetail, SourceView, Submission,
 };
-use crate::passages::{self, Passage};
 use crate::policy;
 
 use crate::validate;

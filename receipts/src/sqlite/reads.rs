@@ -3,43 +3,23 @@
 //! searchable revisions.
 
 use super::*;
+use crate::passages;
 
-const STOP_WORDS: [&str; 33] = [
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
-    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
-    "they", "this", "to", "was", "will", "with",
-];
-
-/// Turns free text into an FTS5 query: every word quoted (no query syntax reaches FTS5),
-/// stop words dropped (unless nothing else is left), joined with OR so that BM25 ranks by how
-/// many and how rare the matching words are.
+/// Turns free text into an FTS5 query: the query's words ([`passages::query_words`]), each
+/// quoted (no query syntax reaches FTS5), joined with OR so that BM25 ranks by how many and
+/// how rare the matching words are.
 pub(super) fn fts_query(text: &str) -> Option<String> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .take(64)
-        .map(str::to_lowercase)
-        .collect();
-    let content: Vec<&String> = words
-        .iter()
-        .filter(|word| !STOP_WORDS.contains(&word.as_str()))
-        .collect();
-    let chosen: Vec<&String> = if content.is_empty() {
-        words.iter().collect()
-    } else {
-        content
-    };
-    if chosen.is_empty() {
-        None
-    } else {
-        Some(
-            chosen
-                .iter()
-                .map(|word| format!("\"{word}\""))
-                .collect::<Vec<_>>()
-                .join(" OR "),
-        )
+    let words = passages::query_words(text);
+    if words.is_empty() {
+        return None;
     }
+    Some(
+        words
+            .iter()
+            .map(|word| format!("\"{word}\""))
+            .collect::<Vec<_>>()
+            .join(" OR "),
+    )
 }
 
 #[async_trait]

@@ -13,51 +13,15 @@ use uuid::Uuid;
 
 use super::{json_text, parse_uuid};
 use crate::auth::{
-    generate_secret, secret_hash, NewToken, Principal, Scope, TokenChange, TokenChanged, TokenInfo,
-    TokenState,
+    self, generate_secret, secret_hash, NewToken, Principal, Scope, TokenChange, TokenChanged,
+    TokenInfo, TokenState,
 };
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::ids;
-use crate::validate;
 
 const COLUMNS: &str = "id, name, scopes, datasets, created_by, created_at, expires_at, \
                        revoked_at, revoked_by, replaced_by";
-
-/// Refuses a token that could not be used or named: checked before the writer sees it.
-pub(crate) fn check_new(token: &NewToken, now: Micros) -> Result<()> {
-    if token.name.trim().is_empty()
-        || token.name.chars().count() > 128
-        || token.name.chars().any(char::is_control)
-    {
-        return Err(LedgerError::invalid(
-            "invalid_token_name",
-            "a token name is 1-128 printable characters",
-        ));
-    }
-    if token.scopes.is_empty() {
-        return Err(LedgerError::invalid(
-            "invalid_scopes",
-            "a token needs at least one scope",
-        ));
-    }
-    if let Some(datasets) = &token.datasets {
-        for dataset in datasets {
-            validate::dataset(dataset)?;
-        }
-    }
-    check_expiry(token.expires_at, now)
-}
-
-fn check_expiry(expires_at: Option<Micros>, now: Micros) -> Result<()> {
-    match expires_at {
-        Some(at) if at <= now => Err(LedgerError::invalid(
-            "invalid_expiry",
-            "a token's expiry must be in the future",
-        )),
-        _ => Ok(()),
-    }
-}
 
 /// Applies one change (inside the writer's transaction).
 pub(crate) async fn change(
@@ -67,7 +31,7 @@ pub(crate) async fn change(
 ) -> Result<TokenChanged> {
     match change {
         TokenChange::Create(token) => {
-            check_new(&token, now)?;
+            auth::check_new(&token, now)?;
             create(connection, &token, now).await
         }
         TokenChange::Revoke { id, actor, reason } => {
@@ -92,11 +56,8 @@ pub(crate) async fn change(
             if old.state == TokenState::Revoked {
                 return Err(LedgerError::TokenRevoked(id));
             }
-            let expires_at = expires_at.or_else(|| {
-                old.expires_at
-                    .map(|at| now.saturating_add(at.saturating_sub(old.created_at).max(1)))
-            });
-            check_expiry(expires_at, now)?;
+            let expires_at = auth::rotated_expiry(&old, expires_at, now);
+            auth::check_expiry(expires_at, now)?;
             let created = create(
                 connection,
                 &NewToken {
@@ -289,7 +250,7 @@ fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
 impl Tokens for SqliteLedger {
     async fn change_token(&self, change: TokenChange) -> Result<TokenChanged> {
         if let TokenChange::Create(token) = &change {
-            tokens::check_new(token, self.clock.now_micros())?;
+            auth::check_new(token, self.clock.now_micros())?;
         }
         self.submit(|reply| WriteOp::Token(change, reply)).await?
     }

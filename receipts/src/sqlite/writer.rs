@@ -4,28 +4,6 @@
 
 use super::*;
 
-/// A submission validated and hashed off the writer task.
-#[derive(Debug)]
-pub(super) struct Prepared {
-    pub(super) dataset: String,
-    pub(super) source_key: String,
-    pub(super) actor: String,
-    pub(super) change: PreparedChange,
-}
-
-#[derive(Debug)]
-pub(super) enum PreparedChange {
-    Put {
-        document: Document,
-        sha256: String,
-        revision_id: Uuid,
-        passages: Vec<Passage>,
-    },
-    Delete {
-        reason: Option<String>,
-    },
-}
-
 pub(super) enum WriteOp {
     Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
     Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
@@ -642,85 +620,6 @@ impl WaveParameters {
     }
 }
 
-/// What the ledger holds for one item before its wave is written.
-#[derive(Debug)]
-pub(super) struct Decision {
-    head: Option<Uuid>,
-    head_tombstone: bool,
-    blocked_reason: Option<String>,
-    existing_accepted_at: Option<Micros>,
-}
-
-/// What acceptance does with one item.
-#[derive(Debug)]
-pub(super) enum Outcome {
-    Refused(LedgerError),
-    Duplicate(Uuid),
-    Write(Write),
-}
-
-#[derive(Debug)]
-pub(super) struct Write {
-    revision_id: Uuid,
-    job_id: Uuid,
-    new_revision: bool,
-    tombstone: bool,
-    previous: Option<Uuid>,
-    accepted_at: Micros,
-    cause: &'static str,
-}
-
-pub(super) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
-    match &item.change {
-        PreparedChange::Put {
-            sha256,
-            revision_id,
-            ..
-        } => {
-            if let Some(reason) = decision.blocked_reason {
-                return Outcome::Refused(LedgerError::ContentBlocked {
-                    dataset: item.dataset.clone(),
-                    sha256: sha256.clone(),
-                    reason,
-                });
-            }
-            if decision.head == Some(*revision_id) {
-                return Outcome::Duplicate(*revision_id);
-            }
-            let reverted = decision.existing_accepted_at.is_some();
-            Outcome::Write(Write {
-                revision_id: *revision_id,
-                job_id: ids::new_v7(),
-                new_revision: !reverted,
-                tombstone: false,
-                previous: decision.head,
-                accepted_at: decision.existing_accepted_at.unwrap_or(now),
-                cause: if reverted {
-                    "reverted_to_earlier_revision"
-                } else {
-                    "accepted"
-                },
-            })
-        }
-        PreparedChange::Delete { .. } => match decision.head {
-            None => Outcome::Refused(LedgerError::SourceNotFound {
-                dataset: item.dataset.clone(),
-                source_key: item.source_key.clone(),
-            }),
-            Some(head) if decision.head_tombstone => Outcome::Duplicate(head),
-            Some(head) => Outcome::Write(Write {
-                revision_id: ids::new_v7(),
-                job_id: ids::new_v7(),
-                new_revision: true,
-                tombstone: true,
-                previous: Some(head),
-                accepted_at: now,
-                cause: "deleted",
-            }),
-        },
-    }
-}
-
 /// The accepted items of a wave, as the JSON parameters of the write statements.
 #[derive(Debug, Default)]
 pub(super) struct Staged {
@@ -733,7 +632,7 @@ pub(super) struct Staged {
 }
 
 impl Staged {
-    fn add(&mut self, position: usize, item: &Prepared, write: &Write) {
+    fn add(&mut self, position: usize, item: &Prepared, write: &crate::acceptance::Write) {
         let kind = if write.tombstone {
             JobKind::Tombstone
         } else {

@@ -1,0 +1,195 @@
+//! Acceptance decisions shared by every ledger engine: a submission is validated and hashed
+//! ([`prepare`]) before any storage sees it, and what happens to it is decided from what the
+//! ledger holds for its source ([`classify`]). Engines only read the [`Decision`] and write
+//! the [`Outcome`]; the rules (duplicate, revert, tombstone, blocked content) live here once.
+
+use uuid::Uuid;
+
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::ids;
+use crate::model::{Acceptance, Change, Document, Submission};
+use crate::passages::{self, Passage};
+use crate::validate;
+
+/// A submission validated and hashed off the writer task.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) dataset: String,
+    pub(crate) source_key: String,
+    pub(crate) actor: String,
+    pub(crate) change: PreparedChange,
+}
+
+#[derive(Debug)]
+pub(crate) enum PreparedChange {
+    Put {
+        document: Document,
+        sha256: String,
+        revision_id: Uuid,
+        passages: Vec<Passage>,
+    },
+    Delete {
+        reason: Option<String>,
+    },
+}
+
+/// Validates a submission and hashes its content; nothing is stored yet.
+pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
+    validate::dataset(&submission.dataset)?;
+    validate::source_key(&submission.source_key)?;
+    let change = match submission.change {
+        Change::Put(document) => {
+            validate::content(&document.bytes)?;
+            validate::media_type(&document.media_type)?;
+            validate::tags(&document.tags)?;
+            validate::metadata(&document.metadata)?;
+            let sha256 = ids::sha256_hex(&document.bytes);
+            let revision_id = ids::revision_id(
+                &submission.dataset,
+                &submission.source_key,
+                &sha256,
+                &document,
+            );
+            let passages = match std::str::from_utf8(&document.bytes) {
+                Ok(text) => passages::split(text),
+                Err(_) => Vec::new(),
+            };
+            PreparedChange::Put {
+                document,
+                sha256,
+                revision_id,
+                passages,
+            }
+        }
+        Change::Delete { reason } => PreparedChange::Delete { reason },
+    };
+    Ok(Prepared {
+        dataset: submission.dataset,
+        source_key: submission.source_key,
+        actor: submission.actor,
+        change,
+    })
+}
+
+/// What the ledger holds for one item before its wave is written.
+#[derive(Debug)]
+pub(crate) struct Decision {
+    pub(crate) head: Option<Uuid>,
+    pub(crate) head_tombstone: bool,
+    pub(crate) blocked_reason: Option<String>,
+    pub(crate) existing_accepted_at: Option<Micros>,
+}
+
+/// What acceptance does with one item.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Refused(LedgerError),
+    Duplicate(Uuid),
+    Write(Write),
+}
+
+#[derive(Debug)]
+pub(crate) struct Write {
+    pub(crate) revision_id: Uuid,
+    pub(crate) job_id: Uuid,
+    pub(crate) new_revision: bool,
+    pub(crate) tombstone: bool,
+    pub(crate) previous: Option<Uuid>,
+    pub(crate) accepted_at: Micros,
+    pub(crate) cause: &'static str,
+}
+
+pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
+    match &item.change {
+        PreparedChange::Put {
+            sha256,
+            revision_id,
+            ..
+        } => {
+            if let Some(reason) = decision.blocked_reason {
+                return Outcome::Refused(LedgerError::ContentBlocked {
+                    dataset: item.dataset.clone(),
+                    sha256: sha256.clone(),
+                    reason,
+                });
+            }
+            if decision.head == Some(*revision_id) {
+                return Outcome::Duplicate(*revision_id);
+            }
+            let reverted = decision.existing_accepted_at.is_some();
+            Outcome::Write(Write {
+                revision_id: *revision_id,
+                job_id: ids::new_v7(),
+                new_revision: !reverted,
+                tombstone: false,
+                previous: decision.head,
+                accepted_at: decision.existing_accepted_at.unwrap_or(now),
+                cause: if reverted {
+                    "reverted_to_earlier_revision"
+                } else {
+                    "accepted"
+                },
+            })
+        }
+        PreparedChange::Delete { .. } => match decision.head {
+            None => Outcome::Refused(LedgerError::SourceNotFound {
+                dataset: item.dataset.clone(),
+                source_key: item.source_key.clone(),
+            }),
+            Some(head) if decision.head_tombstone => Outcome::Duplicate(head),
+            Some(head) => Outcome::Write(Write {
+                revision_id: ids::new_v7(),
+                job_id: ids::new_v7(),
+                new_revision: true,
+                tombstone: true,
+                previous: Some(head),
+                accepted_at: now,
+                cause: "deleted",
+            }),
+        },
+    }
+}
+
+/// Acceptance as every engine runs it: each submission is prepared on the caller's task, the
+/// valid ones go to the engine's `write` together, and the answers come back in submission
+/// order (a refused item does not fail the others; an engine that cannot answer at all
+/// answers every item with its error).
+pub(crate) async fn accept_with<F, Fut>(
+    submissions: Vec<Submission>,
+    write: F,
+) -> Vec<Result<Acceptance>>
+where
+    F: FnOnce(Vec<Prepared>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Result<Acceptance>>>>,
+{
+    let count = submissions.len();
+    let mut results: Vec<Option<Result<Acceptance>>> = Vec::with_capacity(count);
+    let mut prepared = Vec::with_capacity(count);
+    let mut slots = Vec::with_capacity(count);
+    for submission in submissions {
+        match prepare(submission) {
+            Ok(item) => {
+                slots.push(results.len());
+                results.push(None);
+                prepared.push(item);
+            }
+            Err(error) => results.push(Some(Err(error))),
+        }
+    }
+    if !prepared.is_empty() {
+        let written = match write(prepared).await {
+            Ok(written) => written,
+            Err(error) => slots.iter().map(|_| Err(error.replicate())).collect(),
+        };
+        for (slot, result) in slots.into_iter().zip(written) {
+            results[slot] = Some(result);
+        }
+    }
+    results
+        .into_iter()
+        .map(|result| {
+            result.unwrap_or_else(|| Err(LedgerError::Unavailable("no answer".to_owned())))
+        })
+        .collect()
+}

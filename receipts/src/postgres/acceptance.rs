@@ -1,0 +1,508 @@
+//! Acceptance on PostgreSQL: one transaction per call. It locks the submissions' sources
+//! (transaction-scoped advisory locks, taken in key order in one statement, so concurrent
+//! batches never deadlock and a later submission for a source sees the earlier one's head),
+//! then decides and writes in waves in which no two items share a source, each wave inside a
+//! savepoint. The receipt is returned only after `COMMIT` (with `synchronous_commit = on`).
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::PostgresLedger;
+use crate::acceptance::{self, classify, Decision, Outcome, Prepared, PreparedChange, Write};
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::faults::FaultPoint;
+use crate::ids;
+use crate::ledger::Acceptor;
+use crate::model::{AcceptStatus, Acceptance, ContentBlock, JobKind, Submission};
+use crate::validate;
+
+/// The advisory lock key of a source: the first 8 bytes of the SHA-256 of `dataset/key`.
+fn source_lock(dataset: &str, source_key: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{dataset}/{source_key}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(bytes)
+}
+
+#[async_trait]
+impl Acceptor for PostgresLedger {
+    async fn accept(&self, submissions: Vec<Submission>) -> Vec<Result<Acceptance>> {
+        acceptance::accept_with(submissions, |prepared| self.accept_prepared(prepared)).await
+    }
+
+    async fn block_content(&self, block: ContentBlock) -> Result<()> {
+        validate::dataset(&block.dataset)?;
+        validate::sha256_hex(&block.sha256)?;
+        validate::reason(&block.reason)?;
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        sqlx::query(
+            "INSERT INTO content_blocks (dataset, sha256, reason, actor, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (dataset, sha256) DO NOTHING",
+        )
+        .bind(&block.dataset)
+        .bind(&block.sha256)
+        .bind(&block.reason)
+        .bind(&block.actor)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl PostgresLedger {
+    async fn accept_prepared(&self, items: Vec<Prepared>) -> Result<Vec<Result<Acceptance>>> {
+        let mut tx = self.pool.begin().await?;
+        let mut locks: Vec<i64> = items
+            .iter()
+            .map(|item| source_lock(&item.dataset, &item.source_key))
+            .collect();
+        locks.sort_unstable();
+        locks.dedup();
+        sqlx::query("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k")
+            .bind(&locks)
+            .fetch_one(&mut *tx)
+            .await?;
+        let now = self.now(&mut tx).await?;
+
+        let mut results: Vec<Option<Result<Acceptance>>> = (0..items.len()).map(|_| None).collect();
+        let mut pending: Vec<(usize, Prepared)> = items.into_iter().enumerate().collect();
+        let mut queued = false;
+        while !pending.is_empty() {
+            let mut sources = HashSet::new();
+            let mut wave = Vec::new();
+            let mut later = Vec::new();
+            for (position, item) in pending {
+                if wave.len() < self.options.max_wave.max(1)
+                    && sources.insert((item.dataset.clone(), item.source_key.clone()))
+                {
+                    wave.push((position, item));
+                } else {
+                    later.push((position, item));
+                }
+            }
+            let (positions, wave): (Vec<usize>, Vec<Prepared>) = wave.into_iter().unzip();
+            sqlx::query("SAVEPOINT wave").execute(&mut *tx).await?;
+            let outcome = self.accept_wave(&mut tx, &wave, now).await;
+            let outcomes = match outcome {
+                Ok(outcomes) => {
+                    sqlx::query("RELEASE SAVEPOINT wave")
+                        .execute(&mut *tx)
+                        .await?;
+                    outcomes
+                }
+                Err(error) => {
+                    sqlx::query("ROLLBACK TO SAVEPOINT wave")
+                        .execute(&mut *tx)
+                        .await?;
+                    tracing::error!(%error, items = wave.len(), "acceptance wave failed; its writes were rolled back");
+                    wave.iter().map(|_| Err(error.replicate())).collect()
+                }
+            };
+            for (position, outcome) in positions.into_iter().zip(outcomes) {
+                queued |= matches!(&outcome, Ok(acceptance) if acceptance.status == AcceptStatus::QueuedNotConfirmed);
+                results[position] = Some(outcome);
+            }
+            pending = later;
+        }
+        if queued {
+            // Delivered to every listening process when (and only if) this commits.
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(super::WORK_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if self.faults.fire(FaultPoint::BeforeCommit) {
+            tx.rollback().await?;
+            return Err(LedgerError::Injected(FaultPoint::BeforeCommit));
+        }
+        if let Err(error) = tx.commit().await {
+            tracing::error!(%error, "ledger commit failed; the whole acceptance was rolled back");
+            return Err(LedgerError::Unavailable(format!("commit failed: {error}")));
+        }
+        if queued {
+            self.work_signal.notify_waiters();
+        }
+        Ok(results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(LedgerError::Internal("item lost in acceptance".to_owned()))
+                })
+            })
+            .collect())
+    }
+
+    async fn accept_wave(
+        &self,
+        tx: &mut PgConnection,
+        wave: &[Prepared],
+        now: Micros,
+    ) -> Result<Vec<Result<Acceptance>>> {
+        let decisions = decide(tx, wave).await?;
+        let outcomes: Vec<Outcome> = wave
+            .iter()
+            .zip(decisions)
+            .map(|(item, decision)| classify(item, decision, now))
+            .collect();
+
+        let duplicates: Vec<Uuid> = outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                Outcome::Duplicate(id) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let mut duplicate_receipts = HashMap::new();
+        if !duplicates.is_empty() {
+            let rows = sqlx::query(
+                "SELECT r.id, r.dataset, r.source_key, r.content_sha256, r.byte_length, \
+                   r.accepted_at, r.previous_revision_id, r.tombstone, \
+                   (SELECT j.id FROM jobs j WHERE j.revision_id = r.id \
+                     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) AS job_id \
+                 FROM revisions r WHERE r.id = ANY($1)",
+            )
+            .bind(&duplicates)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in rows {
+                let revision_id: Uuid = row.try_get("id")?;
+                let job_id: Option<Uuid> = row.try_get("job_id")?;
+                let job_id = job_id.ok_or_else(|| {
+                    LedgerError::Corrupt(format!("revision {revision_id} has no job"))
+                })?;
+                duplicate_receipts.insert(
+                    revision_id,
+                    Acceptance {
+                        accepted: true,
+                        status: AcceptStatus::Duplicate,
+                        dataset: row.try_get("dataset")?,
+                        source_key: row.try_get("source_key")?,
+                        source_revision_id: revision_id,
+                        projection_job_id: job_id,
+                        content_sha256: row.try_get("content_sha256")?,
+                        byte_length: row.try_get("byte_length")?,
+                        accepted_at: row.try_get("accepted_at")?,
+                        previous_revision_id: row.try_get("previous_revision_id")?,
+                        tombstone: row.try_get("tombstone")?,
+                    },
+                );
+            }
+        }
+
+        let mut staged = Staged::default();
+        for (position, (item, outcome)) in wave.iter().zip(&outcomes).enumerate() {
+            if let Outcome::Write(write) = outcome {
+                staged.add(position, item, write);
+            }
+        }
+        if !staged.rows.is_empty() {
+            self.write_wave(tx, &staged, now).await?;
+        }
+
+        Ok(wave
+            .iter()
+            .zip(outcomes)
+            .map(|(item, outcome)| match outcome {
+                Outcome::Refused(error) => Err(error),
+                Outcome::Duplicate(id) => duplicate_receipts
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| LedgerError::Corrupt(format!("revision {id} has no job"))),
+                Outcome::Write(write) => Ok(Acceptance {
+                    accepted: true,
+                    status: AcceptStatus::QueuedNotConfirmed,
+                    dataset: item.dataset.clone(),
+                    source_key: item.source_key.clone(),
+                    source_revision_id: write.revision_id,
+                    projection_job_id: write.job_id,
+                    content_sha256: match &item.change {
+                        PreparedChange::Put { sha256, .. } => Some(sha256.clone()),
+                        PreparedChange::Delete { .. } => None,
+                    },
+                    byte_length: match &item.change {
+                        PreparedChange::Put { document, .. } => document.bytes.len() as i64,
+                        PreparedChange::Delete { .. } => 0,
+                    },
+                    accepted_at: write.accepted_at,
+                    previous_revision_id: write.previous,
+                    tombstone: write.tombstone,
+                }),
+            })
+            .collect())
+    }
+
+    /// Writes a wave's accepted items: bytes, revisions, heads, then supersession, jobs,
+    /// receipts and lexical passages, with a fault point after each of the first three.
+    async fn write_wave(&self, tx: &mut PgConnection, staged: &Staged, now: Micros) -> Result<()> {
+        let rows = serde_json::Value::from(staged.rows.clone());
+        sqlx::query(
+            "INSERT INTO contents (sha256, byte_length, bytes, created_at) \
+             SELECT c.sha256, c.byte_length, c.bytes, $4 \
+             FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS c(sha256, byte_length, bytes) \
+             ON CONFLICT (sha256) DO NOTHING",
+        )
+        .bind(&staged.content_sha256)
+        .bind(&staged.content_lengths)
+        .bind(&staged.content_bytes)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.fault(FaultPoint::AfterBytes)?;
+        sqlx::query(&format!(
+            "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
+               media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, accepted_at) \
+             SELECT revision_id, dataset, source_key, sha256, byte_length, media_type, tags, \
+               metadata, tombstone, previous_revision_id, actor, reason, $2 \
+             FROM {WAVE} WHERE new_revision"
+        ))
+        .bind(&rows)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.fault(FaultPoint::AfterRevision)?;
+        sqlx::query(&format!(
+            "INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
+               changed_by, change_cause, changed_at, change_seq) \
+             SELECT dataset, source_key, revision_id, $2, actor, cause, $2, 1 FROM {WAVE} \
+             ON CONFLICT (dataset, source_key) DO UPDATE SET \
+               head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
+               change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
+               change_seq = s.change_seq + 1"
+        ))
+        .bind(&rows)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.fault(FaultPoint::AfterHeadMove)?;
+        // Supersede the previous heads' unfinished jobs and their open receipts.
+        sqlx::query(&format!(
+            "WITH gone AS ( \
+               SELECT j.id, w.actor, 'superseded_by:' || w.revision_id AS cause \
+               FROM {WAVE} JOIN jobs j ON j.dataset = w.dataset AND j.source_key = w.source_key \
+               WHERE j.state IN ('pending', 'running', 'retry_wait')), \
+             receipts AS ( \
+               UPDATE projection_receipts r SET state = 'superseded', updated_at = $2, \
+                 changed_by = gone.actor, change_cause = gone.cause, changed_at = $2, \
+                 change_seq = r.change_seq + 1 \
+               FROM gone WHERE r.job_id = gone.id AND r.state IN ('pending', 'running', 'written')) \
+             UPDATE jobs j SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+               lease_expires_at = NULL, changed_by = gone.actor, change_cause = gone.cause, \
+               changed_at = $2, change_seq = j.change_seq + 1 \
+             FROM gone WHERE j.id = gone.id"
+        ))
+        .bind(&rows)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(&format!(
+            "WITH policy AS (SELECT * FROM jsonb_to_recordset($3::jsonb) \
+                               AS p(kind text, max_attempts bigint)), \
+             queued AS ( \
+               INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+                 max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+               SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
+                 p.max_attempts, $2, $2, w.actor, w.cause, $2 \
+               FROM {WAVE} JOIN policy p ON p.kind = w.kind \
+               RETURNING id, changed_by, change_cause) \
+             INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+               change_cause, changed_at) \
+             SELECT q.id, b.backend, 'pending', $2, q.changed_by, q.change_cause, $2 \
+             FROM queued q CROSS JOIN unnest($4::text[]) AS b(backend)"
+        ))
+        .bind(&rows)
+        .bind(now)
+        .bind(&*self.policies_json)
+        .bind(
+            self.options
+                .backends
+                .iter()
+                .map(|backend| backend.as_str().to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut *tx)
+        .await?;
+        // The lexical index follows the heads: a source's passages are replaced whole.
+        sqlx::query(&format!(
+            "DELETE FROM passages p USING {WAVE} \
+             WHERE p.dataset = w.dataset AND p.source_key = w.source_key"
+        ))
+        .bind(&rows)
+        .execute(&mut *tx)
+        .await?;
+        if !staged.passage_positions.is_empty() {
+            sqlx::query(&format!(
+                "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
+                   byte_start, byte_end, words) \
+                 SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
+                   p.byte_end, to_tsvector('english', convert_from( \
+                     substring(c.bytes FROM p.byte_start::int + 1 FOR (p.byte_end - p.byte_start)::int), \
+                     'UTF8')) \
+                 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) \
+                        AS p(position, passage_index, byte_start, byte_end) \
+                 JOIN {WAVE} ON w.position = p.position \
+                 JOIN contents c ON c.sha256 = w.sha256 \
+                 WHERE NOT w.tombstone"
+            ))
+            .bind(&rows)
+            .bind(&staged.passage_positions)
+            .bind(&staged.passage_indexes)
+            .bind(&staged.passage_starts)
+            .bind(&staged.passage_ends)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The wave's rows (`$1`, a JSON array) as a relation named `w`.
+const WAVE: &str = "jsonb_to_recordset($1::jsonb) AS w(position bigint, dataset text, \
+    source_key text, revision_id uuid, new_revision boolean, tombstone boolean, sha256 text, \
+    byte_length bigint, media_type text, tags jsonb, metadata jsonb, previous_revision_id uuid, \
+    actor text, reason text, cause text, job_id uuid, kind text)";
+
+/// What the ledger holds for each item of a wave, in wave order.
+async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision>> {
+    let mut datasets = Vec::with_capacity(wave.len());
+    let mut keys = Vec::with_capacity(wave.len());
+    let mut hashes: Vec<Option<String>> = Vec::with_capacity(wave.len());
+    let mut revisions: Vec<Option<Uuid>> = Vec::with_capacity(wave.len());
+    for item in wave {
+        datasets.push(item.dataset.clone());
+        keys.push(item.source_key.clone());
+        match &item.change {
+            PreparedChange::Put {
+                sha256,
+                revision_id,
+                ..
+            } => {
+                hashes.push(Some(sha256.clone()));
+                revisions.push(Some(*revision_id));
+            }
+            PreparedChange::Delete { .. } => {
+                hashes.push(None);
+                revisions.push(None);
+            }
+        }
+    }
+    let rows = sqlx::query(
+        "SELECT item.position, s.head_revision_id AS head, h.tombstone AS head_tombstone, \
+           (SELECT b.reason FROM content_blocks b \
+             WHERE b.dataset = item.dataset AND b.sha256 = item.sha256) AS blocked_reason, \
+           (SELECT r.accepted_at FROM revisions r WHERE r.id = item.revision_id) AS existing_accepted_at \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) WITH ORDINALITY \
+              AS item(dataset, source_key, sha256, revision_id, position) \
+         LEFT JOIN sources s ON s.dataset = item.dataset AND s.source_key = item.source_key \
+         LEFT JOIN revisions h ON h.id = s.head_revision_id \
+         ORDER BY item.position",
+    )
+    .bind(&datasets)
+    .bind(&keys)
+    .bind(&hashes)
+    .bind(&revisions)
+    .fetch_all(&mut *tx)
+    .await?;
+    if rows.len() != wave.len() {
+        return Err(LedgerError::Internal(format!(
+            "decided {} of {} items",
+            rows.len(),
+            wave.len()
+        )));
+    }
+    rows.iter()
+        .map(|row| {
+            Ok(Decision {
+                head: row.try_get("head")?,
+                head_tombstone: row.try_get::<Option<bool>, _>("head_tombstone")? == Some(true),
+                blocked_reason: row.try_get("blocked_reason")?,
+                existing_accepted_at: row.try_get("existing_accepted_at")?,
+            })
+        })
+        .collect()
+}
+
+/// The accepted items of a wave, as the parameters of the write statements.
+#[derive(Debug, Default)]
+struct Staged {
+    rows: Vec<serde_json::Value>,
+    content_sha256: Vec<String>,
+    content_lengths: Vec<i64>,
+    content_bytes: Vec<Vec<u8>>,
+    passage_positions: Vec<i64>,
+    passage_indexes: Vec<i64>,
+    passage_starts: Vec<i64>,
+    passage_ends: Vec<i64>,
+}
+
+impl Staged {
+    fn add(&mut self, position: usize, item: &Prepared, write: &Write) {
+        let kind = if write.tombstone {
+            JobKind::Tombstone
+        } else {
+            JobKind::Project
+        };
+        let (sha256, byte_length, media_type, tags, metadata, reason) = match &item.change {
+            PreparedChange::Put {
+                document,
+                sha256,
+                passages,
+                ..
+            } => {
+                for (index, passage) in passages.iter().enumerate() {
+                    self.passage_positions.push(position as i64);
+                    self.passage_indexes.push(index as i64);
+                    self.passage_starts.push(passage.byte_start as i64);
+                    self.passage_ends.push(passage.byte_end as i64);
+                }
+                if write.new_revision {
+                    self.content_sha256.push(sha256.clone());
+                    self.content_lengths.push(document.bytes.len() as i64);
+                    self.content_bytes.push(document.bytes.clone());
+                }
+                (
+                    Some(sha256.as_str()),
+                    document.bytes.len(),
+                    document.media_type.as_str(),
+                    serde_json::json!(ids::canonical_tags(&document.tags)),
+                    serde_json::Value::Object(document.metadata.clone()),
+                    None,
+                )
+            }
+            PreparedChange::Delete { reason } => (
+                None,
+                0,
+                "application/x-tombstone",
+                serde_json::json!([]),
+                serde_json::json!({}),
+                reason.as_deref(),
+            ),
+        };
+        self.rows.push(serde_json::json!({
+            "position": position,
+            "dataset": item.dataset,
+            "source_key": item.source_key,
+            "revision_id": write.revision_id,
+            "new_revision": write.new_revision,
+            "tombstone": write.tombstone,
+            "sha256": sha256,
+            "byte_length": byte_length,
+            "media_type": media_type,
+            "tags": tags,
+            "metadata": metadata,
+            "previous_revision_id": write.previous,
+            "actor": item.actor,
+            "reason": reason,
+            "cause": write.cause,
+            "job_id": write.job_id,
+            "kind": kind.as_str(),
+        }));
+    }
+}

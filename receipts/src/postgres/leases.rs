@@ -1,0 +1,484 @@
+//! Job leases on PostgreSQL: claim, heartbeat, complete, fail, release, cancel, requeue,
+//! pause, resume. Each operation is one transaction, and the same lease invariants hold as
+//! on SQLite (see `sqlite::leases`): a random fencing token per claim, every fenced write
+//! checks token and expiry in the statement that writes, heartbeats stop at the run's
+//! deadline, expired leases are rescued (`lease_expired`) before every claim, and how a run
+//! ends is decided once for both engines ([`crate::runs`]).
+//!
+//! A claim is one `UPDATE` whose candidates are locked `FOR UPDATE SKIP LOCKED`: concurrent
+//! workers in any number of processes take disjoint jobs without waiting on each other.
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::{job_from_row, PostgresLedger};
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::ledger::Leases;
+use crate::model::{Failure, Heartbeat, Job, JobState, LeaseToken};
+use crate::runs::{self, Ending};
+use crate::validate;
+
+/// The job policies (`$policies`, JSON) as a relation named `policy`.
+const POLICY: &str = "jsonb_to_recordset(CAST($__ AS jsonb)) AS policy(kind text, \
+    max_attempts bigint, lease_micros bigint, max_run_micros bigint, \
+    quarantine_after_crashes bigint)";
+
+fn policy_at(parameter: usize) -> String {
+    POLICY.replace("$__", &format!("${parameter}"))
+}
+
+/// Why a fenced write found no row.
+pub(crate) async fn lease_lost(
+    connection: &mut PgConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> LedgerError {
+    let job = match load(connection, token.job_id).await {
+        Ok(job) => job,
+        Err(error) => return error,
+    };
+    let reason = match (&job.lease_id, job.lease_expires_at) {
+        _ if job.state != JobState::Running => format!("the job is {}", job.state),
+        (Some(lease), _) if *lease != token.lease_id => "another lease holds the job".to_owned(),
+        (_, Some(expiry)) if expiry <= now => format!("the lease expired at {expiry}"),
+        _ => "the lease does not match".to_owned(),
+    };
+    LedgerError::LeaseLost {
+        job_id: token.job_id,
+        reason,
+    }
+}
+
+async fn load(connection: &mut PgConnection, job_id: Uuid) -> Result<Job> {
+    let row = sqlx::query("SELECT * FROM jobs WHERE id = $1")
+        .bind(job_id)
+        .fetch_optional(&mut *connection)
+        .await?;
+    match row {
+        Some(row) => job_from_row(&row),
+        None => Err(LedgerError::JobNotFound(job_id)),
+    }
+}
+
+impl PostgresLedger {
+    /// Rescues expired leases: back to pending charged one crash, quarantined at the kind's
+    /// crash limit, or cancelled if a cancel was asked. Rows another rescuer holds are skipped.
+    async fn rescue(&self, tx: &mut PgConnection, owner: &str, now: Micros) -> Result<()> {
+        sqlx::query(&format!(
+            "WITH expired AS ( \
+               SELECT j.id, j.crashes + 1 >= policy.quarantine_after_crashes AS quarantine \
+               FROM jobs j JOIN {policy} ON policy.kind = j.kind \
+               WHERE j.state = 'running' AND j.lease_expires_at <= $1 \
+               FOR UPDATE OF j SKIP LOCKED) \
+             UPDATE jobs j SET \
+               state = CASE WHEN j.cancel_requested THEN 'cancelled' \
+                            WHEN e.quarantine THEN 'quarantined' ELSE 'pending' END, \
+               crashes = j.crashes + 1, \
+               last_error_code = 'lease_expired', \
+               last_error_message = 'lease of ' || j.lease_owner || ' expired at ' \
+                 || to_char(to_timestamp(j.lease_expires_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') \
+                 || ' (last heartbeat ' || coalesce(to_char(to_timestamp(j.heartbeat_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), 'never') \
+                 || ', stage ' || coalesce(j.stage, 'none') || ')', \
+               lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+               deadline_at = NULL, stage = NULL, stage_at = NULL, run_at = $1, \
+               run_at_rule = 'rescued after its lease expired', \
+               changed_by = 'cairn:rescuer (claim by ' || $2 || ')', \
+               change_cause = CASE WHEN j.cancel_requested THEN 'lease_expired; cancel requested earlier' \
+                 WHEN e.quarantine THEN 'lease_expired; quarantined after ' || (j.crashes + 1) || ' lost leases' \
+                 ELSE 'lease_expired' END, \
+               changed_at = $1, change_seq = j.change_seq + 1 \
+             FROM expired e WHERE j.id = e.id",
+            policy = policy_at(3),
+        ))
+        .bind(now)
+        .bind(owner)
+        .bind(&*self.policies_json)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Claims up to `limit` due jobs in one statement: highest priority first; within a
+    /// priority, datasets take turns (the n-th oldest job of every dataset before the
+    /// (n+1)-th of any); paused datasets are skipped. Datasets with due work are found by a
+    /// recursive walk of `jobs_claim_by_dataset` (one index probe per dataset), and each
+    /// contributes at most `limit` candidates, locked with `SKIP LOCKED`.
+    async fn claim_due(
+        &self,
+        tx: &mut PgConnection,
+        owner: &str,
+        limit: u32,
+        now: Micros,
+    ) -> Result<Vec<Job>> {
+        let rows = sqlx::query(&format!(
+            "WITH RECURSIVE due(dataset) AS ( \
+               (SELECT dataset FROM jobs WHERE state IN ('pending', 'retry_wait') \
+                ORDER BY dataset LIMIT 1) \
+               UNION ALL \
+               SELECT (SELECT j.dataset FROM jobs j WHERE j.state IN ('pending', 'retry_wait') \
+                         AND j.dataset > due.dataset ORDER BY j.dataset LIMIT 1) \
+               FROM due WHERE due.dataset IS NOT NULL), \
+             candidates AS ( \
+               SELECT c.id, c.dataset, c.priority, c.run_at FROM due \
+               CROSS JOIN LATERAL ( \
+                 SELECT j.id, j.dataset, j.priority, j.run_at FROM jobs j \
+                 WHERE j.state IN ('pending', 'retry_wait') AND j.dataset = due.dataset \
+                   AND j.run_at <= $1 \
+                 ORDER BY j.priority DESC, j.run_at LIMIT $3 \
+                 FOR UPDATE OF j SKIP LOCKED) c \
+               WHERE due.dataset IS NOT NULL \
+                 AND NOT EXISTS (SELECT 1 FROM claim_pauses pause \
+                                 WHERE pause.dataset = '*' OR pause.dataset = due.dataset)), \
+             chosen AS ( \
+               SELECT id FROM ( \
+                 SELECT id, priority, run_at, \
+                   row_number() OVER (PARTITION BY priority, dataset ORDER BY run_at, id) AS turn \
+                 FROM candidates) turns \
+               ORDER BY priority DESC, turn, run_at, id LIMIT $3) \
+             UPDATE jobs SET state = 'running', \
+               lease_id = replace(gen_random_uuid()::text, '-', ''), lease_owner = $2, \
+               lease_expires_at = $1 + least(policy.lease_micros, policy.max_run_micros), \
+               heartbeat_at = $1, deadline_at = $1 + policy.max_run_micros, \
+               started_at = $1, first_started_at = coalesce(jobs.first_started_at, $1), \
+               stage = 'claimed', stage_at = $1, changed_by = $2, \
+               change_cause = 'claimed (failures so far ' || jobs.attempt || ' of ' \
+                 || jobs.max_attempts || ', crashes ' || jobs.crashes || ')', \
+               changed_at = $1, change_seq = jobs.change_seq + 1 \
+             FROM chosen, {policy} \
+             WHERE jobs.id = chosen.id AND policy.kind = jobs.kind \
+             RETURNING jobs.*",
+            policy = policy_at(4),
+        ))
+        .bind(now)
+        .bind(owner)
+        .bind(i64::from(limit))
+        .bind(&*self.policies_json)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>>>()?;
+        jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
+        Ok(jobs)
+    }
+
+    async fn beat(&self, token: &LeaseToken, stage: Option<&str>) -> Result<Heartbeat> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let row = sqlx::query(&format!(
+            "UPDATE jobs SET lease_expires_at = least($1 + policy.lease_micros, deadline_at), \
+               heartbeat_at = $1, stage = coalesce($4, stage), \
+               stage_at = CASE WHEN $4::text IS NULL THEN stage_at ELSE $1 END \
+             FROM {policy} \
+             WHERE policy.kind = jobs.kind AND id = $2 AND lease_id = $3 AND state = 'running' \
+               AND lease_expires_at > $1 AND deadline_at > $1 \
+             RETURNING lease_expires_at, cancel_requested",
+            policy = policy_at(5),
+        ))
+        .bind(now)
+        .bind(token.job_id)
+        .bind(&token.lease_id)
+        .bind(stage)
+        .bind(&*self.policies_json)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let answer = match row {
+            Some(row) => Heartbeat {
+                lease_expires_at: row.try_get("lease_expires_at")?,
+                cancel_requested: row.try_get("cancel_requested")?,
+            },
+            None => return Err(lease_lost(&mut tx, token, now).await),
+        };
+        tx.commit().await?;
+        Ok(answer)
+    }
+
+    /// Ends a run: sets the job's state and clears its lease, only while the lease holds.
+    async fn end_run(
+        &self,
+        tx: &mut PgConnection,
+        token: &LeaseToken,
+        now: Micros,
+        ending: &Ending,
+    ) -> Result<Job> {
+        let row = sqlx::query(
+            "UPDATE jobs SET state = $4, attempt = attempt + $5, run_at = $6, run_at_rule = $7, \
+               last_error_code = coalesce($8, last_error_code), \
+               last_error_message = coalesce($9, last_error_message), \
+               lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
+               deadline_at = NULL, stage = NULL, stage_at = NULL, \
+               changed_by = $10, change_cause = $11, changed_at = $1, change_seq = change_seq + 1 \
+             WHERE id = $2 AND lease_id = $3 AND state = 'running' AND lease_expires_at > $1 \
+             RETURNING *",
+        )
+        .bind(now)
+        .bind(token.job_id)
+        .bind(&token.lease_id)
+        .bind(ending.state.as_str())
+        .bind(ending.attempt_delta)
+        .bind(ending.run_at)
+        .bind(&ending.rule)
+        .bind(ending.error.as_ref().map(|(code, _)| code.as_str()))
+        .bind(ending.error.as_ref().map(|(_, message)| message.as_str()))
+        .bind(&token.owner)
+        .bind(&ending.cause)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match row {
+            Some(row) => job_from_row(&row),
+            None => Err(lease_lost(tx, token, now).await),
+        }
+    }
+
+    /// Runs `ending` for the lease's job in its own transaction; a job that went back to
+    /// `pending` wakes the workers of every process.
+    async fn finish(
+        &self,
+        token: &LeaseToken,
+        ending: impl FnOnce(&Job, Micros) -> Ending,
+    ) -> Result<Job> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let job = load(&mut tx, token.job_id).await?;
+        let ending = ending(&job, now);
+        let job = self.end_run(&mut tx, token, now, &ending).await?;
+        self.commit_job(tx, job).await
+    }
+
+    /// Commits an operation on one job, sending a wake-up when the job became claimable.
+    async fn commit_job(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        job: Job,
+    ) -> Result<Job> {
+        let wakes = job.state == JobState::Pending;
+        if wakes {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(super::WORK_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        if wakes {
+            self.work_signal.notify_waiters();
+        }
+        Ok(job)
+    }
+}
+
+#[async_trait]
+impl Leases for PostgresLedger {
+    async fn claim(&self, owner: &str, limit: u32) -> Result<Vec<Job>> {
+        if owner.trim().is_empty() || owner.len() > 256 || owner.chars().any(char::is_control) {
+            return Err(LedgerError::invalid(
+                "invalid_owner",
+                "a worker id is 1-256 printable characters",
+            ));
+        }
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        self.rescue(&mut tx, owner, now).await?;
+        let jobs = self
+            .claim_due(&mut tx, owner, limit.clamp(1, 10_000), now)
+            .await?;
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
+    async fn heartbeat(&self, lease: &LeaseToken) -> Result<Heartbeat> {
+        self.beat(lease, None).await
+    }
+
+    async fn progress(&self, lease: &LeaseToken, stage: &str) -> Result<Heartbeat> {
+        validate::stage(stage)?;
+        self.beat(lease, Some(stage)).await
+    }
+
+    async fn complete(&self, lease: &LeaseToken) -> Result<Job> {
+        self.finish(lease, |_, now| {
+            Ending::new(JobState::Completed, now, "completed", "completed")
+        })
+        .await
+    }
+
+    async fn fail(&self, lease: &LeaseToken, failure: Failure) -> Result<Job> {
+        let policies = self.options.job_policies;
+        let unit: f64 = rand::random();
+        self.finish(lease, |job, now| {
+            runs::failure_ending(job, &failure, now, policies.of(job.kind), unit)
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &LeaseToken) -> Result<Job> {
+        self.finish(lease, |job, now| {
+            runs::release_ending(job, &lease.owner, now)
+        })
+        .await
+    }
+
+    async fn cancel(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let job = load(&mut tx, job_id).await?;
+        let cause = format!("cancelled: {reason}");
+        let sql = match job.state {
+            JobState::Pending | JobState::RetryWait => {
+                "UPDATE jobs SET state = 'cancelled', changed_by = $2, change_cause = $3, \
+                 changed_at = $1, change_seq = change_seq + 1 \
+                 WHERE id = $4 AND state IN ('pending', 'retry_wait') RETURNING *"
+            }
+            JobState::Running if !job.cancel_requested => {
+                "UPDATE jobs SET cancel_requested = true, changed_by = $2, \
+                 change_cause = 'cancel requested: ' || $5, changed_at = $1, \
+                 change_seq = change_seq + 1 WHERE id = $4 AND state = 'running' RETURNING *"
+            }
+            JobState::Running => return Ok(job),
+            other => {
+                return Err(LedgerError::InvalidTransition {
+                    job_id,
+                    state: other.to_string(),
+                    action: "cancel",
+                })
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(now)
+            .bind(actor)
+            .bind(&cause)
+            .bind(job_id)
+            .bind(reason)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            // The job moved on between the read and the write (another process claimed or
+            // ended it): report its state now.
+            let job = load(&mut tx, job_id).await?;
+            return Err(LedgerError::InvalidTransition {
+                job_id,
+                state: job.state.to_string(),
+                action: "cancel",
+            });
+        };
+        let job = job_from_row(&row)?;
+        tx.commit().await?;
+        Ok(job)
+    }
+
+    async fn requeue(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let job = load(&mut tx, job_id).await?;
+        if !matches!(
+            job.state,
+            JobState::Dead | JobState::Cancelled | JobState::Quarantined
+        ) {
+            return Err(LedgerError::InvalidTransition {
+                job_id,
+                state: job.state.to_string(),
+                action: "requeue",
+            });
+        }
+        let is_head: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = $1 AND source_key = $2 \
+             AND head_revision_id = $3)",
+        )
+        .bind(&job.dataset)
+        .bind(&job.source_key)
+        .bind(job.revision_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if !is_head {
+            return Err(LedgerError::InvalidTransition {
+                job_id,
+                state: format!("{} (its revision is no longer head)", job.state),
+                action: "requeue",
+            });
+        }
+        let row = sqlx::query(
+            "UPDATE jobs SET state = 'pending', attempt = 0, crashes = 0, cancel_requested = false, \
+               run_at = $1, run_at_rule = 'requeued by ' || $2, changed_by = $2, \
+               change_cause = 'requeued: ' || $3, changed_at = $1, change_seq = change_seq + 1 \
+             WHERE id = $4 AND state IN ('dead', 'cancelled', 'quarantined') RETURNING *",
+        )
+        .bind(now)
+        .bind(actor)
+        .bind(reason)
+        .bind(job_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            let job = load(&mut tx, job_id).await?;
+            return Err(LedgerError::InvalidTransition {
+                job_id,
+                state: job.state.to_string(),
+                action: "requeue",
+            });
+        };
+        let job = job_from_row(&row)?;
+        self.commit_job(tx, job).await
+    }
+
+    async fn pause(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()> {
+        if let Some(dataset) = dataset {
+            validate::dataset(dataset)?;
+        }
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        sqlx::query(
+            "INSERT INTO claim_pauses (dataset, reason, actor, created_at, changed_by, \
+               change_cause, changed_at) VALUES ($1, $2, $3, $4, $3, $2, $4) \
+             ON CONFLICT (dataset) DO NOTHING",
+        )
+        .bind(dataset.unwrap_or("*"))
+        .bind(reason)
+        .bind(actor)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn resume(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()> {
+        let dataset = dataset.unwrap_or("*");
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        sqlx::query(
+            "UPDATE claim_pauses SET changed_by = $2, change_cause = $3, changed_at = $4 \
+             WHERE dataset = $1",
+        )
+        .bind(dataset)
+        .bind(actor)
+        .bind(reason)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let lifted = sqlx::query("DELETE FROM claim_pauses WHERE dataset = $1")
+            .bind(dataset)
+            .execute(&mut *tx)
+            .await?;
+        if lifted.rows_affected() > 0 {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(super::WORK_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    fn work_signal(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        Some(self.work_signal.clone())
+    }
+
+    async fn job(&self, id: Uuid) -> Result<Option<Job>> {
+        sqlx::query("SELECT * FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(job_from_row)
+            .transpose()
+    }
+}

@@ -1,0 +1,227 @@
+//! Projection writes on PostgreSQL: generations, chunk rows (the relational backend) and
+//! receipt states, with the invariants of `sqlite::projection`. Chunk and receipt writes are
+//! fenced: the job row is locked (`FOR UPDATE`) while its lease is checked against `now`, so
+//! a concurrent rescue or supersession waits for the write or fences it out.
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::{job_from_row, leases::lease_lost, parse_enum, PostgresLedger};
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::faults::FaultPoint;
+use crate::ledger::Projections;
+use crate::model::{
+    Backend, ChunkRow, ChunkSummary, Generation, Job, LeaseToken, ProjectionReceipt, ReceiptState,
+    ReceiptUpdate,
+};
+
+/// The job, locked, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
+async fn fence(connection: &mut PgConnection, token: &LeaseToken, now: Micros) -> Result<Job> {
+    let row = sqlx::query(
+        "SELECT * FROM jobs WHERE id = $1 AND lease_id = $2 AND state = 'running' \
+         AND lease_expires_at > $3 AND deadline_at > $3 FOR UPDATE",
+    )
+    .bind(token.job_id)
+    .bind(&token.lease_id)
+    .bind(now)
+    .fetch_optional(&mut *connection)
+    .await?;
+    match row {
+        Some(row) => job_from_row(&row),
+        None => Err(lease_lost(connection, token, now).await),
+    }
+}
+
+fn generation_from_row(row: &sqlx::postgres::PgRow) -> Result<Generation> {
+    let names: Vec<String> = serde_json::from_value(row.try_get("backends")?)
+        .map_err(|error| LedgerError::Corrupt(format!("generation backends: {error}")))?;
+    let backends = names
+        .iter()
+        .map(|name| parse_enum::<Backend>(name))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Generation {
+        id: row.try_get("id")?,
+        model: row.try_get("model")?,
+        dimension: row.try_get("dimension")?,
+        chunker: row.try_get("chunker")?,
+        backends,
+    })
+}
+
+#[async_trait]
+impl Projections for PostgresLedger {
+    async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        // One activation at a time, whichever process asks.
+        sqlx::query("LOCK TABLE generations IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await?;
+        let now = self.now(&mut tx).await?;
+        let active: Option<String> = sqlx::query_scalar("SELECT id FROM generations WHERE active")
+            .fetch_optional(&mut *tx)
+            .await?;
+        match active {
+            Some(id) if id == generation.id => Ok(()),
+            Some(id) => Err(LedgerError::GenerationMismatch {
+                active: id,
+                requested: generation.id.clone(),
+            }),
+            None => {
+                let backends: Vec<&str> = generation.backends.iter().map(|b| b.as_str()).collect();
+                sqlx::query(
+                    "INSERT INTO generations (id, model, dimension, chunker, backends, active, \
+                       created_at, created_by) VALUES ($1, $2, $3, $4, $5, true, $6, $7)",
+                )
+                .bind(&generation.id)
+                .bind(&generation.model)
+                .bind(generation.dimension)
+                .bind(&generation.chunker)
+                .bind(serde_json::json!(backends))
+                .bind(now)
+                .bind(actor)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+        }
+    }
+
+    async fn active_generation(&self) -> Result<Option<Generation>> {
+        sqlx::query("SELECT * FROM generations WHERE active")
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(generation_from_row)
+            .transpose()
+    }
+
+    async fn write_chunks(
+        &self,
+        lease: &LeaseToken,
+        generation: &str,
+        chunks: Vec<ChunkRow>,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        self.fault(FaultPoint::BeforeChunkWrite)?;
+        let job = fence(&mut tx, lease, now).await?;
+        sqlx::query("DELETE FROM chunks WHERE revision_id = $1")
+            .bind(job.revision_id)
+            .execute(&mut *tx)
+            .await?;
+        let rows = serde_json::to_value(&chunks)
+            .map_err(|error| LedgerError::Internal(format!("encoding chunk rows: {error}")))?;
+        sqlx::query(
+            "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, \
+               token_count, sha256, generation) \
+             SELECT $1, c.chunk_index, c.text, c.byte_start, c.byte_end, c.token_count, c.sha256, $2 \
+             FROM jsonb_to_recordset($3::jsonb) AS c(chunk_index bigint, text text, \
+               byte_start bigint, byte_end bigint, token_count bigint, sha256 text)",
+        )
+        .bind(job.revision_id)
+        .bind(generation)
+        .bind(rows)
+        .execute(&mut *tx)
+        .await?;
+        if self.faults.fire(FaultPoint::ChunkRowLost) {
+            // Fault injection: the last row is lost, as by a store that dropped a write.
+            sqlx::query(
+                "DELETE FROM chunks WHERE revision_id = $1 AND chunk_index = \
+                   (SELECT max(chunk_index) FROM chunks WHERE revision_id = $1)",
+            )
+            .bind(job.revision_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary> {
+        let hashes: Vec<String> = sqlx::query_scalar(
+            "SELECT sha256 FROM chunks WHERE revision_id = $1 ORDER BY chunk_index",
+        )
+        .bind(revision_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
+    }
+
+    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>> {
+        sqlx::query(
+            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
+             WHERE revision_id = $1 ORDER BY chunk_index",
+        )
+        .bind(revision_id)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(ChunkRow {
+                chunk_index: row.try_get("chunk_index")?,
+                text: row.try_get("text")?,
+                byte_start: row.try_get("byte_start")?,
+                byte_end: row.try_get("byte_end")?,
+                token_count: row.try_get("token_count")?,
+                sha256: row.try_get("sha256")?,
+            })
+        })
+        .collect()
+    }
+
+    async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let job = fence(&mut tx, lease, now).await?;
+        sqlx::query(
+            "INSERT INTO projection_receipts AS r (job_id, backend, state, evidence, updated_at, \
+               changed_by, change_cause, changed_at, generation) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $5, $8) \
+             ON CONFLICT (job_id, backend) DO UPDATE SET state = excluded.state, \
+               evidence = excluded.evidence, updated_at = excluded.updated_at, \
+               changed_by = excluded.changed_by, change_cause = excluded.change_cause, \
+               changed_at = excluded.changed_at, generation = excluded.generation, \
+               change_seq = r.change_seq + 1",
+        )
+        .bind(job.id)
+        .bind(update.backend.as_str())
+        .bind(update.state.as_str())
+        .bind(&update.evidence)
+        .bind(now)
+        .bind(&lease.owner)
+        .bind(&update.cause)
+        .bind(&update.generation)
+        .execute(&mut *tx)
+        .await?;
+        if matches!(
+            update.state,
+            ReceiptState::Verified | ReceiptState::Excluded
+        ) {
+            sqlx::query(
+                "UPDATE projection_receipts SET state = 'superseded', updated_at = $1, \
+                   changed_by = $2, change_cause = 'superseded_by:' || $3::text, changed_at = $1, \
+                   change_seq = change_seq + 1 \
+                 WHERE backend = $4 AND state IN ('verified', 'excluded') \
+                   AND job_id IN (SELECT id FROM jobs WHERE dataset = $5 AND source_key = $6 \
+                                  AND revision_id <> $3)",
+            )
+            .bind(now)
+            .bind(&lease.owner)
+            .bind(job.revision_id)
+            .bind(update.backend.as_str())
+            .bind(&job.dataset)
+            .bind(&job.source_key)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
+        self.load_receipts(job_id).await
+    }
+}

@@ -1,0 +1,339 @@
+//! Reads on the pool: sources, revisions, content, history, counts, the lexical index
+//! (`tsvector` under GIN, queried with the query's words joined by OR, ranked by `ts_rank`
+//! normalised by passage length) and the binding of search hits to current, searchable
+//! revisions.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{history_from_row, job_from_row, revision_from_row, PostgresLedger, REVISION_COLUMNS};
+use crate::error::{LedgerError, Result};
+use crate::faults::FaultPoint;
+use crate::ledger::Reader;
+use crate::model::{
+    BoundHit, ContentBlock, HistoryEntry, HitRef, LedgerCounts, LexicalHit, RevisionDetail,
+    SourceView,
+};
+use crate::passages;
+
+/// The query's words as a `tsquery` source: `w1 | w2 | ...`. Words are letters and digits
+/// only ([`passages::query_words`]), so no query syntax reaches `to_tsquery`.
+fn ts_query(text: &str) -> Option<String> {
+    let words = passages::query_words(text);
+    (!words.is_empty()).then(|| words.join(" | "))
+}
+
+/// SQLSTATE `query_canceled`: a statement ended by `statement_timeout`.
+const QUERY_CANCELED: &str = "57014";
+
+#[async_trait]
+impl Reader for PostgresLedger {
+    async fn source(&self, dataset: &str, source_key: &str) -> Result<Option<SourceView>> {
+        let head: Option<Uuid> = sqlx::query_scalar(
+            "SELECT head_revision_id FROM sources WHERE dataset = $1 AND source_key = $2",
+        )
+        .bind(dataset)
+        .bind(source_key)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(head_id) = head else { return Ok(None) };
+        let revisions = sqlx::query(&format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE dataset = $1 AND source_key = $2 \
+             ORDER BY accepted_at DESC, id DESC"
+        ))
+        .bind(dataset)
+        .bind(source_key)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(revision_from_row)
+        .collect::<Result<Vec<_>>>()?;
+        let head = revisions
+            .iter()
+            .find(|revision| revision.id == head_id)
+            .cloned()
+            .ok_or_else(|| LedgerError::Corrupt(format!("head {head_id} missing")))?;
+        let head_history = self
+            .history("source", &format!("{dataset}/{source_key}"))
+            .await?;
+        Ok(Some(SourceView {
+            dataset: dataset.to_owned(),
+            source_key: source_key.to_owned(),
+            deleted: head.tombstone,
+            head,
+            revisions,
+            head_history,
+        }))
+    }
+
+    async fn revision(&self, id: Uuid) -> Result<Option<RevisionDetail>> {
+        let row = sqlx::query(&format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let revision = revision_from_row(&row)?;
+        let is_head: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = $1 AND source_key = $2 \
+             AND head_revision_id = $3)",
+        )
+        .bind(&revision.dataset)
+        .bind(&revision.source_key)
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await?;
+        let job = sqlx::query(
+            "SELECT * FROM jobs WHERE revision_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(job_from_row)
+        .transpose()?;
+        let receipts = match &job {
+            Some(job) => self.load_receipts(job.id).await?,
+            None => Vec::new(),
+        };
+        let history = sqlx::query(
+            "SELECT * FROM history WHERE entity = 'source' AND entity_id = $2 \
+               AND (to_state = $1::text OR from_state = $1::text) \
+             UNION ALL SELECT * FROM history WHERE entity = 'job' \
+               AND entity_id IN (SELECT id::text FROM jobs WHERE revision_id = $1) \
+             UNION ALL SELECT * FROM history WHERE entity = 'receipt' \
+               AND entity_id IN (SELECT r.job_id || '/' || r.backend \
+                 FROM projection_receipts r JOIN jobs j ON j.id = r.job_id \
+                 WHERE j.revision_id = $1) \
+             ORDER BY seq",
+        )
+        .bind(id)
+        .bind(format!("{}/{}", revision.dataset, revision.source_key))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(history_from_row)
+        .collect::<Result<Vec<_>>>()?;
+        Ok(Some(RevisionDetail {
+            revision,
+            is_head,
+            job,
+            receipts,
+            history,
+        }))
+    }
+
+    async fn content(&self, sha256: &str) -> Result<Option<Vec<u8>>> {
+        Ok(
+            sqlx::query_scalar("SELECT bytes FROM contents WHERE sha256 = $1")
+                .bind(sha256)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn lexical_search(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<LexicalHit>> {
+        let Some(words) = ts_query(query) else {
+            return Ok(Vec::new());
+        };
+        let mut tx = self.pool.begin().await?;
+        if let Some(deadline) = deadline {
+            // The server cancels the statement at the deadline: nothing keeps running after
+            // the caller gives up, and `SET LOCAL` ends with the transaction.
+            let left = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .clamp(1, i32::MAX as u128);
+            sqlx::query(&format!("SET LOCAL statement_timeout = {left}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
+        let sql = if slow {
+            "SELECT '' AS dataset, '' AS source_key, NULL::uuid AS revision_id, \
+               0::bigint AS passage_index, '' AS text, 0::float8 AS score \
+             FROM pg_sleep(3600) WHERE $1 <> '' AND $2::text[] IS NOT NULL AND $3 > 0"
+        } else {
+            // Rank first (ids and byte ranges), then cut the text of the page only.
+            "WITH q AS (SELECT to_tsquery('english', $1) AS query), \
+             ranked AS ( \
+               SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.byte_start, \
+                 p.byte_end, ts_rank(p.words, q.query, 1) AS rank \
+               FROM passages p, q \
+               WHERE p.words @@ q.query \
+                 AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2)) \
+               ORDER BY rank DESC LIMIT $3) \
+             SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
+               convert_from(substring(c.bytes FROM k.byte_start::int + 1 \
+                 FOR (k.byte_end - k.byte_start)::int), 'UTF8') AS text, \
+               k.rank::float8 AS score \
+             FROM ranked k \
+             JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
+               AND s.head_revision_id = k.revision_id \
+             JOIN revisions r ON r.id = k.revision_id \
+             JOIN contents c ON c.sha256 = r.content_sha256 \
+             ORDER BY k.rank DESC"
+        };
+        let result = sqlx::query(sql)
+            .bind(&words)
+            .bind(datasets)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(QUERY_CANCELED) =>
+            {
+                return Err(LedgerError::DeadlineExceeded(format!(
+                    "lexical search cancelled by the server at its deadline ({error})"
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        tx.commit().await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LexicalHit {
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    revision_id: row.try_get("revision_id")?,
+                    passage_index: row.try_get("passage_index")?,
+                    text: row.try_get("text")?,
+                    score: row.try_get("score")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn bind_hits(&self, hits: &[HitRef]) -> Result<Vec<BoundHit>> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let revisions: Vec<Uuid> = hits.iter().map(|hit| hit.revision_id).collect();
+        let chunks: Vec<Option<i64>> = hits
+            .iter()
+            .map(|hit| hit.chunk_index.map(i64::from))
+            .collect();
+        let rows = sqlx::query(
+            "SELECT a.position, r.dataset, r.source_key, \
+               coalesce(s.head_revision_id = r.id AND NOT r.tombstone, false) AS current, \
+               EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
+                 AND sr.generation = (SELECT id FROM generations WHERE active)) AS searchable, \
+               c.text \
+             FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
+             JOIN revisions r ON r.id = a.revision_id \
+             LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index \
+             ORDER BY a.position",
+        )
+        .bind(&revisions)
+        .bind(&chunks)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let position: i64 = row.try_get("position")?;
+                let hit = *usize::try_from(position - 1)
+                    .ok()
+                    .and_then(|index| hits.get(index))
+                    .ok_or_else(|| {
+                        LedgerError::Internal(format!("bound hit {position} was not asked"))
+                    })?;
+                Ok(BoundHit {
+                    hit,
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    current: row.try_get("current")?,
+                    vector_searchable: row.try_get("searchable")?,
+                    chunk_text: row.try_get("text")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>> {
+        let row = sqlx::query(
+            "SELECT dataset, sha256, reason, actor FROM content_blocks \
+             WHERE dataset = $1 AND sha256 = $2",
+        )
+        .bind(dataset)
+        .bind(sha256)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(ContentBlock {
+                dataset: row.try_get("dataset")?,
+                sha256: row.try_get("sha256")?,
+                reason: row.try_get("reason")?,
+                actor: row.try_get("actor")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>> {
+        sqlx::query("SELECT * FROM history WHERE entity = $1 AND entity_id = $2 ORDER BY seq")
+            .bind(entity)
+            .bind(entity_id)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(history_from_row)
+            .collect()
+    }
+
+    async fn counts(&self) -> Result<LedgerCounts> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM sources) AS sources, \
+             (SELECT count(*) FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
+               WHERE r.tombstone) AS deleted, \
+             (SELECT count(*) FROM revisions) AS revisions, \
+             (SELECT count(*) FROM contents) AS contents, \
+             (SELECT coalesce(sum(byte_length), 0)::bigint FROM contents) AS bytes, \
+             (SELECT count(*) FROM history) AS history",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let mut counts = LedgerCounts {
+            sources: row.try_get("sources")?,
+            deleted_sources: row.try_get("deleted")?,
+            revisions: row.try_get("revisions")?,
+            contents: row.try_get("contents")?,
+            retained_bytes: row.try_get("bytes")?,
+            history: row.try_get("history")?,
+            ..LedgerCounts::default()
+        };
+        for row in sqlx::query("SELECT state, count(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(&self.pool)
+            .await?
+        {
+            counts.jobs.insert(row.try_get("state")?, row.try_get("n")?);
+        }
+        for row in sqlx::query(
+            "SELECT backend || '/' || state AS key, count(*) AS n FROM projection_receipts \
+             GROUP BY backend, state",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        {
+            counts
+                .receipts
+                .insert(row.try_get("key")?, row.try_get("n")?);
+        }
+        Ok(counts)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}

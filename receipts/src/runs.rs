@@ -1,0 +1,143 @@
+//! How a run ends, decided once for every ledger engine: the job's next state, its attempt
+//! charge, when it may run again and why, from the failure's class and the job's policy.
+//! Engines apply an [`Ending`] with one fenced write.
+
+use crate::clock::Micros;
+use crate::model::{Failure, FailureClass, Job, JobState};
+use crate::policy::JobPolicy;
+
+/// How a run ends: the job's next state and why.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ending {
+    pub(crate) state: JobState,
+    /// Failures charged by this run (0 or 1).
+    pub(crate) attempt_delta: i64,
+    pub(crate) run_at: Micros,
+    /// Why `run_at` holds its value.
+    pub(crate) rule: String,
+    /// The history cause.
+    pub(crate) cause: String,
+    /// The error to record as the job's last error, as `(code, message)`.
+    pub(crate) error: Option<(String, String)>,
+}
+
+impl Ending {
+    pub(crate) fn new(
+        state: JobState,
+        run_at: Micros,
+        rule: impl Into<String>,
+        cause: impl Into<String>,
+    ) -> Self {
+        Self {
+            state,
+            attempt_delta: 0,
+            run_at,
+            rule: rule.into(),
+            cause: cause.into(),
+            error: None,
+        }
+    }
+}
+
+/// A run given back without charge (graceful shutdown), or cancelled when a cancel was asked.
+pub(crate) fn release_ending(job: &Job, owner: &str, now: Micros) -> Ending {
+    if job.cancel_requested {
+        Ending::new(
+            JobState::Cancelled,
+            now,
+            "cancelled",
+            "cancelled: released after a cancel request",
+        )
+    } else {
+        let rule = format!("released by {owner} without charge");
+        Ending::new(
+            JobState::Pending,
+            now,
+            rule,
+            "released: worker shutting down",
+        )
+    }
+}
+
+/// How a failed run ends, by the failure's class: cancelled (also whenever a cancel was
+/// requested), dead (permanent, or attempts exhausted), or waiting for a retry set by the
+/// error's retry-after (no attempt charged) or by exponential backoff (one attempt charged).
+pub(crate) fn failure_ending(
+    job: &Job,
+    failure: &Failure,
+    now: Micros,
+    policy: &JobPolicy,
+    unit: f64,
+) -> Ending {
+    let code = &failure.code;
+    let class = if job.cancel_requested {
+        FailureClass::Cancelled
+    } else {
+        failure.class
+    };
+    let mut ending = match class {
+        FailureClass::Cancelled => Ending::new(
+            JobState::Cancelled,
+            now,
+            "cancelled",
+            format!("cancelled ({code})"),
+        ),
+        FailureClass::Permanent => Ending {
+            attempt_delta: 1,
+            ..Ending::new(
+                JobState::Dead,
+                now,
+                "dead",
+                format!("dead: permanent error {code}"),
+            )
+        },
+        FailureClass::Retryable {
+            retry_after_micros: Some(delay),
+        } => {
+            let delay = delay.max(0);
+            Ending::new(
+                JobState::RetryWait,
+                now.saturating_add(delay),
+                format!(
+                    "retry-after {} ms from error {code} (snooze: no attempt charged)",
+                    delay / 1000
+                ),
+                format!("snoozed: {code} asked to retry after {} ms", delay / 1000),
+            )
+        }
+        FailureClass::Retryable {
+            retry_after_micros: None,
+        } => {
+            let attempt = job.attempt + 1;
+            if attempt >= job.max_attempts {
+                let cause = format!(
+                    "dead: attempts exhausted ({attempt} of {}) after {code}",
+                    job.max_attempts
+                );
+                Ending {
+                    attempt_delta: 1,
+                    ..Ending::new(JobState::Dead, now, "dead", cause)
+                }
+            } else {
+                let delay = policy.backoff_micros(attempt, unit);
+                let rule = format!(
+                    "backoff after attempt {attempt}: {} ms = {} ms x 2^{} (cap {} ms) with jitter",
+                    delay / 1000,
+                    policy.backoff_base_micros / 1000,
+                    attempt - 1,
+                    policy.backoff_cap_micros / 1000
+                );
+                let cause = format!(
+                    "retry scheduled after {code} (attempt {attempt} of {})",
+                    job.max_attempts
+                );
+                Ending {
+                    attempt_delta: 1,
+                    ..Ending::new(JobState::RetryWait, now.saturating_add(delay), rule, cause)
+                }
+            }
+        }
+    };
+    ending.error = Some((failure.code.clone(), failure.message.clone()));
+    ending
+}

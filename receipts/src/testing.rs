@@ -1,0 +1,286 @@
+//! A real PostgreSQL server for tests: Debian's `postgresql` package (15), initialised in a
+//! temporary directory, listening on a free loopback port, stopped by PID. PostgreSQL refuses
+//! to run as root, so when the tests run as root (CI) the server runs as an unprivileged user
+//! (`postgres`, which the package creates, else `nobody`) through `setpriv`, which execs in
+//! place: the PID the test holds is the server's own.
+//!
+//! The server runs with `fsync=off`: tests prove semantics, not the disk (a clean stop still
+//! writes everything). The benchmarks run against servers with the default durability.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A PostgreSQL server owned by a test. Dropping it stops the server and removes its files.
+#[derive(Debug)]
+pub struct PostgresServer {
+    directory: tempfile::TempDir,
+    bin: PathBuf,
+    user: Option<String>,
+    port: u16,
+    child: Option<Child>,
+}
+
+/// The directory holding `initdb` and `postgres`: `CAIRN_PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin`, else whatever `PATH` finds.
+fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CAIRN_PG_BIN") {
+        return PathBuf::from(dir);
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin).unwrap_or_default()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|output| output.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+/// The unprivileged user the server runs as when the tests run as root.
+fn server_user() -> String {
+    if let Ok(user) = std::env::var("CAIRN_PG_USER") {
+        return user;
+    }
+    let postgres = Command::new("id")
+        .args(["-u", "postgres"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|status| status.success())
+        .unwrap_or(false);
+    if postgres { "postgres" } else { "nobody" }.to_owned()
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl PostgresServer {
+    /// Initialises and starts a server; returns once it accepts connections.
+    pub fn start() -> io::Result<PostgresServer> {
+        let directory = tempfile::Builder::new().prefix("cairn-pg-").tempdir()?;
+        let user = is_root().then(server_user);
+        if let Some(user) = &user {
+            let status = Command::new("chown")
+                .arg(user)
+                .arg(directory.path())
+                .status()?;
+            if !status.success() {
+                return Err(io::Error::other(format!("chown {user} failed")));
+            }
+        }
+        let mut server = PostgresServer {
+            bin: bin_dir(),
+            user,
+            port: free_port()?,
+            child: None,
+            directory,
+        };
+        let data = server.data_dir();
+        let output = server
+            .command("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "cairn",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-N",
+            ])
+            .output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        server.start_again()?;
+        Ok(server)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.directory.path().join("data")
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let program = self.bin.join(program);
+        match &self.user {
+            Some(user) => {
+                let mut command = Command::new("setpriv");
+                command
+                    .arg(format!("--reuid={user}"))
+                    .arg(format!("--regid={user}"))
+                    .arg("--clear-groups")
+                    .arg("--")
+                    .arg(program);
+                command
+            }
+            None => Command::new(program),
+        }
+    }
+
+    /// Starts the server (again, after [`PostgresServer::stop`]) on the same port and data.
+    pub fn start_again(&mut self) -> io::Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::File::create(self.directory.path().join("server.log"))?;
+        let child = self
+            .command("postgres")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-k")
+            .arg(self.directory.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    self.child = None;
+                    return Err(io::Error::other(format!(
+                        "postgres exited with {status}: {}",
+                        self.log()
+                    )));
+                }
+            }
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                .status()
+                .map(|status| status.success())
+                .unwrap_or(false);
+            if ready {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(io::Error::other(format!(
+            "postgres did not become ready in 30 s: {}",
+            self.log()
+        )))
+    }
+
+    /// Stops the server by PID with a fast shutdown (`SIGINT`: open transactions are rolled
+    /// back, committed ones are on disk) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The server's PID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The URL of `database` on this server.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://cairn@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Creates a database and returns its URL.
+    pub fn create_database(&self, name: &str) -> io::Result<String> {
+        let output = Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "cairn",
+            ])
+            .args(["-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c"])
+            .arg(format!("CREATE DATABASE \"{name}\""))
+            .output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "CREATE DATABASE failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        Ok(self.url(name))
+    }
+
+    /// Runs SQL with `psql` as a client outside cairn would (raw writes in tests).
+    pub fn psql(&self, database: &str, sql: &str) -> io::Result<String> {
+        let output = Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "cairn",
+            ])
+            .args([
+                "-d",
+                database,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-q",
+                "-At",
+                "-c",
+                sql,
+            ])
+            .output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            ));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.directory.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// The server's directory (data and log).
+    pub fn path(&self) -> &Path {
+        self.directory.path()
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

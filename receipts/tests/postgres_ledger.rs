@@ -1,0 +1,116 @@
+//! The PostgreSQL ledger against a real PostgreSQL 15 server (one per test, on a free
+//! loopback port): the conformance suite, plus what only a server shows (raw SQL from psql,
+//! constraints, history that refuses changes, restart).
+
+use std::sync::Arc;
+
+use receipts::conformance::{put, Harness, START};
+use receipts::faults::FaultPlan;
+use receipts::testing::PostgresServer;
+use receipts::{LedgerClock, ManualClock, PostgresLedger, PostgresOptions};
+
+async fn postgres_harness() -> Harness {
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    let clock = Arc::new(ManualClock::new(START));
+    let faults = Arc::new(FaultPlan::default());
+    let ledger = PostgresLedger::open_with(
+        PostgresOptions::new(url),
+        LedgerClock::Injected(clock.clone()),
+        faults.clone(),
+    )
+    .await
+    .expect("open ledger");
+    Harness {
+        ledger: Arc::new(ledger),
+        clock,
+        faults,
+        guard: Box::new(server),
+    }
+}
+
+receipts::ledger_conformance!(postgres_harness);
+
+/// A raw `UPDATE jobs SET state = ...` from psql lands in history as `unattributed`; history
+/// refuses UPDATE, DELETE and TRUNCATE; CHECK constraints refuse unknown states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_psql_writes_are_recorded_unattributed_and_history_is_append_only() {
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url))
+        .await
+        .expect("open ledger");
+    let mut results = receipts::Acceptor::accept(&ledger, vec![put("docs", "a", "text")]).await;
+    let receipt = results.pop().expect("result").expect("accepted");
+    let job = receipt.projection_job_id.to_string();
+
+    server
+        .psql(
+            "ledger",
+            &format!("UPDATE jobs SET state = 'cancelled' WHERE id = '{job}'"),
+        )
+        .expect("raw update");
+    server
+        .psql(
+            "ledger",
+            &format!(
+                "UPDATE projection_receipts SET state = 'failed' \
+                 WHERE job_id = '{job}' AND backend = 'vector'"
+            ),
+        )
+        .expect("raw update");
+    let history = receipts::Reader::history(&ledger, "job", &job)
+        .await
+        .expect("history");
+    let last = history.last().expect("entries");
+    assert_eq!(
+        (
+            last.from.as_deref(),
+            last.to.as_deref(),
+            last.actor.as_str(),
+            last.cause.as_str()
+        ),
+        (
+            Some("pending"),
+            Some("cancelled"),
+            "unattributed",
+            "unattributed_write"
+        )
+    );
+    let receipt_history = receipts::Reader::history(&ledger, "receipt", &format!("{job}/vector"))
+        .await
+        .expect("history");
+    let last = receipt_history.last().expect("entries");
+    assert_eq!(
+        (last.to.as_deref(), last.actor.as_str()),
+        (Some("failed"), "unattributed")
+    );
+
+    for statement in [
+        "UPDATE history SET actor = 'someone else'",
+        "DELETE FROM history",
+        "TRUNCATE history",
+    ] {
+        let error = server
+            .psql("ledger", statement)
+            .expect_err("history must refuse it");
+        assert!(
+            error.to_string().contains("append-only"),
+            "{statement}: {error}"
+        );
+    }
+    let error = server
+        .psql(
+            "ledger",
+            &format!("UPDATE jobs SET state = 'bogus' WHERE id = '{job}'"),
+        )
+        .expect_err("CHECK refuses unknown states");
+    assert!(error.to_string().contains("check constraint"), "{error}");
+    let error = server
+        .psql(
+            "ledger",
+            &format!("UPDATE jobs SET lease_id = 'x' WHERE id = '{job}'"),
+        )
+        .expect_err("a lease is whole, and only on a running job");
+    assert!(error.to_string().contains("check constraint"), "{error}");
+}
