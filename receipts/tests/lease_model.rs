@@ -1,5 +1,6 @@
 //! Model-based property test of leases: random interleavings of claim, heartbeat, complete,
-//! fail, release, time advance, crash, cancel and requeue against the SQLite ledger.
+//! fail, release, time advance, crash, cancel and requeue against each ledger engine (SQLite, and
+//! PostgreSQL on a real server: one server per engine test, a fresh database per case).
 //!
 //! An independent model keeps, per job, what the contract says it must be: state, attempt,
 //! crashes, holder (which lease), lease expiry, deadline, run-at and a pending cancel request.
@@ -25,9 +26,10 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use receipts::conformance::{put, START};
 use receipts::policy::{JobPolicy, BACKOFF_JITTER};
+use receipts::testing::PostgresServer;
 use receipts::{
-    Acceptor, Clock, Failure, FailureClass, Job, JobState, LeaseToken, Leases, LedgerError,
-    ManualClock, Micros, Reader, SqliteLedger, SqliteOptions,
+    Clock, Failure, FailureClass, Job, JobState, LeaseToken, Ledger, LedgerClock, LedgerError,
+    ManualClock, Micros, PostgresLedger, PostgresOptions, SqliteLedger, SqliteOptions,
 };
 
 const JOBS: usize = 3;
@@ -278,25 +280,51 @@ impl Model {
     }
 }
 
+/// The ledger engine a run is checked against.
+enum Engine<'a> {
+    Sqlite,
+    /// A fresh database per case on this server.
+    Postgres(&'a PostgresServer, std::sync::atomic::AtomicUsize),
+}
+
 struct World {
-    ledger: SqliteLedger,
+    ledger: Arc<dyn Ledger>,
     clock: Arc<ManualClock>,
     jobs: Vec<uuid::Uuid>,
     /// The last token each worker was given for each job (it may be stale).
     tokens: Vec<HashMap<usize, LeaseToken>>,
-    _directory: tempfile::TempDir,
+    _guard: Box<dyn std::any::Any>,
 }
 
 impl World {
-    async fn new() -> World {
-        let directory = tempfile::tempdir().expect("tempdir");
+    async fn new(engine: &Engine<'_>) -> World {
         let clock = Arc::new(ManualClock::new(START));
-        let ledger = SqliteLedger::open(
-            SqliteOptions::new(directory.path().join("ledger.db")),
-            clock.clone(),
-        )
-        .await
-        .expect("open");
+        let (ledger, guard): (Arc<dyn Ledger>, Box<dyn std::any::Any>) = match engine {
+            Engine::Sqlite => {
+                let directory = tempfile::tempdir().expect("tempdir");
+                let ledger = SqliteLedger::open(
+                    SqliteOptions::new(directory.path().join("ledger.db")),
+                    clock.clone(),
+                )
+                .await
+                .expect("open");
+                (Arc::new(ledger), Box::new(directory))
+            }
+            Engine::Postgres(server, cases) => {
+                let case = cases.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let url = server
+                    .create_database(&format!("case{case}"))
+                    .expect("create database");
+                let ledger = PostgresLedger::open_with(
+                    PostgresOptions::new(url),
+                    LedgerClock::Injected(clock.clone()),
+                    Arc::new(receipts::faults::NoFaults),
+                )
+                .await
+                .expect("open");
+                (Arc::new(ledger), Box::new(()))
+            }
+        };
         let mut jobs = Vec::new();
         for index in 0..JOBS {
             let mut results = ledger
@@ -319,7 +347,7 @@ impl World {
             clock,
             jobs,
             tokens: vec![HashMap::new(); WORKERS],
-            _directory: directory,
+            _guard: guard,
         }
     }
 
@@ -435,8 +463,8 @@ fn predict_failure(
     None
 }
 
-async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
-    let mut world = World::new().await;
+async fn run(steps: Vec<Step>, engine: &Engine<'_>) -> Result<(), TestCaseError> {
+    let mut world = World::new(engine).await;
     let policy = JobPolicy::default();
     let mut model = Model {
         jobs: world.snapshot().await.iter().map(ModelJob::of).collect(),
@@ -680,12 +708,41 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
-
-    #[test]
-    fn leases_keep_their_invariants(steps in proptest::collection::vec(step(), 1..60)) {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        runtime.block_on(run(steps))?;
+/// Runs the model against `engine` for 64 generated cases (and the saved regressions first).
+fn check(engine: Engine<'_>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 64,
+        // Saved failing cases, re-run first (nextest runs in the crate's directory).
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(
+                "tests/lease_model.proptest-regressions",
+            ),
+        )),
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
+        runtime.block_on(run(steps, &engine))
+    });
+    if let Err(error) = result {
+        panic!("{error}");
     }
+}
+
+#[test]
+fn leases_keep_their_invariants() {
+    check(Engine::Sqlite);
+}
+
+#[test]
+fn leases_keep_their_invariants_on_postgres() {
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    check(Engine::Postgres(
+        &server,
+        std::sync::atomic::AtomicUsize::new(0),
+    ));
 }

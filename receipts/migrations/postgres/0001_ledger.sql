@@ -91,7 +91,7 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_by_revision ON jobs (revision_id);
 CREATE INDEX jobs_by_source ON jobs (dataset, source_key);
 -- Claims take each dataset's first due jobs from this index.
-CREATE INDEX jobs_claim_by_dataset ON jobs (dataset, priority DESC, run_at)
+CREATE INDEX jobs_claim_by_dataset ON jobs (dataset, priority DESC, run_at, id)
     WHERE state IN ('pending', 'retry_wait');
 CREATE INDEX jobs_running_expiry ON jobs (lease_expires_at) WHERE state = 'running';
 CREATE INDEX jobs_by_first_start ON jobs (first_started_at) WHERE first_started_at IS NOT NULL;

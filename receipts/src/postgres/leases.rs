@@ -126,7 +126,7 @@ impl PostgresLedger {
                  SELECT j.id, j.dataset, j.priority, j.run_at FROM jobs j \
                  WHERE j.state IN ('pending', 'retry_wait') AND j.dataset = due.dataset \
                    AND j.run_at <= $1 \
-                 ORDER BY j.priority DESC, j.run_at LIMIT $3 \
+                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT $3 \
                  FOR UPDATE OF j SKIP LOCKED) c \
                WHERE due.dataset IS NOT NULL \
                  AND NOT EXISTS (SELECT 1 FROM claim_pauses pause \
