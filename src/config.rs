@@ -101,6 +101,8 @@ struct FileLimits {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileLedger {
+    url: Option<String>,
+    pool_size: Option<u32>,
     backends: Option<Vec<String>>,
     max_group: Option<usize>,
 }
@@ -199,6 +201,11 @@ pub struct Config {
     pub backends: Vec<Backend>,
     /// Most submissions per group commit.
     pub max_group: usize,
+    /// The PostgreSQL ledger's URL (`--ledger`, `CAIRN_LEDGER_URL`, `ledger.url`); `None`:
+    /// the embedded SQLite ledger in the data directory.
+    pub ledger_url: Option<String>,
+    /// Connections in the PostgreSQL ledger's pool.
+    pub ledger_pool_size: u32,
     /// Attempts, lease, deadline, retry and quarantine policy of each job kind.
     pub job_policies: policy::JobPolicies,
     /// Workers inside `cairn serve`.
@@ -220,6 +227,8 @@ pub struct Overrides {
     pub bind: Option<String>,
     /// `--config`.
     pub config_file: Option<PathBuf>,
+    /// `--ledger`.
+    pub ledger_url: Option<String>,
 }
 
 fn env_number<T: std::str::FromStr>(
@@ -257,6 +266,21 @@ impl Config {
             .or_else(|| env.get("CAIRN_BIND").cloned())
             .or(file.bind)
             .unwrap_or_else(|| DEFAULT_BIND.to_owned());
+        let ledger_url = overrides
+            .ledger_url
+            .clone()
+            .or_else(|| env.get("CAIRN_LEDGER_URL").cloned())
+            .or(file.ledger.url.clone())
+            .filter(|url| !url.trim().is_empty());
+        if let Some(url) = &ledger_url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                bail!(
+                    "ledger URL `{}` is not a PostgreSQL URL (postgres://user@host:port/database); \
+                     leave it unset for the embedded SQLite ledger in the data directory",
+                    redact_url(url)
+                );
+            }
+        }
         let bind: SocketAddr = bind_text.parse().with_context(|| {
             format!("bind address `{bind_text}` is not IP:PORT (e.g. {DEFAULT_BIND})")
         })?;
@@ -425,6 +449,10 @@ impl Config {
             acceptor,
             backends,
             max_group: file.ledger.max_group.unwrap_or(policy::DEFAULT_MAX_GROUP),
+            ledger_url,
+            ledger_pool_size: env_number(env, "CAIRN_LEDGER_POOL_SIZE")?
+                .or(file.ledger.pool_size)
+                .unwrap_or(DEFAULT_LEDGER_POOL_SIZE),
         };
         config.validate()?;
         Ok(config)
@@ -450,6 +478,9 @@ impl Config {
         }
         if self.acceptor.max_batch_items == 0 || self.acceptor.max_batch_items > 100_000 {
             bail!("limits.max_batch_items must be between 1 and 100000");
+        }
+        if self.ledger_pool_size < 2 || self.ledger_pool_size > 1000 {
+            bail!("ledger.pool_size must be between 2 and 1000");
         }
         if self.max_group == 0 {
             bail!("ledger.max_group must be at least 1");
@@ -521,13 +552,54 @@ impl Config {
         admin_token_path(&self.data_dir)
     }
 
-    /// Ledger options derived from this configuration.
+    /// Where the ledger is, for logs and messages (never a password).
+    pub fn ledger_description(&self) -> String {
+        match &self.ledger_url {
+            Some(url) => format!("PostgreSQL at {}", redact_url(url)),
+            None => format!("SQLite at {}", self.ledger_path().display()),
+        }
+    }
+
+    /// PostgreSQL ledger options derived from this configuration (with a ledger URL).
+    pub fn postgres_options(&self, url: &str) -> receipts::PostgresOptions {
+        let mut options = receipts::PostgresOptions::new(url);
+        options.backends = self.backends.clone();
+        options.max_wave = self.max_group;
+        options.job_policies = self.job_policies;
+        options.max_connections = self.ledger_pool_size;
+        options
+    }
+
+    /// SQLite ledger options derived from this configuration.
     pub fn ledger_options(&self) -> receipts::SqliteOptions {
         let mut options = receipts::SqliteOptions::new(self.ledger_path());
         options.backends = self.backends.clone();
         options.max_group = self.max_group;
         options.job_policies = self.job_policies;
         options
+    }
+}
+
+/// Connections in the PostgreSQL ledger's pool by default.
+pub const DEFAULT_LEDGER_POOL_SIZE: u32 = 16;
+
+/// A database URL without its password: `postgres://user:secret@host/db` becomes
+/// `postgres://user:***@host/db`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split(':').next().unwrap_or("");
+            let hidden = if credentials.contains(':') {
+                ":***"
+            } else {
+                ""
+            };
+            format!("{scheme}://{user}{hidden}@{host}")
+        }
+        None => url.to_owned(),
     }
 }
 

@@ -137,11 +137,22 @@ async fn log_request(request: Request, next: Next) -> Response {
     response
 }
 
-/// Opens the ledger of a configuration.
-pub async fn open_ledger(config: &Config) -> anyhow::Result<SqliteLedger> {
-    SqliteLedger::open(config.ledger_options(), Arc::new(SystemClock))
-        .await
-        .with_context(|| format!("opening the ledger at {}", config.ledger_path().display()))
+/// Opens the ledger of a configuration: PostgreSQL when a ledger URL is configured (running
+/// its migrations, on the database's clock), else the embedded SQLite ledger.
+pub async fn open_ledger(config: &Config) -> anyhow::Result<Arc<dyn Ledger>> {
+    let ledger: Arc<dyn Ledger> = match &config.ledger_url {
+        Some(url) => Arc::new(
+            receipts::PostgresLedger::open(config.postgres_options(url))
+                .await
+                .with_context(|| format!("opening the ledger ({})", config.ledger_description()))?,
+        ),
+        None => Arc::new(
+            SqliteLedger::open(config.ledger_options(), Arc::new(SystemClock))
+                .await
+                .with_context(|| format!("opening the ledger ({})", config.ledger_description()))?,
+        ),
+    };
+    Ok(ledger)
 }
 
 /// Creates the admin token when the ledger has no token yet; returns where it was written.
@@ -196,7 +207,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     datadir::prepare(&config.data_dir)?;
-    let ledger: Arc<dyn Ledger> = Arc::new(open_ledger(&config).await?);
+    let ledger = open_ledger(&config).await?;
     if let Some(path) = ensure_admin_token(ledger.as_ref(), &config.data_dir).await? {
         println!(
             "created the admin token; it is in {} (mode 0600)",
@@ -248,7 +259,7 @@ pub async fn serve(
     let address = listener.local_addr()?;
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
-    tracing::info!(%address, data_dir = %config.data_dir.display(), backends = ?config.backends, "cairn serving");
+    tracing::info!(%address, data_dir = %config.data_dir.display(), ledger = %config.ledger_description(), backends = ?config.backends, "cairn serving");
     let http = server::serve(listener, app(ledger, &config, vector), config.http, async {
         shutdown.await;
         // Workers stop on their own clock, independently of the HTTP drain: they release

@@ -137,11 +137,15 @@ enum OpsCommand {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the API on the embedded default (SQLite ledger in --data-dir).
+    /// Run the API (and, with workers.count > 0, the workers) on the embedded SQLite ledger in
+    /// --data-dir, or on a PostgreSQL ledger with --ledger.
     Serve {
-        /// Data directory (ledger, admin token).
+        /// Data directory (SQLite ledger, vector shard, admin token).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// PostgreSQL ledger URL (also `CAIRN_LEDGER_URL`, `ledger.url`).
+        #[arg(long)]
+        ledger: Option<String>,
         /// Address to listen on.
         #[arg(long)]
         bind: Option<String>,
@@ -153,9 +157,12 @@ enum Command {
     /// directory whose `cairn serve` runs with workers.count = 0, or none running: one process
     /// owns the embedded vector store).
     Worker {
-        /// Data directory (the server's).
+        /// Data directory (the server's, with the embedded ledger; the vector shard).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// PostgreSQL ledger URL: workers on any machine share it (also `CAIRN_LEDGER_URL`).
+        #[arg(long)]
+        ledger: Option<String>,
         /// TOML configuration file.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -254,6 +261,12 @@ enum Command {
         #[command(subcommand)]
         command: EvalCommand,
     },
+    /// Apply the ledger's migrations and say what was done (`serve` and `worker` also run
+    /// them at start).
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Benchmarks that write JSON.
     Bench {
         #[command(subcommand)]
@@ -277,18 +290,16 @@ enum TokenCommand {
         /// Lifetime: 90d, 12h, 30m, 45s (default: no expiry).
         #[arg(long)]
         expires_in: Option<String>,
-        /// Data directory.
-        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// List tokens: id, name, state, scopes, datasets, expiry (never a secret).
     List {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// Data directory.
-        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Revoke a token: it stops working at once, in every process.
     Revoke {
@@ -297,9 +308,8 @@ enum TokenCommand {
         /// Why (recorded in history).
         #[arg(long)]
         reason: Option<String>,
-        /// Data directory.
-        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Replace a token's secret (same name, scopes, datasets); print the new one (shown once).
     Rotate {
@@ -311,19 +321,29 @@ enum TokenCommand {
         /// The new token's lifetime (default: the old one's, counted from now).
         #[arg(long)]
         expires_in: Option<String>,
-        /// Data directory.
-        #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
 }
 
+/// Where the ledger is, for commands that open it directly.
+#[derive(Debug, Clone, clap::Args)]
+struct StoreArgs {
+    /// Data directory (the embedded SQLite ledger, and the admin token).
+    #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// PostgreSQL ledger URL (`postgres://user@host:port/db`; also `CAIRN_LEDGER_URL`).
+    #[arg(long)]
+    ledger: Option<String>,
+}
+
 impl TokenCommand {
-    fn data_dir(&self) -> &PathBuf {
+    fn store(&self) -> &StoreArgs {
         match self {
-            TokenCommand::Create { data_dir, .. }
-            | TokenCommand::List { data_dir, .. }
-            | TokenCommand::Revoke { data_dir, .. }
-            | TokenCommand::Rotate { data_dir, .. } => data_dir,
+            TokenCommand::Create { store, .. }
+            | TokenCommand::List { store, .. }
+            | TokenCommand::Revoke { store, .. }
+            | TokenCommand::Rotate { store, .. } => store,
         }
     }
 }
@@ -470,6 +490,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve {
             data_dir,
+            ledger,
             bind,
             config,
         } => {
@@ -478,6 +499,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     data_dir,
                     bind,
                     config_file: config,
+                    ledger_url: ledger,
                 },
                 &env,
             )?;
@@ -486,6 +508,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Worker {
             data_dir,
+            ledger,
             config,
             concurrency,
             owner,
@@ -496,14 +519,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     data_dir,
                     bind: None,
                     config_file: config,
+                    ledger_url: ledger,
                 },
                 &env,
             )?;
             // Signals are handled from here on, through the model's loading.
             let shutdown = cairn::shutdown_signal();
             cairn::datadir::prepare(&config.data_dir)?;
-            let ledger: std::sync::Arc<dyn receipts::Ledger> =
-                std::sync::Arc::new(cairn::open_ledger(&config).await?);
+            let ledger = cairn::open_ledger(&config).await?;
             let owner = owner.unwrap_or_else(|| cairn::worker_owner("worker"));
             let mut worker_config = worker::WorkerConfig::new(owner.clone());
             worker_config.concurrency = concurrency.max(1);
@@ -529,7 +552,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     )
                 }
             };
-            println!("worker {owner} running ({what})");
+            println!(
+                "worker {owner} running ({what}) on the ledger {}, backends {}",
+                config.ledger_description(),
+                config
+                    .backends
+                    .iter()
+                    .map(|backend| backend.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             worker::Worker::new(ledger, work, worker_config)
@@ -610,9 +642,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             println!("blocked {sha256} in dataset {dataset}");
         }
+        Command::Migrate { store } => {
+            let overrides = Overrides {
+                data_dir: Some(store.data_dir),
+                ledger_url: store.ledger,
+                ..Overrides::default()
+            };
+            let config = Config::load(&overrides, &env)?;
+            cairn::cli::migrate(&config).await?;
+        }
         Command::Token { command } => {
             let overrides = Overrides {
-                data_dir: Some(command.data_dir().clone()),
+                data_dir: Some(command.store().data_dir.clone()),
+                ledger_url: command.store().ledger.clone(),
                 ..Overrides::default()
             };
             let config = Config::load(&overrides, &env)?;
@@ -627,7 +669,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     ..
                 } => {
                     cairn::cli::tokens::create(
-                        &ledger,
+                        ledger.as_ref(),
                         actor,
                         name,
                         &scopes,
@@ -636,9 +678,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     )
                     .await?
                 }
-                TokenCommand::List { json, .. } => cairn::cli::tokens::list(&ledger, json).await?,
+                TokenCommand::List { json, .. } => {
+                    cairn::cli::tokens::list(ledger.as_ref(), json).await?
+                }
                 TokenCommand::Revoke { id, reason, .. } => {
-                    cairn::cli::tokens::revoke(&ledger, actor, &id, reason).await?
+                    cairn::cli::tokens::revoke(ledger.as_ref(), actor, &id, reason).await?
                 }
                 TokenCommand::Rotate {
                     id,
@@ -646,8 +690,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires_in,
                     ..
                 } => {
-                    cairn::cli::tokens::rotate(&ledger, actor, &id, reason, expires_in.as_deref())
-                        .await?
+                    cairn::cli::tokens::rotate(
+                        ledger.as_ref(),
+                        actor,
+                        &id,
+                        reason,
+                        expires_in.as_deref(),
+                    )
+                    .await?
                 }
             }
         }
@@ -770,9 +820,8 @@ fn file_config(
 ) -> anyhow::Result<Config> {
     Config::load(
         &Overrides {
-            data_dir: None,
-            bind: None,
             config_file,
+            ..Overrides::default()
         },
         env,
     )

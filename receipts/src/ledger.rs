@@ -189,3 +189,12 @@ impl<
     > Ledger for T
 {
 }
+
+/// What a ledger's migrations did (`cairn migrate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Migrations applied now, as `version description`.
+    pub applied: Vec<String>,
+    /// Migrations that were already in place.
+    pub already: usize,
+}

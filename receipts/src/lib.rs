@@ -78,7 +78,7 @@ pub mod validate;
 pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
-pub use ledger::{Acceptor, Leases, Ledger, Projections, Reader, Tokens};
+pub use ledger::{Acceptor, Leases, Ledger, MigrationReport, Projections, Reader, Tokens};
 pub use model::{
     AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRow, ChunkSummary, ContentBlock,
     Document, Failure, FailureClass, Generation, Heartbeat, HistoryEntry, HitRef, Job, JobKind,

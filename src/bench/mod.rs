@@ -104,11 +104,11 @@ pub async fn accept(
     let overrides = Overrides {
         data_dir: Some(directory.path().join("api")),
         bind: Some("127.0.0.1:0".to_owned()),
-        config_file: None,
+        ..Overrides::default()
     };
     let config = Config::load(&overrides, &std::collections::HashMap::new())?;
     std::fs::create_dir_all(&config.data_dir)?;
-    let ledger: Arc<dyn receipts::Ledger> = Arc::new(crate::open_ledger(&config).await?);
+    let ledger: Arc<dyn receipts::Ledger> = crate::open_ledger(&config).await?;
     crate::ensure_admin_token(ledger.as_ref(), &config.data_dir).await?;
     let token = crate::cli::client::resolve_token(None, &config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.bind).await?;

@@ -116,7 +116,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     drop(store);
 
     // The pipeline: accept every document, let leased workers project them all.
-    let ledger: Arc<dyn Ledger> = Arc::new(crate::open_ledger(&config).await?);
+    let ledger: Arc<dyn Ledger> = crate::open_ledger(&config).await?;
     let projector = crate::projection::open_projector(&config, ledger.clone()).await?;
     eprintln!(
         "project: pipeline with {} worker(s) x {} jobs",

@@ -1,5 +1,8 @@
 //! Chaos test: `cairn worker` processes run 1,000 deliberately slow jobs (the hidden
 //! `--simulate-work-ms` fault-injection setting) and are killed with SIGKILL at 20 moments.
+//! On SQLite one worker runs at a time (it owns the data directory's ledger file with the
+//! API); on PostgreSQL `cairn serve` runs the API alone and 3 worker processes share the
+//! ledger, one of them killed and replaced at each moment.
 //!
 //! What is checked comes from the claims, not from the final state (a terminal `completed`
 //! appears once in history by construction):
@@ -25,10 +28,14 @@ use tokio::process::{Child, Command};
 const JOBS: usize = 1000;
 const KILLS: usize = 20;
 
-async fn start_worker(data_dir: &std::path::Path, name: &str) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+async fn start_worker(data_dir: &std::path::Path, ledger: Option<&str>, name: &str) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    command.arg("worker");
+    if let Some(url) = ledger {
+        command.args(["--ledger", url]);
+    }
+    let mut child = command
         .args([
-            "worker",
             "--simulate-work-ms",
             "20",
             "--concurrency",
@@ -59,12 +66,55 @@ async fn start_worker(data_dir: &std::path::Path, name: &str) -> Child {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_workers_complete_every_job_exactly_once() {
     let directory = tempfile::tempdir().expect("tempdir");
+    chaos(directory.path(), None, 1).await;
+}
+
+/// The same on PostgreSQL: `cairn serve` with no workers answers the API, and 3 worker
+/// processes share the ledger while they are killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_worker_processes_on_postgres_complete_every_job_exactly_once() {
+    let server = receipts::testing::PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("chaos").expect("database");
+    let directory = tempfile::tempdir().expect("tempdir");
+    let api_dir = directory.path().join("api");
+    let (mut api, base) = crate::crash::spawn_serve_with(
+        &api_dir,
+        &["--ledger", &url],
+        &[("CAIRN_WORKERS", "0")],
+        "warn",
+        Stdio::inherit(),
+    )
+    .await;
+    chaos(&directory.path().join("workers"), Some(&url), 3).await;
+    // The API served from the same ledger throughout.
+    let token = std::fs::read_to_string(api_dir.join("admin.token")).expect("admin token");
+    let status: serde_json::Value = reqwest::Client::new()
+        .get(format!("{base}/v1/status"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        status["counts"]["jobs"]["completed"].as_i64(),
+        Some(JOBS as i64),
+        "{status}"
+    );
+    api.start_kill().expect("stop the API");
+    let _ = api.wait().await;
+}
+
+async fn chaos(data_dir: &std::path::Path, ledger_url: Option<&str>, at_once: usize) {
     let overrides = Overrides {
-        data_dir: Some(directory.path().to_path_buf()),
+        data_dir: Some(data_dir.to_path_buf()),
+        ledger_url: ledger_url.map(str::to_owned),
         ..Overrides::default()
     };
     let config = Config::load(&overrides, &HashMap::new()).expect("config");
     let ledger = cairn::open_ledger(&config).await.expect("ledger");
+    let ledger = ledger.as_ref();
     let mut jobs = Vec::new();
     for chunk in 0..4 {
         let submissions = (0..JOBS / 4)
@@ -76,7 +126,7 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
                 )
             })
             .collect();
-        for result in receipts::Acceptor::accept(&ledger, submissions).await {
+        for result in receipts::Acceptor::accept(ledger, submissions).await {
             jobs.push(result.expect("accepted").projection_job_id);
         }
     }
@@ -84,10 +134,24 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(20261129);
     // (job, when the doomed worker was frozen holding it)
     let mut stranded: Vec<(uuid::Uuid, i64, String)> = Vec::new();
+    // The first `at_once - 1` workers run throughout the kills (replaced when killed); the
+    // doomed one is chosen at random among all of them.
+    let mut crew: Vec<(String, Child)> = Vec::new();
+    for index in 0..at_once.saturating_sub(1) {
+        let owner = format!("crew-{index}");
+        crew.push((
+            owner.clone(),
+            start_worker(data_dir, ledger_url, &owner).await,
+        ));
+    }
     for kill in 0..KILLS {
         let owner = format!("doomed-{kill}");
-        let mut worker = start_worker(directory.path(), &owner).await;
+        crew.push((
+            owner.clone(),
+            start_worker(data_dir, ledger_url, &owner).await,
+        ));
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..400))).await;
+        let (owner, mut worker) = crew.swap_remove(rng.random_range(0..crew.len()));
         // Frozen first, so that what it holds cannot change between the snapshot and the kill.
         let pid = worker.id().expect("pid").to_string();
         assert!(std::process::Command::new("kill")
@@ -95,9 +159,9 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
             .status()
             .expect("kill -STOP")
             .success());
-        let frozen_at = receipts::Operations::clock_now(&ledger);
+        let frozen_at = receipts::Operations::clock_now(ledger);
         let running = receipts::Operations::find_jobs(
-            &ledger,
+            ledger,
             &receipts::JobFilter {
                 states: vec![JobState::Running],
                 dataset: None,
@@ -124,10 +188,13 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
         "no doomed worker held a job when it was killed"
     );
 
-    let mut survivor = start_worker(directory.path(), "survivor").await;
+    crew.push((
+        "survivor".to_owned(),
+        start_worker(data_dir, ledger_url, "survivor").await,
+    ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let counts = receipts::Reader::counts(&ledger).await.expect("counts");
+        let counts = receipts::Reader::counts(ledger).await.expect("counts");
         if counts.jobs.get("completed").copied().unwrap_or(0) == JOBS as i64 {
             break;
         }
@@ -138,27 +205,29 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let pid = survivor.id().expect("pid").to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
-    let exit = tokio::time::timeout(Duration::from_secs(30), survivor.wait())
-        .await
-        .expect("stops")
-        .expect("wait");
-    assert!(exit.success(), "graceful stop, got {exit:?}");
+    for (owner, mut worker) in crew {
+        let pid = worker.id().expect("pid").to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success());
+        let exit = tokio::time::timeout(Duration::from_secs(30), worker.wait())
+            .await
+            .expect("stops")
+            .expect("wait");
+        assert!(exit.success(), "graceful stop of {owner}, got {exit:?}");
+    }
 
     let mut crashes = 0;
     let mut histories = HashMap::new();
     for id in &jobs {
-        let job = receipts::Leases::job(&ledger, *id)
+        let job = receipts::Leases::job(ledger, *id)
             .await
             .expect("read")
             .expect("job");
         assert_eq!(job.state, JobState::Completed);
-        let history = receipts::Reader::history(&ledger, "job", &id.to_string())
+        let history = receipts::Reader::history(ledger, "job", &id.to_string())
             .await
             .expect("history");
         let states: Vec<_> = history.iter().filter(|h| h.event == "state").collect();
@@ -229,8 +298,8 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
         stranded.len()
     );
     eprintln!(
-        "{JOBS} jobs completed once each across {KILLS} SIGKILLs; {} leases stranded by the \
-         kills, each rescued; {crashes} crashes in all",
+        "{JOBS} jobs completed once each across {KILLS} SIGKILLs ({at_once} workers at once); \
+         {} leases stranded by the kills, each rescued; {crashes} crashes in all",
         stranded.len()
     );
 }

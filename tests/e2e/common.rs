@@ -32,7 +32,7 @@ pub(crate) async fn app_with(env: &[(&str, &str)]) -> TestApp {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let config = Config::load(&overrides, &env).expect("config");
-    let ledger: Arc<dyn Ledger> = Arc::new(cairn::open_ledger(&config).await.expect("ledger"));
+    let ledger: Arc<dyn Ledger> = cairn::open_ledger(&config).await.expect("ledger");
     let path = cairn::ensure_admin_token(ledger.as_ref(), &config.data_dir)
         .await
         .expect("admin")

@@ -19,9 +19,22 @@ pub(crate) async fn start(data_dir: &Path) -> (Child, String) {
 /// Starts `cairn serve` on a free port with a log filter and where its stderr goes; returns
 /// the child (its stderr taken when piped) and its base URL.
 pub(crate) async fn spawn_serve(data_dir: &Path, log: &str, stderr: Stdio) -> (Child, String) {
+    spawn_serve_with(data_dir, &[], &[], log, stderr).await
+}
+
+/// [`spawn_serve`] with more arguments and environment variables.
+pub(crate) async fn spawn_serve_with(
+    data_dir: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    log: &str,
+    stderr: Stdio,
+) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(args)
+        .envs(envs.iter().copied())
         .env(
             "CAIRN_MODELS_DIR",
             concat!(env!("CARGO_MANIFEST_DIR"), "/models"),

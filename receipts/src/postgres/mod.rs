@@ -45,6 +45,7 @@ use uuid::Uuid;
 use crate::clock::{Clock, Micros};
 use crate::error::{LedgerError, Result};
 use crate::faults::{FaultInjector, FaultPoint, NoFaults};
+use crate::ledger::MigrationReport;
 use crate::model::{Backend, HistoryEntry, Job, ProjectionReceipt, ReceiptState, Revision};
 use crate::policy::{self, JobPolicies};
 
@@ -106,15 +107,6 @@ pub struct PostgresLedger {
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
-/// What `cairn migrate` did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrationReport {
-    /// Migrations applied now, as `version description`.
-    pub applied: Vec<String>,
-    /// Migrations already in place.
-    pub already: usize,
-}
 
 /// Applies the ledger's migrations to the database at `url` and says what it did. Safe to run
 /// from several processes at once (sqlx takes an advisory lock).

@@ -313,6 +313,42 @@ async fn truncate_wal(reads: &SqlitePool, busy_timeout: Duration) -> Result<()> 
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
+/// Applies the ledger's migrations to the database file at `path` (created when missing) and
+/// says what it did.
+pub async fn migrate(path: &Path) -> Result<crate::MigrationReport> {
+    if let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|error| {
+            LedgerError::Unavailable(format!("cannot create {}: {error}", parent.display()))
+        })?;
+    }
+    let mut connection = connect_options(path, Duration::from_secs(10))
+        .create_if_missing(true)
+        .connect()
+        .await?;
+    // Absent before the first migration: then nothing was applied.
+    let before: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(&mut connection)
+            .await
+            .unwrap_or_default();
+    MIGRATOR.run(&mut connection).await.map_err(|error| {
+        LedgerError::Unavailable(format!("migrating {}: {error}", path.display()))
+    })?;
+    let applied = MIGRATOR
+        .iter()
+        .filter(|migration| !before.contains(&migration.version))
+        .map(|migration| format!("{} {}", migration.version, migration.description))
+        .collect();
+    let _ = connection.close().await;
+    Ok(crate::MigrationReport {
+        applied,
+        already: before.len(),
+    })
+}
+
 /// Connection settings shared by the writer and the read pool: WAL, `synchronous=FULL`,
 /// foreign keys on, a busy timeout for other processes' writes.
 pub fn connect_options(path: &Path, busy_timeout: Duration) -> SqliteConnectOptions {
