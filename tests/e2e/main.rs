@@ -10,6 +10,7 @@ mod contract;
 mod crash;
 mod eval;
 mod ops;
+mod postgres;
 mod projection;
 mod prometheus;
 mod server;

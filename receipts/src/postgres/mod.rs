@@ -85,7 +85,7 @@ impl PostgresOptions {
             url: url.into(),
             backends: policy::DEFAULT_BACKENDS.to_vec(),
             max_connections: 16,
-            acquire_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(3),
             job_policies: JobPolicies::default(),
             max_wave: policy::DEFAULT_MAX_GROUP,
         }
