@@ -217,7 +217,7 @@ impl Driver {
 
 #[tokio::test]
 async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
-    let seeded = seed().await;
+    let seeded = seed(crate::common::Engine::Sqlite).await;
     let app = &seeded.app;
     let operator = app
         .token("night-shift", &[Scope::OpsRead, Scope::OpsWrite], None)

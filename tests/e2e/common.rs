@@ -1,4 +1,5 @@
-//! Shared helpers: a real SQLite ledger in a temporary directory, the assembled app driven
+//! Shared helpers: a real SQLite ledger in a temporary directory (or a PostgreSQL ledger on a
+//! real server), the assembled app driven
 //! without a socket, tokens with chosen scopes.
 
 use std::collections::HashMap;
@@ -19,12 +20,36 @@ pub(crate) struct TestApp {
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) admin: String,
     _directory: tempfile::TempDir,
+    _server: Option<receipts::testing::PostgresServer>,
+}
+
+/// The ledger engine an end-to-end test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// The embedded SQLite ledger in the test's data directory.
+    Sqlite,
+    /// A PostgreSQL ledger on a real server started for the test.
+    Postgres,
 }
 
 pub(crate) async fn app_with(env: &[(&str, &str)]) -> TestApp {
+    app_on(Engine::Sqlite, env).await
+}
+
+/// The app on `engine`, with environment settings.
+pub(crate) async fn app_on(engine: Engine, env: &[(&str, &str)]) -> TestApp {
     let directory = tempfile::tempdir().expect("tempdir");
+    let (server, ledger_url) = match engine {
+        Engine::Sqlite => (None, None),
+        Engine::Postgres => {
+            let server = receipts::testing::PostgresServer::start().expect("start PostgreSQL");
+            let url = server.create_database("ledger").expect("database");
+            (Some(server), Some(url))
+        }
+    };
     let overrides = Overrides {
         data_dir: Some(directory.path().to_path_buf()),
+        ledger_url,
         ..Overrides::default()
     };
     let env: HashMap<String, String> = env
@@ -46,6 +71,7 @@ pub(crate) async fn app_with(env: &[(&str, &str)]) -> TestApp {
         ledger,
         admin,
         _directory: directory,
+        _server: server,
     }
 }
 

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use receipts::{Failure, FailureClass, Job, JobState, LeaseToken, Ledger, Scope, Submission};
 use serde_json::{json, Value};
 
-use crate::common::{app_with, assert_error, metric, TestApp};
+use crate::common::{app_on, assert_error, metric, Engine, TestApp};
 
 /// Lease of the seeded jobs: short enough that the crashing worker's lease runs out quickly,
 /// long enough for a held lease to be seen counting down.
@@ -46,14 +46,17 @@ async fn claim_one(ledger: &Arc<dyn Ledger>, owner: &str) -> Job {
 
 /// Seeds jobs in dataset `alpha` (and one in `beta`): running with a held lease, retrying,
 /// dead, quarantined, cancelled, pending. Nothing else claims: the app runs no workers.
-pub(crate) async fn seed() -> Seeded {
+pub(crate) async fn seed(engine: Engine) -> Seeded {
     let lease = LEASE_MS.to_string();
-    let app = app_with(&[
-        ("CAIRN_LEASE_MS", lease.as_str()),
-        ("CAIRN_QUARANTINE_AFTER_CRASHES", "1"),
-        ("CAIRN_BACKOFF_BASE_MS", "600000"),
-        ("CAIRN_BACKOFF_CAP_MS", "600000"),
-    ])
+    let app = app_on(
+        engine,
+        &[
+            ("CAIRN_LEASE_MS", lease.as_str()),
+            ("CAIRN_QUARANTINE_AFTER_CRASHES", "1"),
+            ("CAIRN_BACKOFF_BASE_MS", "600000"),
+            ("CAIRN_BACKOFF_CAP_MS", "600000"),
+        ],
+    )
     .await;
     let ledger = app.ledger.clone();
     let mut submissions: Vec<Submission> = (1..=6)
@@ -165,7 +168,17 @@ fn ids(page: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn ops_listings_show_each_state_with_its_why() {
-    let seeded = seed().await;
+    ops_listings_show_each_state_with_its_why_on(Engine::Sqlite).await;
+}
+
+/// [`ops_listings_show_each_state_with_its_why`] on a PostgreSQL ledger.
+#[tokio::test]
+async fn ops_listings_show_each_state_with_its_why_on_postgres() {
+    ops_listings_show_each_state_with_its_why_on(Engine::Postgres).await;
+}
+
+async fn ops_listings_show_each_state_with_its_why_on(engine: Engine) {
+    let seeded = seed(engine).await;
     let app = &seeded.app;
     let reader = app.token("ops-reader", &[Scope::OpsRead], None).await;
 
@@ -350,7 +363,17 @@ async fn ops_listings_show_each_state_with_its_why() {
 
 #[tokio::test]
 async fn ops_actions_need_their_scope_and_dataset_and_are_recorded() {
-    let seeded = seed().await;
+    ops_actions_need_their_scope_and_dataset_and_are_recorded_on(Engine::Sqlite).await;
+}
+
+/// [`ops_actions_need_their_scope_and_dataset_and_are_recorded`] on a PostgreSQL ledger.
+#[tokio::test]
+async fn ops_actions_need_their_scope_and_dataset_and_are_recorded_on_postgres() {
+    ops_actions_need_their_scope_and_dataset_and_are_recorded_on(Engine::Postgres).await;
+}
+
+async fn ops_actions_need_their_scope_and_dataset_and_are_recorded_on(engine: Engine) {
+    let seeded = seed(engine).await;
     let app = &seeded.app;
     let reader = app.token("ops-reader", &[Scope::OpsRead], None).await;
     let writer = app
@@ -658,7 +681,17 @@ async fn ops_actions_need_their_scope_and_dataset_and_are_recorded() {
 
 #[tokio::test]
 async fn metrics_follow_a_workload() {
-    let seeded = seed().await;
+    metrics_follow_a_workload_on(Engine::Sqlite).await;
+}
+
+/// [`metrics_follow_a_workload`] on a PostgreSQL ledger.
+#[tokio::test]
+async fn metrics_follow_a_workload_on_postgres() {
+    metrics_follow_a_workload_on(Engine::Postgres).await;
+}
+
+async fn metrics_follow_a_workload_on(engine: Engine) {
+    let seeded = seed(engine).await;
     let app = &seeded.app;
     let reader = app.token("prometheus", &[Scope::OpsRead], None).await;
     let scrape = || async {
@@ -817,7 +850,17 @@ async fn cairn_ops(base: &str, token: &str, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ops_cli_prints_tables_and_acts_by_filter() {
-    let seeded = seed().await;
+    the_ops_cli_prints_tables_and_acts_by_filter_on(Engine::Sqlite).await;
+}
+
+/// [`the_ops_cli_prints_tables_and_acts_by_filter`] on a PostgreSQL ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ops_cli_prints_tables_and_acts_by_filter_on_postgres() {
+    the_ops_cli_prints_tables_and_acts_by_filter_on(Engine::Postgres).await;
+}
+
+async fn the_ops_cli_prints_tables_and_acts_by_filter_on(engine: Engine) {
+    let seeded = seed(engine).await;
     let app = &seeded.app;
     let operator = app
         .token("cli-operator", &[Scope::OpsRead, Scope::OpsWrite], None)
