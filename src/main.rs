@@ -396,6 +396,12 @@ enum BenchCommand {
         /// Jobs each worker runs at once.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
+        /// Worker counts to measure (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4])]
+        workers: Vec<usize>,
+        /// Measure a PostgreSQL ledger, with workers as separate `cairn worker` processes.
+        #[arg(long)]
+        ledger: Option<String>,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-queue.json")]
         out: PathBuf,
@@ -448,6 +454,9 @@ enum BenchCommand {
     },
     /// Durable receipts per second through the API against a raw sqlx loop.
     Accept {
+        /// Measure a PostgreSQL ledger (a database of its own) instead of SQLite.
+        #[arg(long)]
+        ledger: Option<String>,
         /// Documents per round for the single-document scenarios.
         #[arg(long, default_value_t = 1000)]
         docs: usize,
@@ -707,6 +716,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     jobs,
                     latency_jobs,
                     concurrency,
+                    workers,
+                    ledger,
                     out,
                 },
         } => {
@@ -714,6 +725,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 jobs,
                 latency_jobs,
                 concurrency: concurrency.max(1),
+                worker_counts: workers,
+                ledger_url: ledger.or_else(|| env.get("CAIRN_LEDGER_URL").cloned()),
             })
             .await?;
             write_report(&out, &report)?;
@@ -802,10 +815,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     docs,
                     batch_docs,
                     rounds,
+                    ledger,
                     out,
                 },
         } => {
-            let report = cairn::bench::accept(docs, batch_docs, rounds).await?;
+            let ledger = ledger.or_else(|| env.get("CAIRN_LEDGER_URL").cloned());
+            let report = cairn::bench::accept(docs, batch_docs, rounds, ledger).await?;
             write_report(&out, &report)?;
         }
     }

@@ -116,3 +116,83 @@ pub(crate) async fn throughput(
         "per_second": jobs as f64 / seconds,
     }))
 }
+
+/// Jobs per second for `workers` apalis workers (tasks) on apalis-sql's PostgreSQL storage, in
+/// a namespace of their own in the database at `url`: the jobs are pushed first (not
+/// measured), then the workers fetch up to `concurrency` jobs per poll (every 10 ms).
+pub(crate) async fn postgres_throughput(
+    url: &str,
+    jobs: usize,
+    workers: usize,
+    concurrency: usize,
+) -> anyhow::Result<Value> {
+    use apalis_sql::postgres::PostgresStorage;
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with(options.options([("synchronous_commit", "on")]))
+        .await?;
+    PostgresStorage::setup(&pool)
+        .await
+        .context("apalis setup")?;
+    let namespace = format!("bench-{}-{workers}", receipts::ids::new_v7().simple());
+    {
+        let mut storage: PostgresStorage<NoOpJob> =
+            PostgresStorage::new_with_config(pool.clone(), apalis_sql::Config::new(&namespace));
+        for index in 0..jobs {
+            storage
+                .push(NoOpJob { index })
+                .await
+                .context("apalis push")?;
+        }
+    }
+    let config = apalis_sql::Config::new(&namespace)
+        .set_poll_interval(Duration::from_millis(10))
+        .set_buffer_size(concurrency);
+    let storage: PostgresStorage<NoOpJob> = PostgresStorage::new_with_config(pool.clone(), config);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut monitor = Monitor::new().shutdown_timeout(Duration::from_secs(5));
+    for index in 0..workers {
+        monitor = monitor.register(
+            WorkerBuilder::new(format!("apalis-pg-{index}"))
+                .concurrency(concurrency)
+                .data(handled.clone())
+                .backend(storage.clone())
+                .build_fn(no_op),
+        );
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(monitor.run_with_signal(async move {
+        let _ = stopped.await;
+        Ok(())
+    }));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if handled.load(Ordering::Relaxed) >= jobs {
+            let done: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM apalis.jobs WHERE job_type = $1 AND status = 'Done'",
+            )
+            .bind(&namespace)
+            .fetch_one(&pool)
+            .await?;
+            if done >= jobs as i64 {
+                break;
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "apalis did not finish within 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    let _ = running.await;
+    pool.close().await;
+    Ok(json!({
+        "jobs": jobs,
+        "seconds": seconds,
+        "per_second": jobs as f64 / seconds,
+    }))
+}

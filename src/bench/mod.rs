@@ -88,13 +88,17 @@ fn per_second(value: &Value) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Runs the acceptance benchmark and returns its JSON report.
+/// Runs the acceptance benchmark and returns its JSON report: on the embedded SQLite ledger,
+/// or with `ledger_url` on that PostgreSQL database (the raw loops then write a table of their
+/// own in the same database; every key carries this run's id, so runs never collide).
 pub async fn accept(
     documents: usize,
     batch_documents: usize,
     rounds: usize,
+    ledger_url: Option<String>,
 ) -> anyhow::Result<Value> {
     let directory = tempfile::tempdir().context("creating a temporary directory")?;
+    let run = receipts::ids::new_v7().simple().to_string();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let corpus: Vec<String> = (0..documents.max(batch_documents))
         .map(|index| document(&mut rng, index))
@@ -104,6 +108,7 @@ pub async fn accept(
     let overrides = Overrides {
         data_dir: Some(directory.path().join("api")),
         bind: Some("127.0.0.1:0".to_owned()),
+        ledger_url: ledger_url.clone(),
         ..Overrides::default()
     };
     let config = Config::load(&overrides, &std::collections::HashMap::new())?;
@@ -163,7 +168,7 @@ pub async fn accept(
             put(
                 http.clone(),
                 "one".to_owned(),
-                format!("r{round}-doc-{index}"),
+                format!("{run}-r{round}-doc-{index}"),
                 text.clone(),
             )
             .await?;
@@ -187,12 +192,13 @@ pub async fn accept(
                 .collect();
             let put = put.clone();
             let http = http.clone();
+            let run = run.clone();
             tasks.push(tokio::spawn(async move {
                 for (index, text) in texts {
                     put(
                         http.clone(),
                         "sixteen".to_owned(),
-                        format!("r{round}-doc-{index}"),
+                        format!("{run}-r{round}-doc-{index}"),
                         text,
                     )
                     .await?;
@@ -216,7 +222,7 @@ pub async fn accept(
                 .iter()
                 .enumerate()
                 .map(|(index, text)| {
-                    json!({ "dataset": "batch", "source_key": format!("r{round}-doc-{batch_index}-{index}"), "content": text })
+                    json!({ "dataset": "batch", "source_key": format!("{run}-r{round}-doc-{batch_index}-{index}"), "content": text })
                 })
                 .collect();
             let response = http
@@ -246,21 +252,41 @@ pub async fn accept(
         scenarios[2].1.push(result(batch_documents, started));
 
         eprintln!("round {}/{}: raw sqlx loops", round + 1, rounds.max(1));
-        let single = raw_loop(
-            &directory.path().join("raw-single.db"),
-            &corpus[..documents],
-            1,
-            round,
-        )
-        .await?;
+        let (single, batched) = match &ledger_url {
+            None => (
+                raw_loop(
+                    &directory.path().join("raw-single.db"),
+                    &corpus[..documents],
+                    1,
+                    round,
+                )
+                .await?,
+                raw_loop(
+                    &directory.path().join("raw-batched.db"),
+                    &corpus[..batch_documents],
+                    1000,
+                    round,
+                )
+                .await?,
+            ),
+            Some(url) => (
+                raw_postgres_loop(
+                    url,
+                    &corpus[..documents],
+                    1,
+                    &format!("{run}-{round}-single"),
+                )
+                .await?,
+                raw_postgres_loop(
+                    url,
+                    &corpus[..batch_documents],
+                    1000,
+                    &format!("{run}-{round}-batched"),
+                )
+                .await?,
+            ),
+        };
         scenarios[3].1.push(single);
-        let batched = raw_loop(
-            &directory.path().join("raw-batched.db"),
-            &corpus[..batch_documents],
-            1000,
-            round,
-        )
-        .await?;
         scenarios[4].1.push(batched);
     }
     server.abort();
@@ -286,7 +312,12 @@ pub async fn accept(
         "benchmark": "accept",
         "document_bytes": DOCUMENT_BYTES,
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "durability": "WAL, synchronous=FULL (fsync on every commit)",
+        "ledger": config.ledger_description(),
+        "durability": if ledger_url.is_some() {
+            "PostgreSQL, synchronous_commit = on (the server's fsync settings apply)"
+        } else {
+            "WAL, synchronous=FULL (fsync on every commit)"
+        },
         "note": "the raw sqlx loops run one client; cairn's http_16_clients runs 16, whose \
                  acceptances share commits (group commit): the ratio compares the service under \
                  concurrency with a single-writer loop, not like with like",
@@ -336,6 +367,45 @@ async fn raw_loop(
     Ok(report)
 }
 
+/// The same loop on PostgreSQL: one connection, `synchronous_commit = on`, a table of its own.
+async fn raw_postgres_loop(
+    url: &str,
+    texts: &[String],
+    per_transaction: usize,
+    prefix: &str,
+) -> anyhow::Result<Value> {
+    use sqlx::{ConnectOptions as _, Connection as _};
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let mut connection = options
+        .options([("synchronous_commit", "on")])
+        .connect()
+        .await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_raw_documents (id bigserial PRIMARY KEY, \
+         source_key text NOT NULL UNIQUE, sha256 text NOT NULL, bytes bytea NOT NULL)",
+    )
+    .execute(&mut connection)
+    .await?;
+    let started = Instant::now();
+    for (chunk_index, chunk) in texts.chunks(per_transaction).enumerate() {
+        let mut transaction = connection.begin().await?;
+        for (index, text) in chunk.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO bench_raw_documents (source_key, sha256, bytes) VALUES ($1, $2, $3)",
+            )
+            .bind(format!("{prefix}-{chunk_index}-{index}"))
+            .bind(receipts::ids::sha256_hex(text.as_bytes()))
+            .bind(text.as_bytes())
+            .execute(&mut *transaction)
+            .await?;
+        }
+        transaction.commit().await?;
+    }
+    let report = result(texts.len(), started);
+    connection.close().await?;
+    Ok(report)
+}
+
 /// No-op work for the queue benchmark: completes at once.
 #[derive(Debug, Clone, Copy)]
 struct NoOp;
@@ -352,6 +422,8 @@ mod apalis_peer;
 
 mod project;
 pub use project::{project, ProjectBench};
+
+mod queue_postgres;
 
 mod search_latency;
 pub use search_latency::{search, SearchBench};
@@ -403,8 +475,13 @@ async fn queue_ledger(directory: &Path, name: &str) -> anyhow::Result<Arc<dyn re
 }
 
 /// How the queue benchmark runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct QueueBench {
+    /// A PostgreSQL ledger to measure (workers then run as separate processes); `None`: a
+    /// temporary SQLite ledger per scenario, workers as tasks.
+    pub ledger_url: Option<String>,
+    /// Worker counts to measure.
+    pub worker_counts: Vec<usize>,
     /// Jobs per throughput scenario.
     pub jobs: usize,
     /// Jobs accepted one by one for the latency scenario.
@@ -417,16 +494,20 @@ pub struct QueueBench {
 /// and enqueue-to-start latency of jobs accepted one by one while a worker waits. Built with
 /// the `peer-apalis` feature, the same run measures apalis (SQLite) on the same workload.
 pub async fn queue(bench: QueueBench) -> anyhow::Result<Value> {
+    if let Some(url) = &bench.ledger_url {
+        return queue_postgres::queue(&bench, url).await;
+    }
     let QueueBench {
         jobs,
         latency_jobs,
         concurrency,
+        ..
     } = bench;
     let directory = tempfile::tempdir().context("creating a temporary directory")?;
     let mut throughput = serde_json::Map::new();
     let mut peer = serde_json::Map::new();
     let mut ratios = serde_json::Map::new();
-    for workers in [1usize, 2, 4] {
+    for workers in bench.worker_counts.iter().copied() {
         let ledger = queue_ledger(directory.path(), &format!("throughput-{workers}")).await?;
         for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
             let submissions = chunk

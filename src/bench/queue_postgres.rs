@@ -1,0 +1,228 @@
+//! `cairn bench queue --ledger postgres://...`: the queue benchmark on a PostgreSQL ledger with
+//! workers as separate `cairn worker` processes (not tasks), as they run across machines.
+//!
+//! Per worker count: claims are paused, the jobs are accepted, the worker processes start and
+//! report ready, then claims resume (one `NOTIFY` wakes them) and the clock runs until the
+//! ledger counts every job of the scenario completed (each completion committed). The latency
+//! scenario accepts jobs one by one while one worker process waits on `LISTEN`; enqueue to
+//! start is the job's first claim minus its acceptance, both on the database's clock.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use receipts::{JobFilter, JobState, Ledger};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::{per_second, percentile, QueueBench};
+
+/// Starts one `cairn worker` process and waits until it says it runs.
+async fn start_worker(
+    url: &str,
+    owner: &str,
+    concurrency: usize,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<Child> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["worker", "--ledger", url, "--simulate-work-ms", "0"])
+        .args(["--concurrency", &concurrency.to_string(), "--owner", owner])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("CAIRN_LOG", "error")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawning cairn worker")?;
+    let stdout = child.stdout.take().context("worker stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+    anyhow::ensure!(
+        matches!(&ready, Ok(Ok(Some(line))) if line.contains("running")),
+        "worker {owner} did not start: {ready:?}"
+    );
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(child)
+}
+
+async fn stop(children: Vec<Child>) {
+    for mut child in children {
+        if let Some(pid) = child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    }
+}
+
+/// Jobs of this scenario (source keys carry `tag`) in `state`.
+async fn count(ledger: &dyn Ledger, tag: &str, state: JobState) -> anyhow::Result<i64> {
+    Ok(ledger
+        .find_jobs(&JobFilter {
+            states: vec![state],
+            text: Some(tag.to_owned()),
+            limit: 1,
+            ..JobFilter::default()
+        })
+        .await?
+        .total)
+}
+
+pub(super) async fn queue(bench: &QueueBench, url: &str) -> anyhow::Result<Value> {
+    let directory = tempfile::tempdir().context("creating a temporary directory")?;
+    let ledger: Arc<dyn Ledger> =
+        Arc::new(receipts::PostgresLedger::open(receipts::PostgresOptions::new(url)).await?);
+    let run = receipts::ids::new_v7().simple().to_string();
+    let mut throughput = serde_json::Map::new();
+    let mut peer = serde_json::Map::new();
+    let mut ratios = serde_json::Map::new();
+    for workers in bench.worker_counts.iter().copied() {
+        let tag = format!("{run}-{workers}w-");
+        ledger
+            .pause(None, "cairn:bench", "loading the queue benchmark")
+            .await?;
+        for chunk in (0..bench.jobs).collect::<Vec<_>>().chunks(1000) {
+            let submissions = chunk
+                .iter()
+                .map(|index| {
+                    receipts::Submission::text(
+                        &format!("d{}", index % 4),
+                        &format!("{tag}k{index}"),
+                        "bench",
+                        &format!("job {run} {index}"),
+                    )
+                })
+                .collect();
+            for result in ledger.accept(submissions).await {
+                result?;
+            }
+        }
+        let mut children = Vec::new();
+        for index in 0..workers {
+            children.push(
+                start_worker(
+                    url,
+                    &format!("bench-{workers}-{index}"),
+                    bench.concurrency,
+                    &directory.path().join(format!("w{workers}-{index}")),
+                )
+                .await?,
+            );
+        }
+        eprintln!(
+            "queue (PostgreSQL): {} no-op jobs with {workers} worker process(es)",
+            bench.jobs
+        );
+        let started = Instant::now();
+        ledger
+            .resume(None, "cairn:bench", "measuring the queue benchmark")
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while count(ledger.as_ref(), &tag, JobState::Completed).await? < bench.jobs as i64 {
+            anyhow::ensure!(Instant::now() < deadline, "jobs unfinished after 600 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        stop(children).await;
+        let report = json!({ "jobs": bench.jobs, "seconds": seconds, "per_second": bench.jobs as f64 / seconds });
+        if let Some(apalis) = peer_throughput(url, bench.jobs, workers, bench.concurrency).await? {
+            ratios.insert(
+                format!("{workers}_workers"),
+                json!(per_second(&report) / per_second(&apalis)),
+            );
+            peer.insert(format!("{workers}_workers"), apalis);
+        }
+        throughput.insert(format!("{workers}_workers"), report);
+    }
+
+    eprintln!(
+        "queue (PostgreSQL): enqueue-to-start over {} jobs accepted one by one, one worker process",
+        bench.latency_jobs
+    );
+    let tag = format!("{run}-latency-");
+    let waiting = vec![start_worker(url, "latency", 4, &directory.path().join("latency")).await?];
+    // Let the worker's first poll pass: from here on only the wake-up starts jobs early.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut ids = Vec::new();
+    for index in 0..bench.latency_jobs {
+        let submission = receipts::Submission::text(
+            "latency",
+            &format!("{tag}k{index}"),
+            "bench",
+            &format!("latency {run} {index}"),
+        );
+        let receipt = ledger
+            .accept(vec![submission])
+            .await
+            .pop()
+            .context("no result")??;
+        ids.push(receipt.projection_job_id);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let mut latencies = Vec::new();
+    for id in ids {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let job = ledger.job(id).await?.context("job vanished")?;
+            if job.state == JobState::Completed {
+                latencies.push(job.started_at.unwrap_or(job.run_at) - job.created_at);
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "latency job {id} never completed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    stop(waiting).await;
+    latencies.sort_unstable();
+    Ok(json!({
+        "benchmark": "queue",
+        "ledger": format!("PostgreSQL at {}", crate::config::redact_url(url)),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "jobs": bench.jobs,
+        "concurrency_per_worker": bench.concurrency,
+        "workers": "separate `cairn worker` processes, woken by LISTEN/NOTIFY, polling every 500 ms as the fallback",
+        "work": "no-op; claim and completion are durable (synchronous_commit = on)",
+        "throughput": throughput,
+        "enqueue_to_start_ms": {
+            "jobs": latencies.len(),
+            "p50": percentile(&latencies, 0.5) as f64 / 1000.0,
+            "p99": percentile(&latencies, 0.99) as f64 / 1000.0,
+            "max": latencies.last().copied().unwrap_or(0) as f64 / 1000.0,
+        },
+        "peer": if cfg!(feature = "peer-apalis") {
+            json!({
+                "name": "apalis 0.7.4 + apalis-sql 0.7.3 (PostgreSQL, LISTEN/NOTIFY), workers as tasks, buffer = concurrency",
+                "throughput": peer,
+                "cairn_over_peer": ratios,
+            })
+        } else {
+            json!("not measured: build with --features peer-apalis")
+        },
+    }))
+}
+
+async fn peer_throughput(
+    url: &str,
+    jobs: usize,
+    workers: usize,
+    concurrency: usize,
+) -> anyhow::Result<Option<Value>> {
+    #[cfg(feature = "peer-apalis")]
+    {
+        eprintln!("queue (PostgreSQL): the same {jobs} jobs on apalis with {workers} worker(s)");
+        super::apalis_peer::postgres_throughput(url, jobs, workers, concurrency)
+            .await
+            .map(Some)
+    }
+    #[cfg(not(feature = "peer-apalis"))]
+    {
+        let _ = (url, jobs, workers, concurrency);
+        Ok(None)
+    }
+}
