@@ -127,10 +127,23 @@ pub(crate) async fn postgres_throughput(
     concurrency: usize,
 ) -> anyhow::Result<Value> {
     use apalis_sql::postgres::PostgresStorage;
+    // apalis keeps its own migration ledger: in a schema of its own (first on its search
+    // path), apart from cairn's in the same database.
     let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    {
+        use sqlx::{ConnectOptions as _, Connection as _};
+        let mut connection = options.clone().connect().await?;
+        sqlx::query("CREATE SCHEMA IF NOT EXISTS apalis_peer")
+            .execute(&mut connection)
+            .await?;
+        connection.close().await?;
+    }
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(16)
-        .connect_with(options.options([("synchronous_commit", "on")]))
+        .connect_with(options.options([
+            ("synchronous_commit", "on"),
+            ("search_path", "apalis_peer,public"),
+        ]))
         .await?;
     PostgresStorage::setup(&pool)
         .await

@@ -177,7 +177,11 @@ impl Worker {
                 () = &mut shutdown => break,
                 () = wake => {}
                 () = tokio::time::sleep(self.config.poll_interval) => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {
+                    // Runs that ended together (their completions commit in groups) free
+                    // their slots together: one claim refills them all.
+                    while running.try_join_next().is_some() {}
+                }
             }
         }
         tracing::info!(owner = %self.config.owner, running = running.len(), "worker stopping: no new claims");

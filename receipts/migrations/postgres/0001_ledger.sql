@@ -217,34 +217,49 @@ RETURNS void LANGUAGE sql AS $$
             error_code, error_message, stage)
 $$;
 
-CREATE FUNCTION source_history() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Inserts are recorded per statement (one INSERT ... SELECT over the transition table: an
+-- acceptance wave of a thousand rows is one statement, not a thousand function calls);
+-- updates per row, and only when the column that matters changed (the WHEN clause is checked
+-- without calling the function, so heartbeats and other updates cost nothing here).
+CREATE FUNCTION sources_created() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        PERFORM history_add(true, NEW.changed_at, 'source', NEW.dataset || '/' || NEW.source_key,
-            'head_moved', NULL, NEW.head_revision_id::text, NEW.changed_by, NEW.change_cause);
-    ELSIF NEW.head_revision_id IS DISTINCT FROM OLD.head_revision_id THEN
-        PERFORM history_add(NEW.change_seq > OLD.change_seq, NEW.changed_at, 'source',
-            NEW.dataset || '/' || NEW.source_key, 'head_moved', OLD.head_revision_id::text,
-            NEW.head_revision_id::text, NEW.changed_by, NEW.change_cause);
-    END IF;
+    INSERT INTO history (at, entity, entity_id, event, from_state, to_state, actor, cause)
+    SELECT changed_at, 'source', dataset || '/' || source_key, 'head_moved', NULL,
+           head_revision_id::text, changed_by, change_cause
+    FROM new_rows;
     RETURN NULL;
 END $$;
-CREATE TRIGGER source_history AFTER INSERT OR UPDATE ON sources
-    FOR EACH ROW EXECUTE FUNCTION source_history();
+CREATE TRIGGER sources_created AFTER INSERT ON sources REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION sources_created();
+
+CREATE FUNCTION source_head_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM history_add(NEW.change_seq > OLD.change_seq, NEW.changed_at, 'source',
+        NEW.dataset || '/' || NEW.source_key, 'head_moved', OLD.head_revision_id::text,
+        NEW.head_revision_id::text, NEW.changed_by, NEW.change_cause);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER source_head_moved AFTER UPDATE ON sources FOR EACH ROW
+    WHEN (NEW.head_revision_id IS DISTINCT FROM OLD.head_revision_id)
+    EXECUTE FUNCTION source_head_moved();
 
 -- A run leaving `running` for retry_wait, dead, cancelled or quarantined, or back to pending
 -- after a lost lease, carries the job's error in its history row, and every run its stage.
-CREATE FUNCTION job_history() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION jobs_created() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO history (at, entity, entity_id, event, from_state, to_state, actor, cause)
+    SELECT changed_at, 'job', id::text, 'state', NULL, state, changed_by, change_cause
+    FROM new_rows;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_created AFTER INSERT ON jobs REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_created();
+
+CREATE FUNCTION job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    attributed boolean;
+    attributed boolean := NEW.change_seq > OLD.change_seq;
     ended_in_error boolean;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        PERFORM history_add(true, NEW.changed_at, 'job', NEW.id::text, 'state', NULL, NEW.state,
-            NEW.changed_by, NEW.change_cause);
-        RETURN NULL;
-    END IF;
-    attributed := NEW.change_seq > OLD.change_seq;
     IF NEW.state IS DISTINCT FROM OLD.state THEN
         ended_in_error := OLD.state = 'running'
             AND (NEW.state IN ('retry_wait', 'dead', 'cancelled', 'quarantined')
@@ -261,23 +276,33 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER job_history AFTER INSERT OR UPDATE ON jobs
-    FOR EACH ROW EXECUTE FUNCTION job_history();
+CREATE TRIGGER job_changed AFTER UPDATE ON jobs FOR EACH ROW
+    WHEN (NEW.state IS DISTINCT FROM OLD.state
+          OR (NEW.cancel_requested AND NOT OLD.cancel_requested))
+    EXECUTE FUNCTION job_changed();
 
-CREATE FUNCTION receipt_history() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION receipts_created() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        PERFORM history_add(true, NEW.changed_at, 'receipt', NEW.job_id || '/' || NEW.backend,
-            'state', NULL, NEW.state, NEW.changed_by, NEW.change_cause);
-    ELSIF NEW.state IS DISTINCT FROM OLD.state THEN
-        PERFORM history_add(NEW.change_seq > OLD.change_seq, NEW.changed_at, 'receipt',
-            NEW.job_id || '/' || NEW.backend, 'state', OLD.state, NEW.state, NEW.changed_by,
-            NEW.change_cause);
-    END IF;
+    INSERT INTO history (at, entity, entity_id, event, from_state, to_state, actor, cause)
+    SELECT changed_at, 'receipt', job_id || '/' || backend, 'state', NULL, state, changed_by,
+           change_cause
+    FROM new_rows;
     RETURN NULL;
 END $$;
-CREATE TRIGGER receipt_history AFTER INSERT OR UPDATE ON projection_receipts
-    FOR EACH ROW EXECUTE FUNCTION receipt_history();
+CREATE TRIGGER receipts_created AFTER INSERT ON projection_receipts
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION receipts_created();
+
+CREATE FUNCTION receipt_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM history_add(NEW.change_seq > OLD.change_seq, NEW.changed_at, 'receipt',
+        NEW.job_id || '/' || NEW.backend, 'state', OLD.state, NEW.state, NEW.changed_by,
+        NEW.change_cause);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER receipt_changed AFTER UPDATE ON projection_receipts FOR EACH ROW
+    WHEN (NEW.state IS DISTINCT FROM OLD.state)
+    EXECUTE FUNCTION receipt_changed();
 
 CREATE FUNCTION block_history() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -339,33 +364,40 @@ CREATE TRIGGER generation_history AFTER INSERT ON generations
     FOR EACH ROW EXECUTE FUNCTION generation_history();
 
 -- Job activity per minute, counted from the history as it is written (so it can never
--- disagree with the trail): the dashboard reads 60 rows, not an hour of history.
+-- disagree with the trail): the dashboard reads 60 x 16 rows, not an hour of history. Each
+-- minute is split into 16 shards picked by the writing backend's PID, so concurrent
+-- transactions (claims, completions, acceptances in many processes) do not queue on one hot
+-- row until each other's commit; readers sum the shards.
 CREATE TABLE job_minutes (
-    minute       bigint PRIMARY KEY, -- epoch minutes
-    claimed      bigint NOT NULL DEFAULT 0,
-    completed    bigint NOT NULL DEFAULT 0,
-    retried      bigint NOT NULL DEFAULT 0,
-    failed       bigint NOT NULL DEFAULT 0,
-    queued_delta bigint NOT NULL DEFAULT 0
+    minute       bigint   NOT NULL, -- epoch minutes
+    shard        smallint NOT NULL,
+    claimed      bigint   NOT NULL DEFAULT 0,
+    completed    bigint   NOT NULL DEFAULT 0,
+    retried      bigint   NOT NULL DEFAULT 0,
+    failed       bigint   NOT NULL DEFAULT 0,
+    queued_delta bigint   NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, shard)
 );
-CREATE FUNCTION job_minute_counted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION job_minutes_counted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO job_minutes AS m (minute, claimed, completed, retried, failed, queued_delta)
-    VALUES (NEW.at / 60000000,
-            (NEW.to_state = 'running')::int, (NEW.to_state = 'completed')::int,
-            (NEW.to_state = 'retry_wait')::int,
-            (coalesce(NEW.to_state IN ('dead', 'quarantined'), false))::int,
-            coalesce((NEW.to_state IN ('pending', 'retry_wait'))::int, 0)
-              - coalesce((NEW.from_state IN ('pending', 'retry_wait'))::int, 0))
-    ON CONFLICT (minute) DO UPDATE SET
+    INSERT INTO job_minutes AS m (minute, shard, claimed, completed, retried, failed, queued_delta)
+    SELECT at / 60000000, pg_backend_pid() % 16,
+           count(*) FILTER (WHERE to_state = 'running'),
+           count(*) FILTER (WHERE to_state = 'completed'),
+           count(*) FILTER (WHERE to_state = 'retry_wait'),
+           count(*) FILTER (WHERE to_state IN ('dead', 'quarantined')),
+           count(*) FILTER (WHERE to_state IN ('pending', 'retry_wait'))
+             - count(*) FILTER (WHERE from_state IN ('pending', 'retry_wait'))
+    FROM new_rows WHERE entity = 'job' AND event = 'state'
+    GROUP BY at / 60000000
+    ON CONFLICT (minute, shard) DO UPDATE SET
         claimed = m.claimed + excluded.claimed, completed = m.completed + excluded.completed,
         retried = m.retried + excluded.retried, failed = m.failed + excluded.failed,
         queued_delta = m.queued_delta + excluded.queued_delta;
     RETURN NULL;
 END $$;
-CREATE TRIGGER job_minute_counted AFTER INSERT ON history
-    FOR EACH ROW WHEN (NEW.entity = 'job' AND NEW.event = 'state')
-    EXECUTE FUNCTION job_minute_counted();
+CREATE TRIGGER job_minutes_counted AFTER INSERT ON history REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION job_minutes_counted();
 
 -- Lexical index: passages of current heads only, as byte ranges of the retained content with
 -- their `tsvector` (the text is not stored twice), under a GIN index. Acceptance replaces a
@@ -406,17 +438,19 @@ CREATE FUNCTION searchable_refresh(revision uuid) RETURNS void LANGUAGE sql AS $
     ON CONFLICT DO NOTHING;
 $$;
 
--- Only receipts entering or leaving `verified` can change the answer.
+-- Only receipts entering or leaving `verified` can change the answer (the WHEN clauses keep
+-- every other insert and update from calling the function at all).
 CREATE FUNCTION receipt_searchable() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.backend IN ('vector', 'relational')
-       AND ((TG_OP = 'INSERT' AND NEW.state = 'verified')
-            OR (TG_OP = 'UPDATE' AND (NEW.state = 'verified' OR OLD.state = 'verified')
-                AND (NEW.state IS DISTINCT FROM OLD.state
-                     OR NEW.generation IS DISTINCT FROM OLD.generation))) THEN
-        PERFORM searchable_refresh(j.revision_id) FROM jobs j WHERE j.id = NEW.job_id;
-    END IF;
+    PERFORM searchable_refresh(j.revision_id) FROM jobs j WHERE j.id = NEW.job_id;
     RETURN NULL;
 END $$;
-CREATE TRIGGER receipt_searchable AFTER INSERT OR UPDATE OF state, generation
-    ON projection_receipts FOR EACH ROW EXECUTE FUNCTION receipt_searchable();
+CREATE TRIGGER receipt_searchable_created AFTER INSERT ON projection_receipts FOR EACH ROW
+    WHEN (NEW.backend IN ('vector', 'relational') AND NEW.state = 'verified')
+    EXECUTE FUNCTION receipt_searchable();
+CREATE TRIGGER receipt_searchable_changed AFTER UPDATE ON projection_receipts FOR EACH ROW
+    WHEN (NEW.backend IN ('vector', 'relational')
+          AND (NEW.state = 'verified' OR OLD.state = 'verified')
+          AND (NEW.state IS DISTINCT FROM OLD.state
+               OR NEW.generation IS DISTINCT FROM OLD.generation))
+    EXECUTE FUNCTION receipt_searchable();

@@ -1,13 +1,18 @@
-//! Acceptance on PostgreSQL: one transaction per call. It locks the submissions' sources
+//! Acceptance on PostgreSQL. Callers hand their prepared submissions to a few committer tasks;
+//! each takes whatever is queued (up to `max_wave` submissions) and commits it in one
+//! transaction (group commit: concurrent requests share the transaction's statements and its
+//! WAL flush), then answers every caller. A transaction locks the submissions' sources
 //! (transaction-scoped advisory locks, taken in key order in one statement, so concurrent
 //! batches never deadlock and a later submission for a source sees the earlier one's head),
 //! then decides and writes in waves in which no two items share a source, each wave inside a
 //! savepoint. The receipt is returned only after `COMMIT` (with `synchronous_commit = on`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::PostgresLedger;
@@ -29,10 +34,87 @@ fn source_lock(dataset: &str, source_key: &str) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
+/// Prepared submissions and where their answers go.
+pub(super) type AcceptRequest = (
+    Vec<Prepared>,
+    oneshot::Sender<Result<Vec<Result<Acceptance>>>>,
+);
+
+/// A committer: takes everything queued (up to `max_wave` submissions), commits it in one
+/// transaction and answers each caller with its own items' results. Stops when every sender
+/// is gone.
+pub(super) async fn commit_acceptances(
+    ledger: PostgresLedger,
+    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<AcceptRequest>>>,
+) {
+    let limit = ledger.options.max_wave.max(1);
+    loop {
+        let group = {
+            let mut receiver = receiver.lock().await;
+            let Some(first) = receiver.recv().await else {
+                break;
+            };
+            let mut weight = first.0.len();
+            let mut group = vec![first];
+            while weight < limit {
+                match receiver.try_recv() {
+                    Ok(request) => {
+                        weight += request.0.len();
+                        group.push(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            group
+        };
+        let mut items = Vec::new();
+        let mut shapes = Vec::with_capacity(group.len());
+        for (prepared, reply) in group {
+            shapes.push((prepared.len(), reply));
+            items.extend(prepared);
+        }
+        let submissions = items.len();
+        let requests = shapes.len();
+        let started = std::time::Instant::now();
+        match ledger.accept_prepared(items).await {
+            Ok(results) => {
+                let mut results = results.into_iter();
+                for (count, reply) in shapes {
+                    let _ = reply.send(Ok(results.by_ref().take(count).collect()));
+                }
+            }
+            Err(error) => {
+                for (_, reply) in shapes {
+                    let _ = reply.send(Err(error.replicate()));
+                }
+            }
+        }
+        tracing::debug!(
+            requests,
+            submissions,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "ledger group commit"
+        );
+    }
+}
+
 #[async_trait]
 impl Acceptor for PostgresLedger {
     async fn accept(&self, submissions: Vec<Submission>) -> Vec<Result<Acceptance>> {
-        acceptance::accept_with(submissions, |prepared| self.accept_prepared(prepared)).await
+        acceptance::accept_with(submissions, |prepared| async move {
+            let Some(sender) = &self.accepts else {
+                return self.accept_prepared(prepared).await;
+            };
+            let (reply, answer) = oneshot::channel();
+            sender
+                .send((prepared, reply))
+                .await
+                .map_err(|_| LedgerError::Unavailable("the ledger's committers stopped".into()))?;
+            answer.await.map_err(|_| {
+                LedgerError::Unavailable("the ledger's committer stopped mid-write".into())
+            })?
+        })
+        .await
     }
 
     async fn block_content(&self, block: ContentBlock) -> Result<()> {

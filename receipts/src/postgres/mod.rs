@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Row};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::clock::{Clock, Micros};
@@ -74,8 +75,11 @@ pub struct PostgresOptions {
     pub acquire_timeout: Duration,
     /// Lease, retry and quarantine policy of each job kind.
     pub job_policies: JobPolicies,
-    /// Most submissions written in one acceptance wave.
+    /// Most submissions written in one acceptance wave, and in one group commit.
     pub max_wave: usize,
+    /// Tasks that commit acceptances: each takes whatever acceptances are queued and commits
+    /// them in one transaction (group commit) while the others gather the next group.
+    pub committers: usize,
 }
 
 impl PostgresOptions {
@@ -88,6 +92,7 @@ impl PostgresOptions {
             acquire_timeout: Duration::from_secs(3),
             job_policies: JobPolicies::default(),
             max_wave: policy::DEFAULT_MAX_GROUP,
+            committers: 4,
         }
     }
 }
@@ -102,6 +107,10 @@ pub struct PostgresLedger {
     options: Arc<PostgresOptions>,
     /// The job policies as the JSON the SQL reads (`jsonb_to_recordset`).
     policies_json: Arc<str>,
+    /// Hands acceptances to the committers (`None` in a committer's own copy).
+    accepts: Option<mpsc::Sender<acceptance::AcceptRequest>>,
+    /// Hands completions to the completer (`None` in the completer's own copy).
+    completions: Option<mpsc::Sender<leases::CompleteRequest>>,
     /// Stops the listener when the last clone of the ledger is dropped.
     _listener: Arc<ListenerGuard>,
 }
@@ -198,15 +207,33 @@ impl PostgresLedger {
             .collect();
         let work_signal = Arc::new(tokio::sync::Notify::new());
         let listener = tokio::spawn(listen(pool.clone(), work_signal.clone()));
-        Ok(Self {
+        let committers = options.committers.max(1);
+        let mut ledger = Self {
             pool,
             clock,
             faults,
             work_signal,
             policies_json: serde_json::Value::from(policies).to_string().into(),
             options: Arc::new(options),
+            accepts: None,
+            completions: None,
             _listener: Arc::new(ListenerGuard(listener)),
-        })
+        };
+        // The committers hold copies without a sender: when the last caller's copy is
+        // dropped the channel closes and they stop.
+        let (sender, receiver) = mpsc::channel(4096);
+        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+        for _ in 0..committers {
+            tokio::spawn(acceptance::commit_acceptances(
+                ledger.clone(),
+                receiver.clone(),
+            ));
+        }
+        let (completions, completing) = mpsc::channel(4096);
+        tokio::spawn(leases::complete_queued(ledger.clone(), completing));
+        ledger.accepts = Some(sender);
+        ledger.completions = Some(completions);
+        Ok(ledger)
     }
 
     /// The connection pool, for SQL that tests and tools run against the same database.

@@ -96,8 +96,10 @@ impl Operations for PostgresLedger {
             .collect();
         let mut queued_delta = vec![0i64; buckets.len()];
         let rows = sqlx::query(
-            "SELECT minute, claimed, completed, retried, failed, queued_delta FROM job_minutes \
-             WHERE minute BETWEEN $1 AND $2",
+            "SELECT minute, sum(claimed)::bigint AS claimed, sum(completed)::bigint AS completed, \
+               sum(retried)::bigint AS retried, sum(failed)::bigint AS failed, \
+               sum(queued_delta)::bigint AS queued_delta \
+             FROM job_minutes WHERE minute BETWEEN $1 AND $2 GROUP BY minute",
         )
         .bind(first)
         .bind(last)
