@@ -17,11 +17,12 @@ use crate::model::{
 };
 use crate::passages;
 
-/// The query's words as a `tsquery` source: `w1 | w2 | ...`. Words are letters and digits
-/// only ([`passages::query_words`]), so no query syntax reaches `to_tsquery`.
+/// The query's words as plain text for `to_tsvector` (letters and digits only,
+/// [`passages::query_words`]): the server stems them as it stemmed the passages, and no
+/// query syntax reaches it.
 fn ts_query(text: &str) -> Option<String> {
     let words = passages::query_words(text);
-    (!words.is_empty()).then(|| words.join(" | "))
+    (!words.is_empty()).then(|| words.join(" "))
 }
 
 /// SQLSTATE `query_canceled`: a statement ended by `statement_timeout`.
@@ -163,14 +164,43 @@ impl Reader for PostgresLedger {
              FROM pg_sleep(3600) WHERE $1 <> '' AND $2::text[] IS NOT NULL AND $3 > 0"
         } else {
             // Rank first (ids and byte ranges), then cut the text of the page only.
-            "WITH q AS (SELECT to_tsquery('english', $1) AS query), \
+            // BM25 (k1 = 1.2, b = 0.75), as FTS5 ranks on SQLite: the query's stems, each
+            // stem's document frequency counted from the GIN index, the collection size from
+            // the planner's statistics (counted when the table was never analysed), term
+            // frequencies from the matching passages' `tsvector` positions, and the length
+            // normalised by the matching passages' mean length. Rank first (ids and byte
+            // ranges), then cut the text of the page only.
+            "WITH terms AS MATERIALIZED ( \
+               SELECT DISTINCT t.lexeme, quote_literal(t.lexeme)::tsquery AS query \
+               FROM unnest(to_tsvector('english', $1)) AS t), \
+             everything AS ( \
+               SELECT greatest(coalesce((SELECT reltuples FROM pg_class \
+                 WHERE oid = 'passages'::regclass AND reltuples > 0), \
+                 (SELECT count(*) FROM passages)), 1)::float8 AS n), \
+             weights AS MATERIALIZED ( \
+               SELECT terms.lexeme, \
+                 ln(1 + (greatest(everything.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf \
+               FROM terms CROSS JOIN everything CROSS JOIN LATERAL ( \
+                 SELECT count(*)::float8 AS n FROM passages p WHERE p.words @@ terms.query) df), \
+             matched AS MATERIALIZED ( \
+               SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
+                 p.byte_start, p.byte_end, p.words, length(p.words)::float8 AS dl \
+               FROM passages p \
+               WHERE p.words @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM terms) \
+                 AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2))), \
+             mean AS MATERIALIZED (SELECT greatest(avg(dl), 1) AS dl FROM matched), \
              ranked AS ( \
-               SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.byte_start, \
-                 p.byte_end, ts_rank(p.words, q.query, 1) AS rank \
-               FROM passages p, q \
-               WHERE p.words @@ q.query \
-                 AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2)) \
-               ORDER BY rank DESC LIMIT $3) \
+               SELECT m.dataset, m.source_key, m.revision_id, m.passage_index, m.byte_start, \
+                 m.byte_end, \
+                 sum(w.idf * (tf.n * 2.2) / (tf.n + 1.2 * (0.25 + 0.75 * m.dl / mean.dl))) AS rank \
+               FROM matched m CROSS JOIN mean \
+               CROSS JOIN LATERAL ( \
+                 SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS n \
+                 FROM unnest(m.words) AS u) tf \
+               JOIN weights w ON w.lexeme = tf.lexeme \
+               GROUP BY m.id, m.dataset, m.source_key, m.revision_id, m.passage_index, \
+                 m.byte_start, m.byte_end \
+               ORDER BY rank DESC, m.id LIMIT $3) \
              SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
                convert_from(substring(c.bytes FROM k.byte_start::int + 1 \
                  FOR (k.byte_end - k.byte_start)::int), 'UTF8') AS text, \
@@ -180,7 +210,7 @@ impl Reader for PostgresLedger {
                AND s.head_revision_id = k.revision_id \
              JOIN revisions r ON r.id = k.revision_id \
              JOIN contents c ON c.sha256 = r.content_sha256 \
-             ORDER BY k.rank DESC"
+             ORDER BY k.rank DESC, k.dataset, k.source_key"
         };
         let result = sqlx::query(sql)
             .bind(&words)
