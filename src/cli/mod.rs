@@ -2,6 +2,7 @@
 //! (`ingest`, `search`, `status`, `ops`), and `cairn token` on a data directory.
 
 pub mod client;
+pub mod commands;
 pub mod ops;
 pub mod tokens;
 

@@ -1,0 +1,942 @@
+//! The commands of the `cairn` binary: each one's flags (a clap `Args` struct) and what it
+//! does (`run`). `main.rs` lists them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use crate::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
+
+/// Where the client finds the server and its token.
+#[derive(Debug, clap::Args)]
+struct ClientArgs {
+    /// Base URL of the cairn server.
+    #[arg(long, global = true, env = "CAIRN_SERVER", default_value_t = format!("http://{DEFAULT_BIND}"))]
+    server: String,
+    /// Bearer token (default: the admin token in --data-dir).
+    #[arg(long, global = true, env = "CAIRN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The server's data directory, to read its admin.token.
+    #[arg(long, global = true, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+}
+
+/// Filters shared by the ops listings and bulk actions.
+#[derive(Debug, Clone, clap::Args)]
+struct OpsFilter {
+    /// Only this dataset.
+    #[arg(long)]
+    dataset: Option<String>,
+    /// Only jobs whose last error has this code.
+    #[arg(long)]
+    error_code: Option<String>,
+    /// Only these states (comma-separated).
+    #[arg(long)]
+    state: Option<String>,
+    /// Source key text, or a job or revision id.
+    #[arg(long)]
+    query: Option<String>,
+}
+
+impl From<OpsFilter> for crate::cli::ops::Filter {
+    fn from(filter: OpsFilter) -> Self {
+        Self {
+            dataset: filter.dataset,
+            error_code: filter.error_code,
+            state: filter.state,
+            q: filter.query,
+        }
+    }
+}
+
+/// One job by id, or every job matching the filters.
+#[derive(Debug, Clone, clap::Args)]
+struct OpsAction {
+    /// Job id (omit to act by filter).
+    id: Option<String>,
+    #[command(flatten)]
+    filter: OpsFilter,
+    /// Why (recorded in history).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Act on every match (without it a bulk action only lists the candidates).
+    #[arg(long)]
+    yes: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum OpsCommand {
+    /// Queue depth, throughput, latency percentiles, lease health, pauses.
+    Status,
+    /// Running jobs with their worker, stage, lease and heartbeat.
+    Leases {
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Most rows.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Jobs waiting to retry: when, the rule that set it, every error so far.
+    Retries {
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Most rows.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Dead, quarantined and cancelled jobs with the reason.
+    Dead {
+        #[command(flatten)]
+        filter: OpsFilter,
+        /// Most rows.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One job: history, receipts with read-back evidence, the revision chain.
+    Job {
+        /// Job id.
+        id: String,
+    },
+    /// Requeue one job, or (without an id) every dead/quarantined/cancelled job matching the
+    /// filters: a dry run unless --yes.
+    Requeue(OpsAction),
+    /// Cancel one job, or (without an id) every waiting or running job matching the filters:
+    /// a dry run unless --yes.
+    Cancel(OpsAction),
+    /// Stop claiming (one dataset, or all).
+    Pause {
+        /// Dataset (default: every dataset).
+        #[arg(long)]
+        dataset: Option<String>,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Claim again.
+    Resume {
+        /// Dataset (default: the pause of every dataset).
+        #[arg(long)]
+        dataset: Option<String>,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token and print its secret (shown once).
+    Create {
+        /// Name, recorded as the actor `token:<name>`.
+        #[arg(long)]
+        name: String,
+        /// Scopes: ingest, search, ops:read, ops:write, admin.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// Limit the token to these datasets (repeatable).
+        #[arg(long = "dataset")]
+        datasets: Vec<String>,
+        /// Lifetime: 90d, 12h, 30m, 45s (default: no expiry).
+        #[arg(long)]
+        expires_in: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List tokens: id, name, state, scopes, datasets, expiry (never a secret).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a token: it stops working at once, in every process.
+    Revoke {
+        /// Token id (`cairn token list`).
+        id: String,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Replace a token's secret (same name, scopes, datasets); print the new one (shown once).
+    Rotate {
+        /// Token id (`cairn token list`).
+        id: String,
+        /// Why (recorded in history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The new token's lifetime (default: the old one's, counted from now).
+        #[arg(long)]
+        expires_in: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// Where the ledger is, for commands that open it directly.
+#[derive(Debug, Clone, clap::Args)]
+struct StoreArgs {
+    /// Data directory (the embedded SQLite ledger, and the admin token).
+    #[arg(long, env = "CAIRN_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// PostgreSQL ledger URL (`postgres://user@host:port/db`; also `CAIRN_LEDGER_URL`).
+    #[arg(long)]
+    ledger: Option<String>,
+}
+
+impl TokenCommand {
+    fn store(&self) -> &StoreArgs {
+        match self {
+            TokenCommand::Create { store, .. }
+            | TokenCommand::List { store, .. }
+            | TokenCommand::Revoke { store, .. }
+            | TokenCommand::Rotate { store, .. } => store,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// nDCG@10 and recall@100 of every mode on a BEIR data set, on a temporary cairn.
+    Beir {
+        /// The data set's directory (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv).
+        directory: PathBuf,
+        /// The qrels split.
+        #[arg(long, default_value = "train")]
+        split: String,
+        /// Use only the first N documents (0: all); keeps the queries they fully cover.
+        #[arg(long, default_value_t = 0)]
+        limit_docs: usize,
+        /// Then supersede 20% and delete 10% of the documents and evaluate again.
+        #[arg(long)]
+        churn: bool,
+        /// Budget per search in milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        budget_ms: u64,
+        /// Modes to evaluate (comma-separated); `lexical` alone skips projection.
+        #[arg(long, value_delimiter = ',', default_values_t = ["vector".to_owned(), "lexical".to_owned(), "auto".to_owned()])]
+        modes: Vec<String>,
+        /// Keep the data in this directory (and reuse an earlier run's) instead of a
+        /// temporary one.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// TOML configuration file (projection and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "eval-beir.json")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// No-op jobs claimed and completed per second with 1, 2 and 4 workers, and
+    /// enqueue-to-start latency.
+    Queue {
+        /// Jobs per throughput scenario.
+        #[arg(long, default_value_t = 5000)]
+        jobs: usize,
+        /// Jobs accepted one by one for the latency scenario.
+        #[arg(long, default_value_t = 300)]
+        latency_jobs: usize,
+        /// Jobs each worker runs at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Worker counts to measure (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4])]
+        workers: Vec<usize>,
+        /// Measure a PostgreSQL ledger, with workers as separate `cairn worker` processes.
+        #[arg(long)]
+        ledger: Option<String>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-queue.json")]
+        out: PathBuf,
+    },
+    /// Projection throughput (accepted to verified) against the raw embedder on the same
+    /// chunks, qdrant-edge upsert rate and peak RSS.
+    Project {
+        /// A BEIR corpus.jsonl.
+        #[arg(long, default_value = "../shared/eval/scifact/corpus.jsonl")]
+        corpus: PathBuf,
+        /// Documents to project (from the start of the corpus).
+        #[arg(long, default_value_t = 400)]
+        docs: usize,
+        /// Workers.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Jobs each worker runs at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// TOML configuration file (projection settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-project.json")]
+        out: PathBuf,
+    },
+    /// Search latency per mode at each corpus size, against the raw embedder plus a bare
+    /// qdrant-edge search.
+    Search {
+        /// Corpus sizes in chunks (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
+        sizes: Vec<usize>,
+        /// Queries per mode (the overhead is a difference of two p50s of ~13 ms series, so
+        /// it needs several hundred samples; it still moves by about 0.25 ms between runs).
+        #[arg(long, default_value_t = 500)]
+        queries: usize,
+        /// Results per query.
+        #[arg(long, default_value_t = 10)]
+        top_k: usize,
+        /// Keep each loaded corpus under DIR/SIZE and reuse it on the next run (default: a
+        /// temporary directory per size).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// TOML configuration file (model and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-search.json")]
+        out: PathBuf,
+    },
+    /// Durable receipts per second through the API against a raw sqlx loop.
+    Accept {
+        /// Measure a PostgreSQL ledger (a database of its own) instead of SQLite.
+        #[arg(long)]
+        ledger: Option<String>,
+        /// Documents per round for the single-document scenarios.
+        #[arg(long, default_value_t = 1000)]
+        docs: usize,
+        /// Documents per round for the batch scenarios (multiple of 1000).
+        #[arg(long, default_value_t = 5000)]
+        batch_docs: usize,
+        /// Rounds; every scenario runs once per round and reports its median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-accept.json")]
+        out: PathBuf,
+    },
+}
+
+/// Run the API (and, with workers.count > 0, the workers) on the embedded SQLite ledger in
+/// --data-dir, or on a PostgreSQL ledger with --ledger.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Data directory (SQLite ledger, vector shard, admin token).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// PostgreSQL ledger URL (also `CAIRN_LEDGER_URL`, `ledger.url`).
+    #[arg(long)]
+    ledger: Option<String>,
+    /// Address to listen on.
+    #[arg(long)]
+    bind: Option<String>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let ServeArgs {
+            data_dir,
+            ledger,
+            bind,
+            config,
+        } = self;
+        let config = Config::load(
+            &Overrides {
+                data_dir,
+                bind,
+                config_file: config,
+                ledger_url: ledger,
+            },
+            env,
+        )?;
+        let shutdown = crate::shutdown_signal();
+        crate::serve(config, shutdown).await?;
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Run projection workers on the data directory in a process of their own (for a data
+/// directory whose `cairn serve` runs with workers.count = 0, or none running: one process
+/// owns the embedded vector store).
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// Data directory (the server's, with the embedded ledger; the vector shard).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// PostgreSQL ledger URL: workers on any machine share it (also `CAIRN_LEDGER_URL`).
+    #[arg(long)]
+    ledger: Option<String>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Lease owner name (default: host-pid).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Fault-injection setting for tests of the job lifecycle: instead of projecting, every
+    /// job sleeps this many milliseconds and completes.
+    #[arg(long, hide = true)]
+    simulate_work_ms: Option<u64>,
+}
+
+impl WorkerArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let WorkerArgs {
+            data_dir,
+            ledger,
+            config,
+            concurrency,
+            owner,
+            simulate_work_ms,
+        } = self;
+        let config = Config::load(
+            &Overrides {
+                data_dir,
+                bind: None,
+                config_file: config,
+                ledger_url: ledger,
+            },
+            env,
+        )?;
+        // Signals are handled from here on, through the model's loading.
+        let shutdown = crate::shutdown_signal();
+        crate::datadir::prepare(&config.data_dir)?;
+        let ledger = crate::open_ledger(&config).await?;
+        let owner = owner.unwrap_or_else(|| crate::worker_owner("worker"));
+        let mut worker_config = worker::WorkerConfig::new(owner.clone());
+        worker_config.concurrency = concurrency.max(1);
+        let mut projection = None;
+        let (work, what): (std::sync::Arc<dyn worker::Work>, String) = match simulate_work_ms {
+            Some(delay) => (
+                std::sync::Arc::new(crate::SimulatedWork(std::time::Duration::from_millis(
+                    delay,
+                ))),
+                format!("simulated work of {delay} ms per job"),
+            ),
+            None => {
+                let opened = crate::projection::open_projection(&config, ledger.clone()).await?;
+                let projector = opened.projector.clone();
+                projection = Some(opened);
+                (
+                    projector,
+                    format!(
+                        "projection, generation {}",
+                        crate::projection::generation(&config).id
+                    ),
+                )
+            }
+        };
+        println!(
+            "worker {owner} running ({what}) on the ledger {}, backends {}",
+            config.ledger_description(),
+            config
+                .backends
+                .iter()
+                .map(|backend| backend.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        worker::Worker::new(ledger, work, worker_config)
+            .run(shutdown)
+            .await;
+        if let Some(projection) = projection {
+            projection.close().await?;
+        }
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Send files and folders to cairn through the batch API.
+#[derive(Debug, clap::Args)]
+pub struct IngestArgs {
+    /// Files or folders (walked recursively; the source key is the path inside the folder).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Dataset to ingest into.
+    #[arg(long)]
+    dataset: String,
+    /// Items per batch request.
+    #[arg(long, default_value_t = 200)]
+    batch_size: usize,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+impl IngestArgs {
+    /// Runs the command.
+    pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let IngestArgs {
+            paths,
+            dataset,
+            batch_size,
+            quiet,
+            client,
+        } = self;
+        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
+        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let summary = crate::cli::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
+        crate::cli::client::print_summary(&summary);
+        if !summary.rejected.is_empty() {
+            return Ok(ExitCode::from(2));
+        }
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Search current revisions (vector and lexical, fused) and print a table.
+#[derive(Debug, clap::Args)]
+pub struct SearchArgs {
+    /// The query text.
+    query: String,
+    /// Datasets to search (repeat; default: every dataset the token may read).
+    #[arg(long = "dataset")]
+    datasets: Vec<String>,
+    /// Results wanted (1-100).
+    #[arg(long, default_value_t = 10)]
+    top_k: u32,
+    /// Time budget in milliseconds (default: the server's).
+    #[arg(long)]
+    budget_ms: Option<u64>,
+    /// auto, vector or lexical.
+    #[arg(long, default_value = "auto")]
+    mode: String,
+    /// One result per passage instead of one per source.
+    #[arg(long)]
+    all_passages: bool,
+    /// Print the server's JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+impl SearchArgs {
+    /// Runs the command.
+    pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let SearchArgs {
+            query,
+            datasets,
+            top_k,
+            budget_ms,
+            mode,
+            all_passages,
+            json,
+            client,
+        } = self;
+        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
+        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let mut body = serde_json::json!({
+            "query": query,
+            "top_k": top_k,
+            "mode": mode,
+            "group_by_source": !all_passages,
+        });
+        if !datasets.is_empty() {
+            body["datasets"] = serde_json::json!(datasets);
+        }
+        if let Some(budget_ms) = budget_ms {
+            body["budget_ms"] = serde_json::json!(budget_ms);
+        }
+        crate::cli::client::search(&api, &body, json).await?;
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Operations: what is running, retrying, dead; requeue, cancel, pause, resume.
+#[derive(Debug, clap::Args)]
+pub struct OpsArgs {
+    #[command(subcommand)]
+    command: OpsCommand,
+    /// Print the server's JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+impl OpsArgs {
+    /// Runs the command.
+    pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let OpsArgs {
+            command,
+            json,
+            client,
+        } = self;
+        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
+        let api = crate::cli::client::Client::new(&client.server, token)?;
+        run_ops(&api, command, json).await?;
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Server health and counts.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+impl StatusArgs {
+    /// Runs the command.
+    pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let StatusArgs { json, client } = self;
+        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
+        let api = crate::cli::client::Client::new(&client.server, token)?;
+        crate::cli::client::status(&api, json).await?;
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Block exact content (by SHA-256) in a dataset.
+#[derive(Debug, clap::Args)]
+pub struct BlockArgs {
+    /// Dataset.
+    #[arg(long)]
+    dataset: String,
+    /// SHA-256 of the content, 64 hex digits.
+    #[arg(long)]
+    sha256: String,
+    /// Why (recorded in history).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+impl BlockArgs {
+    /// Runs the command.
+    pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let BlockArgs {
+            dataset,
+            sha256,
+            reason,
+            client,
+        } = self;
+        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
+        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let body =
+            serde_json::json!({ "dataset": dataset, "content_sha256": sha256, "reason": reason });
+        let (status, answer) = api.post("/v1/blocks", &body).await?;
+        if status != 201 {
+            anyhow::bail!("HTTP {status}: {answer}");
+        }
+        println!("blocked {sha256} in dataset {dataset}");
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Manage API tokens (works on the data directory directly).
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+}
+
+impl TokenArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let TokenArgs { command } = self;
+        let overrides = Overrides {
+            data_dir: Some(command.store().data_dir.clone()),
+            ledger_url: command.store().ledger.clone(),
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides, env)?;
+        let ledger = crate::open_ledger(&config).await?;
+        let actor = format!("cli:{}", whoami());
+        match command {
+            TokenCommand::Create {
+                name,
+                scopes,
+                datasets,
+                expires_in,
+                ..
+            } => {
+                crate::cli::tokens::create(
+                    ledger.as_ref(),
+                    actor,
+                    name,
+                    &scopes,
+                    datasets,
+                    expires_in.as_deref(),
+                )
+                .await?
+            }
+            TokenCommand::List { json, .. } => {
+                crate::cli::tokens::list(ledger.as_ref(), json).await?
+            }
+            TokenCommand::Revoke { id, reason, .. } => {
+                crate::cli::tokens::revoke(ledger.as_ref(), actor, &id, reason).await?
+            }
+            TokenCommand::Rotate {
+                id,
+                reason,
+                expires_in,
+                ..
+            } => {
+                crate::cli::tokens::rotate(
+                    ledger.as_ref(),
+                    actor,
+                    &id,
+                    reason,
+                    expires_in.as_deref(),
+                )
+                .await?
+            }
+        }
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Retrieval quality through the API.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    command: EvalCommand,
+}
+
+impl EvalArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let EvalArgs {
+            command:
+                EvalCommand::Beir {
+                    directory,
+                    split,
+                    limit_docs,
+                    churn,
+                    budget_ms,
+                    modes,
+                    data_dir,
+                    config,
+                    out,
+                },
+        } = self;
+        let config = file_config(config, env)?;
+        let report = crate::eval::beir(
+            &config,
+            crate::eval::BeirEval {
+                directory,
+                split,
+                limit_docs,
+                churn,
+                budget_ms,
+                modes,
+                data_dir,
+            },
+        )
+        .await?;
+        write_report(&out, &report)?;
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Apply the ledger's migrations and say what was done (`serve` and `worker` also run
+/// them at start).
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+impl MigrateArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        let MigrateArgs { store } = self;
+        let overrides = Overrides {
+            data_dir: Some(store.data_dir),
+            ledger_url: store.ledger,
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides, env)?;
+        crate::cli::migrate(&config).await?;
+
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Benchmarks that write JSON.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+impl BenchArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        match self.command {
+            BenchCommand::Queue {
+                jobs,
+                latency_jobs,
+                concurrency,
+                workers,
+                ledger,
+                out,
+            } => {
+                let report = crate::bench::queue(crate::bench::QueueBench {
+                    jobs,
+                    latency_jobs,
+                    concurrency: concurrency.max(1),
+                    worker_counts: workers,
+                    ledger_url: ledger.or_else(|| env.get("CAIRN_LEDGER_URL").cloned()),
+                })
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Search {
+                sizes,
+                queries,
+                top_k,
+                data_dir,
+                config,
+                out,
+            } => {
+                let config = file_config(config, env)?;
+                let report = crate::bench::search(
+                    &config,
+                    crate::bench::SearchBench {
+                        sizes,
+                        queries: queries.max(1),
+                        top_k: top_k.clamp(1, search::MAX_TOP_K),
+                        data_dir,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Project {
+                corpus,
+                docs,
+                workers,
+                concurrency,
+                config,
+                out,
+            } => {
+                let config = file_config(config, env)?;
+                let report = crate::bench::project(
+                    &config,
+                    crate::bench::ProjectBench {
+                        corpus,
+                        docs,
+                        workers: workers.max(1),
+                        concurrency: concurrency.max(1),
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Accept {
+                docs,
+                batch_docs,
+                rounds,
+                ledger,
+                out,
+            } => {
+                let ledger = ledger.or_else(|| env.get("CAIRN_LEDGER_URL").cloned());
+                let report = crate::bench::accept(docs, batch_docs, rounds, ledger).await?;
+                write_report(&out, &report)?;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Writes a benchmark's JSON report to `out` and prints it.
+/// The configuration of a command that takes only `--config` (benchmarks, evaluation).
+fn file_config(
+    config_file: Option<PathBuf>,
+    env: &HashMap<String, String>,
+) -> anyhow::Result<Config> {
+    Config::load(
+        &Overrides {
+            config_file,
+            ..Overrides::default()
+        },
+        env,
+    )
+}
+
+fn write_report(out: &std::path::Path, report: &serde_json::Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    std::fs::write(out, &text).with_context(|| format!("writing {}", out.display()))?;
+    println!("{text}");
+    eprintln!("written to {}", out.display());
+    Ok(())
+}
+
+fn whoami() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+async fn run_ops(
+    api: &crate::cli::client::Client,
+    command: OpsCommand,
+    json: bool,
+) -> anyhow::Result<()> {
+    use crate::cli::ops::{self as ops_cli, Target};
+    async fn act(
+        api: &crate::cli::client::Client,
+        name: &str,
+        action: OpsAction,
+        json: bool,
+    ) -> anyhow::Result<()> {
+        let target = match action.id {
+            Some(id) => Target::Job(id),
+            None => Target::Matching(action.filter.into()),
+        };
+        ops_cli::act(api, name, target, action.reason, action.yes, json).await
+    }
+    match command {
+        OpsCommand::Status => ops_cli::status(api, json).await,
+        OpsCommand::Leases { filter, limit } => {
+            ops_cli::leases(api, &filter.into(), limit, json).await
+        }
+        OpsCommand::Retries { filter, limit } => {
+            ops_cli::retries(api, &filter.into(), limit, json).await
+        }
+        OpsCommand::Dead { filter, limit } => ops_cli::dead(api, &filter.into(), limit, json).await,
+        OpsCommand::Job { id } => ops_cli::job(api, &id, json).await,
+        OpsCommand::Requeue(action) => act(api, "requeue", action, json).await,
+        OpsCommand::Cancel(action) => act(api, "cancel", action, json).await,
+        OpsCommand::Pause { dataset, reason } => {
+            ops_cli::pause(api, "pause", dataset, reason, json).await
+        }
+        OpsCommand::Resume { dataset, reason } => {
+            ops_cli::pause(api, "resume", dataset, reason, json).await
+        }
+    }
+}
