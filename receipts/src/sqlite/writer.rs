@@ -394,8 +394,14 @@ impl Writer {
         }
         let rows = staged.rows;
         if !rows.is_empty() {
-            self.write_wave(&rows, &staged.passages, &staged.contents, now)
-                .await?;
+            self.write_wave(
+                &rows,
+                &staged.passages,
+                &staged.contents,
+                &staged.bytes,
+                now,
+            )
+            .await?;
         }
 
         Ok(wave
@@ -493,7 +499,8 @@ impl Writer {
         &mut self,
         rows: &[serde_json::Value],
         passages: &[[usize; 4]],
-        contents: &[(String, usize, String)],
+        contents: &[(String, usize, usize)],
+        bytes: &[u8],
         now: Micros,
     ) -> Result<()> {
         let backends: Vec<&str> = self
@@ -507,6 +514,7 @@ impl Writer {
             rows: json_text(rows),
             passages: json_text(passages),
             contents: json_text(contents),
+            bytes,
             backends: json_text(&backends),
         };
         if !self.faults.armed() {
@@ -536,7 +544,7 @@ impl Writer {
     }
 
     /// The same steps as the `accept_wave` trigger, one call each, with the fault points.
-    async fn write_wave_step_by_step(&mut self, parameters: &WaveParameters) -> Result<()> {
+    async fn write_wave_step_by_step(&mut self, parameters: &WaveParameters<'_>) -> Result<()> {
         parameters
             .bind(sqlx::query(steps::PARAMS))
             .bind(0_i64)
@@ -597,16 +605,19 @@ pub(crate) mod steps {
 }
 
 /// Parameters of `accept_params.sql`: `?1` now, `?2` wave rows, `?3` passage offsets, `?4`
-/// contents, `?5` backends (`?6`, run every step, is bound by the caller).
-pub(super) struct WaveParameters {
+/// contents as `[sha256, byte_length, offset]`, `?5` backends, `?6` every content's bytes
+/// end to end (one blob: no hex, no JSON string to parse) (`?7`, run every step, is bound by
+/// the caller).
+pub(super) struct WaveParameters<'a> {
     now: Micros,
     rows: String,
     passages: String,
     contents: String,
     backends: String,
+    bytes: &'a [u8],
 }
 
-impl WaveParameters {
+impl WaveParameters<'_> {
     fn bind<'q>(
         &'q self,
         query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
@@ -617,6 +628,7 @@ impl WaveParameters {
             .bind(self.passages.as_str())
             .bind(self.contents.as_str())
             .bind(self.backends.as_str())
+            .bind(self.bytes)
     }
 }
 
@@ -627,8 +639,10 @@ pub(super) struct Staged {
     rows: Vec<serde_json::Value>,
     /// `[position, passage_index, byte_start, byte_end]` per passage.
     passages: Vec<[usize; 4]>,
-    /// `(sha256, byte_length, hex bytes)` per content.
-    contents: Vec<(String, usize, String)>,
+    /// `(sha256, byte_length, offset in bytes)` per content.
+    contents: Vec<(String, usize, usize)>,
+    /// Every content's bytes, end to end.
+    bytes: Vec<u8>,
 }
 
 impl Staged {
@@ -649,11 +663,9 @@ impl Staged {
                     self.passages
                         .push([position, index, passage.byte_start, passage.byte_end]);
                 }
-                self.contents.push((
-                    sha256.clone(),
-                    document.bytes.len(),
-                    ids::to_hex(&document.bytes),
-                ));
+                self.contents
+                    .push((sha256.clone(), document.bytes.len(), self.bytes.len()));
+                self.bytes.extend_from_slice(&document.bytes);
                 (
                     Some(sha256.as_str()),
                     document.bytes.len(),

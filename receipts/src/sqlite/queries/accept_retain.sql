@@ -14,5 +14,7 @@ FROM json_each((SELECT rows FROM wave_params));
 INSERT INTO wave_passages (position, passage_index, byte_start, byte_end)
 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each((SELECT passages FROM wave_params));
 INSERT INTO contents (sha256, byte_length, bytes, created_at)
-SELECT value ->> 0, value ->> 1, unhex(value ->> 2), (SELECT now FROM wave_params) FROM json_each((SELECT contents FROM wave_params)) WHERE TRUE
+SELECT value ->> 0, value ->> 1, substr((SELECT bytes FROM wave_params), (value ->> 2) + 1, value ->> 1),
+       (SELECT now FROM wave_params)
+FROM json_each((SELECT contents FROM wave_params)) WHERE TRUE
 ON CONFLICT (sha256) DO NOTHING;

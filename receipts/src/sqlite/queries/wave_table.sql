@@ -34,7 +34,8 @@ CREATE TEMP TABLE IF NOT EXISTS wave_params (
     run_steps    INTEGER NOT NULL CHECK (run_steps IN (0, 1)),
     rows         TEXT NOT NULL,
     passages     TEXT NOT NULL,
-    contents     TEXT NOT NULL
+    contents     TEXT NOT NULL,
+    bytes        BLOB NOT NULL
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_superseded (
     job_id TEXT PRIMARY KEY,
