@@ -454,3 +454,81 @@ CREATE TRIGGER receipt_searchable_changed AFTER UPDATE ON projection_receipts FO
           AND (NEW.state IS DISTINCT FROM OLD.state
                OR NEW.generation IS DISTINCT FROM OLD.generation))
     EXECUTE FUNCTION receipt_searchable();
+
+-- A claim in one call (one round trip, its own transaction): first the rescue of expired leases
+-- (back to pending charged one crash, quarantined at the kind's crash limit, or cancelled if a
+-- cancel was asked; rows another rescuer holds are skipped), then the claim of up to `p_limit`
+-- due jobs in one statement: highest priority first; within a priority, datasets take turns
+-- (the n-th oldest job of every dataset before the (n+1)-th of any); paused datasets skipped.
+-- Datasets with due work are found by a recursive walk of `jobs_claim_by_dataset` (one index
+-- probe per dataset); each contributes at most `p_limit` candidates, locked `SKIP LOCKED`, so
+-- concurrent workers in any number of processes take disjoint jobs without waiting.
+-- `p_now` is the caller's clock, or NULL for the database's.
+CREATE FUNCTION cairn_claim(p_now bigint, p_owner text, p_limit bigint, p_policies jsonb)
+RETURNS SETOF jobs LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := coalesce(p_now, cairn_db_now());
+BEGIN
+        WITH expired AS (
+        SELECT j.id, j.crashes + 1 >= policy.quarantine_after_crashes AS quarantine
+        FROM jobs j JOIN jsonb_to_recordset(p_policies) AS policy(kind text, max_attempts bigint, lease_micros bigint, max_run_micros bigint, quarantine_after_crashes bigint) ON policy.kind = j.kind
+        WHERE j.state = 'running' AND j.lease_expires_at <= v_now
+        FOR UPDATE OF j SKIP LOCKED)
+        UPDATE jobs j SET
+        state = CASE WHEN j.cancel_requested THEN 'cancelled'
+        WHEN e.quarantine THEN 'quarantined' ELSE 'pending' END,
+        crashes = j.crashes + 1,
+        last_error_code = 'lease_expired',
+        last_error_message = 'lease of ' || j.lease_owner || ' expired at '
+        || to_char(to_timestamp(j.lease_expires_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+        || ' (last heartbeat ' || coalesce(to_char(to_timestamp(j.heartbeat_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), 'never')
+        || ', stage ' || coalesce(j.stage, 'none') || ')',
+        lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+        deadline_at = NULL, stage = NULL, stage_at = NULL, run_at = v_now,
+        run_at_rule = 'rescued after its lease expired',
+        changed_by = 'cairn:rescuer (claim by ' || p_owner || ')',
+        change_cause = CASE WHEN j.cancel_requested THEN 'lease_expired; cancel requested earlier'
+        WHEN e.quarantine THEN 'lease_expired; quarantined after ' || (j.crashes + 1) || ' lost leases'
+        ELSE 'lease_expired' END,
+        changed_at = v_now, change_seq = j.change_seq + 1
+        FROM expired e WHERE j.id = e.id;
+    RETURN QUERY
+        WITH RECURSIVE due(dataset) AS (
+        (SELECT dataset FROM jobs WHERE state IN ('pending', 'retry_wait')
+        ORDER BY dataset LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.dataset FROM jobs j WHERE j.state IN ('pending', 'retry_wait')
+        AND j.dataset > due.dataset ORDER BY j.dataset LIMIT 1)
+        FROM due WHERE due.dataset IS NOT NULL),
+        candidates AS (
+        SELECT c.id, c.dataset, c.priority, c.run_at FROM due
+        CROSS JOIN LATERAL (
+        SELECT j.id, j.dataset, j.priority, j.run_at FROM jobs j
+        WHERE j.state IN ('pending', 'retry_wait') AND j.dataset = due.dataset
+        AND j.run_at <= v_now
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT p_limit
+        FOR UPDATE OF j SKIP LOCKED) c
+        WHERE due.dataset IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM claim_pauses pause
+        WHERE pause.dataset = '*' OR pause.dataset = due.dataset)),
+        chosen AS (
+        SELECT id FROM (
+        SELECT id, priority, run_at,
+        row_number() OVER (PARTITION BY priority, dataset ORDER BY run_at, id) AS turn
+        FROM candidates) turns
+        ORDER BY priority DESC, turn, run_at, id LIMIT p_limit),
+        claimed AS (
+        UPDATE jobs SET state = 'running',
+        lease_id = replace(gen_random_uuid()::text, '-', ''), lease_owner = p_owner,
+        lease_expires_at = v_now + least(policy.lease_micros, policy.max_run_micros),
+        heartbeat_at = v_now, deadline_at = v_now + policy.max_run_micros,
+        started_at = v_now, first_started_at = coalesce(jobs.first_started_at, v_now),
+        stage = 'claimed', stage_at = v_now, changed_by = p_owner,
+        change_cause = 'claimed (failures so far ' || jobs.attempt || ' of '
+        || jobs.max_attempts || ', crashes ' || jobs.crashes || ')',
+        changed_at = v_now, change_seq = jobs.change_seq + 1
+        FROM chosen, jsonb_to_recordset(p_policies) AS policy(kind text, max_attempts bigint, lease_micros bigint, max_run_micros bigint, quarantine_after_crashes bigint)
+        WHERE jobs.id = chosen.id AND policy.kind = jobs.kind
+        RETURNING jobs.*)
+        SELECT * FROM claimed;
+END $$;

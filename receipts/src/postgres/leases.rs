@@ -63,105 +63,6 @@ async fn load(connection: &mut PgConnection, job_id: Uuid) -> Result<Job> {
 }
 
 impl PostgresLedger {
-    /// Rescues expired leases: back to pending charged one crash, quarantined at the kind's
-    /// crash limit, or cancelled if a cancel was asked. Rows another rescuer holds are skipped.
-    async fn rescue(&self, tx: &mut PgConnection, owner: &str, now: Micros) -> Result<()> {
-        sqlx::query(&format!(
-            "WITH expired AS ( \
-               SELECT j.id, j.crashes + 1 >= policy.quarantine_after_crashes AS quarantine \
-               FROM jobs j JOIN {policy} ON policy.kind = j.kind \
-               WHERE j.state = 'running' AND j.lease_expires_at <= $1 \
-               FOR UPDATE OF j SKIP LOCKED) \
-             UPDATE jobs j SET \
-               state = CASE WHEN j.cancel_requested THEN 'cancelled' \
-                            WHEN e.quarantine THEN 'quarantined' ELSE 'pending' END, \
-               crashes = j.crashes + 1, \
-               last_error_code = 'lease_expired', \
-               last_error_message = 'lease of ' || j.lease_owner || ' expired at ' \
-                 || to_char(to_timestamp(j.lease_expires_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') \
-                 || ' (last heartbeat ' || coalesce(to_char(to_timestamp(j.heartbeat_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), 'never') \
-                 || ', stage ' || coalesce(j.stage, 'none') || ')', \
-               lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
-               deadline_at = NULL, stage = NULL, stage_at = NULL, run_at = $1, \
-               run_at_rule = 'rescued after its lease expired', \
-               changed_by = 'cairn:rescuer (claim by ' || $2 || ')', \
-               change_cause = CASE WHEN j.cancel_requested THEN 'lease_expired; cancel requested earlier' \
-                 WHEN e.quarantine THEN 'lease_expired; quarantined after ' || (j.crashes + 1) || ' lost leases' \
-                 ELSE 'lease_expired' END, \
-               changed_at = $1, change_seq = j.change_seq + 1 \
-             FROM expired e WHERE j.id = e.id",
-            policy = policy_at(3),
-        ))
-        .bind(now)
-        .bind(owner)
-        .bind(&*self.policies_json)
-        .execute(&mut *tx)
-        .await?;
-        Ok(())
-    }
-
-    /// Claims up to `limit` due jobs in one statement: highest priority first; within a
-    /// priority, datasets take turns (the n-th oldest job of every dataset before the
-    /// (n+1)-th of any); paused datasets are skipped. Datasets with due work are found by a
-    /// recursive walk of `jobs_claim_by_dataset` (one index probe per dataset), and each
-    /// contributes at most `limit` candidates, locked with `SKIP LOCKED`.
-    async fn claim_due(
-        &self,
-        tx: &mut PgConnection,
-        owner: &str,
-        limit: u32,
-        now: Micros,
-    ) -> Result<Vec<Job>> {
-        let rows = sqlx::query(&format!(
-            "WITH RECURSIVE due(dataset) AS ( \
-               (SELECT dataset FROM jobs WHERE state IN ('pending', 'retry_wait') \
-                ORDER BY dataset LIMIT 1) \
-               UNION ALL \
-               SELECT (SELECT j.dataset FROM jobs j WHERE j.state IN ('pending', 'retry_wait') \
-                         AND j.dataset > due.dataset ORDER BY j.dataset LIMIT 1) \
-               FROM due WHERE due.dataset IS NOT NULL), \
-             candidates AS ( \
-               SELECT c.id, c.dataset, c.priority, c.run_at FROM due \
-               CROSS JOIN LATERAL ( \
-                 SELECT j.id, j.dataset, j.priority, j.run_at FROM jobs j \
-                 WHERE j.state IN ('pending', 'retry_wait') AND j.dataset = due.dataset \
-                   AND j.run_at <= $1 \
-                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT $3 \
-                 FOR UPDATE OF j SKIP LOCKED) c \
-               WHERE due.dataset IS NOT NULL \
-                 AND NOT EXISTS (SELECT 1 FROM claim_pauses pause \
-                                 WHERE pause.dataset = '*' OR pause.dataset = due.dataset)), \
-             chosen AS ( \
-               SELECT id FROM ( \
-                 SELECT id, priority, run_at, \
-                   row_number() OVER (PARTITION BY priority, dataset ORDER BY run_at, id) AS turn \
-                 FROM candidates) turns \
-               ORDER BY priority DESC, turn, run_at, id LIMIT $3) \
-             UPDATE jobs SET state = 'running', \
-               lease_id = replace(gen_random_uuid()::text, '-', ''), lease_owner = $2, \
-               lease_expires_at = $1 + least(policy.lease_micros, policy.max_run_micros), \
-               heartbeat_at = $1, deadline_at = $1 + policy.max_run_micros, \
-               started_at = $1, first_started_at = coalesce(jobs.first_started_at, $1), \
-               stage = 'claimed', stage_at = $1, changed_by = $2, \
-               change_cause = 'claimed (failures so far ' || jobs.attempt || ' of ' \
-                 || jobs.max_attempts || ', crashes ' || jobs.crashes || ')', \
-               changed_at = $1, change_seq = jobs.change_seq + 1 \
-             FROM chosen, {policy} \
-             WHERE jobs.id = chosen.id AND policy.kind = jobs.kind \
-             RETURNING jobs.*",
-            policy = policy_at(4),
-        ))
-        .bind(now)
-        .bind(owner)
-        .bind(i64::from(limit))
-        .bind(&*self.policies_json)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>>>()?;
-        jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
-        Ok(jobs)
-    }
-
     async fn beat(&self, token: &LeaseToken, stage: Option<&str>) -> Result<Heartbeat> {
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
@@ -275,13 +176,17 @@ impl Leases for PostgresLedger {
                 "a worker id is 1-256 printable characters",
             ));
         }
-        let mut tx = self.pool.begin().await?;
-        let now = self.now(&mut tx).await?;
-        self.rescue(&mut tx, owner, now).await?;
-        let jobs = self
-            .claim_due(&mut tx, owner, limit.clamp(1, 10_000), now)
+        // One call, its own transaction: the rescue, then the claim (`cairn_claim` in the
+        // migration holds both statements).
+        let rows = sqlx::query("SELECT * FROM cairn_claim($1, $2, $3, $4::jsonb)")
+            .bind(self.injected_now())
+            .bind(owner)
+            .bind(i64::from(limit.clamp(1, 10_000)))
+            .bind(&*self.policies_json)
+            .fetch_all(&self.pool)
             .await?;
-        tx.commit().await?;
+        let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>>>()?;
+        jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
         Ok(jobs)
     }
 
@@ -527,25 +432,26 @@ async fn complete_many(
     tokens: &[LeaseToken],
 ) -> Vec<Result<Job>> {
     let outcome: Result<Vec<Result<Job>>> = async {
-        let mut tx = pool.begin().await?;
-        let now = ledger.now(&mut tx).await?;
+        // One statement in its own transaction: every completion of the group, fenced at
+        // the time of the write.
         let ids: Vec<Uuid> = tokens.iter().map(|token| token.job_id).collect();
         let leases: Vec<&str> = tokens.iter().map(|token| token.lease_id.as_str()).collect();
         let rows = sqlx::query(
-            "UPDATE jobs SET state = 'completed', run_at = $1, run_at_rule = 'completed', \
+            "WITH clock AS (SELECT coalesce($1, cairn_db_now()) AS now) \
+             UPDATE jobs SET state = 'completed', run_at = clock.now, run_at_rule = 'completed', \
                lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, heartbeat_at = NULL, \
                deadline_at = NULL, stage = NULL, stage_at = NULL, \
-               changed_by = jobs.lease_owner, change_cause = 'completed', changed_at = $1, \
+               changed_by = jobs.lease_owner, change_cause = 'completed', changed_at = clock.now, \
                change_seq = jobs.change_seq + 1 \
-             FROM unnest($2::uuid[], $3::text[]) AS held(id, lease) \
+             FROM clock, unnest($2::uuid[], $3::text[]) AS held(id, lease) \
              WHERE jobs.id = held.id AND jobs.lease_id = held.lease \
-               AND jobs.state = 'running' AND jobs.lease_expires_at > $1 \
+               AND jobs.state = 'running' AND jobs.lease_expires_at > clock.now \
              RETURNING jobs.*",
         )
-        .bind(now)
+        .bind(ledger.injected_now())
         .bind(&ids)
         .bind(&leases)
-        .fetch_all(&mut *tx)
+        .fetch_all(pool)
         .await?;
         let mut completed = std::collections::HashMap::new();
         for row in &rows {
@@ -556,10 +462,14 @@ async fn complete_many(
         for token in tokens {
             results.push(match completed.remove(&token.job_id) {
                 Some(job) => Ok(job),
-                None => Err(lease_lost(&mut tx, token, now).await),
+                None => {
+                    // Why it was fenced out, read after the write.
+                    let now = ledger.read_now().await?;
+                    let mut connection = pool.acquire().await?;
+                    Err(lease_lost(&mut connection, token, now).await)
+                }
             });
         }
-        tx.commit().await?;
         Ok(results)
     }
     .await;

@@ -252,6 +252,14 @@ impl PostgresLedger {
         }
     }
 
+    /// The injected clock's `now`, or `None` for SQL that reads the database's clock itself.
+    fn injected_now(&self) -> Option<Micros> {
+        match &self.clock {
+            LedgerClock::Injected(clock) => Some(clock.now_micros()),
+            LedgerClock::Database => None,
+        }
+    }
+
     /// The ledger's `now` for a read.
     async fn read_now(&self) -> Result<Micros> {
         match &self.clock {
