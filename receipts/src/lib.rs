@@ -11,7 +11,8 @@
 //! - Accepting a revision queues one **projection job**, with one **projection receipt** per
 //!   configured backend (`relational`, `vector`, `graph`). A receipt becomes `verified` only
 //!   after a worker reads its write back (later issues).
-//! - **History** is append-only and written by the store itself (SQLite triggers), for every
+//! - **History** is append-only and written by the store itself (SQLite triggers, PL/pgSQL
+//!   triggers on PostgreSQL), for every
 //!   head move, job state change, receipt state change and content block, whoever issued the
 //!   statement. cairn attributes its own writes (actor, cause, time); anything else is recorded
 //!   as `unattributed`. A job run that ends in an error carries the error's code and message
@@ -25,8 +26,9 @@
 //!
 //! ## Invariants
 //! 1. A receipt ([`Acceptance`]) is returned only after the transaction that holds its bytes,
-//!    revision, head move, job and receipts has committed with `synchronous=FULL` under WAL:
-//!    an acknowledged submission survives a crash.
+//!    revision, head move, job and receipts has committed durably (SQLite: `synchronous=FULL`
+//!    under WAL; PostgreSQL: `synchronous_commit = on`): an acknowledged submission survives a
+//!    crash.
 //! 2. Acceptance is all or nothing per submission: bytes, revision, head move, superseding of
 //!    the previous head's unfinished job and receipts, the new job and receipts, and the
 //!    lexical index rows are written in one transaction (each submission in its own savepoint
@@ -42,9 +44,20 @@
 //! 7. Every state column has a CHECK constraint; a running job holds a whole lease, nothing
 //!    else holds one. Lease invariants (fencing, expiry, deadlines, rescue, attempts and
 //!    crashes) are stated in `sqlite::leases` and hold for every [`Leases`] write.
-//! 8. Times are integer epoch microseconds from an injected [`Clock`].
+//! 8. Times are integer epoch microseconds from an injected [`Clock`] (on PostgreSQL in
+//!    production, the database's clock: [`LedgerClock`]).
 //!
-//! ## Tasks
+//! ## Engines
+//! The domain (model, traits, policy, auth, validation, ids, errors, the acceptance and
+//! run-ending rules, the conformance suite) imports no engine; [`sqlite`] and [`postgres`]
+//! implement the traits and import each other in no way. Both pass [`ledger_conformance!`]
+//! and the lease model.
+//!
+//! [`PostgresLedger`] runs each operation as a transaction on a pool (row locks, `SKIP
+//! LOCKED` claims, advisory locks per source for acceptance), groups concurrent acceptances
+//! and completions into shared transactions, and wakes workers in every process with
+//! `LISTEN/NOTIFY` (see [`postgres`]).
+//!
 //! [`SqliteLedger`] runs one writer task that owns the only write connection and commits
 //! queued operations (acceptances, lease operations, blocks, tokens) in groups (see
 //! [`sqlite`]); reads use a pool of other connections, and a background task checkpoints the
