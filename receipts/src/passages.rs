@@ -112,8 +112,95 @@ pub fn query_words(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The words of a text as the PostgreSQL lexical index stores them: the runs of letters and
+/// digits [`query_words`] cuts (lowercased, the first 16,383 positions), each stemmed with the
+/// English Snowball stemmer, as a `tsvector` literal (`'lexeme':1,4 'other':2`). The same
+/// stemmer turns a query's words into the stems it looks up ([`query_stems`]), so index and
+/// query agree by construction, and the server's own text parser (the slowest step of an
+/// acceptance) is never run.
+pub fn tsvector_literal(text: &str) -> String {
+    use std::collections::BTreeMap;
+    use std::fmt::Write as _;
+    let stemmer = stemmer();
+    let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (index, word) in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .take(16_383)
+        .enumerate()
+    {
+        let lower = word.to_lowercase();
+        // A lexeme is at most 2 KiB in PostgreSQL; longer runs are not words.
+        if lower.len() > 255 {
+            continue;
+        }
+        let entry = positions
+            .entry(stemmer.stem(&lower).into_owned())
+            .or_default();
+        // At most 256 positions per lexeme are kept by PostgreSQL.
+        if entry.len() < 256 {
+            entry.push(index + 1);
+        }
+    }
+    let mut literal = String::with_capacity(text.len());
+    for (lexeme, at) in positions {
+        if !literal.is_empty() {
+            literal.push(' ');
+        }
+        literal.push('\'');
+        for c in lexeme.chars() {
+            if c == '\'' || c == '\\' {
+                literal.push(c);
+            }
+            literal.push(c);
+        }
+        literal.push_str("':");
+        for (n, position) in at.iter().enumerate() {
+            if n > 0 {
+                literal.push(',');
+            }
+            let _ = write!(literal, "{position}");
+        }
+    }
+    literal
+}
+
+/// The stems a lexical query looks up in the PostgreSQL index: [`query_words`], stemmed as
+/// [`tsvector_literal`] stems, without repeats.
+pub fn query_stems(text: &str) -> Vec<String> {
+    let stemmer = stemmer();
+    let mut stems: Vec<String> = Vec::new();
+    for word in query_words(text) {
+        if word.len() > 255 {
+            continue;
+        }
+        let stem = stemmer.stem(&word).into_owned();
+        if !stems.contains(&stem) {
+            stems.push(stem);
+        }
+    }
+    stems
+}
+
+fn stemmer() -> &'static qdrant_rust_stemmers::Stemmer {
+    static STEMMER: std::sync::OnceLock<qdrant_rust_stemmers::Stemmer> = std::sync::OnceLock::new();
+    STEMMER.get_or_init(|| {
+        qdrant_rust_stemmers::Stemmer::create(qdrant_rust_stemmers::Algorithm::English)
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tsvector_literals_stem_and_position_every_word() {
+        assert_eq!(
+            super::tsvector_literal("Cells, cell's DIFFERENTIATION; 42"),
+            "'42':5 'cell':1,2 'differenti':4 's':3"
+        );
+        assert_eq!(super::query_stems("the cells and cell"), vec!["cell"]);
+        assert_eq!(super::tsvector_literal(" ... "), "");
+    }
+
     use super::*;
     use proptest::prelude::*;
 

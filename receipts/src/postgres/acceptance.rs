@@ -420,17 +420,16 @@ impl PostgresLedger {
         .execute(&mut *tx)
         .await?;
         if !staged.passage_positions.is_empty() {
+            // The lexemes come stemmed from Rust (`passages::tsvector_literal`): the server
+            // only parses the literal, never runs its text parser.
             sqlx::query(&format!(
                 "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
                    byte_start, byte_end, words) \
                  SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
-                   p.byte_end, to_tsvector('english', convert_from( \
-                     substring(c.bytes FROM p.byte_start::int + 1 FOR (p.byte_end - p.byte_start)::int), \
-                     'UTF8')) \
-                 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) \
-                        AS p(position, passage_index, byte_start, byte_end) \
+                   p.byte_end, p.words::tsvector \
+                 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[]) \
+                        AS p(position, passage_index, byte_start, byte_end, words) \
                  JOIN {WAVE} ON w.position = p.position \
-                 JOIN contents c ON c.sha256 = w.sha256 \
                  WHERE NOT w.tombstone"
             ))
             .bind(&rows)
@@ -438,6 +437,7 @@ impl PostgresLedger {
             .bind(&staged.passage_indexes)
             .bind(&staged.passage_starts)
             .bind(&staged.passage_ends)
+            .bind(&staged.passage_words)
             .execute(&mut *tx)
             .await?;
         }
@@ -522,6 +522,8 @@ struct Staged {
     passage_indexes: Vec<i64>,
     passage_starts: Vec<i64>,
     passage_ends: Vec<i64>,
+    /// Each passage's lexemes as a `tsvector` literal.
+    passage_words: Vec<String>,
 }
 
 impl Staged {
@@ -538,11 +540,16 @@ impl Staged {
                 passages,
                 ..
             } => {
+                let text = std::str::from_utf8(&document.bytes).unwrap_or_default();
                 for (index, passage) in passages.iter().enumerate() {
                     self.passage_positions.push(position as i64);
                     self.passage_indexes.push(index as i64);
                     self.passage_starts.push(passage.byte_start as i64);
                     self.passage_ends.push(passage.byte_end as i64);
+                    self.passage_words.push(crate::passages::tsvector_literal(
+                        text.get(passage.byte_start..passage.byte_end)
+                            .unwrap_or_default(),
+                    ));
                 }
                 if write.new_revision {
                     self.content_sha256.push(sha256.clone());

@@ -17,12 +17,11 @@ use crate::model::{
 };
 use crate::passages;
 
-/// The query's words as plain text for `to_tsvector` (letters and digits only,
-/// [`passages::query_words`]): the server stems them as it stemmed the passages, and no
-/// query syntax reaches it.
-fn ts_query(text: &str) -> Option<String> {
-    let words = passages::query_words(text);
-    (!words.is_empty()).then(|| words.join(" "))
+/// The query's stems ([`passages::query_stems`]: stemmed as the index was), or `None` when
+/// the query has no words.
+fn ts_query(text: &str) -> Option<Vec<String>> {
+    let stems = passages::query_stems(text);
+    (!stems.is_empty()).then_some(stems)
 }
 
 /// SQLSTATE `query_canceled`: a statement ended by `statement_timeout`.
@@ -161,7 +160,7 @@ impl Reader for PostgresLedger {
         let sql = if slow {
             "SELECT '' AS dataset, '' AS source_key, NULL::uuid AS revision_id, \
                0::bigint AS passage_index, '' AS text, 0::float8 AS score \
-             FROM pg_sleep(3600) WHERE $1 <> '' AND $2::text[] IS NOT NULL AND $3 > 0"
+             FROM pg_sleep(3600) WHERE $1::text[] IS NOT NULL AND $2::text[] IS NOT NULL AND $3 > 0"
         } else {
             // Rank first (ids and byte ranges), then cut the text of the page only.
             // BM25 (k1 = 1.2, b = 0.75), as FTS5 ranks on SQLite: the query's stems, each
@@ -172,7 +171,7 @@ impl Reader for PostgresLedger {
             // ranges), then cut the text of the page only.
             "WITH terms AS MATERIALIZED ( \
                SELECT DISTINCT t.lexeme, quote_literal(t.lexeme)::tsquery AS query \
-               FROM unnest(to_tsvector('english', $1)) AS t), \
+               FROM unnest($1::text[]) AS t(lexeme)), \
              everything AS ( \
                SELECT greatest(coalesce((SELECT reltuples FROM pg_class \
                  WHERE oid = 'passages'::regclass AND reltuples > 0), \
