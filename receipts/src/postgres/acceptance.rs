@@ -142,6 +142,13 @@ impl Acceptor for PostgresLedger {
 impl PostgresLedger {
     async fn accept_prepared(&self, items: Vec<Prepared>) -> Result<Vec<Result<Acceptance>>> {
         let mut tx = self.pool.begin().await?;
+        // Acceptance statements are planned for their parameters every time: a generic plan
+        // cached while the tables were small (a fresh ledger) kept scanning them whole as they
+        // grew, and single acceptances slowed down round after round (measured: 374 -> 109
+        // per second). Claims and completions keep their cached plans.
+        sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan")
+            .execute(&mut *tx)
+            .await?;
         let mut locks: Vec<i64> = items
             .iter()
             .map(|item| source_lock(&item.dataset, &item.source_key))

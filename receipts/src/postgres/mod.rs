@@ -155,13 +155,7 @@ fn connect_options(url: &str) -> Result<PgConnectOptions> {
     Ok(options
         .application_name("cairn")
         // Acceptance answers only after a durable COMMIT, whatever the server's default.
-        // Statements are planned for their parameters every time: a generic plan cached
-        // while a table was small (a fresh ledger) kept scanning it whole as it grew, and
-        // single acceptances slowed down round after round (measured: 374 -> 109 per second).
-        .options([
-            ("synchronous_commit", "on"),
-            ("plan_cache_mode", "force_custom_plan"),
-        ])
+        .options([("synchronous_commit", "on")])
         .disable_statement_logging())
 }
 
