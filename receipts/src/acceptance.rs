@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::ids;
-use crate::model::{Acceptance, Change, Document, Submission};
+use crate::model::{AcceptStatus, Acceptance, Change, Document, Submission};
 use crate::passages::{self, Passage};
 use crate::validate;
 
@@ -192,4 +192,39 @@ where
             result.unwrap_or_else(|| Err(LedgerError::Unavailable("no answer".to_owned())))
         })
         .collect()
+}
+
+/// The answer to one item of a wave once its writes are done: the refusal, the receipt of
+/// the revision it duplicates (looked up by the engine), or the receipt of what it wrote.
+pub(crate) fn answer(
+    item: &Prepared,
+    outcome: Outcome,
+    duplicates: &std::collections::HashMap<Uuid, Acceptance>,
+) -> Result<Acceptance> {
+    match outcome {
+        Outcome::Refused(error) => Err(error),
+        Outcome::Duplicate(id) => duplicates
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| LedgerError::Corrupt(format!("revision {id} has no job"))),
+        Outcome::Write(write) => Ok(Acceptance {
+            accepted: true,
+            status: AcceptStatus::QueuedNotConfirmed,
+            dataset: item.dataset.clone(),
+            source_key: item.source_key.clone(),
+            source_revision_id: write.revision_id,
+            projection_job_id: write.job_id,
+            content_sha256: match &item.change {
+                PreparedChange::Put { sha256, .. } => Some(sha256.clone()),
+                PreparedChange::Delete { .. } => None,
+            },
+            byte_length: match &item.change {
+                PreparedChange::Put { document, .. } => document.bytes.len() as i64,
+                PreparedChange::Delete { .. } => 0,
+            },
+            accepted_at: write.accepted_at,
+            previous_revision_id: write.previous,
+            tombstone: write.tombstone,
+        }),
+    }
 }

@@ -204,3 +204,71 @@ pub trait Operations: Send + Sync {
     /// The time on the ledger's clock (the clock every ledger write is stamped with).
     fn clock_now(&self) -> Micros;
 }
+
+/// The whole clock minutes of an activity window (the last one the current, partial minute),
+/// filled from per-minute counts by every engine alike.
+#[derive(Debug)]
+pub(crate) struct MinuteWindow {
+    /// The first minute (epoch minutes).
+    pub(crate) first: i64,
+    /// The last minute (epoch minutes): the one `now` is in.
+    pub(crate) last: i64,
+    /// The start of the first minute.
+    pub(crate) since: Micros,
+    buckets: Vec<MinuteActivity>,
+    queued_delta: Vec<i64>,
+}
+
+impl MinuteWindow {
+    const MINUTE: Micros = 60_000_000;
+
+    /// The minutes of `window` (1 minute to a day) that end with the one `now` is in.
+    pub(crate) fn new(now: Micros, window: std::time::Duration) -> Self {
+        let minutes = (window.as_secs() / 60).clamp(1, 24 * 60) as i64;
+        let last = now.div_euclid(Self::MINUTE);
+        let first = last - minutes + 1;
+        let since = first * Self::MINUTE;
+        let buckets: Vec<MinuteActivity> = (0..minutes)
+            .map(|index| MinuteActivity {
+                start: since + index * Self::MINUTE,
+                ..MinuteActivity::default()
+            })
+            .collect();
+        let queued_delta = vec![0; buckets.len()];
+        Self {
+            first,
+            last,
+            since,
+            buckets,
+            queued_delta,
+        }
+    }
+
+    /// Adds one minute's counts (`[claimed, completed, retried, failed, queued_delta]`); a
+    /// minute outside the window is ignored.
+    pub(crate) fn add(&mut self, minute: i64, counts: [i64; 5]) {
+        let Some(index) = usize::try_from(minute - self.first)
+            .ok()
+            .filter(|index| *index < self.buckets.len())
+        else {
+            return;
+        };
+        let bucket = &mut self.buckets[index];
+        bucket.claimed = counts[0];
+        bucket.completed = counts[1];
+        bucket.retried = counts[2];
+        bucket.failed = counts[3];
+        self.queued_delta[index] = counts[4];
+    }
+
+    /// The minutes, each with its queue depth at its end: today's depth minus what changed
+    /// after it.
+    pub(crate) fn finish(mut self, queue_depth: i64) -> Vec<MinuteActivity> {
+        let mut depth = queue_depth;
+        for (bucket, delta) in self.buckets.iter_mut().zip(&self.queued_delta).rev() {
+            bucket.queue_depth = depth.max(0);
+            depth -= delta;
+        }
+        self.buckets
+    }
+}

@@ -3,7 +3,8 @@
 //! Engines apply an [`Ending`] with one fenced write.
 
 use crate::clock::Micros;
-use crate::model::{Failure, FailureClass, Job, JobState};
+use crate::error::LedgerError;
+use crate::model::{Failure, FailureClass, Job, JobState, LeaseToken};
 use crate::policy::JobPolicy;
 
 /// How a run ends: the job's next state and why.
@@ -140,4 +141,20 @@ pub(crate) fn failure_ending(
     };
     ending.error = Some((failure.code.clone(), failure.message.clone()));
     ending
+}
+
+/// Why a fenced write by `token` found no row, from the job as it is now. A lease never runs
+/// past its run's deadline (heartbeats stop at it), so an unexpired lease is within its
+/// deadline: expiry is the last reason to check.
+pub(crate) fn lease_lost(job: &Job, token: &LeaseToken, now: Micros) -> LedgerError {
+    let reason = match (&job.lease_id, job.lease_expires_at) {
+        _ if job.state != JobState::Running => format!("the job is {}", job.state),
+        (Some(lease), _) if *lease != token.lease_id => "another lease holds the job".to_owned(),
+        (_, Some(expiry)) if expiry <= now => format!("the lease expired at {expiry}"),
+        _ => "the lease does not match".to_owned(),
+    };
+    LedgerError::LeaseLost {
+        job_id: token.job_id,
+        reason,
+    }
 }

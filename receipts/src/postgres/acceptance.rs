@@ -299,32 +299,7 @@ impl PostgresLedger {
         Ok(wave
             .iter()
             .zip(outcomes)
-            .map(|(item, outcome)| match outcome {
-                Outcome::Refused(error) => Err(error),
-                Outcome::Duplicate(id) => duplicate_receipts
-                    .get(&id)
-                    .cloned()
-                    .ok_or_else(|| LedgerError::Corrupt(format!("revision {id} has no job"))),
-                Outcome::Write(write) => Ok(Acceptance {
-                    accepted: true,
-                    status: AcceptStatus::QueuedNotConfirmed,
-                    dataset: item.dataset.clone(),
-                    source_key: item.source_key.clone(),
-                    source_revision_id: write.revision_id,
-                    projection_job_id: write.job_id,
-                    content_sha256: match &item.change {
-                        PreparedChange::Put { sha256, .. } => Some(sha256.clone()),
-                        PreparedChange::Delete { .. } => None,
-                    },
-                    byte_length: match &item.change {
-                        PreparedChange::Put { document, .. } => document.bytes.len() as i64,
-                        PreparedChange::Delete { .. } => 0,
-                    },
-                    accepted_at: write.accepted_at,
-                    previous_revision_id: write.previous,
-                    tombstone: write.tombstone,
-                }),
-            })
+            .map(|(item, outcome)| crate::acceptance::answer(item, outcome, &duplicate_receipts))
             .collect())
     }
 

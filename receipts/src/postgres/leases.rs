@@ -35,19 +35,9 @@ pub(crate) async fn lease_lost(
     token: &LeaseToken,
     now: Micros,
 ) -> LedgerError {
-    let job = match load(connection, token.job_id).await {
-        Ok(job) => job,
-        Err(error) => return error,
-    };
-    let reason = match (&job.lease_id, job.lease_expires_at) {
-        _ if job.state != JobState::Running => format!("the job is {}", job.state),
-        (Some(lease), _) if *lease != token.lease_id => "another lease holds the job".to_owned(),
-        (_, Some(expiry)) if expiry <= now => format!("the lease expired at {expiry}"),
-        _ => "the lease does not match".to_owned(),
-    };
-    LedgerError::LeaseLost {
-        job_id: token.job_id,
-        reason,
+    match load(connection, token.job_id).await {
+        Ok(job) => runs::lease_lost(&job, token, now),
+        Err(error) => error,
     }
 }
 

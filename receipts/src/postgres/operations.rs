@@ -11,11 +11,8 @@ use crate::clock::Micros;
 use crate::error::Result;
 use crate::model::JobState;
 use crate::operations::{
-    Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, MinuteActivity, Operations,
-    Pause, MAX_PAGE,
+    Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause, MAX_PAGE,
 };
-
-const MINUTE: Micros = 60_000_000;
 
 /// Appends the filter's conditions (after a `WHERE true`).
 fn push_conditions(query: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter) {
@@ -82,19 +79,10 @@ impl Operations for PostgresLedger {
 
     async fn activity(&self, window: Duration) -> Result<Activity> {
         let now = self.read_now().await?;
-        let minutes = (window.as_secs() / 60).clamp(1, 24 * 60) as i64;
-        let last = now.div_euclid(MINUTE);
-        let first = last - minutes + 1;
-        let since = first * MINUTE;
+        let mut window = crate::operations::MinuteWindow::new(now, window);
+        let (first, last, since) = (window.first, window.last, window.since);
         let pool = &self.pool;
 
-        let mut buckets: Vec<MinuteActivity> = (0..minutes)
-            .map(|index| MinuteActivity {
-                start: since + index * MINUTE,
-                ..MinuteActivity::default()
-            })
-            .collect();
-        let mut queued_delta = vec![0i64; buckets.len()];
         let rows = sqlx::query(
             "SELECT minute, sum(claimed)::bigint AS claimed, sum(completed)::bigint AS completed, \
                sum(retried)::bigint AS retried, sum(failed)::bigint AS failed, \
@@ -106,19 +94,16 @@ impl Operations for PostgresLedger {
         .fetch_all(pool)
         .await?;
         for row in rows {
-            let minute: i64 = row.try_get("minute")?;
-            let Some(index) = usize::try_from(minute - first)
-                .ok()
-                .filter(|index| *index < buckets.len())
-            else {
-                continue;
-            };
-            let bucket = &mut buckets[index];
-            bucket.claimed = row.try_get("claimed")?;
-            bucket.completed = row.try_get("completed")?;
-            bucket.retried = row.try_get("retried")?;
-            bucket.failed = row.try_get("failed")?;
-            queued_delta[index] = row.try_get("queued_delta")?;
+            window.add(
+                row.try_get("minute")?,
+                [
+                    row.try_get("claimed")?,
+                    row.try_get("completed")?,
+                    row.try_get("retried")?,
+                    row.try_get("failed")?,
+                    row.try_get("queued_delta")?,
+                ],
+            );
         }
 
         let row = sqlx::query(
@@ -134,11 +119,7 @@ impl Operations for PostgresLedger {
         .fetch_one(pool)
         .await?;
         let queue_depth: i64 = row.try_get("queued")?;
-        let mut depth = queue_depth;
-        for (bucket, delta) in buckets.iter_mut().zip(&queued_delta).rev() {
-            bucket.queue_depth = depth.max(0);
-            depth -= delta;
-        }
+        let buckets = window.finish(queue_depth);
 
         let enqueue_to_start: Vec<Micros> = sqlx::query_scalar(
             "SELECT first_started_at - created_at FROM jobs WHERE first_started_at >= $1",

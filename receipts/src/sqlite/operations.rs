@@ -10,11 +10,8 @@ use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::JobState;
 use crate::operations::{
-    Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, MinuteActivity, Operations,
-    Pause, MAX_PAGE,
+    Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause, MAX_PAGE,
 };
-
-const MINUTE: Micros = 60_000_000;
 
 /// Appends the filter's conditions (after a `WHERE 1`).
 fn push_conditions(query: &mut QueryBuilder<'_, Sqlite>, filter: &JobFilter) {
@@ -87,20 +84,10 @@ impl Operations for SqliteLedger {
 
     async fn activity(&self, window: Duration) -> Result<Activity> {
         let now = self.clock().now_micros();
-        let minutes = (window.as_secs() / 60).clamp(1, 24 * 60) as i64;
-        // Whole clock minutes, the last one the current (partial) minute.
-        let last = now.div_euclid(MINUTE);
-        let first = last - minutes + 1;
-        let since = first * MINUTE;
+        let mut window = crate::operations::MinuteWindow::new(now, window);
+        let (first, last, since) = (window.first, window.last, window.since);
         let pool = self.read_pool();
 
-        let mut buckets: Vec<MinuteActivity> = (0..minutes)
-            .map(|index| MinuteActivity {
-                start: since + index * MINUTE,
-                ..MinuteActivity::default()
-            })
-            .collect();
-        let mut queued_delta = vec![0i64; buckets.len()];
         let rows = sqlx::query(
             "SELECT minute, claimed, completed, retried, failed, queued_delta FROM job_minutes \
              WHERE minute BETWEEN ?1 AND ?2",
@@ -110,19 +97,16 @@ impl Operations for SqliteLedger {
         .fetch_all(pool)
         .await?;
         for row in rows {
-            let minute: i64 = row.try_get("minute")?;
-            let Some(index) = usize::try_from(minute - first)
-                .ok()
-                .filter(|index| *index < buckets.len())
-            else {
-                continue;
-            };
-            let bucket = &mut buckets[index];
-            bucket.claimed = row.try_get("claimed")?;
-            bucket.completed = row.try_get("completed")?;
-            bucket.retried = row.try_get("retried")?;
-            bucket.failed = row.try_get("failed")?;
-            queued_delta[index] = row.try_get("queued_delta")?;
+            window.add(
+                row.try_get("minute")?,
+                [
+                    row.try_get("claimed")?,
+                    row.try_get("completed")?,
+                    row.try_get("retried")?,
+                    row.try_get("failed")?,
+                    row.try_get("queued_delta")?,
+                ],
+            );
         }
 
         let row = sqlx::query(
@@ -137,12 +121,7 @@ impl Operations for SqliteLedger {
         .fetch_one(pool)
         .await?;
         let queue_depth: i64 = row.try_get("queued")?;
-        // Depth at the end of each minute: today's depth minus what changed after it.
-        let mut depth = queue_depth;
-        for (bucket, delta) in buckets.iter_mut().zip(&queued_delta).rev() {
-            bucket.queue_depth = depth.max(0);
-            depth -= delta;
-        }
+        let buckets = window.finish(queue_depth);
 
         let latencies = |sql: &'static str| async move {
             let packed: Option<String> =
