@@ -8,17 +8,21 @@
 //! `projection`, `operations` and `tokens` hold their SQL and trait implementations.
 //!
 //! ## Concurrency
-//! There is no writer task: every operation is one transaction on a pooled connection, and
-//! PostgreSQL's row locks order them. An acceptance first takes a transaction-scoped advisory
-//! lock per source (in one sorted statement, so two batches never deadlock), then decides and
-//! writes in waves like SQLite. A claim is one `UPDATE ... FOR UPDATE SKIP LOCKED` statement,
-//! so concurrent workers never wait for each other's rows. Commits are durable
-//! (`synchronous_commit = on`); concurrent commits share WAL flushes inside PostgreSQL.
+//! There is no single writer: every operation is a transaction on a pooled connection, and
+//! PostgreSQL's row locks order them. Concurrent acceptances of a process are handed to a few
+//! committer tasks that commit whatever is queued in one transaction (group commit), and
+//! concurrent completions to one completer that ends them with one fenced `UPDATE`. An
+//! acceptance transaction first takes an advisory lock per source (in one sorted statement, so
+//! two groups never deadlock), then decides and writes in waves like SQLite. A claim is one
+//! call of `cairn_claim` (rescue, then one `UPDATE ... FOR UPDATE SKIP LOCKED`), so
+//! concurrent workers in any number of processes never wait for each other's rows. Commits
+//! are durable (`synchronous_commit = on`).
 //!
 //! ## Clock
 //! Lease writes are fenced inside the statement that writes (`lease_expires_at > now`), with
 //! `now` read from **the database's clock** (`clock_timestamp()`) at the start of each
-//! operation's transaction ([`LedgerClock::Database`], the default): every process on every
+//! operation: in its transaction, or inside the claim function and the grouped completion
+//! statement ([`LedgerClock::Database`], the default): every process on every
 //! machine fences against one clock, so a worker machine's clock skew cannot stretch or cut a
 //! lease. Tests inject a manual clock ([`LedgerClock::Injected`]) to move time.
 //!
