@@ -158,3 +158,49 @@ pub(crate) fn lease_lost(job: &Job, token: &LeaseToken, now: Micros) -> LedgerEr
         reason,
     }
 }
+
+/// What an operator's cancel does to a job, by its state: a waiting job is cancelled, a
+/// running one is asked to stop (once; asking again changes nothing), any other is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelStep {
+    /// Pending or waiting to retry: cancelled now.
+    Cancel,
+    /// Running: asked to stop at its next heartbeat.
+    RequestStop,
+    /// Running and already asked to stop.
+    AlreadyRequested,
+}
+
+/// The [`CancelStep`] for `job`, or `invalid_transition`.
+pub(crate) fn cancel_step(job: &Job) -> Result<CancelStep, LedgerError> {
+    match job.state {
+        JobState::Pending | JobState::RetryWait => Ok(CancelStep::Cancel),
+        JobState::Running if !job.cancel_requested => Ok(CancelStep::RequestStop),
+        JobState::Running => Ok(CancelStep::AlreadyRequested),
+        other => Err(LedgerError::InvalidTransition {
+            job_id: job.id,
+            state: other.to_string(),
+            action: "cancel",
+        }),
+    }
+}
+
+/// Whether an operator may requeue `job`: it must have ended (dead, cancelled, quarantined)
+/// and its revision must still be its source's head (`is_head`, read by the engine).
+pub(crate) fn check_requeue(job: &Job, is_head: bool) -> Result<(), LedgerError> {
+    let state = if !matches!(
+        job.state,
+        JobState::Dead | JobState::Cancelled | JobState::Quarantined
+    ) {
+        job.state.to_string()
+    } else if !is_head {
+        format!("{} (its revision is no longer head)", job.state)
+    } else {
+        return Ok(());
+    };
+    Err(LedgerError::InvalidTransition {
+        job_id: job.id,
+        state,
+        action: "requeue",
+    })
+}

@@ -227,25 +227,18 @@ impl Leases for PostgresLedger {
         let now = self.now(&mut tx).await?;
         let job = load(&mut tx, job_id).await?;
         let cause = format!("cancelled: {reason}");
-        let sql = match job.state {
-            JobState::Pending | JobState::RetryWait => {
+        let sql = match runs::cancel_step(&job)? {
+            runs::CancelStep::Cancel => {
                 "UPDATE jobs SET state = 'cancelled', changed_by = $2, change_cause = $3, \
                  changed_at = $1, change_seq = change_seq + 1 \
                  WHERE id = $4 AND state IN ('pending', 'retry_wait') RETURNING *"
             }
-            JobState::Running if !job.cancel_requested => {
+            runs::CancelStep::RequestStop => {
                 "UPDATE jobs SET cancel_requested = true, changed_by = $2, \
                  change_cause = 'cancel requested: ' || $5, changed_at = $1, \
                  change_seq = change_seq + 1 WHERE id = $4 AND state = 'running' RETURNING *"
             }
-            JobState::Running => return Ok(job),
-            other => {
-                return Err(LedgerError::InvalidTransition {
-                    job_id,
-                    state: other.to_string(),
-                    action: "cancel",
-                })
-            }
+            runs::CancelStep::AlreadyRequested => return Ok(job),
         };
         let row = sqlx::query(sql)
             .bind(now)
@@ -274,16 +267,6 @@ impl Leases for PostgresLedger {
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
         let job = load(&mut tx, job_id).await?;
-        if !matches!(
-            job.state,
-            JobState::Dead | JobState::Cancelled | JobState::Quarantined
-        ) {
-            return Err(LedgerError::InvalidTransition {
-                job_id,
-                state: job.state.to_string(),
-                action: "requeue",
-            });
-        }
         let is_head: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = $1 AND source_key = $2 \
              AND head_revision_id = $3)",
@@ -293,13 +276,7 @@ impl Leases for PostgresLedger {
         .bind(job.revision_id)
         .fetch_one(&mut *tx)
         .await?;
-        if !is_head {
-            return Err(LedgerError::InvalidTransition {
-                job_id,
-                state: format!("{} (its revision is no longer head)", job.state),
-                action: "requeue",
-            });
-        }
+        runs::check_requeue(&job, is_head)?;
         let row = sqlx::query(
             "UPDATE jobs SET state = 'pending', attempt = 0, crashes = 0, cancel_requested = false, \
                run_at = $1, run_at_rule = 'requeued by ' || $2, changed_by = $2, \

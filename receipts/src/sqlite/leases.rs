@@ -26,7 +26,7 @@ use uuid::Uuid;
 use super::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::model::{Failure, Heartbeat, Job, JobState, LeaseToken};
+use crate::model::{Failure, Heartbeat, Job, LeaseToken};
 use crate::policy::JobPolicies;
 use crate::runs::{self, Ending};
 
@@ -356,19 +356,16 @@ async fn cancel(
 ) -> Result<Job> {
     let job = load(connection, job_id).await?;
     let cause = format!("cancelled: {reason}");
-    let sql = match job.state {
-        JobState::Pending | JobState::RetryWait => {
+    let sql = match runs::cancel_step(&job)? {
+        runs::CancelStep::Cancel => {
             "UPDATE jobs SET state = 'cancelled', changed_by = ?2, change_cause = ?3, changed_at = ?1, \
              change_seq = change_seq + 1 WHERE id = ?4 RETURNING *"
         }
-        JobState::Running if !job.cancel_requested => {
+        runs::CancelStep::RequestStop => {
             "UPDATE jobs SET cancel_requested = 1, changed_by = ?2, change_cause = 'cancel requested: ' || ?5, \
              changed_at = ?1, change_seq = change_seq + 1 WHERE id = ?4 RETURNING *"
         }
-        JobState::Running => return Ok(job),
-        other => {
-            return Err(LedgerError::InvalidTransition { job_id, state: other.to_string(), action: "cancel" });
-        }
+        runs::CancelStep::AlreadyRequested => return Ok(job),
     };
     let row = sqlx::query(sql)
         .bind(now)
@@ -389,16 +386,6 @@ async fn requeue(
     now: Micros,
 ) -> Result<Job> {
     let job = load(connection, job_id).await?;
-    if !matches!(
-        job.state,
-        JobState::Dead | JobState::Cancelled | JobState::Quarantined
-    ) {
-        return Err(LedgerError::InvalidTransition {
-            job_id,
-            state: job.state.to_string(),
-            action: "requeue",
-        });
-    }
     let is_head: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = ? AND source_key = ? AND head_revision_id = ?)",
     )
@@ -407,13 +394,7 @@ async fn requeue(
     .bind(job.revision_id.to_string())
     .fetch_one(&mut *connection)
     .await?;
-    if !is_head {
-        return Err(LedgerError::InvalidTransition {
-            job_id,
-            state: format!("{} (its revision is no longer head)", job.state),
-            action: "requeue",
-        });
-    }
+    runs::check_requeue(&job, is_head)?;
     let row = sqlx::query(
         "UPDATE jobs SET state = 'pending', attempt = 0, crashes = 0, cancel_requested = 0, run_at = ?1, \
            run_at_rule = 'requeued by ' || ?2, changed_by = ?2, change_cause = 'requeued: ' || ?3, \
