@@ -2,7 +2,8 @@
 //!
 //! Each store cairn projects into sits behind a small capability trait with a real
 //! implementation here: the local embedding model ([`Embedder`], fastembed), the chunker
-//! ([`Chunker`], the model's own tokenizer), relational chunk rows and vectors. Depends on
+//! ([`Chunker`], the model's own tokenizer), relational chunk rows and vectors ([`VectorStore`]:
+//! qdrant-edge in process, or a Qdrant server through `qdrant-client`). Depends on
 //! `receipts` only; the worker composes these into the projection job.
 //!
 //! ## Invariants
@@ -14,13 +15,14 @@
 
 pub mod chunker;
 pub mod embedder;
+pub mod testing;
 pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
 pub use vectors::{
-    EdgeVectorStore, OptimizePolicy, OptimizerStats, RevisionPoints, VectorHit, VectorPoint,
-    VectorStore,
+    EdgeVectorStore, OptimizePolicy, OptimizerStats, RevisionPoints, ServerOptions,
+    ServerVectorStore, VectorHit, VectorPoint, VectorStore,
 };
 
 /// What can go wrong in a store.
@@ -35,6 +37,22 @@ pub enum GatewayError {
     /// A store refused or failed a write or read (retryable).
     #[error("{store} unavailable: {message}")]
     Unavailable {
+        /// Which store.
+        store: &'static str,
+        /// What it said.
+        message: String,
+    },
+    /// A store did not answer within its time limit (retryable).
+    #[error("{store} timed out: {message}")]
+    Timeout {
+        /// Which store.
+        store: &'static str,
+        /// What it said.
+        message: String,
+    },
+    /// A store refused a request as invalid (permanent: sending it again cannot help).
+    #[error("{store} rejected the request: {message}")]
+    Rejected {
         /// Which store.
         store: &'static str,
         /// What it said.

@@ -74,6 +74,8 @@ fn store_failure(error: GatewayError) -> Failure {
         GatewayError::ModelMissing(_) => retryable("model_unavailable", message),
         GatewayError::Embedder(_) => retryable("embed_error", message),
         GatewayError::Unavailable { .. } => retryable("vector_unavailable", message),
+        GatewayError::Timeout { .. } => retryable("vector_timeout", message),
+        GatewayError::Rejected { .. } => permanent("vector_rejected", message),
         GatewayError::ReadbackMismatch { .. } => retryable("readback_mismatch", message),
         GatewayError::Config(_) => permanent("config_error", message),
     }

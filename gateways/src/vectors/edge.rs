@@ -1,14 +1,8 @@
-//! The vector backend: a [`VectorStore`] trait free of vendor types, and its qdrant-edge
-//! implementation (the in-process Qdrant engine, persisted under the data directory, one
-//! shard per projection generation).
+//! qdrant-edge: the in-process Qdrant engine, persisted under the data directory, one shard
+//! per projection generation, owned by one process (a file lock).
 //!
 //! ## Invariants
-//! - Point ids are derived from (revision id, chunk index): projecting twice overwrites, never
-//!   duplicates.
-//! - Payload indexes on the filtered fields exist before the first point is written.
-//! - [`VectorStore::upsert`] returns after the write is flushed to disk.
-//! - Search filters by dataset and `is_current = true` inside the engine; the caller still
-//!   binds every hit to the ledger's current head.
+//! - [`VectorStore::upsert`] returns after the write is flushed to disk (group flush).
 //! - Index building (HNSW) runs on a background thread under an [`OptimizePolicy`], never on
 //!   the write or search path; a flush that meets the optimiser mid-swap is retried, not fatal.
 
@@ -26,98 +20,10 @@ use qdrant_edge::{
 };
 use uuid::Uuid;
 
+use super::{
+    point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
+};
 use crate::GatewayError;
-
-/// One chunk's vector and where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VectorPoint {
-    /// Dataset of the source.
-    pub dataset: String,
-    /// Source key.
-    pub source_key: String,
-    /// The revision the chunk belongs to.
-    pub revision_id: Uuid,
-    /// The chunk's position in the revision.
-    pub chunk_index: u32,
-    /// When the revision became head (the job's creation, epoch microseconds): orders the
-    /// source's revisions, so a late write of an older head can never retire a newer one.
-    pub head_at: i64,
-    /// The embedding.
-    pub vector: Vec<f32>,
-}
-
-/// A nearest-neighbour hit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VectorHit {
-    /// Dataset of the source.
-    pub dataset: String,
-    /// Source key.
-    pub source_key: String,
-    /// The revision the point belongs to.
-    pub revision_id: Uuid,
-    /// The chunk's position in the revision.
-    pub chunk_index: u32,
-    /// Cosine similarity.
-    pub score: f32,
-}
-
-/// What the store holds for a revision (the read-back).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RevisionPoints {
-    /// Points stored for the revision.
-    pub count: usize,
-    /// Of those, points whose vector has the store's dimension.
-    pub with_dimension: usize,
-    /// Of those, points marked current.
-    pub current: usize,
-}
-
-/// A store of chunk vectors.
-#[async_trait]
-pub trait VectorStore: Send + Sync + 'static {
-    /// The store's name for receipts and logs (e.g. `qdrant-edge`).
-    fn name(&self) -> &'static str;
-    /// The vectors' dimension.
-    fn dimension(&self) -> usize;
-    /// Writes points (marked current) durably, replacing points with the same identity.
-    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError>;
-    /// Reads back what is stored for a revision.
-    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError>;
-    /// Marks every point of the source not current, except those of `keep` (which are marked
-    /// current). `keep = None` (a tombstone) makes the whole source not current.
-    ///
-    /// Makes the revision that became head at `head_at` the source's current one: points of
-    /// revisions that became head earlier turn not current, `keep`'s points turn current (and
-    /// take `head_at`). `keep = None` (a tombstone) retires everything older than `head_at`.
-    /// Points of a revision that became head later are never touched.
-    async fn set_current(
-        &self,
-        dataset: &str,
-        source_key: &str,
-        keep: Option<Uuid>,
-        head_at: i64,
-    ) -> Result<(), GatewayError>;
-    /// Points of a source marked current (a tombstone's read-back expects none).
-    async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
-    /// Marks a revision's points not current (a stale run undoing its own write).
-    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
-    /// Nearest current points in `datasets` (empty: every dataset), best first.
-    async fn search(
-        &self,
-        vector: Vec<f32>,
-        datasets: &[String],
-        limit: usize,
-    ) -> Result<Vec<VectorHit>, GatewayError>;
-    /// Puts everything written on disk before the process stops, and reports what failed (a
-    /// full disk, say) instead of failing later where nobody can handle it. Called once, at
-    /// shutdown.
-    async fn close(&self) -> Result<(), GatewayError>;
-}
-
-/// The point id of a chunk: UUID v5 of the chunk index in the revision's namespace.
-pub fn point_id(revision_id: Uuid, chunk_index: u32) -> Uuid {
-    Uuid::new_v5(&revision_id, chunk_index.to_string().as_bytes())
-}
 
 fn unavailable(error: impl std::fmt::Display) -> GatewayError {
     GatewayError::Unavailable {
@@ -174,15 +80,13 @@ fn all_of(conditions: Vec<Condition>) -> Filter {
     }
 }
 
-/// Fields search and projection filter by, indexed before any point is written.
-const INDEXED: [(&str, PayloadSchemaType); 6] = [
-    ("head_at", PayloadSchemaType::Integer),
-    ("dataset", PayloadSchemaType::Keyword),
-    ("source_key", PayloadSchemaType::Keyword),
-    ("revision_id", PayloadSchemaType::Keyword),
-    ("is_current", PayloadSchemaType::Bool),
-    ("chunk_index", PayloadSchemaType::Integer),
-];
+fn schema(kind: FieldKind) -> PayloadSchemaType {
+    match kind {
+        FieldKind::Keyword => PayloadSchemaType::Keyword,
+        FieldKind::Integer => PayloadSchemaType::Integer,
+        FieldKind::Bool => PayloadSchemaType::Bool,
+    }
+}
 
 struct Shard {
     /// The engine; `None` only once the shard is being dropped (see `Drop for Shard`).
@@ -443,12 +347,12 @@ impl EdgeVectorStore {
                 )
                 .build();
             let shard = EdgeShard::new(path, config).map_err(unavailable)?;
-            for (field, schema) in INDEXED {
+            for (field, kind) in INDEXED_FIELDS {
                 shard
                     .update(qdrant_edge::UpdateOperation::FieldIndexOperation(
                         qdrant_edge::FieldIndexOperations::CreateIndex(qdrant_edge::CreateIndex {
                             field_name: payload_path(field)?,
-                            field_schema: Some(PayloadFieldSchema::FieldType(schema)),
+                            field_schema: Some(PayloadFieldSchema::FieldType(schema(kind))),
                         }),
                     ))
                     .map_err(unavailable)?;
@@ -667,6 +571,22 @@ fn payload_text(payload: &Option<qdrant_edge::Payload>, key: &str) -> Option<Str
 impl VectorStore for EdgeVectorStore {
     fn name(&self) -> &'static str {
         "qdrant-edge"
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
+        self.with_shard(false, |shard| {
+            Ok(shard
+                .info()
+                .payload_schema
+                .keys()
+                .map(|key| key.to_string())
+                .collect())
+        })
+        .await
     }
 
     fn dimension(&self) -> usize {

@@ -1,0 +1,146 @@
+//! The vector backend: one [`VectorStore`] trait free of vendor types, and its two
+//! implementations: [`EdgeVectorStore`] (qdrant-edge, the in-process engine, persisted under
+//! the data directory; the embedded default) and [`ServerVectorStore`] (a Qdrant server or
+//! cluster through the official `qdrant-client`, over gRPC).
+//!
+//! ## Model
+//! A store holds one projection generation: a shard directory per generation (edge), a
+//! collection per generation (server). A point is one chunk of one revision, with the payload
+//! `dataset`, `source_key`, `revision_id`, `chunk_index`, `head_at` and `is_current`.
+//!
+//! ## Invariants (both implementations; `tests/vector_conformance.rs` runs one suite on both)
+//! - Point ids are derived from (revision id, chunk index): projecting twice overwrites, never
+//!   duplicates.
+//! - Payload indexes on the filtered fields ([`INDEXED_FIELDS`]) exist before the first point
+//!   is written.
+//! - [`VectorStore::upsert`] returns once the write is durable and visible to reads, so a
+//!   read-back checks what the store holds.
+//! - `is_current` flips are ordered by `head_at`: a late write of an older head never retires a
+//!   newer one.
+//! - Search filters by dataset and `is_current = true` inside the store; the caller still binds
+//!   every hit to the ledger's current head.
+
+mod edge;
+mod server;
+
+pub use edge::{EdgeVectorStore, OptimizePolicy, OptimizerStats};
+pub use server::{ServerOptions, ServerVectorStore};
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::GatewayError;
+
+/// How a payload field is indexed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    /// Exact-match strings.
+    Keyword,
+    /// Integers (matches and ranges).
+    Integer,
+    /// Booleans.
+    Bool,
+}
+
+/// The payload fields search and projection filter by, indexed before any point is written.
+pub const INDEXED_FIELDS: [(&str, FieldKind); 6] = [
+    ("head_at", FieldKind::Integer),
+    ("dataset", FieldKind::Keyword),
+    ("source_key", FieldKind::Keyword),
+    ("revision_id", FieldKind::Keyword),
+    ("is_current", FieldKind::Bool),
+    ("chunk_index", FieldKind::Integer),
+];
+
+/// One chunk's vector and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorPoint {
+    /// Dataset of the source.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision the chunk belongs to.
+    pub revision_id: Uuid,
+    /// The chunk's position in the revision.
+    pub chunk_index: u32,
+    /// When the revision became head (the job's creation, epoch microseconds): orders the
+    /// source's revisions, so a late write of an older head can never retire a newer one.
+    pub head_at: i64,
+    /// The embedding.
+    pub vector: Vec<f32>,
+}
+
+/// A nearest-neighbour hit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorHit {
+    /// Dataset of the source.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision the point belongs to.
+    pub revision_id: Uuid,
+    /// The chunk's position in the revision.
+    pub chunk_index: u32,
+    /// Cosine similarity.
+    pub score: f32,
+}
+
+/// What the store holds for a revision (the read-back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevisionPoints {
+    /// Points stored for the revision.
+    pub count: usize,
+    /// Of those, points whose vector has the store's dimension.
+    pub with_dimension: usize,
+    /// Of those, points marked current.
+    pub current: usize,
+}
+
+/// A store of chunk vectors.
+#[async_trait]
+pub trait VectorStore: Send + Sync + 'static {
+    /// The store's name for receipts and logs (`qdrant-edge`, `qdrant-server`).
+    fn name(&self) -> &'static str;
+    /// Where this generation's points live (a shard directory, or a collection at a server),
+    /// for receipts and logs; never a secret.
+    fn location(&self) -> String;
+    /// The vectors' dimension.
+    fn dimension(&self) -> usize;
+    /// Writes points (marked current) durably, replacing points with the same identity.
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError>;
+    /// Reads back what is stored for a revision.
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError>;
+    /// Makes the revision that became head at `head_at` the source's current one: points of
+    /// revisions that became head earlier turn not current, `keep`'s points turn current (and
+    /// take `head_at`). `keep = None` (a tombstone) retires everything older than `head_at`.
+    /// Points of a revision that became head later are never touched.
+    async fn set_current(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        keep: Option<Uuid>,
+        head_at: i64,
+    ) -> Result<(), GatewayError>;
+    /// Points of a source marked current (a tombstone's read-back expects none).
+    async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
+    /// Marks a revision's points not current (a stale run undoing its own write).
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
+    /// Nearest current points in `datasets` (empty: every dataset), best first.
+    async fn search(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError>;
+    /// The payload fields the store holds an index for (read from the store itself).
+    async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError>;
+    /// Puts everything written on disk before the process stops, and reports what failed (a
+    /// full disk, say) instead of failing later where nobody can handle it. Called once, at
+    /// shutdown.
+    async fn close(&self) -> Result<(), GatewayError>;
+}
+
+/// The point id of a chunk: UUID v5 of the chunk index in the revision's namespace.
+pub fn point_id(revision_id: Uuid, chunk_index: u32) -> Uuid {
+    Uuid::new_v5(&revision_id, chunk_index.to_string().as_bytes())
+}

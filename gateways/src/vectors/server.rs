@@ -1,0 +1,600 @@
+//! A Qdrant server (or cluster) through the official `qdrant-client` crate, over gRPC. One
+//! collection per projection generation (`{prefix}{generation}`), created with its payload
+//! indexes when the store opens; any number of processes on any machines share it.
+//!
+//! ## Invariants
+//! - Every write is sent with `wait = true`: when it returns, the points are durable in the
+//!   server's WAL and visible to reads, so a read-back reads what the server holds.
+//! - Every call runs under the configured timeout. Transient failures (unavailable, deadline,
+//!   resource exhausted, aborted, a broken connection) are retried in process with exponential
+//!   backoff (`backoff`), within [`ServerOptions::retry_budget`], which configuration keeps
+//!   below the job lease; search makes one attempt (its deadline is the search budget).
+//! - Errors are classified by gRPC status into [`GatewayError`] variants: retryable
+//!   (`Unavailable`, `Timeout`) or permanent (`Rejected`, a bad request).
+//! - The API key is sent as the `api-key` header and never logged or shown (`Debug` hides it).
+//! - Vendor types stay inside this file.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qdrant_client::qdrant::{
+    value::Kind, vectors_config, vectors_output, Condition, CountPointsBuilder,
+    CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, Distance, FieldType, Filter,
+    GetPointsBuilder, PointId, PointStruct, Range, SearchPointsBuilder, SetPayloadPointsBuilder,
+    UpsertPointsBuilder, Value, VectorParamsBuilder,
+};
+use qdrant_client::{Qdrant, QdrantError};
+use uuid::Uuid;
+
+use super::{
+    point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
+};
+use crate::GatewayError;
+
+const STORE: &str = "qdrant-server";
+
+/// How to reach a Qdrant server.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// The gRPC URL (`http://host:6334`, or `https://` for TLS).
+    pub url: String,
+    /// The API key (`QDRANT__SERVICE__API_KEY` on the server), if the server requires one.
+    pub api_key: Option<String>,
+    /// The limit on one call.
+    pub timeout: Duration,
+    /// The limit on opening a connection.
+    pub connect_timeout: Duration,
+    /// How long one operation may keep retrying transient failures (kept below the lease).
+    pub retry_budget: Duration,
+    /// Collection names are `{prefix}{generation id}`, so several deployments can share a
+    /// server.
+    pub collection_prefix: String,
+}
+
+impl ServerOptions {
+    /// Options for `url` with the defaults: 10 s per call, 3 s to connect, 5 s of retries,
+    /// collections prefixed `cairn-`.
+    pub fn new(url: &str) -> ServerOptions {
+        ServerOptions {
+            url: url.to_owned(),
+            api_key: None,
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            retry_budget: Duration::from_secs(5),
+            collection_prefix: "cairn-".to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ServerOptions")
+            .field("url", &self.url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry_budget", &self.retry_budget)
+            .field("collection_prefix", &self.collection_prefix)
+            .finish()
+    }
+}
+
+/// A generation's collection on a Qdrant server.
+#[derive(Clone)]
+pub struct ServerVectorStore {
+    client: std::sync::Arc<Qdrant>,
+    collection: String,
+    dimension: usize,
+    url: String,
+    retry_budget: Duration,
+}
+
+impl std::fmt::Debug for ServerVectorStore {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ServerVectorStore")
+            .field("url", &self.url)
+            .field("collection", &self.collection)
+            .field("dimension", &self.dimension)
+            .finish()
+    }
+}
+
+/// A client error as a gateway error, by gRPC status: what may pass by itself is retryable,
+/// a request the server refuses is permanent. Connection failures arrive as `Unavailable` or
+/// `Unknown` (tonic's transport errors); both are retryable.
+fn classify(error: QdrantError) -> GatewayError {
+    use tonic::Code;
+    match error {
+        QdrantError::ResponseError { status } => {
+            let message = format!("{:?}: {}", status.code(), status.message());
+            match status.code() {
+                Code::DeadlineExceeded => GatewayError::Timeout {
+                    store: STORE,
+                    message,
+                },
+                Code::InvalidArgument | Code::OutOfRange | Code::Unimplemented => {
+                    GatewayError::Rejected {
+                        store: STORE,
+                        message,
+                    }
+                }
+                // A wrong or missing API key affects every job alike: retried until an
+                // operator fixes the configuration, never a pile of dead jobs.
+                Code::Unauthenticated | Code::PermissionDenied => GatewayError::Unavailable {
+                    store: STORE,
+                    message: format!("{message} (check the vectors API key)"),
+                },
+                _ => GatewayError::Unavailable {
+                    store: STORE,
+                    message,
+                },
+            }
+        }
+        QdrantError::ResourceExhaustedError {
+            status,
+            retry_after_seconds,
+        } => GatewayError::Unavailable {
+            store: STORE,
+            message: format!(
+                "resource exhausted: {} (retry after {retry_after_seconds} s)",
+                status.message()
+            ),
+        },
+        QdrantError::Io(error) => GatewayError::Unavailable {
+            store: STORE,
+            message: error.to_string(),
+        },
+        other => GatewayError::Config(format!("{STORE}: {other}")),
+    }
+}
+
+fn retryable(error: &GatewayError) -> bool {
+    matches!(
+        error,
+        GatewayError::Unavailable { .. } | GatewayError::Timeout { .. }
+    )
+}
+
+fn keyword(field: &str, value: &str) -> Condition {
+    Condition::matches(field, value.to_owned())
+}
+
+fn flag(field: &str, value: bool) -> Condition {
+    Condition::matches(field, value)
+}
+
+fn kind_of(kind: FieldKind) -> FieldType {
+    match kind {
+        FieldKind::Keyword => FieldType::Keyword,
+        FieldKind::Integer => FieldType::Integer,
+        FieldKind::Bool => FieldType::Bool,
+    }
+}
+
+fn text(payload: &HashMap<String, Value>, key: &str) -> Option<String> {
+    match payload.get(key)?.kind.as_ref()? {
+        Kind::StringValue(value) => Some(value.clone()),
+        _ => None,
+    }
+}
+
+fn integer(payload: &HashMap<String, Value>, key: &str) -> Option<i64> {
+    match payload.get(key)?.kind.as_ref()? {
+        Kind::IntegerValue(value) => Some(*value),
+        _ => None,
+    }
+}
+
+fn current_payload(is_current: bool, head_at: Option<i64>) -> HashMap<String, Value> {
+    let mut payload = HashMap::new();
+    payload.insert("is_current".to_owned(), Value::from(is_current));
+    if let Some(head_at) = head_at {
+        payload.insert("head_at".to_owned(), Value::from(head_at));
+    }
+    payload
+}
+
+impl ServerVectorStore {
+    /// Connects to the server and makes sure the generation's collection exists (cosine
+    /// distance, `dimension`) with its payload indexes; refuses a collection of another
+    /// dimension. Concurrent openers (several workers starting at once) are fine.
+    pub async fn open(
+        options: &ServerOptions,
+        generation: &str,
+        dimension: usize,
+    ) -> Result<ServerVectorStore, GatewayError> {
+        let client = Qdrant::from_url(&options.url)
+            .api_key(options.api_key.clone())
+            .timeout(options.timeout)
+            .connect_timeout(options.connect_timeout)
+            .skip_compatibility_check()
+            .build()
+            .map_err(|error| {
+                GatewayError::Config(format!("the Qdrant URL {}: {error}", options.url))
+            })?;
+        let store = ServerVectorStore {
+            client: std::sync::Arc::new(client),
+            collection: format!("{}{generation}", options.collection_prefix),
+            dimension,
+            url: options.url.clone(),
+            retry_budget: options.retry_budget,
+        };
+        store.ensure_collection().await?;
+        Ok(store)
+    }
+
+    /// The collection's name.
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// Runs `call`, retrying transient failures with exponential backoff for up to the retry
+    /// budget. Every operation here is idempotent (upserts by id, payload sets by filter).
+    async fn retrying<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T, GatewayError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, QdrantError>>,
+    {
+        let policy = backoff::ExponentialBackoff {
+            initial_interval: Duration::from_millis(50),
+            max_interval: Duration::from_secs(1),
+            max_elapsed_time: Some(self.retry_budget),
+            ..backoff::ExponentialBackoff::default()
+        };
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let result = backoff::future::retry(policy, || async {
+            let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            call().await.map_err(|error| {
+                let error = classify(error);
+                if retryable(&error) {
+                    tracing::debug!(%error, attempt, what, collection = %self.collection, "Qdrant call failed; retrying");
+                    backoff::Error::transient(error)
+                } else {
+                    backoff::Error::permanent(error)
+                }
+            })
+        })
+        .await;
+        if let Err(error) = &result {
+            tracing::warn!(
+                %error, what, url = %self.url, collection = %self.collection,
+                attempts = attempts.load(std::sync::atomic::Ordering::Relaxed),
+                "Qdrant call failed"
+            );
+        }
+        result
+    }
+
+    async fn ensure_collection(&self) -> Result<(), GatewayError> {
+        let exists = self
+            .retrying("collection_exists", || {
+                self.client.collection_exists(self.collection.as_str())
+            })
+            .await?;
+        if !exists {
+            let created = self
+                .client
+                .create_collection(
+                    CreateCollectionBuilder::new(self.collection.as_str()).vectors_config(
+                        VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine),
+                    ),
+                )
+                .await;
+            if let Err(error) = created {
+                // Another process may have created it first.
+                let exists = self
+                    .retrying("collection_exists", || {
+                        self.client.collection_exists(self.collection.as_str())
+                    })
+                    .await?;
+                if !exists {
+                    return Err(classify(error));
+                }
+            } else {
+                tracing::info!(url = %self.url, collection = %self.collection, dimension = self.dimension, "created the Qdrant collection");
+            }
+        }
+        let info = self
+            .retrying("collection_info", || {
+                self.client.collection_info(self.collection.as_str())
+            })
+            .await?;
+        let size = info
+            .result
+            .as_ref()
+            .and_then(|info| info.config.as_ref())
+            .and_then(|config| config.params.as_ref())
+            .and_then(|params| params.vectors_config.as_ref())
+            .and_then(|vectors| vectors.config.as_ref())
+            .and_then(|config| match config {
+                vectors_config::Config::Params(params) => Some(params.size),
+                vectors_config::Config::ParamsMap(_) => None,
+            });
+        if size != Some(self.dimension as u64) {
+            return Err(GatewayError::Config(format!(
+                "the Qdrant collection {} at {} has vectors of size {size:?}, the model {}; \
+                 start a new generation or use another collection prefix",
+                self.collection, self.url, self.dimension
+            )));
+        }
+        let indexed: Vec<String> = info
+            .result
+            .map(|info| info.payload_schema.into_keys().collect())
+            .unwrap_or_default();
+        for (field, kind) in INDEXED_FIELDS {
+            if indexed.iter().any(|name| name == field) {
+                continue;
+            }
+            self.retrying("create_field_index", || {
+                self.client.create_field_index(
+                    CreateFieldIndexCollectionBuilder::new(
+                        self.collection.as_str(),
+                        field,
+                        kind_of(kind),
+                    )
+                    .wait(true),
+                )
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn count(&self, filter: Filter) -> Result<usize, GatewayError> {
+        let response = self
+            .retrying("count", || {
+                self.client.count(
+                    CountPointsBuilder::new(self.collection.as_str())
+                        .filter(filter.clone())
+                        .exact(true),
+                )
+            })
+            .await?;
+        Ok(response
+            .result
+            .map(|result| usize::try_from(result.count).unwrap_or(usize::MAX))
+            .unwrap_or(0))
+    }
+
+    async fn set_payload(
+        &self,
+        filter: Filter,
+        is_current: bool,
+        head_at: Option<i64>,
+    ) -> Result<(), GatewayError> {
+        let payload = current_payload(is_current, head_at);
+        self.retrying("set_payload", || {
+            self.client.set_payload(
+                SetPayloadPointsBuilder::new(self.collection.as_str(), payload.clone())
+                    .points_selector(filter.clone())
+                    .wait(true),
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Points in the collection (all revisions).
+    pub async fn total_points(&self) -> Result<usize, GatewayError> {
+        self.count(Filter::default()).await
+    }
+}
+
+#[async_trait]
+impl VectorStore for ServerVectorStore {
+    fn name(&self) -> &'static str {
+        STORE
+    }
+
+    fn location(&self) -> String {
+        format!("{} collection {}", self.url, self.collection)
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        if let Some(bad) = points.iter().find(|p| p.vector.len() != self.dimension) {
+            return Err(GatewayError::Config(format!(
+                "a vector of dimension {} for a store of dimension {}",
+                bad.vector.len(),
+                self.dimension
+            )));
+        }
+        let points: Vec<PointStruct> = points
+            .into_iter()
+            .map(|point| {
+                let mut payload: HashMap<String, Value> = HashMap::new();
+                payload.insert("dataset".to_owned(), Value::from(point.dataset));
+                payload.insert("source_key".to_owned(), Value::from(point.source_key));
+                payload.insert(
+                    "revision_id".to_owned(),
+                    Value::from(point.revision_id.to_string()),
+                );
+                payload.insert(
+                    "chunk_index".to_owned(),
+                    Value::from(i64::from(point.chunk_index)),
+                );
+                payload.insert("head_at".to_owned(), Value::from(point.head_at));
+                payload.insert("is_current".to_owned(), Value::from(true));
+                PointStruct::new(
+                    point_id(point.revision_id, point.chunk_index),
+                    point.vector,
+                    payload,
+                )
+            })
+            .collect();
+        self.retrying("upsert", || {
+            self.client.upsert_points(
+                UpsertPointsBuilder::new(self.collection.as_str(), points.clone()).wait(true),
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
+        let revision = keyword("revision_id", &revision_id.to_string());
+        let count = self.count(Filter::must([revision.clone()])).await?;
+        let current = self
+            .count(Filter::must([revision, flag("is_current", true)]))
+            .await?;
+        let ids: Vec<PointId> = (0..u32::try_from(count).unwrap_or(u32::MAX))
+            .map(|index| PointId::from(point_id(revision_id, index)))
+            .collect();
+        let with_dimension = if ids.is_empty() {
+            0
+        } else {
+            let response = self
+                .retrying("get_points", || {
+                    self.client.get_points(
+                        GetPointsBuilder::new(self.collection.as_str(), ids.clone())
+                            .with_payload(false)
+                            .with_vectors(true),
+                    )
+                })
+                .await?;
+            response
+                .result
+                .iter()
+                .filter(|point| {
+                    let length = match point
+                        .vectors
+                        .as_ref()
+                        .and_then(|vectors| vectors.vectors_options.as_ref())
+                    {
+                        Some(vectors_output::VectorsOptions::Vector(vector)) => {
+                            match &vector.vector {
+                                Some(qdrant_client::qdrant::vector_output::Vector::Dense(
+                                    dense,
+                                )) => dense.data.len(),
+                                #[allow(deprecated)]
+                                None => vector.data.len(),
+                                Some(_) => 0,
+                            }
+                        }
+                        _ => 0,
+                    };
+                    length == self.dimension
+                })
+                .count()
+        };
+        Ok(RevisionPoints {
+            count,
+            with_dimension,
+            current,
+        })
+    }
+
+    async fn set_current(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        keep: Option<Uuid>,
+        head_at: i64,
+    ) -> Result<(), GatewayError> {
+        let source = [
+            keyword("dataset", dataset),
+            keyword("source_key", source_key),
+        ];
+        let mut older = source.to_vec();
+        older.push(Condition::range(
+            "head_at",
+            Range {
+                lt: Some(head_at as f64),
+                ..Range::default()
+            },
+        ));
+        let mut older = Filter::must(older);
+        if let Some(keep) = keep {
+            older.must_not = vec![keyword("revision_id", &keep.to_string())];
+            let mut mine = source.to_vec();
+            mine.push(keyword("revision_id", &keep.to_string()));
+            self.set_payload(Filter::must(mine), true, Some(head_at))
+                .await?;
+        }
+        self.set_payload(older, false, None).await
+    }
+
+    async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {
+        self.count(Filter::must([
+            keyword("dataset", dataset),
+            keyword("source_key", source_key),
+            flag("is_current", true),
+        ]))
+        .await
+    }
+
+    async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
+        self.set_payload(
+            Filter::must([keyword("revision_id", &revision_id.to_string())]),
+            false,
+            None,
+        )
+        .await
+    }
+
+    async fn search(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        let mut filter = Filter::must([flag("is_current", true)]);
+        if !datasets.is_empty() {
+            filter.should = datasets
+                .iter()
+                .map(|dataset| keyword("dataset", dataset))
+                .collect();
+        }
+        // One attempt: the caller's search deadline bounds it.
+        let response = self
+            .client
+            .search_points(
+                SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
+                    .filter(filter)
+                    .with_payload(true),
+            )
+            .await
+            .map_err(classify)?;
+        Ok(response
+            .result
+            .into_iter()
+            .filter_map(|point| {
+                let revision_id = text(&point.payload, "revision_id")?.parse().ok()?;
+                let chunk_index = u32::try_from(integer(&point.payload, "chunk_index")?).ok()?;
+                Some(VectorHit {
+                    dataset: text(&point.payload, "dataset")?,
+                    source_key: text(&point.payload, "source_key")?,
+                    revision_id,
+                    chunk_index,
+                    score: point.score,
+                })
+            })
+            .collect())
+    }
+
+    async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
+        let info = self
+            .retrying("collection_info", || {
+                self.client.collection_info(self.collection.as_str())
+            })
+            .await?;
+        Ok(info
+            .result
+            .map(|info| info.payload_schema.into_keys().collect())
+            .unwrap_or_default())
+    }
+
+    async fn close(&self) -> Result<(), GatewayError> {
+        // Every write was acknowledged with `wait = true`: nothing is buffered here.
+        Ok(())
+    }
+}

@@ -1,0 +1,357 @@
+//! One conformance suite for the [`VectorStore`] trait, run against both implementations:
+//! qdrant-edge in a temporary directory, and a real Qdrant server (v1.18.3, started per test on
+//! free loopback ports) through `qdrant-client`. Same calls, same expectations.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use gateways::testing::QdrantServer;
+use gateways::vectors::{point_id, INDEXED_FIELDS};
+use gateways::{
+    EdgeVectorStore, GatewayError, ServerOptions, ServerVectorStore, VectorPoint, VectorStore,
+};
+use uuid::Uuid;
+
+const DIMENSION: usize = 8;
+
+/// Opens a generation's store on one backend.
+#[async_trait]
+trait Backend: Send + Sync {
+    async fn open(&self, generation: &str) -> Arc<dyn VectorStore>;
+}
+
+struct Edge(tempfile::TempDir);
+
+#[async_trait]
+impl Backend for Edge {
+    async fn open(&self, generation: &str) -> Arc<dyn VectorStore> {
+        Arc::new(EdgeVectorStore::open(&self.0.path().join(generation), DIMENSION).expect("open"))
+    }
+}
+
+fn edge() -> Edge {
+    Edge(tempfile::tempdir().expect("tempdir"))
+}
+
+struct Server(QdrantServer);
+
+#[async_trait]
+impl Backend for Server {
+    async fn open(&self, generation: &str) -> Arc<dyn VectorStore> {
+        Arc::new(
+            ServerVectorStore::open(
+                &ServerOptions::new(&self.0.grpc_url()),
+                generation,
+                DIMENSION,
+            )
+            .await
+            .expect("open"),
+        )
+    }
+}
+
+fn server() -> Server {
+    Server(QdrantServer::start().expect("start qdrant"))
+}
+
+fn unit(seed: u32) -> Vec<f32> {
+    let raw: Vec<f32> = (0..DIMENSION as u32)
+        .map(|i| ((seed * 31 + i * 17) % 13) as f32 + 0.5)
+        .collect();
+    let norm = raw.iter().map(|x| x * x).sum::<f32>().sqrt();
+    raw.iter().map(|x| x / norm).collect()
+}
+
+fn points(dataset: &str, key: &str, revision: Uuid, count: u32, head_at: i64) -> Vec<VectorPoint> {
+    (0..count)
+        .map(|index| VectorPoint {
+            dataset: dataset.to_owned(),
+            source_key: key.to_owned(),
+            revision_id: revision,
+            chunk_index: index,
+            head_at,
+            vector: unit(u32::try_from(head_at).expect("small") * 7 + index),
+        })
+        .collect()
+}
+
+/// Writes a revision's points and makes it the source's current one, as projection does.
+async fn project(
+    store: &dyn VectorStore,
+    dataset: &str,
+    key: &str,
+    revision: Uuid,
+    count: u32,
+    head_at: i64,
+) {
+    store
+        .upsert(points(dataset, key, revision, count, head_at))
+        .await
+        .expect("upsert");
+    store
+        .set_current(dataset, key, Some(revision), head_at)
+        .await
+        .expect("set current");
+}
+
+mod checks {
+    use super::*;
+
+    pub(super) async fn upsert_reads_back_by_count_dimension_and_ids(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        assert_eq!(store.dimension(), DIMENSION);
+        let revision = Uuid::now_v7();
+        store
+            .upsert(points("docs", "a", revision, 3, 1))
+            .await
+            .expect("upsert");
+        let stored = store.revision_points(revision).await.expect("read back");
+        assert_eq!(
+            (stored.count, stored.with_dimension, stored.current),
+            (3, 3, 3)
+        );
+        let unknown = store
+            .revision_points(Uuid::now_v7())
+            .await
+            .expect("read back");
+        assert_eq!((unknown.count, unknown.with_dimension), (0, 0));
+        // The ids are the derived ones: searching with a point's own vector finds that chunk.
+        let hits = store
+            .search(unit(7 + 2), &["docs".to_owned()], 1)
+            .await
+            .expect("search");
+        assert_eq!(hits.len(), 1);
+        assert_eq!((hits[0].revision_id, hits[0].chunk_index), (revision, 2));
+        assert_ne!(point_id(revision, 1), point_id(revision, 2));
+    }
+
+    pub(super) async fn a_wrong_dimension_is_refused_and_writes_nothing(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let revision = Uuid::now_v7();
+        let mut bad = points("docs", "a", revision, 2, 1);
+        bad[1].vector.push(0.5);
+        let error = store.upsert(bad).await.expect_err("refused");
+        assert!(matches!(error, GatewayError::Config(_)), "{error:?}");
+        assert_eq!(
+            store.revision_points(revision).await.expect("read").count,
+            0
+        );
+    }
+
+    pub(super) async fn reprojection_is_idempotent(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let revision = Uuid::now_v7();
+        project(store.as_ref(), "docs", "a", revision, 4, 5).await;
+        project(store.as_ref(), "docs", "a", revision, 4, 5).await;
+        let stored = store.revision_points(revision).await.expect("read back");
+        assert_eq!(
+            (stored.count, stored.with_dimension, stored.current),
+            (4, 4, 4)
+        );
+        assert_eq!(store.source_current("docs", "a").await.expect("count"), 4);
+    }
+
+    pub(super) async fn reconcile_sees_what_a_crashed_run_left(backend: &dyn Backend) {
+        // A run that wrote its points and died before its receipt: the next run's read-back
+        // finds them complete (projection then records `reconciled: true` and writes nothing).
+        let revision = Uuid::now_v7();
+        {
+            let store = backend.open("g-one").await;
+            store
+                .upsert(points("docs", "a", revision, 3, 9))
+                .await
+                .expect("upsert");
+        }
+        let store = backend.open("g-one").await;
+        let stored = store.revision_points(revision).await.expect("read back");
+        assert_eq!((stored.count, stored.with_dimension), (3, 3));
+        // A partial write (fewer points than chunks) does not pass as complete.
+        let partial = Uuid::now_v7();
+        store
+            .upsert(points("docs", "b", partial, 2, 9))
+            .await
+            .expect("upsert");
+        assert_eq!(store.revision_points(partial).await.expect("read").count, 2);
+    }
+
+    pub(super) async fn current_flips_are_ordered_by_head_time(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let (old, new) = (Uuid::now_v7(), Uuid::now_v7());
+        project(store.as_ref(), "docs", "a", old, 3, 100).await;
+        project(store.as_ref(), "docs", "a", new, 2, 200).await;
+        assert_eq!(store.revision_points(old).await.expect("read").current, 0);
+        assert_eq!(store.revision_points(new).await.expect("read").current, 2);
+        // A late write of the older head (a slow run) never retires the newer one.
+        project(store.as_ref(), "docs", "a", old, 3, 100).await;
+        assert_eq!(store.revision_points(new).await.expect("read").current, 2);
+        // Other sources are never touched.
+        let other = Uuid::now_v7();
+        project(store.as_ref(), "docs", "b", other, 1, 50).await;
+        project(store.as_ref(), "docs", "a", new, 2, 200).await;
+        assert_eq!(store.revision_points(other).await.expect("read").current, 1);
+        assert_eq!(store.revision_points(old).await.expect("read").current, 0);
+    }
+
+    pub(super) async fn retire_and_exclude(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
+        project(store.as_ref(), "docs", "a", first, 2, 10).await;
+        project(store.as_ref(), "docs", "b", second, 2, 11).await;
+        // A stale run retiring its own revision.
+        store.retire_revision(first).await.expect("retire");
+        assert_eq!(store.revision_points(first).await.expect("read").current, 0);
+        assert_eq!(store.revision_points(first).await.expect("read").count, 2);
+        // A tombstone: nothing of the source stays current, and search never returns it.
+        store
+            .set_current("docs", "b", None, 12)
+            .await
+            .expect("exclude");
+        assert_eq!(store.source_current("docs", "b").await.expect("count"), 0);
+        // A tombstone older than the head it meets leaves that head alone.
+        let third = Uuid::now_v7();
+        project(store.as_ref(), "docs", "c", third, 1, 30).await;
+        store
+            .set_current("docs", "c", None, 20)
+            .await
+            .expect("old tombstone");
+        assert_eq!(store.source_current("docs", "c").await.expect("count"), 1);
+        let hits = store
+            .search(unit(11 * 7), &["docs".to_owned()], 10)
+            .await
+            .expect("search");
+        assert!(
+            hits.iter()
+                .all(|hit| hit.revision_id != first && hit.revision_id != second),
+            "{hits:?}"
+        );
+    }
+
+    pub(super) async fn search_filters_by_dataset_and_current(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let (docs, notes, old) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        project(store.as_ref(), "docs", "a", old, 2, 1).await;
+        project(store.as_ref(), "docs", "a", docs, 2, 2).await;
+        project(store.as_ref(), "notes", "b", notes, 2, 3).await;
+        let only_docs = store
+            .search(unit(3 * 7), &["docs".to_owned()], 10)
+            .await
+            .expect("search");
+        assert!(!only_docs.is_empty());
+        assert!(
+            only_docs
+                .iter()
+                .all(|hit| hit.dataset == "docs" && hit.revision_id == docs),
+            "{only_docs:?}"
+        );
+        let both = store
+            .search(unit(3 * 7), &["docs".to_owned(), "notes".to_owned()], 10)
+            .await
+            .expect("search");
+        let everywhere = store.search(unit(3 * 7), &[], 10).await.expect("search");
+        for hits in [&both, &everywhere] {
+            assert_eq!(hits.len(), 4, "{hits:?}");
+            assert!(hits.iter().all(|hit| hit.revision_id != old));
+            assert!(hits.windows(2).all(|pair| pair[0].score >= pair[1].score));
+        }
+        assert_eq!(everywhere[0].revision_id, notes, "the best match first");
+        let none = store
+            .search(unit(1), &["elsewhere".to_owned()], 10)
+            .await
+            .expect("search");
+        assert!(none.is_empty());
+    }
+
+    pub(super) async fn one_collection_per_generation(backend: &dyn Backend) {
+        let first = backend.open("g-one").await;
+        let second = backend.open("g-two").await;
+        assert_ne!(first.location(), second.location());
+        let revision = Uuid::now_v7();
+        project(first.as_ref(), "docs", "a", revision, 3, 1).await;
+        assert_eq!(
+            second.revision_points(revision).await.expect("read").count,
+            0
+        );
+        assert!(second
+            .search(unit(7), &[], 10)
+            .await
+            .expect("search")
+            .is_empty());
+        project(second.as_ref(), "docs", "a", revision, 3, 1).await;
+        second.retire_revision(revision).await.expect("retire");
+        assert_eq!(
+            first.revision_points(revision).await.expect("read").current,
+            3,
+            "a write to one generation never touches another"
+        );
+    }
+
+    pub(super) async fn payload_indexes_exist_before_any_point(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let indexed = store.indexed_fields().await.expect("indexes");
+        for (field, _) in INDEXED_FIELDS {
+            assert!(
+                indexed.iter().any(|name| name == field),
+                "{field} in {indexed:?}"
+            );
+        }
+        for required in ["dataset", "is_current", "revision_id"] {
+            assert!(indexed.iter().any(|name| name == required));
+        }
+    }
+}
+
+macro_rules! vector_conformance {
+    ($module:ident, $backend:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn upsert_reads_back_by_count_dimension_and_ids() {
+                checks::upsert_reads_back_by_count_dimension_and_ids(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_wrong_dimension_is_refused_and_writes_nothing() {
+                checks::a_wrong_dimension_is_refused_and_writes_nothing(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn reprojection_is_idempotent() {
+                checks::reprojection_is_idempotent(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn reconcile_sees_what_a_crashed_run_left() {
+                checks::reconcile_sees_what_a_crashed_run_left(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn current_flips_are_ordered_by_head_time() {
+                checks::current_flips_are_ordered_by_head_time(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn retire_and_exclude() {
+                checks::retire_and_exclude(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn search_filters_by_dataset_and_current() {
+                checks::search_filters_by_dataset_and_current(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn one_collection_per_generation() {
+                checks::one_collection_per_generation(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn payload_indexes_exist_before_any_point() {
+                checks::payload_indexes_exist_before_any_point(&$backend).await;
+            }
+        }
+    };
+}
+
+vector_conformance!(edge_store, edge());
+vector_conformance!(server_store, server());
