@@ -35,6 +35,18 @@ struct FileConfig {
     search: FileSearch,
     #[serde(default)]
     http: FileHttp,
+    #[serde(default)]
+    vectors: FileVectors,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileVectors {
+    url: Option<String>,
+    timeout_ms: Option<u64>,
+    connect_timeout_ms: Option<u64>,
+    retry_ms: Option<u64>,
+    collection_prefix: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -216,6 +228,10 @@ pub struct Config {
     pub search: search::SearchSettings,
     /// Connection cap and timeouts of the HTTP server.
     pub http: crate::server::HttpSettings,
+    /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
+    /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
+    /// directory.
+    pub vectors: Option<gateways::ServerOptions>,
 }
 
 /// Flags that override the file and the environment.
@@ -229,6 +245,8 @@ pub struct Overrides {
     pub config_file: Option<PathBuf>,
     /// `--ledger`.
     pub ledger_url: Option<String>,
+    /// `--vectors`.
+    pub vectors_url: Option<String>,
 }
 
 fn env_number<T: std::str::FromStr>(
@@ -438,7 +456,34 @@ impl Config {
                 .or(file.http.shutdown_grace_ms)
                 .map_or(http_defaults.shutdown_grace, millis),
         };
+        let vectors = overrides
+            .vectors_url
+            .clone()
+            .or_else(|| env.get("CAIRN_VECTORS_URL").cloned())
+            .or(file.vectors.url.clone())
+            .filter(|url| !url.trim().is_empty())
+            .map(|url| {
+                let mut options = gateways::ServerOptions::new(url.trim());
+                options.api_key = env
+                    .get("CAIRN_VECTORS_API_KEY")
+                    .filter(|key| !key.is_empty())
+                    .cloned();
+                if let Some(ms) = file.vectors.timeout_ms {
+                    options.timeout = millis(ms);
+                }
+                if let Some(ms) = file.vectors.connect_timeout_ms {
+                    options.connect_timeout = millis(ms);
+                }
+                if let Some(ms) = file.vectors.retry_ms {
+                    options.retry_budget = millis(ms);
+                }
+                if let Some(prefix) = &file.vectors.collection_prefix {
+                    options.collection_prefix = prefix.clone();
+                }
+                options
+            });
         let config = Config {
+            vectors,
             http,
             search,
             projection,
@@ -539,6 +584,35 @@ impl Config {
         if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
             bail!("projection.embed_batch must be between 1 and 512");
         }
+        if let Some(vectors) = &self.vectors {
+            if !(vectors.url.starts_with("http://") || vectors.url.starts_with("https://")) {
+                bail!(
+                    "vectors.url `{}` is not a Qdrant gRPC URL (http://host:6334, or https:// \
+                     for TLS); leave it unset for the embedded qdrant-edge store",
+                    vectors.url
+                );
+            }
+            if vectors.timeout.is_zero() || vectors.connect_timeout.is_zero() {
+                bail!("vectors.timeout_ms and vectors.connect_timeout_ms must be at least 1");
+            }
+            let valid_prefix = vectors
+                .collection_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid_prefix || vectors.collection_prefix.len() > 64 {
+                bail!("vectors.collection_prefix may hold only letters, digits, `-` and `_` (at most 64)");
+            }
+            // In-process retries must end well inside the lease, so a retrying worker never
+            // outlives its own lease.
+            let lease_ms = self.job_policies.shortest_lease_micros() / 1000;
+            let retry_ms = i64::try_from(vectors.retry_budget.as_millis()).unwrap_or(i64::MAX);
+            if retry_ms.saturating_mul(2) > lease_ms {
+                bail!(
+                    "vectors.retry_ms ({retry_ms}) must be at most half the shortest job lease \
+                     ({lease_ms} ms): in-process retries are bounded by the lease"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -557,6 +631,25 @@ impl Config {
         match &self.ledger_url {
             Some(url) => format!("PostgreSQL at {}", redact_url(url)),
             None => format!("SQLite at {}", self.ledger_path().display()),
+        }
+    }
+
+    /// Where the vectors are, for logs and messages (never the API key).
+    pub fn vectors_description(&self) -> String {
+        match &self.vectors {
+            Some(options) => format!(
+                "Qdrant server at {}{}",
+                options.url,
+                if options.api_key.is_some() {
+                    " (with an API key)"
+                } else {
+                    ""
+                }
+            ),
+            None => format!(
+                "qdrant-edge under {}",
+                self.data_dir.join("vectors").display()
+            ),
         }
     }
 

@@ -215,27 +215,39 @@ pub async fn serve(
         );
     }
     // The process that runs the workers owns the embedded vector shard, so vector search
-    // lives there too; with `workers.count = 0` (workers in another process) search is lexical.
+    // lives there too; with `workers.count = 0` (workers in another process) search is lexical
+    // on the embedded store, and hybrid on a Qdrant server (which every process shares).
     let projection = if config.workers.count > 0 {
         Some(projection::open_projection(&config, ledger.clone()).await?)
     } else {
-        if config.backends.contains(&Backend::Vector) {
-            println!(
-                "workers.count is 0: the vector shard belongs to the worker process, so search \
-                 here is lexical only"
-            );
-        }
         None
     };
-    let vector = match projection
-        .as_ref()
-        .and_then(|projection| projection.vectors.clone().map(|store| (projection, store)))
-    {
-        Some((projection, store)) => Some(search::VectorSide {
-            embedder: projection::query_embedder(&projection.files).await?,
-            store,
-        }),
-        None => None,
+    let vector = match &projection {
+        Some(projection) => match &projection.vectors {
+            Some(store) => Some(search::VectorSide {
+                embedder: projection::query_embedder(&projection.files).await?,
+                store: store.clone(),
+            }),
+            None => None,
+        },
+        None if config.backends.contains(&Backend::Vector) && config.vectors.is_some() => {
+            let files = gateways::ModelFiles::locate(&config.projection.models_dir)?;
+            let generation = projection::generation(&config);
+            let (store, _) = projection::open_vectors(&config, &generation).await?;
+            Some(search::VectorSide {
+                embedder: projection::query_embedder(&files).await?,
+                store,
+            })
+        }
+        None => {
+            if config.backends.contains(&Backend::Vector) {
+                println!(
+                    "workers.count is 0: the vector shard belongs to the worker process, so \
+                     search here is lexical only (a Qdrant server, vectors.url, is shared)"
+                );
+            }
+            None
+        }
     };
     let workers = start_workers(&config, ledger.clone(), projection.as_ref()).await?;
     let stop_workers = workers.stop.clone();
@@ -259,7 +271,7 @@ pub async fn serve(
     let address = listener.local_addr()?;
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
-    tracing::info!(%address, data_dir = %config.data_dir.display(), ledger = %config.ledger_description(), backends = ?config.backends, "cairn serving");
+    tracing::info!(%address, data_dir = %config.data_dir.display(), ledger = %config.ledger_description(), vectors = %config.vectors_description(), backends = ?config.backends, "cairn serving");
     let http = server::serve(listener, app(ledger, &config, vector), config.http, async {
         shutdown.await;
         // Workers stop on their own clock, independently of the HTTP drain: they release

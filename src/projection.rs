@@ -2,11 +2,14 @@
 //! across jobs), the chunker, the projection generation and the vector store.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
-use gateways::{BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, VectorStore};
+use gateways::{
+    BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, ServerVectorStore, VectorStore,
+};
 use receipts::{Backend, Generation, Ledger};
 use worker::Projector;
 
@@ -36,7 +39,7 @@ pub struct Projection {
     /// The model files.
     pub files: ModelFiles,
     /// Stops the vector store's background optimiser.
-    optimizer: Option<Arc<std::sync::atomic::AtomicBool>>,
+    optimizer: Option<Arc<AtomicBool>>,
 }
 
 impl Projection {
@@ -77,6 +80,38 @@ pub async fn query_embedder(files: &ModelFiles) -> anyhow::Result<Arc<dyn Embedd
     Ok(Arc::new(model))
 }
 
+/// Opens the generation's vector store: a collection on the Qdrant server when `vectors.url`
+/// is set (shared by any number of processes), else the embedded qdrant-edge shard (owned by
+/// this process, with its background optimiser, whose stop flag comes back too).
+pub async fn open_vectors(
+    config: &Config,
+    generation: &Generation,
+) -> anyhow::Result<(Arc<dyn VectorStore>, Option<Arc<AtomicBool>>)> {
+    match &config.vectors {
+        Some(options) => {
+            let store = ServerVectorStore::open(options, &generation.id, MODEL_DIMENSION)
+                .await
+                .with_context(|| {
+                    format!(
+                        "opening the vector collection of generation {} on the Qdrant server at {}",
+                        generation.id, options.url
+                    )
+                })?;
+            tracing::info!(location = %store.location(), "vectors on the Qdrant server");
+            Ok((Arc::new(store), None))
+        }
+        None => {
+            let path = vector_path(config, generation);
+            let store =
+                tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, MODEL_DIMENSION))
+                    .await
+                    .context("opening the vector store")??;
+            let optimizer = store.spawn_optimizer(config.projection.optimize)?;
+            Ok((Arc::new(store), Some(optimizer)))
+        }
+    }
+}
+
 /// [`open_projector`], keeping the stores for search.
 pub async fn open_projection(
     config: &Config,
@@ -109,17 +144,11 @@ pub async fn open_projection(
                 generation.id, generation.chunker, generation.backends
             )
         })?;
-    let mut optimizer = None;
-    let vectors: Option<Arc<dyn VectorStore>> = if config.backends.contains(&Backend::Vector) {
-        let path = vector_path(config, &generation);
-        let store =
-            tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, MODEL_DIMENSION))
-                .await
-                .context("opening the vector store")??;
-        optimizer = Some(store.spawn_optimizer(config.projection.optimize)?);
-        Some(Arc::new(store))
+    let (vectors, optimizer) = if config.backends.contains(&Backend::Vector) {
+        let (store, optimizer) = open_vectors(config, &generation).await?;
+        (Some(store), optimizer)
     } else {
-        None
+        (None, None)
     };
     let projector = Arc::new(Projector::new(
         ledger,

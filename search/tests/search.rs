@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
+use gateways::testing::QdrantServer;
 use gateways::{
-    Chunker, ChunkerSettings, EdgeVectorStore, Embedder, GatewayError, RevisionPoints, VectorHit,
-    VectorPoint, VectorStore,
+    Chunker, ChunkerSettings, EdgeVectorStore, Embedder, GatewayError, RevisionPoints,
+    ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore,
 };
 use receipts::conformance::{delete, put};
 use receipts::faults::{FaultPlan, FaultPoint};
@@ -49,12 +50,17 @@ async fn model() -> Arc<dyn Embedder> {
 struct World {
     ledger: Arc<dyn Ledger>,
     faults: Arc<FaultPlan>,
-    vectors: Arc<EdgeVectorStore>,
+    vectors: Arc<dyn VectorStore>,
     projector: Arc<Projector>,
     _directory: tempfile::TempDir,
 }
 
 async fn world() -> World {
+    world_on(None).await
+}
+
+/// A world whose vectors live on `server` (a real Qdrant server), or in qdrant-edge.
+async fn world_on(server: Option<&QdrantServer>) -> World {
     let directory = tempfile::tempdir().expect("tempdir");
     let faults = Arc::new(FaultPlan::default());
     let ledger: Arc<dyn Ledger> = Arc::new(
@@ -76,10 +82,21 @@ async fn world() -> World {
         .activate_generation(&generation, "test")
         .await
         .expect("generation");
-    let vectors = Arc::new(
-        EdgeVectorStore::open(&directory.path().join("vectors"), MODEL_DIMENSION)
-            .expect("vector store"),
-    );
+    let vectors: Arc<dyn VectorStore> = match server {
+        Some(server) => Arc::new(
+            ServerVectorStore::open(
+                &ServerOptions::new(&server.grpc_url()),
+                &generation.id,
+                MODEL_DIMENSION,
+            )
+            .await
+            .expect("vector collection"),
+        ),
+        None => Arc::new(
+            EdgeVectorStore::open(&directory.path().join("vectors"), MODEL_DIMENSION)
+                .expect("vector store"),
+        ),
+    };
     let chunker = Arc::new(
         Chunker::new(
             files().tokenizer().expect("tokenizer"),
@@ -92,7 +109,7 @@ async fn world() -> World {
             ledger.clone(),
             model().await,
             chunker,
-            Some(vectors.clone() as Arc<dyn VectorStore>),
+            Some(vectors.clone()),
             generation,
         )
         .expect("projector"),
@@ -315,7 +332,7 @@ impl Embedder for FailingEmbedder {
 }
 
 /// A vector store whose searches fail (fault injector); everything else is the real store.
-struct FailingSearchVectors(Arc<EdgeVectorStore>);
+struct FailingSearchVectors(Arc<dyn VectorStore>);
 
 #[async_trait]
 impl VectorStore for FailingSearchVectors {
@@ -327,6 +344,12 @@ impl VectorStore for FailingSearchVectors {
     }
     fn dimension(&self) -> usize {
         self.0.dimension()
+    }
+    fn location(&self) -> String {
+        self.0.location()
+    }
+    async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
+        self.0.indexed_fields().await
     }
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
         self.0.upsert(points).await
@@ -502,6 +525,67 @@ async fn a_slow_or_failing_vector_phase_falls_back_to_lexical_within_the_budget(
     assert_eq!(answer.mode, Answered::LexicalFallback);
     assert_eq!(answer.degradations, ["vector_error"]);
     assert_eq!(answer.results[0].source_key, "volcano");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_or_stopped_qdrant_server_degrades_to_lexical_within_the_budget() {
+    let mut server = QdrantServer::start().expect("start qdrant");
+    let world = world_on(Some(&server)).await;
+    world.project(corpus("docs")).await;
+    let searcher = world.searcher(model().await, 8);
+    let answer = searcher
+        .search(query("volcano lava village", Mode::Auto, 2_000))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::Hybrid, "{answer:?}");
+    assert_eq!(answer.results[0].source_key, "volcano");
+
+    // Paused (SIGSTOP): the connection stays open and nothing answers. The vector phase ends
+    // at its share of the budget, and lexical answers.
+    server.pause();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let answer = searcher
+            .search(query("volcano lava village", Mode::Auto, 400))
+            .await
+            .expect("search");
+        let elapsed = started.elapsed();
+        assert_eq!(answer.mode, Answered::LexicalFallback, "{answer:?}");
+        assert_eq!(answer.degradations, ["vector_timeout"]);
+        assert_eq!(answer.results[0].source_key, "volcano");
+        assert!(
+            elapsed < Duration::from_millis(400 + 250),
+            "answered after {elapsed:?} on a 400 ms budget"
+        );
+    }
+    server.resume();
+    let answer = searcher
+        .search(query("volcano lava village", Mode::Auto, 2_000))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::Hybrid, "{answer:?}");
+
+    // Stopped: refused connections are a vector error, answered lexically at once.
+    server.stop();
+    let started = Instant::now();
+    let answer = searcher
+        .search(query("volcano lava village", Mode::Auto, 1_000))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::LexicalFallback, "{answer:?}");
+    assert!(
+        answer.degradations == ["vector_error"] || answer.degradations == ["vector_timeout"],
+        "{answer:?}"
+    );
+    assert_eq!(answer.results[0].source_key, "volcano");
+    assert!(started.elapsed() < Duration::from_millis(1_000 + 250));
+    // And back: the same searcher is hybrid again once the server is.
+    server.start_again().expect("restart");
+    let answer = searcher
+        .search(query("volcano lava village", Mode::Auto, 5_000))
+        .await
+        .expect("search");
+    assert_eq!(answer.mode, Answered::Hybrid, "{answer:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -334,6 +334,10 @@ pub struct ServeArgs {
     /// PostgreSQL ledger URL (also `CAIRN_LEDGER_URL`, `ledger.url`).
     #[arg(long)]
     ledger: Option<String>,
+    /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`, `vectors.url`; the API key comes from
+    /// `CAIRN_VECTORS_API_KEY`). Unset: the embedded qdrant-edge store.
+    #[arg(long)]
+    vectors: Option<String>,
     /// Address to listen on.
     #[arg(long)]
     bind: Option<String>,
@@ -348,6 +352,7 @@ impl ServeArgs {
         let ServeArgs {
             data_dir,
             ledger,
+            vectors,
             bind,
             config,
         } = self;
@@ -357,6 +362,7 @@ impl ServeArgs {
                 bind,
                 config_file: config,
                 ledger_url: ledger,
+                vectors_url: vectors,
             },
             env,
         )?;
@@ -378,6 +384,10 @@ pub struct WorkerArgs {
     /// PostgreSQL ledger URL: workers on any machine share it (also `CAIRN_LEDGER_URL`).
     #[arg(long)]
     ledger: Option<String>,
+    /// Qdrant server gRPC URL: workers on any machine share it (also `CAIRN_VECTORS_URL`; the
+    /// API key comes from `CAIRN_VECTORS_API_KEY`). Unset: the embedded qdrant-edge store.
+    #[arg(long)]
+    vectors: Option<String>,
     /// TOML configuration file.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -399,6 +409,7 @@ impl WorkerArgs {
         let WorkerArgs {
             data_dir,
             ledger,
+            vectors,
             config,
             concurrency,
             owner,
@@ -410,6 +421,7 @@ impl WorkerArgs {
                 bind: None,
                 config_file: config,
                 ledger_url: ledger,
+                vectors_url: vectors,
             },
             env,
         )?;
@@ -442,8 +454,9 @@ impl WorkerArgs {
             }
         };
         println!(
-            "worker {owner} running ({what}) on the ledger {}, backends {}",
+            "worker {owner} running ({what}) on the ledger {}, vectors {}, backends {}",
             config.ledger_description(),
+            config.vectors_description(),
             config
                 .backends
                 .iter()

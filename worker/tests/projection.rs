@@ -439,6 +439,12 @@ impl VectorStore for FaultyVectors {
     fn dimension(&self) -> usize {
         self.real.dimension()
     }
+    fn location(&self) -> String {
+        self.real.location()
+    }
+    async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
+        self.real.indexed_fields().await
+    }
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
         if self.fail_writes {
             return Err(GatewayError::Unavailable {

@@ -35,7 +35,7 @@ use crate::GatewayError;
 const STORE: &str = "qdrant-server";
 
 /// How to reach a Qdrant server.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ServerOptions {
     /// The gRPC URL (`http://host:6334`, or `https://` for TLS).
     pub url: String,
