@@ -242,33 +242,7 @@ async fn chaos(data_dir: &std::path::Path, ledger_url: Option<&str>, at_once: us
             "job {id}: {claims} claims for {} crashes",
             job.crashes
         );
-        // One lease at a time: every claim starts after the previous run ended.
-        let mut holder: Option<(&str, i64)> = None;
-        for entry in &states {
-            if entry.from.as_deref() == Some("running") {
-                let (owner, claimed_at) = holder
-                    .take()
-                    .unwrap_or_else(|| panic!("job {id}: a run ended that never started"));
-                assert!(
-                    entry.at >= claimed_at,
-                    "job {id}: a run ended before it began"
-                );
-                if entry.to.as_deref() == Some("completed") {
-                    assert_eq!(
-                        entry.actor, owner,
-                        "job {id} was completed by a worker that did not hold it"
-                    );
-                }
-            }
-            if entry.to.as_deref() == Some("running") {
-                assert!(
-                    holder.is_none(),
-                    "job {id} was claimed while another lease held it: {states:#?}"
-                );
-                holder = Some((entry.actor.as_str(), entry.at));
-            }
-        }
-        assert!(holder.is_none(), "job {id} ends still held");
+        assert_one_lease_at_a_time(*id, &states);
         crashes += job.crashes;
         histories.insert(*id, history);
     }
@@ -302,4 +276,36 @@ async fn chaos(data_dir: &std::path::Path, ledger_url: Option<&str>, at_once: us
          {} leases stranded by the kills, each rescued; {crashes} crashes in all",
         stranded.len()
     );
+}
+
+/// A job's state history (oldest first) shows one lease at a time: every claim starts after
+/// the previous run ended, every run ends, and a completion is written by the worker that
+/// holds the last claim.
+pub(crate) fn assert_one_lease_at_a_time(id: uuid::Uuid, states: &[&receipts::HistoryEntry]) {
+    let mut holder: Option<(&str, i64)> = None;
+    for entry in states {
+        if entry.from.as_deref() == Some("running") {
+            let (owner, claimed_at) = holder
+                .take()
+                .unwrap_or_else(|| panic!("job {id}: a run ended that never started"));
+            assert!(
+                entry.at >= claimed_at,
+                "job {id}: a run ended before it began"
+            );
+            if entry.to.as_deref() == Some("completed") {
+                assert_eq!(
+                    entry.actor, owner,
+                    "job {id} was completed by a worker that did not hold it"
+                );
+            }
+        }
+        if entry.to.as_deref() == Some("running") {
+            assert!(
+                holder.is_none(),
+                "job {id} was claimed while another lease held it: {states:#?}"
+            );
+            holder = Some((entry.actor.as_str(), entry.at));
+        }
+    }
+    assert!(holder.is_none(), "job {id} ends still held");
 }

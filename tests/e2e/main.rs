@@ -15,3 +15,4 @@ mod projection;
 mod prometheus;
 mod server;
 mod tokens;
+mod topology;
