@@ -378,6 +378,14 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
         .data_dir
         .clone()
         .unwrap_or_else(|| temporary.path().to_path_buf());
+    if let (Some(vectors), None) = (config.vectors.as_mut(), &eval.data_dir) {
+        // A collection of this run's own: an earlier run's points would be reconciled, not
+        // projected.
+        vectors.collection_prefix = format!(
+            "eval-{}-",
+            &receipts::ids::new_v7().simple().to_string()[20..]
+        );
+    }
     config.bind = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
         probe.local_addr()?
@@ -445,6 +453,8 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
         "split": eval.split,
         "documents": corpus.documents.len(),
         "queries": corpus.queries.len(),
+        "ledger": config.ledger_description(),
+        "vectors": config.vectors_description(),
         "budget_ms": eval.budget_ms,
         "ingest_seconds": ingest_seconds,
         "accepted_to_searchable_seconds": searchable_seconds,

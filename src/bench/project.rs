@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION};
-use gateways::{Chunker, EdgeVectorStore, VectorPoint, VectorStore};
+use gateways::{Chunker, EdgeVectorStore, ServerVectorStore, VectorPoint, VectorStore};
 use receipts::{JobState, Ledger};
 use serde_json::{json, Value};
 
@@ -61,6 +61,13 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     let directory = tempfile::tempdir().context("creating a temporary directory")?;
     let mut config = config.clone();
     config.data_dir = directory.path().to_path_buf();
+    if let Some(vectors) = config.vectors.as_mut() {
+        // Collections of this run's own on the server (deleted at the end).
+        vectors.collection_prefix = format!(
+            "bench-{}-",
+            &receipts::ids::new_v7().simple().to_string()[20..]
+        );
+    }
     let files = ModelFiles::locate(&config.projection.models_dir)?;
 
     // The raw embedder on the same chunks, first.
@@ -94,7 +101,16 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     drop(raw_model);
 
     // qdrant-edge alone: upsert the raw vectors in batches of 64.
-    let store = EdgeVectorStore::open(&directory.path().join("upsert-only"), MODEL_DIMENSION)?;
+    let store: Arc<dyn VectorStore> = match &config.vectors {
+        Some(options) => {
+            Arc::new(ServerVectorStore::open(options, "upsert-only", MODEL_DIMENSION).await?)
+        }
+        None => Arc::new(EdgeVectorStore::open(
+            &directory.path().join("upsert-only"),
+            MODEL_DIMENSION,
+        )?),
+    };
+    let store_name = store.name();
     let started = Instant::now();
     let points: Vec<VectorPoint> = vectors
         .into_iter()
@@ -114,6 +130,12 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     }
     let upsert_seconds = started.elapsed().as_secs_f64();
     drop(store);
+    if let Some(options) = &config.vectors {
+        ServerVectorStore::open(options, "upsert-only", MODEL_DIMENSION)
+            .await?
+            .delete_collection()
+            .await?;
+    }
 
     // The pipeline: accept every document, let leased workers project them all.
     let ledger: Arc<dyn Ledger> = crate::open_ledger(&config).await?;
@@ -211,6 +233,13 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         "the pipeline stored {chunk_rows} chunks, the chunker made {}",
         chunk_texts.len()
     );
+    if let Some(options) = &config.vectors {
+        let generation = crate::projection::generation(&config);
+        ServerVectorStore::open(options, &generation.id, MODEL_DIMENSION)
+            .await?
+            .delete_collection()
+            .await?;
+    }
     let raw_rate = chunk_texts.len() as f64 / raw_seconds;
     let pipeline_rate = chunk_texts.len() as f64 / pipeline_seconds;
     Ok(json!({
@@ -228,17 +257,19 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         "pipeline": {
             "seconds": pipeline_seconds,
             "chunks_per_second": pipeline_rate,
-            "note": "accepted -> relational rows read back -> embedded -> qdrant-edge points read back -> receipts verified -> job completed",
+            "note": "accepted -> relational rows read back -> embedded -> vector points read back -> receipts verified -> job completed",
         },
+        "vectors": config.vectors_description(),
         "pipeline_over_raw": pipeline_rate / raw_rate,
         "chunker_alone_seconds": chunk_seconds,
         "mean_stage_ms_per_job": stage_means,
-        "qdrant_edge_upsert": {
+        "vector_upsert": {
+            "store": store_name,
             "points": point_count,
             "batch": 64,
             "seconds": upsert_seconds,
             "points_per_second": point_count as f64 / upsert_seconds,
-            "note": "each batch flushed to disk before the next",
+            "note": "each batch durable (flushed, or acknowledged with wait=true) before the next",
         },
         "peak_rss_mib": peak_rss_mib(),
     }))

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION};
-use gateways::{EdgeVectorStore, Embedder, VectorPoint, VectorStore};
+use gateways::{EdgeVectorStore, Embedder, ServerVectorStore, VectorPoint, VectorStore};
 use receipts::{
     Backend, ChunkRow, LeaseToken, Ledger, ReceiptState, ReceiptUpdate, SqliteLedger, Submission,
     SystemClock,
@@ -89,7 +89,7 @@ impl Random {
 /// their leases, points in the store.
 async fn load(
     ledger: &Arc<dyn Ledger>,
-    store: &EdgeVectorStore,
+    store: &dyn VectorStore,
     generation: &str,
     size: usize,
     random: &mut Random,
@@ -257,14 +257,35 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             None => temporary.path().to_owned(),
         };
         let loaded_marker = directory.join("loaded");
-        let reuse = loaded_marker.exists();
+        // A Qdrant server gets a fresh collection per size and run (deleted at the end); only
+        // the embedded store's corpus can be kept and reused.
+        let reuse = loaded_marker.exists() && config.vectors.is_none();
         let mut options = receipts::SqliteOptions::new(directory.join("ledger.db"));
         options.backends = vec![Backend::Relational, Backend::Vector];
         let ledger: Arc<dyn Ledger> =
             Arc::new(SqliteLedger::open(options, Arc::new(SystemClock)).await?);
         let generation = crate::projection::generation(config);
         ledger.activate_generation(&generation, "bench").await?;
-        let store = EdgeVectorStore::open(&directory.join("vectors"), MODEL_DIMENSION)?;
+        let (store, edge, server): (
+            Arc<dyn VectorStore>,
+            Option<EdgeVectorStore>,
+            Option<ServerVectorStore>,
+        ) = match &config.vectors {
+            Some(options) => {
+                let mut options = options.clone();
+                options.collection_prefix = format!(
+                    "bench-{}-{size}-",
+                    &receipts::ids::new_v7().simple().to_string()[20..]
+                );
+                let server =
+                    ServerVectorStore::open(&options, &generation.id, MODEL_DIMENSION).await?;
+                (Arc::new(server.clone()), None, Some(server))
+            }
+            None => {
+                let edge = EdgeVectorStore::open(&directory.join("vectors"), MODEL_DIMENSION)?;
+                (Arc::new(edge.clone()), Some(edge), None)
+            }
+        };
         let (mut load_seconds, mut optimize_seconds, mut changed) = (None, None, None);
         if reuse {
             eprintln!(
@@ -273,13 +294,22 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             );
         } else {
             let started = Instant::now();
-            load(&ledger, &store, &generation.id, size, &mut random).await?;
+            load(&ledger, store.as_ref(), &generation.id, size, &mut random).await?;
             load_seconds = Some(started.elapsed().as_secs_f64());
             eprintln!("search: building the HNSW index for {size} points");
             let started = Instant::now();
-            changed = Some(store.optimize_now().await?);
+            if let Some(edge) = &edge {
+                changed = Some(edge.optimize_now().await?);
+            }
+            if let Some(server) = &server {
+                changed = Some(
+                    server
+                        .wait_until_optimized(Duration::from_secs(1800))
+                        .await?,
+                );
+            }
             optimize_seconds = Some(started.elapsed().as_secs_f64());
-            if bench.data_dir.is_some() {
+            if bench.data_dir.is_some() && edge.is_some() {
                 std::fs::write(&loaded_marker, b"")?;
             }
         }
@@ -289,7 +319,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             ledger.clone(),
             Some(VectorSide {
                 embedder: embedder.clone(),
-                store: Arc::new(store.clone()),
+                store: store.clone(),
             }),
             config.search,
         );
@@ -398,7 +428,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                     ledger.clone(),
                     Some(VectorSide {
                         embedder: embedder.clone(),
-                        store: Arc::new(store.clone()),
+                        store: store.clone(),
                     }),
                     settings,
                 ));
@@ -407,13 +437,17 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                 bursts.push(json!({ "clients": clients, "admission": policy, "max_queued": max_queued, "result": report }));
             }
         }
+        if let Some(server) = &server {
+            server.delete_collection().await?;
+        }
         reports.push(json!({
             "chunks": size,
             "bursts": bursts,
             "load_seconds": load_seconds,
             "hnsw_build_seconds": optimize_seconds,
             "hnsw_built": changed,
-            "raw_embed_plus_bare_qdrant_search": raw,
+            "raw_embed_plus_bare_store_search": raw,
+            "store": store.location(),
             "modes": modes,
             "vector_overhead_p50_ms": overhead,
             "vector_minus_raw_per_query": paired,
@@ -425,7 +459,8 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
         "queries_per_mode": bench.queries,
         "top_k": bench.top_k,
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "note": "synthetic one-chunk documents with pseudo-random vectors; queries embedded by the real model; cairn = in-process Searcher::search plus JSON serialisation; raw = the same query embedder plus a bare qdrant-edge search for top_k",
+        "vectors": config.vectors_description(),
+        "note": "synthetic one-chunk documents with pseudo-random vectors; queries embedded by the real model; cairn = in-process Searcher::search plus JSON serialisation; raw = the same query embedder plus one bare store search for top_k (qdrant-edge in process, or one qdrant-client search_points call to the server)",
         "sizes": reports,
     }))
 }

@@ -225,6 +225,10 @@ enum EvalCommand {
         /// temporary one.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
+        /// collection of this run's own.
+        #[arg(long)]
+        vectors: Option<String>,
         /// TOML configuration file (projection and search settings).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -273,6 +277,10 @@ enum BenchCommand {
         /// Jobs each worker runs at once.
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
+        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
+        /// collection of this run's own.
+        #[arg(long)]
+        vectors: Option<String>,
         /// TOML configuration file (projection settings).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -297,6 +305,10 @@ enum BenchCommand {
         /// temporary directory per size).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
+        /// collection of this run's own.
+        #[arg(long)]
+        vectors: Option<String>,
         /// TOML configuration file (model and search settings).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -751,11 +763,12 @@ impl EvalArgs {
                     budget_ms,
                     modes,
                     data_dir,
+                    vectors,
                     config,
                     out,
                 },
         } = self;
-        let config = file_config(config, env)?;
+        let config = file_config(config, vectors, env)?;
         let report = crate::eval::beir(
             &config,
             crate::eval::BeirEval {
@@ -833,10 +846,11 @@ impl BenchArgs {
                 queries,
                 top_k,
                 data_dir,
+                vectors,
                 config,
                 out,
             } => {
-                let config = file_config(config, env)?;
+                let config = file_config(config, vectors, env)?;
                 let report = crate::bench::search(
                     &config,
                     crate::bench::SearchBench {
@@ -854,10 +868,11 @@ impl BenchArgs {
                 docs,
                 workers,
                 concurrency,
+                vectors,
                 config,
                 out,
             } => {
-                let config = file_config(config, env)?;
+                let config = file_config(config, vectors, env)?;
                 let report = crate::bench::project(
                     &config,
                     crate::bench::ProjectBench {
@@ -890,11 +905,13 @@ impl BenchArgs {
 /// The configuration of a command that takes only `--config` (benchmarks, evaluation).
 fn file_config(
     config_file: Option<PathBuf>,
+    vectors_url: Option<String>,
     env: &HashMap<String, String>,
 ) -> anyhow::Result<Config> {
     Config::load(
         &Overrides {
             config_file,
+            vectors_url,
             ..Overrides::default()
         },
         env,

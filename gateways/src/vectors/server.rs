@@ -377,6 +377,36 @@ impl ServerVectorStore {
         Ok(())
     }
 
+    /// Waits (up to `limit`) until the server's optimisers have finished with the collection
+    /// (status green: indexes built); returns whether they did.
+    pub async fn wait_until_optimized(&self, limit: Duration) -> Result<bool, GatewayError> {
+        let started = std::time::Instant::now();
+        loop {
+            let info = self
+                .retrying("collection_info", || {
+                    self.client.collection_info(self.collection.as_str())
+                })
+                .await?;
+            let status = info.result.map(|info| info.status);
+            if status == Some(qdrant_client::qdrant::CollectionStatus::Green as i32) {
+                return Ok(true);
+            }
+            if started.elapsed() >= limit {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Deletes the collection and everything in it (benchmarks' scratch collections).
+    pub async fn delete_collection(&self) -> Result<(), GatewayError> {
+        self.retrying("delete_collection", || {
+            self.client.delete_collection(self.collection.as_str())
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Points in the collection (all revisions).
     pub async fn total_points(&self) -> Result<usize, GatewayError> {
         self.count(Filter::default()).await
