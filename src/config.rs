@@ -719,6 +719,73 @@ mod tests {
     }
 
     #[test]
+    fn a_qdrant_server_from_the_environment_with_its_key_kept_out_of_sight() {
+        let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
+        assert_eq!(config.vectors, None, "qdrant-edge by default");
+        let config = Config::load(
+            &Overrides::default(),
+            &env(&[
+                ("CAIRN_VECTORS_URL", "http://10.0.0.5:6334"),
+                ("CAIRN_VECTORS_API_KEY", "k3y-never-shown"),
+            ]),
+        )
+        .expect("config");
+        let vectors = config.vectors.clone().expect("server");
+        assert_eq!(vectors.url, "http://10.0.0.5:6334");
+        assert_eq!(vectors.api_key.as_deref(), Some("k3y-never-shown"));
+        assert!(!format!("{config:?}").contains("k3y-never-shown"));
+        assert!(!config.vectors_description().contains("k3y-never-shown"));
+        // The flag beats the environment.
+        let config = Config::load(
+            &Overrides {
+                vectors_url: Some("https://q.example:6334".to_owned()),
+                ..Overrides::default()
+            },
+            &env(&[("CAIRN_VECTORS_URL", "http://10.0.0.5:6334")]),
+        )
+        .expect("config");
+        assert_eq!(
+            config.vectors.expect("server").url,
+            "https://q.example:6334"
+        );
+    }
+
+    #[test]
+    fn qdrant_settings_that_cannot_work_are_refused() {
+        for (url, file, wanted) in [
+            ("127.0.0.1:6334", "", "not a Qdrant gRPC URL"),
+            (
+                "http://q:6334",
+                "[vectors]\ncollection_prefix = \"a/b\"\n",
+                "collection_prefix",
+            ),
+            (
+                "http://q:6334",
+                "[jobs]\nlease_ms = 4000\n[vectors]\nretry_ms = 3000\n",
+                "half the shortest job lease",
+            ),
+            ("http://q:6334", "[vectors]\ntimeout_ms = 0\n", "timeout_ms"),
+        ] {
+            let directory = tempfile::tempdir().expect("tempdir");
+            let path = directory.path().join("cairn.toml");
+            std::fs::write(&path, file).expect("write");
+            let error = Config::load(
+                &Overrides {
+                    config_file: Some(path),
+                    vectors_url: Some(url.to_owned()),
+                    ..Overrides::default()
+                },
+                &HashMap::new(),
+            )
+            .expect_err("refused");
+            assert!(
+                format!("{error:#}").contains(wanted),
+                "{url} {file}: {error:#}"
+            );
+        }
+    }
+
+    #[test]
     fn defaults_without_anything() {
         let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
         assert_eq!(config.bind.to_string(), DEFAULT_BIND);
