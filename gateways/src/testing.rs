@@ -141,17 +141,7 @@ impl QdrantServer {
     /// Stops the server by PID (`SIGTERM`, a clean stop; `SIGKILL` after 20 s) and waits.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            signal(child.id(), "CONT");
-            signal(child.id(), "TERM");
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            receipts::testing::stop_child(&mut child, "TERM");
         }
     }
 

@@ -71,6 +71,25 @@ fn free_port() -> io::Result<u16> {
         .port())
 }
 
+/// Stops a test server by PID: sends `signal` (`INT`, `TERM`; a paused process is resumed
+/// first so that it can act on it), waits up to 20 s for it to exit, then kills it.
+pub fn stop_child(child: &mut Child, signal: &str) {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    let _ = Command::new("kill")
+        .args([format!("-{signal}"), pid])
+        .status();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl PostgresServer {
     /// Initialises and starts a server; returns once it accepts connections.
     pub fn start() -> io::Result<PostgresServer> {
@@ -190,18 +209,7 @@ impl PostgresServer {
     /// back, committed ones are on disk) and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-INT", &child.id().to_string()])
-                .status();
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_child(&mut child, "INT");
         }
     }
 

@@ -34,7 +34,7 @@ async fn start_worker(data_dir: &std::path::Path, ledger: Option<&str>, name: &s
     if let Some(url) = ledger {
         command.args(["--ledger", url]);
     }
-    let mut child = command
+    command
         .args([
             "--simulate-work-ms",
             "20",
@@ -47,16 +47,23 @@ async fn start_worker(data_dir: &std::path::Path, ledger: Option<&str>, name: &s
         .arg(data_dir)
         .env("CAIRN_LEASE_MS", "1000")
         .env("CAIRN_QUARANTINE_AFTER_CRASHES", "1000")
-        .env("CAIRN_LOG", "error")
+        .env("CAIRN_LOG", "error");
+    spawn_worker(command, "running").await
+}
+
+/// Spawns a `cairn worker` command and returns once it has said it is running (its first
+/// stdout line, which must contain `expect`); its stdout is drained from then on.
+pub(crate) async fn spawn_worker(mut command: Command, expect: &str) -> Child {
+    let mut child = command
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn cairn worker");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
     assert!(
-        matches!(ready, Ok(Ok(Some(ref line))) if line.contains("running")),
+        matches!(ready, Ok(Ok(Some(ref line))) if line.contains("running") && line.contains(expect)),
         "worker did not start: {ready:?}"
     );
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });

@@ -25,7 +25,6 @@ use gateways::{ServerOptions, ServerVectorStore, VectorStore};
 use rand::{Rng, SeedableRng};
 use receipts::{JobState, ReceiptState};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
@@ -72,7 +71,8 @@ fn worker_env() -> [(&'static str, &'static str); 4] {
 }
 
 async fn start_worker(paths: &Paths, data_dir: &std::path::Path, name: &str) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    command
         .args([
             "worker",
             "--ledger",
@@ -90,20 +90,8 @@ async fn start_worker(paths: &Paths, data_dir: &std::path::Path, name: &str) -> 
             concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
         )
         .env("CAIRN_EMBED_THREADS", "1")
-        .env("CAIRN_LOG", "error")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn cairn worker");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
-    assert!(
-        matches!(ready, Ok(Ok(Some(ref line))) if line.contains("running") && line.contains("Qdrant server")),
-        "worker did not start: {ready:?}"
-    );
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
+        .env("CAIRN_LOG", "error");
+    crate::chaos::spawn_worker(command, "Qdrant server").await
 }
 
 /// What the client was told: per source key, its revisions in order with the moment each

@@ -21,7 +21,8 @@ use qdrant_edge::{
 use uuid::Uuid;
 
 use super::{
-    point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
+    check_dimensions, point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore,
+    INDEXED_FIELDS,
 };
 use crate::GatewayError;
 
@@ -597,13 +598,7 @@ impl VectorStore for EdgeVectorStore {
         if points.is_empty() {
             return Ok(());
         }
-        if let Some(bad) = points.iter().find(|p| p.vector.len() != self.dimension) {
-            return Err(GatewayError::Config(format!(
-                "a vector of dimension {} for a store of dimension {}",
-                bad.vector.len(),
-                self.dimension
-            )));
-        }
+        check_dimensions(&points, self.dimension)?;
         let points: Vec<qdrant_edge::PointStructPersisted> = points
             .into_iter()
             .map(|point| {

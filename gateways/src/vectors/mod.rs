@@ -144,3 +144,15 @@ pub trait VectorStore: Send + Sync + 'static {
 pub fn point_id(revision_id: Uuid, chunk_index: u32) -> Uuid {
     Uuid::new_v5(&revision_id, chunk_index.to_string().as_bytes())
 }
+
+/// Refuses a write holding a vector of another dimension than the store's (before anything is
+/// sent, so nothing of it is written).
+fn check_dimensions(points: &[VectorPoint], dimension: usize) -> Result<(), GatewayError> {
+    match points.iter().find(|point| point.vector.len() != dimension) {
+        Some(bad) => Err(GatewayError::Config(format!(
+            "a vector of dimension {} for a store of dimension {dimension}",
+            bad.vector.len()
+        ))),
+        None => Ok(()),
+    }
+}

@@ -28,7 +28,8 @@ use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
 
 use super::{
-    point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
+    check_dimensions, point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore,
+    INDEXED_FIELDS,
 };
 use crate::GatewayError;
 
@@ -431,13 +432,7 @@ impl VectorStore for ServerVectorStore {
         if points.is_empty() {
             return Ok(());
         }
-        if let Some(bad) = points.iter().find(|p| p.vector.len() != self.dimension) {
-            return Err(GatewayError::Config(format!(
-                "a vector of dimension {} for a store of dimension {}",
-                bad.vector.len(),
-                self.dimension
-            )));
-        }
+        check_dimensions(&points, self.dimension)?;
         let points: Vec<PointStruct> = points
             .into_iter()
             .map(|point| {
