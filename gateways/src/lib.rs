@@ -15,11 +15,13 @@
 
 pub mod chunker;
 pub mod embedder;
+pub mod graph;
 pub mod testing;
 pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
+pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
     EdgeVectorStore, OptimizePolicy, OptimizerStats, RevisionPoints, ServerOptions,
     ServerVectorStore, VectorHit, VectorPoint, VectorStore,

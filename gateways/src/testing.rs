@@ -1,8 +1,12 @@
-//! A real Qdrant server for tests: the official v1.18.3 binary from `../shared/qdrant/`
-//! (`CAIRN_QDRANT_SERVER` overrides the path), started on free loopback ports with a temporary
-//! storage directory, ready once `/readyz` answers 200, stopped by PID. The launcher `exec`s the
-//! server, so the PID held here is the server's own; tests may also pause it (`SIGSTOP`) and
-//! resume it to play a hung server.
+//! Real servers for tests, each on free loopback ports with a temporary directory, ready once
+//! its readiness endpoint says so, stopped by PID:
+//! - [`QdrantServer`]: the official Qdrant v1.18.3 binary from `../shared/qdrant/`
+//!   (`CAIRN_QDRANT_SERVER` overrides the path). The launcher `exec`s the server, so the PID
+//!   held here is the server's own; tests may also pause it (`SIGSTOP`) and resume it to play a
+//!   hung server.
+//! - [`GraphServer`]: ArcadeDB with its Bolt 4.4 plugin, from the PyPI wheel
+//!   `arcadedb-embedded` that `scripts/setup-graph` installs (its bundled Java runtime runs the
+//!   server; `CAIRN_ARCADEDB_HOME` overrides where).
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -45,6 +49,24 @@ fn free_port() -> io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// Whether `GET http://127.0.0.1:port/path` answers `status`.
+fn answers(port: u16, path: &str, status: u16) -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(format!("HTTP/1.1 {status}").as_bytes())
+        || answer.starts_with(format!("HTTP/1.0 {status}").as_bytes())
 }
 
 fn signal(pid: u32, name: &str) {
@@ -122,20 +144,7 @@ impl QdrantServer {
 
     /// Whether `GET /readyz` answers 200.
     pub fn ready(&self) -> bool {
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.http_port));
-        let Ok(mut stream) =
-            std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500))
-        else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let request = "GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-        if stream.write_all(request.as_bytes()).is_err() {
-            return false;
-        }
-        let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer);
-        answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200")
+        answers(self.http_port, "/readyz", 200)
     }
 
     /// Stops the server by PID (`SIGTERM`, a clean stop; `SIGKILL` after 20 s) and waits.
@@ -189,6 +198,174 @@ impl QdrantServer {
 }
 
 impl Drop for QdrantServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An ArcadeDB server with the Bolt plugin, owned by a test. Dropping it stops the server and
+/// removes its files.
+#[derive(Debug)]
+pub struct GraphServer {
+    directory: tempfile::TempDir,
+    http_port: u16,
+    bolt_port: u16,
+    child: Option<Child>,
+}
+
+/// The root password the test servers use.
+pub const GRAPH_PASSWORD: &str = "cairn-test-graph";
+/// The database the test servers create.
+pub const GRAPH_DATABASE: &str = "cairn";
+
+/// Where `scripts/setup-graph` installed ArcadeDB.
+pub fn arcadedb_home() -> io::Result<PathBuf> {
+    let home = match std::env::var_os("CAIRN_ARCADEDB_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
+            cache.join("cairn-arcadedb")
+        }
+    };
+    let package = home.join("site/arcadedb_embedded");
+    if package.join("jre/bin/java").is_file() {
+        Ok(package)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "ArcadeDB is not installed at {}: run scripts/setup-graph",
+                home.display()
+            ),
+        ))
+    }
+}
+
+impl GraphServer {
+    /// Starts a server with an empty database; returns once it is ready.
+    pub fn start() -> io::Result<GraphServer> {
+        let directory = tempfile::Builder::new().prefix("cairn-graph-").tempdir()?;
+        let mut server = GraphServer {
+            directory,
+            http_port: free_port()?,
+            bolt_port: free_port()?,
+            child: None,
+        };
+        server.start_again()?;
+        Ok(server)
+    }
+
+    /// Starts the server again on the same ports and files; returns once it is ready.
+    pub fn start_again(&mut self) -> io::Result<()> {
+        let package = arcadedb_home()?;
+        let root = self.directory.path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join("arcadedb.out"))?;
+        let property = |name: &str, value: &str| format!("-Darcadedb.{name}={value}");
+        let mut command = Command::new(package.join("jre/bin/java"));
+        command
+            .current_dir(root)
+            .arg("-Xms64m")
+            .arg("-Xmx384m")
+            .arg("-XX:+UseSerialGC")
+            .arg("-cp")
+            .arg(format!("{}/jars/*", package.display()))
+            .arg(property("server.rootPath", &root.to_string_lossy()))
+            .arg(property(
+                "server.databaseDirectory",
+                &root.join("databases").to_string_lossy(),
+            ))
+            .arg(property("server.rootPassword", GRAPH_PASSWORD))
+            .arg(property(
+                "server.defaultDatabases",
+                &format!("{GRAPH_DATABASE}[root]"),
+            ))
+            .arg(property(
+                "server.plugins",
+                "Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
+            ))
+            .arg(property("bolt.host", "127.0.0.1"))
+            .arg(property("bolt.port", &self.bolt_port.to_string()))
+            .arg(property("server.httpIncomingHost", "127.0.0.1"))
+            .arg(property(
+                "server.httpIncomingPort",
+                &self.http_port.to_string(),
+            ))
+            .arg(property(
+                "server.httpsIncomingPort",
+                &free_port()?.to_string(),
+            ))
+            .arg("com.arcadedb.server.ArcadeDBServer")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        self.child = Some(command.spawn()?);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(90) {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    self.child = None;
+                    return Err(io::Error::other(format!(
+                        "ArcadeDB exited at start ({status}): {}",
+                        self.log()
+                    )));
+                }
+            }
+            // The Bolt port opens before the database exists: readiness is the HTTP answer.
+            if answers(self.http_port, "/api/v1/ready", 204) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(io::Error::other(format!(
+            "ArcadeDB did not become ready in 90 s: {}",
+            self.log()
+        )))
+    }
+
+    /// Stops the server by PID (`SIGTERM`, a clean stop) and waits.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            receipts::testing::stop_child(&mut child, "TERM");
+        }
+    }
+
+    /// Pauses the server (`SIGSTOP`).
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "STOP");
+        }
+    }
+
+    /// Resumes a paused server (`SIGCONT`).
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "CONT");
+        }
+    }
+
+    /// The Bolt URL (what `graph.url` takes).
+    pub fn bolt_url(&self) -> String {
+        format!("bolt://127.0.0.1:{}", self.bolt_port)
+    }
+
+    /// Options for a graph store on this server (the root user, the test database).
+    pub fn options(&self) -> crate::graph::BoltOptions {
+        crate::graph::BoltOptions::new(&self.bolt_url(), "root", GRAPH_PASSWORD, GRAPH_DATABASE)
+    }
+
+    /// The server's output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.directory.path().join("arcadedb.out")).unwrap_or_default()
+    }
+}
+
+impl Drop for GraphServer {
     fn drop(&mut self) {
         self.stop();
     }
