@@ -510,6 +510,18 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
     tokio::task::spawn_blocking(move || server.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))??;
+    if let (Some(vectors), None) = (&config.vectors, &eval.data_dir) {
+        // The run's own collection on the server goes with its temporary data directory.
+        let generation = crate::projection::generation(&config);
+        gateways::ServerVectorStore::open(
+            vectors,
+            &generation.id,
+            gateways::embedder::MODEL_DIMENSION,
+        )
+        .await?
+        .delete_collection()
+        .await?;
+    }
     Ok(report)
 }
 
