@@ -177,6 +177,8 @@ struct FileJobs {
     project: FilePolicy,
     #[serde(default)]
     tombstone: FilePolicy,
+    #[serde(default)]
+    graph: FilePolicy,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -368,6 +370,7 @@ impl Config {
         let job_policies = policy::JobPolicies {
             project: from_env.over(jobs.project.over(every_kind)).resolve(),
             tombstone: from_env.over(jobs.tombstone.over(every_kind)).resolve(),
+            graph: from_env.over(jobs.graph.over(every_kind)).resolve(),
         };
         let workers = WorkerSettings {
             count: env_number(env, "CAIRN_WORKERS")?

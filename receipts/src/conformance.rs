@@ -12,8 +12,8 @@ use crate::clock::ManualClock;
 use crate::faults::{FaultPlan, FaultPoint};
 use crate::ledger::Ledger;
 use crate::model::{
-    AcceptStatus, Acceptance, Change, ContentBlock, Failure, FailureClass, Job, JobState,
-    LeaseToken, ReceiptState, Submission,
+    AcceptStatus, Acceptance, Backend, Change, ContentBlock, Failure, FailureClass, Job, JobKind,
+    JobState, LeaseToken, ReceiptState, Submission,
 };
 use crate::LedgerError;
 
@@ -134,6 +134,81 @@ pub async fn accept_records_revision_job_and_receipts(harness: Harness) {
         .await
         .expect("read");
     assert_eq!(bytes.as_deref(), Some(&b"hello durable world"[..]));
+}
+
+/// The backends the graph check runs with.
+pub const GRAPH_BACKENDS: &[Backend] = &[Backend::Relational, Backend::Vector, Backend::Graph];
+
+/// With the graph backend, every accepted revision (content or tombstone) also gets a `graph`
+/// job with its own `graph` receipt, so the graph retries and dies on its own schedule; the
+/// answer and the revision's job stay the projection job; supersession and claims treat graph
+/// jobs like any other. (Run with [`GRAPH_BACKENDS`].)
+pub async fn graph_jobs_are_queued_beside_projection(harness: Harness) {
+    let first = must_accept(&harness, put("docs", "a", "graph one")).await;
+    let detail = must(
+        harness.ledger.revision(first.source_revision_id).await,
+        "read revision",
+    )
+    .expect("exists");
+    let job = detail.job.expect("job");
+    assert_eq!(
+        (job.id, job.kind),
+        (first.projection_job_id, JobKind::Project)
+    );
+    let mut backends: Vec<Backend> = detail.receipts.iter().map(|r| r.backend).collect();
+    backends.sort_by_key(|backend| backend.as_str());
+    assert_eq!(
+        backends,
+        [Backend::Graph, Backend::Relational, Backend::Vector]
+    );
+    let claimed = must(harness.ledger.claim("worker", 10).await, "claim");
+    let mut kinds: Vec<JobKind> = claimed.iter().map(|job| job.kind).collect();
+    kinds.sort_by_key(|kind| kind.as_str());
+    assert_eq!(kinds, [JobKind::Graph, JobKind::Project]);
+    let graph_job = claimed
+        .iter()
+        .find(|job| job.kind == JobKind::Graph)
+        .expect("graph job");
+    assert_eq!(graph_job.revision_id, first.source_revision_id);
+    let receipts = must(harness.ledger.receipts(graph_job.id).await, "receipts");
+    assert_eq!(
+        receipts.iter().map(|r| r.backend).collect::<Vec<_>>(),
+        [Backend::Graph]
+    );
+    let projection_receipts = must(harness.ledger.receipts(job.id).await, "receipts");
+    assert!(projection_receipts
+        .iter()
+        .all(|receipt| receipt.backend != Backend::Graph));
+
+    // A duplicate answers with the projection job, not the graph job.
+    let again = must_accept(&harness, put("docs", "a", "graph one")).await;
+    assert_eq!(again.status, AcceptStatus::Duplicate);
+    assert_eq!(again.projection_job_id, first.projection_job_id);
+
+    // A new head supersedes both running jobs of the old one.
+    must_accept(&harness, put("docs", "a", "graph two")).await;
+    for id in [job.id, graph_job.id] {
+        let state = must(harness.ledger.job(id).await, "job")
+            .expect("exists")
+            .state;
+        assert_eq!(state, JobState::Superseded, "job {id}");
+    }
+    // A tombstone gets a graph job too.
+    let gone = must_accept(&harness, delete("docs", "a")).await;
+    let detail = must(
+        harness.ledger.revision(gone.source_revision_id).await,
+        "read",
+    )
+    .expect("exists");
+    assert_eq!(detail.job.expect("job").kind, JobKind::Tombstone);
+    assert!(detail.receipts.iter().any(|r| r.backend == Backend::Graph));
+    let counts = must(harness.ledger.counts().await, "counts");
+    assert_eq!(
+        counts.jobs.get("pending").copied(),
+        Some(2),
+        "{:?}",
+        counts.jobs
+    );
 }
 
 /// Identical bytes to the current head create nothing.
@@ -1673,12 +1748,20 @@ macro_rules! ledger_conformance {
             lexical_search_ends_at_its_deadline,
             operations_read_jobs_activity_and_events,
         );
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn graph_jobs_are_queued_beside_projection() {
+            $crate::conformance::graph_jobs_are_queued_beside_projection(
+                $factory($crate::conformance::GRAPH_BACKENDS).await,
+            )
+            .await;
+        }
     };
     (@tests $factory:path; $($name:ident,)+) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                $crate::conformance::$name($factory().await).await;
+                $crate::conformance::$name($factory($crate::policy::DEFAULT_BACKENDS).await)
+                    .await;
             }
         )+
     };

@@ -135,6 +135,11 @@ closed_enum! {
         Project => "project",
         /// Exclude a deleted source from every configured backend.
         Tombstone => "tombstone",
+        /// Project a revision (content, or a tombstone's exclusion) into the graph store: a job
+        /// of its own, queued beside the revision's `project` or `tombstone` job when the graph
+        /// backend is configured, with its own retries, dead state and receipt, so the graph
+        /// never holds up the other backends.
+        Graph => "graph",
     }
 }
 

@@ -113,6 +113,8 @@ pub struct JobPolicies {
     pub project: JobPolicy,
     /// Jobs that exclude a deleted source.
     pub tombstone: JobPolicy,
+    /// Jobs that project a revision into the graph store.
+    pub graph: JobPolicy,
 }
 
 impl JobPolicies {
@@ -121,6 +123,7 @@ impl JobPolicies {
         Self {
             project: policy,
             tombstone: policy,
+            graph: policy,
         }
     }
 
@@ -129,14 +132,16 @@ impl JobPolicies {
         match kind {
             JobKind::Project => &self.project,
             JobKind::Tombstone => &self.tombstone,
+            JobKind::Graph => &self.graph,
         }
     }
 
     /// Every kind with its policy.
-    pub fn all(&self) -> [(JobKind, &JobPolicy); 2] {
+    pub fn all(&self) -> [(JobKind, &JobPolicy); 3] {
         [
             (JobKind::Project, &self.project),
             (JobKind::Tombstone, &self.tombstone),
+            (JobKind::Graph, &self.graph),
         ]
     }
 

@@ -9,13 +9,15 @@ use receipts::faults::FaultPlan;
 use receipts::testing::PostgresServer;
 use receipts::{LedgerClock, ManualClock, PostgresLedger, PostgresOptions};
 
-async fn postgres_harness() -> Harness {
+async fn postgres_harness(backends: &[receipts::Backend]) -> Harness {
     let server = PostgresServer::start().expect("start PostgreSQL");
     let url = server.create_database("ledger").expect("create database");
     let clock = Arc::new(ManualClock::new(START));
     let faults = Arc::new(FaultPlan::default());
+    let mut options = PostgresOptions::new(url);
+    options.backends = backends.to_vec();
     let ledger = PostgresLedger::open_with(
-        PostgresOptions::new(url),
+        options,
         LedgerClock::Injected(clock.clone()),
         faults.clone(),
     )

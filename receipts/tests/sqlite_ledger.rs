@@ -7,17 +7,15 @@ use receipts::conformance::{put, Harness, START};
 use receipts::faults::FaultPlan;
 use receipts::{ManualClock, SqliteLedger, SqliteOptions};
 
-async fn sqlite_harness() -> Harness {
+async fn sqlite_harness(backends: &[receipts::Backend]) -> Harness {
     let directory = tempfile::tempdir().expect("tempdir");
     let clock = Arc::new(ManualClock::new(START));
     let faults = Arc::new(FaultPlan::default());
-    let ledger = SqliteLedger::open_with_faults(
-        SqliteOptions::new(directory.path().join("ledger.db")),
-        clock.clone(),
-        faults.clone(),
-    )
-    .await
-    .expect("open ledger");
+    let mut options = SqliteOptions::new(directory.path().join("ledger.db"));
+    options.backends = backends.to_vec();
+    let ledger = SqliteLedger::open_with_faults(options, clock.clone(), faults.clone())
+        .await
+        .expect("open ledger");
     Harness {
         ledger: Arc::new(ledger),
         clock,
@@ -168,6 +166,7 @@ async fn each_job_kind_gets_its_own_policy() {
             quarantine_after_crashes: 1,
             ..JobPolicy::default()
         },
+        graph: JobPolicy::default(),
     };
     let ledger = SqliteLedger::open(options, clock.clone())
         .await

@@ -497,6 +497,11 @@ impl Work for Projector {
         match job.kind {
             JobKind::Project => self.project(job, &token).await,
             JobKind::Tombstone => self.exclude(job, &token).await,
+            JobKind::Graph => Err(permanent(
+                "graph_unconfigured",
+                "a graph job reached a worker without a graph store; configure graph.url on \
+                 the workers, then requeue it",
+            )),
         }
     }
 }

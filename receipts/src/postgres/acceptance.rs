@@ -22,7 +22,7 @@ use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
 use crate::ids;
 use crate::ledger::Acceptor;
-use crate::model::{AcceptStatus, Acceptance, ContentBlock, JobKind, Submission};
+use crate::model::{AcceptStatus, Acceptance, Backend, ContentBlock, JobKind, Submission};
 use crate::validate;
 
 /// The advisory lock key of a source: the first 8 bytes of the SHA-256 of `dataset/key`.
@@ -254,7 +254,7 @@ impl PostgresLedger {
             let rows = sqlx::query(
                 "SELECT r.id, r.dataset, r.source_key, r.content_sha256, r.byte_length, \
                    r.accepted_at, r.previous_revision_id, r.tombstone, \
-                   (SELECT j.id FROM jobs j WHERE j.revision_id = r.id \
+                   (SELECT j.id FROM jobs j WHERE j.revision_id = r.id AND j.kind <> 'graph' \
                      ORDER BY j.created_at DESC, j.id DESC LIMIT 1) AS job_id \
                  FROM revisions r WHERE r.id = ANY($1)",
             )
@@ -289,7 +289,12 @@ impl PostgresLedger {
         let mut staged = Staged::default();
         for (position, (item, outcome)) in wave.iter().zip(&outcomes).enumerate() {
             if let Outcome::Write(write) = outcome {
-                staged.add(position, item, write);
+                staged.add(
+                    position,
+                    item,
+                    write,
+                    self.options.backends.contains(&Backend::Graph),
+                );
             }
         }
         if !staged.rows.is_empty() {
@@ -385,14 +390,39 @@ impl PostgresLedger {
         .bind(now)
         .bind(&*self.policies_json)
         .bind(
+            // A `project` or `tombstone` job's backends; the graph has jobs of its own.
             self.options
                 .backends
                 .iter()
+                .filter(|backend| **backend != Backend::Graph)
                 .map(|backend| backend.as_str().to_owned())
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *tx)
         .await?;
+        if self.options.backends.contains(&Backend::Graph) {
+            sqlx::query(&format!(
+                "WITH policy AS (SELECT * FROM jsonb_to_recordset($3::jsonb) \
+                                   AS p(kind text, max_attempts bigint)), \
+                 queued AS ( \
+                   INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+                     max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+                   SELECT w.graph_job_id, w.revision_id, w.dataset, w.source_key, 'graph', \
+                     'pending', 0, p.max_attempts, $2, $2, w.actor, w.cause, $2 \
+                   FROM {WAVE} JOIN policy p ON p.kind = 'graph' \
+                   WHERE w.graph_job_id IS NOT NULL \
+                   RETURNING id, changed_by, change_cause) \
+                 INSERT INTO projection_receipts (job_id, backend, state, updated_at, \
+                   changed_by, change_cause, changed_at) \
+                 SELECT q.id, 'graph', 'pending', $2, q.changed_by, q.change_cause, $2 \
+                 FROM queued q"
+            ))
+            .bind(&rows)
+            .bind(now)
+            .bind(&*self.policies_json)
+            .execute(&mut *tx)
+            .await?;
+        }
         // The lexical index follows the heads: a source's passages are replaced whole.
         sqlx::query(&format!(
             "DELETE FROM passages p USING {WAVE} \
@@ -431,7 +461,7 @@ impl PostgresLedger {
 const WAVE: &str = "jsonb_to_recordset($1::jsonb) AS w(position bigint, dataset text, \
     source_key text, revision_id uuid, new_revision boolean, tombstone boolean, sha256 text, \
     byte_length bigint, media_type text, tags jsonb, metadata jsonb, previous_revision_id uuid, \
-    actor text, reason text, cause text, job_id uuid, kind text)";
+    actor text, reason text, cause text, job_id uuid, kind text, graph_job_id uuid)";
 
 /// What the ledger holds for each item of a wave, in wave order.
 async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision>> {
@@ -509,7 +539,7 @@ struct Staged {
 }
 
 impl Staged {
-    fn add(&mut self, position: usize, item: &Prepared, write: &Write) {
+    fn add(&mut self, position: usize, item: &Prepared, write: &Write, graph: bool) {
         let kind = if write.tombstone {
             JobKind::Tombstone
         } else {
@@ -574,6 +604,7 @@ impl Staged {
             "cause": write.cause,
             "job_id": write.job_id,
             "kind": kind.as_str(),
+            "graph_job_id": graph.then(ids::new_v7),
         }));
     }
 }

@@ -85,8 +85,11 @@ impl Reader for PostgresLedger {
         .bind(id)
         .fetch_one(&self.pool)
         .await?;
+        // The revision's latest projection job (`project` or `tombstone`); its `graph` job,
+        // when the graph backend is configured, adds its receipt below.
         let job = sqlx::query(
-            "SELECT * FROM jobs WHERE revision_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1",
+            "SELECT * FROM jobs WHERE revision_id = $1 AND kind <> 'graph' \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -94,10 +97,20 @@ impl Reader for PostgresLedger {
         .as_ref()
         .map(job_from_row)
         .transpose()?;
-        let receipts = match &job {
+        let mut receipts = match &job {
             Some(job) => self.load_receipts(job.id).await?,
             None => Vec::new(),
         };
+        let graph_job: Option<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE revision_id = $1 AND kind = 'graph' \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(graph_job) = graph_job {
+            receipts.extend(self.load_receipts(graph_job).await?);
+        }
         let history = sqlx::query(
             "SELECT * FROM history WHERE entity = 'source' AND entity_id = $2 \
                AND (to_state = $1::text OR from_state = $1::text) \

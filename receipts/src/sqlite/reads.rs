@@ -87,8 +87,11 @@ impl Reader for SqliteLedger {
         .bind(id.to_string())
         .fetch_one(&self.reads)
         .await?;
+        // The revision's latest projection job (`project` or `tombstone`); its `graph` job,
+        // when the graph backend is configured, adds its receipt below.
         let job = sqlx::query(
-            "SELECT * FROM jobs WHERE revision_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+            "SELECT * FROM jobs WHERE revision_id = ? AND kind <> 'graph' \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
         )
         .bind(id.to_string())
         .fetch_optional(&self.reads)
@@ -96,10 +99,21 @@ impl Reader for SqliteLedger {
         .as_ref()
         .map(job_from_row)
         .transpose()?;
-        let receipts = match &job {
+        let mut receipts = match &job {
             Some(job) => self.load_receipts(job.id).await?,
             None => Vec::new(),
         };
+        let graph_job: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE revision_id = ? AND kind = 'graph' \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.reads)
+        .await?;
+        if let Some(graph_job) = graph_job {
+            let graph_job = super::parse_uuid(&graph_job)?;
+            receipts.extend(self.load_receipts(graph_job).await?);
+        }
         // Every lookup goes through history's (entity, entity_id, seq) index.
         let history = sqlx::query(
             "SELECT * FROM history WHERE entity = 'source' AND entity_id = ?2 \

@@ -389,7 +389,12 @@ impl Writer {
         let mut staged = Staged::default();
         for (position, (item, outcome)) in wave.iter().zip(&outcomes).enumerate() {
             if let Outcome::Write(write) = outcome {
-                staged.add(position, item, write);
+                staged.add(
+                    position,
+                    item,
+                    write,
+                    self.options.backends.contains(&Backend::Graph),
+                );
             }
         }
         let rows = staged.rows;
@@ -482,6 +487,7 @@ impl Writer {
             .options
             .backends
             .iter()
+            .filter(|backend| **backend != Backend::Graph)
             .map(|backend| backend.as_str())
             .collect();
         let parameters = WaveParameters {
@@ -621,7 +627,13 @@ pub(super) struct Staged {
 }
 
 impl Staged {
-    fn add(&mut self, position: usize, item: &Prepared, write: &crate::acceptance::Write) {
+    fn add(
+        &mut self,
+        position: usize,
+        item: &Prepared,
+        write: &crate::acceptance::Write,
+        graph: bool,
+    ) {
         let kind = if write.tombstone {
             JobKind::Tombstone
         } else {
@@ -677,6 +689,7 @@ impl Staged {
             "cause": write.cause,
             "job_id": write.job_id.to_string(),
             "kind": kind.as_str(),
+            "graph_job_id": graph.then(|| ids::new_v7().to_string()),
         }));
     }
 }

@@ -1,5 +1,6 @@
 -- Acceptance, step 4: supersede the previous heads' unfinished work, queue the new jobs with one
--- pending receipt per backend, and swap the lexical passages to the new heads.
+-- pending receipt per backend (and, with the graph backend, a `graph` job with its own `graph`
+-- receipt), and swap the lexical passages to the new heads.
 DELETE FROM wave_superseded;
 INSERT INTO wave_superseded (job_id, actor, cause)
 SELECT job.id, wave.actor, 'superseded_by:' || wave.revision_id
@@ -27,6 +28,14 @@ INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by,
     changed_at)
 SELECT wave.job_id, backend.value, 'pending', (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params)
 FROM wave AS wave, json_each((SELECT backends FROM wave_params)) AS backend;
+INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
+    run_at, created_at, changed_by, change_cause, changed_at)
+SELECT graph_job_id, revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
+FROM wave WHERE graph_job_id IS NOT NULL;
+INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
+    changed_at)
+SELECT graph_job_id, 'graph', 'pending', (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
+FROM wave WHERE graph_job_id IS NOT NULL;
 DELETE FROM passages
 WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave);
 INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end)

@@ -17,6 +17,7 @@ CREATE TEMP TABLE IF NOT EXISTS wave (
     cause                TEXT NOT NULL,
     job_id               TEXT NOT NULL,
     kind                 TEXT NOT NULL,
+    graph_job_id         TEXT,
     UNIQUE (dataset, source_key)
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_passages (
