@@ -37,6 +37,18 @@ struct FileConfig {
     http: FileHttp,
     #[serde(default)]
     vectors: FileVectors,
+    #[serde(default)]
+    graph: FileGraph,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGraph {
+    url: Option<String>,
+    user: Option<String>,
+    database: Option<String>,
+    timeout_ms: Option<u64>,
+    retry_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,6 +246,9 @@ pub struct Config {
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.
     pub vectors: Option<gateways::ServerOptions>,
+    /// The graph store (`CAIRN_GRAPH_URL`, `graph.url`, with the password from
+    /// `CAIRN_GRAPH_PASSWORD`); `None`: no graph backend.
+    pub graph: Option<gateways::BoltOptions>,
 }
 
 /// Flags that override the file and the environment.
@@ -485,7 +500,37 @@ impl Config {
                 }
                 options
             });
+        let graph = env
+            .get("CAIRN_GRAPH_URL")
+            .cloned()
+            .or(file.graph.url.clone())
+            .filter(|url| !url.trim().is_empty())
+            .map(|url| {
+                let mut options = gateways::BoltOptions::new(
+                    url.trim(),
+                    env.get("CAIRN_GRAPH_USER")
+                        .or(file.graph.user.as_ref())
+                        .map_or("neo4j", String::as_str),
+                    env.get("CAIRN_GRAPH_PASSWORD").map_or("", String::as_str),
+                    env.get("CAIRN_GRAPH_DATABASE")
+                        .or(file.graph.database.as_ref())
+                        .map_or("neo4j", String::as_str),
+                );
+                if let Some(ms) = file.graph.timeout_ms {
+                    options.timeout = millis(ms);
+                }
+                if let Some(ms) = file.graph.retry_ms {
+                    options.retry_budget = millis(ms);
+                }
+                options
+            });
+        let mut backends = backends;
+        // A configured graph is a backend: its jobs and receipts follow.
+        if graph.is_some() && !backends.contains(&Backend::Graph) {
+            backends.push(Backend::Graph);
+        }
         let config = Config {
+            graph,
             vectors,
             http,
             search,
@@ -587,6 +632,26 @@ impl Config {
         if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
             bail!("projection.embed_batch must be between 1 and 512");
         }
+        match &self.graph {
+            None if self.backends.contains(&Backend::Graph) => bail!(
+                "the graph backend is listed but no graph is configured: set graph.url (or \
+                 CAIRN_GRAPH_URL), or remove `graph` from backends"
+            ),
+            Some(graph) => {
+                if graph.timeout.is_zero() {
+                    bail!("graph.timeout_ms must be at least 1");
+                }
+                let lease_ms = self.job_policies.shortest_lease_micros() / 1000;
+                let retry_ms = i64::try_from(graph.retry_budget.as_millis()).unwrap_or(i64::MAX);
+                if retry_ms.saturating_mul(2) > lease_ms {
+                    bail!(
+                        "graph.retry_ms ({retry_ms}) must be at most half the shortest job lease \
+                         ({lease_ms} ms): in-process retries are bounded by the lease"
+                    );
+                }
+            }
+            None => {}
+        }
         if let Some(vectors) = &self.vectors {
             if !(vectors.url.starts_with("http://") || vectors.url.starts_with("https://")) {
                 bail!(
@@ -653,6 +718,17 @@ impl Config {
                 "qdrant-edge under {}",
                 self.data_dir.join("vectors").display()
             ),
+        }
+    }
+
+    /// Where the graph is, for logs and messages (never the password).
+    pub fn graph_description(&self) -> String {
+        match &self.graph {
+            Some(options) => format!(
+                "Bolt server at {} (database {}, user {})",
+                options.url, options.database, options.user
+            ),
+            None => "none".to_owned(),
         }
     }
 
@@ -754,6 +830,39 @@ mod tests {
     }
 
     #[test]
+    fn a_graph_from_the_environment_turns_the_graph_backend_on() {
+        let config = Config::load(
+            &Overrides::default(),
+            &env(&[
+                ("CAIRN_GRAPH_URL", "bolt://10.0.0.7:7687"),
+                ("CAIRN_GRAPH_USER", "root"),
+                ("CAIRN_GRAPH_PASSWORD", "gr4ph-secret"),
+                ("CAIRN_GRAPH_DATABASE", "cairn"),
+            ]),
+        )
+        .expect("config");
+        let graph = config.graph.clone().expect("graph");
+        assert_eq!(
+            (
+                graph.url.as_str(),
+                graph.user.as_str(),
+                graph.database.as_str()
+            ),
+            ("bolt://10.0.0.7:7687", "root", "cairn")
+        );
+        assert!(config.backends.contains(&Backend::Graph));
+        assert!(!format!("{config:?}").contains("gr4ph-secret"));
+        assert!(!config.graph_description().contains("gr4ph-secret"));
+        // The graph backend without a graph cannot work.
+        let error = Config::load(
+            &Overrides::default(),
+            &env(&[("CAIRN_BACKENDS", "relational,vector,graph")]),
+        )
+        .expect_err("no graph");
+        assert!(format!("{error:#}").contains("graph.url"), "{error:#}");
+    }
+
+    #[test]
     fn qdrant_settings_that_cannot_work_are_refused() {
         for (url, file, wanted) in [
             ("127.0.0.1:6334", "", "not a Qdrant gRPC URL"),
@@ -803,7 +912,7 @@ mod tests {
     fn flags_beat_env_beat_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("cairn.toml");
-        std::fs::write(&file, "bind = \"127.0.0.1:1\"\ndata_dir = \"/file\"\n[limits]\nmax_batch_items = 7\n[ledger]\nbackends = [\"relational\", \"vector\", \"graph\"]\n").expect("write");
+        std::fs::write(&file, "bind = \"127.0.0.1:1\"\ndata_dir = \"/file\"\n[limits]\nmax_batch_items = 7\n[ledger]\nbackends = [\"relational\", \"vector\", \"graph\"]\n[graph]\nurl = \"bolt://127.0.0.1:7687\"\n").expect("write");
         let overrides = Overrides {
             config_file: Some(file),
             bind: Some("127.0.0.1:3".into()),

@@ -271,7 +271,7 @@ pub async fn serve(
     let address = listener.local_addr()?;
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
-    tracing::info!(%address, data_dir = %config.data_dir.display(), ledger = %config.ledger_description(), vectors = %config.vectors_description(), backends = ?config.backends, "cairn serving");
+    tracing::info!(%address, data_dir = %config.data_dir.display(), ledger = %config.ledger_description(), vectors = %config.vectors_description(), graph = %config.graph_description(), backends = ?config.backends, "cairn serving");
     let http = server::serve(listener, app(ledger, &config, vector), config.http, async {
         shutdown.await;
         // Workers stop on their own clock, independently of the HTTP drain: they release

@@ -150,13 +150,27 @@ pub async fn open_projection(
     } else {
         (None, None)
     };
-    let projector = Arc::new(Projector::new(
-        ledger,
+    let mut projector = Projector::new(
+        ledger.clone(),
         embedder,
-        chunker,
+        chunker.clone(),
         vectors.clone(),
-        generation,
-    )?);
+        generation.clone(),
+    )?;
+    if let Some(options) = &config.graph {
+        let store = gateways::BoltGraphStore::open(options)
+            .await
+            .with_context(|| format!("opening the graph at {}", options.url))?;
+        tracing::info!(location = %gateways::GraphStore::location(&store), "graph projection on");
+        projector = projector.with_graph(worker::GraphStage::new(
+            ledger,
+            chunker,
+            Arc::new(store),
+            vec![Arc::new(gateways::graph::extract::LinkExtractor)],
+            &generation.id,
+        ));
+    }
+    let projector = Arc::new(projector);
     Ok(Projection {
         projector,
         vectors,

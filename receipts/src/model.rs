@@ -561,10 +561,13 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// The generation of these settings; its id is derived from them.
+    /// The generation of these settings; its id is derived from them. The graph backend is
+    /// not part of a generation (it holds no model output, and has jobs of its own): turning
+    /// it on or off never asks for a new generation.
     pub fn new(model: &str, dimension: i64, chunker: &str, backends: &[Backend]) -> Generation {
         use sha2::Digest;
         let mut backends = backends.to_vec();
+        backends.retain(|backend| *backend != Backend::Graph);
         backends.sort_by_key(|backend| backend.as_str());
         backends.dedup();
         let names: Vec<&str> = backends.iter().map(|backend| backend.as_str()).collect();

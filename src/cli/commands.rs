@@ -466,9 +466,10 @@ impl WorkerArgs {
             }
         };
         println!(
-            "worker {owner} running ({what}) on the ledger {}, vectors {}, backends {}",
+            "worker {owner} running ({what}) on the ledger {}, vectors {}, graph {}, backends {}",
             config.ledger_description(),
             config.vectors_description(),
+            config.graph_description(),
             config
                 .backends
                 .iter()

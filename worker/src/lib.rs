@@ -22,8 +22,10 @@
 //!   rest and releases their leases without charging an attempt.
 //! - Errors are classified by the work itself ([`FailureClass`]), never by message text.
 
+pub mod graph;
 pub mod projection;
 
+pub use graph::GraphStage;
 pub use projection::Projector;
 
 use std::future::Future;

@@ -38,6 +38,7 @@ pub struct Projector {
     chunker: Arc<Chunker>,
     vectors: Option<Arc<dyn VectorStore>>,
     generation: Generation,
+    graph: Option<Arc<crate::graph::GraphStage>>,
 }
 
 impl std::fmt::Debug for Projector {
@@ -49,7 +50,7 @@ impl std::fmt::Debug for Projector {
     }
 }
 
-fn retryable(code: &str, message: impl Into<String>) -> Failure {
+pub(crate) fn retryable(code: &str, message: impl Into<String>) -> Failure {
     Failure {
         class: FailureClass::Retryable {
             retry_after_micros: None,
@@ -59,7 +60,7 @@ fn retryable(code: &str, message: impl Into<String>) -> Failure {
     }
 }
 
-fn permanent(code: &str, message: impl Into<String>) -> Failure {
+pub(crate) fn permanent(code: &str, message: impl Into<String>) -> Failure {
     Failure {
         class: FailureClass::Permanent,
         code: code.to_owned(),
@@ -68,21 +69,27 @@ fn permanent(code: &str, message: impl Into<String>) -> Failure {
 }
 
 /// A store error as a job failure, by its type.
-fn store_failure(error: GatewayError) -> Failure {
+pub(crate) fn store_failure(error: GatewayError) -> Failure {
+    backend_failure("vector", error)
+}
+
+/// A store error as a job failure, by its type; `backend` prefixes the codes of store
+/// outages (`vector_unavailable`, `graph_timeout`, ...).
+pub(crate) fn backend_failure(backend: &str, error: GatewayError) -> Failure {
     let message = error.to_string();
     match error {
         GatewayError::ModelMissing(_) => retryable("model_unavailable", message),
         GatewayError::Embedder(_) => retryable("embed_error", message),
-        GatewayError::Unavailable { .. } => retryable("vector_unavailable", message),
-        GatewayError::Timeout { .. } => retryable("vector_timeout", message),
-        GatewayError::Rejected { .. } => permanent("vector_rejected", message),
+        GatewayError::Unavailable { .. } => retryable(&format!("{backend}_unavailable"), message),
+        GatewayError::Timeout { .. } => retryable(&format!("{backend}_timeout"), message),
+        GatewayError::Rejected { .. } => permanent(&format!("{backend}_rejected"), message),
         GatewayError::ReadbackMismatch { .. } => retryable("readback_mismatch", message),
         GatewayError::Config(_) => permanent("config_error", message),
     }
 }
 
 /// A ledger error as a job failure, by its type.
-fn ledger_failure(error: LedgerError) -> Failure {
+pub(crate) fn ledger_failure(error: LedgerError) -> Failure {
     let message = error.to_string();
     match error {
         LedgerError::LeaseLost { .. } => retryable("lease_lost", message),
@@ -92,12 +99,55 @@ fn ledger_failure(error: LedgerError) -> Failure {
     }
 }
 
+/// A revision and its retained content as text (a permanent failure when it is not there or
+/// not UTF-8).
+pub(crate) async fn revision_text(
+    ledger: &dyn Ledger,
+    revision_id: uuid::Uuid,
+) -> Result<(receipts::Revision, String), Failure> {
+    let detail = ledger
+        .revision(revision_id)
+        .await
+        .map_err(ledger_failure)?
+        .ok_or_else(|| {
+            permanent(
+                "revision_missing",
+                "the job's revision is not in the ledger",
+            )
+        })?;
+    let sha256 = detail
+        .revision
+        .content_sha256
+        .clone()
+        .ok_or_else(|| permanent("no_content", "the revision has no retained content"))?;
+    let bytes = ledger
+        .content(&sha256)
+        .await
+        .map_err(ledger_failure)?
+        .ok_or_else(|| {
+            permanent(
+                "content_missing",
+                format!("content {sha256} is not retained"),
+            )
+        })?;
+    let text = String::from_utf8(bytes).map_err(|error| {
+        permanent(
+            "not_text",
+            format!(
+                "the content is not UTF-8 text (byte {})",
+                error.utf8_error().valid_up_to()
+            ),
+        )
+    })?;
+    Ok((detail.revision, text))
+}
+
 /// The stages of one run. Entering a stage reports it to the ledger (a fenced heartbeat, shown
 /// on the dashboard) and records how long the previous stage took
 /// (`cairn_projection_stage_seconds`). Every stage is entered before its step, so a lost lease
 /// or a cancel request stops the run before a write the ledger cannot fence (a vector-store
 /// write).
-struct Stages<'a> {
+pub(crate) struct Stages<'a> {
     ledger: &'a dyn Ledger,
     token: &'a LeaseToken,
     kind: JobKind,
@@ -105,7 +155,7 @@ struct Stages<'a> {
 }
 
 impl<'a> Stages<'a> {
-    fn new(ledger: &'a dyn Ledger, token: &'a LeaseToken, kind: JobKind) -> Self {
+    pub(crate) fn new(ledger: &'a dyn Ledger, token: &'a LeaseToken, kind: JobKind) -> Self {
         Self {
             ledger,
             token,
@@ -114,7 +164,7 @@ impl<'a> Stages<'a> {
         }
     }
 
-    async fn enter(&mut self, stage: &'static str) -> Result<(), Failure> {
+    pub(crate) async fn enter(&mut self, stage: &'static str) -> Result<(), Failure> {
         self.finish();
         self.current = Some((stage, Instant::now()));
         let beat = self
@@ -151,7 +201,7 @@ impl Drop for Stages<'_> {
     }
 }
 
-fn millis(started: Instant) -> f64 {
+pub(crate) fn millis(started: Instant) -> f64 {
     (started.elapsed().as_secs_f64() * 1000.0 * 10.0).round() / 10.0
 }
 
@@ -170,19 +220,20 @@ impl Projector {
                 "the vector backend is configured but no vector store is open".to_owned(),
             ));
         }
-        if generation.backends.contains(&Backend::Graph) {
-            return Err(GatewayError::Config(
-                "the graph backend is not available in this build; remove it from backends"
-                    .to_owned(),
-            ));
-        }
         Ok(Projector {
             ledger,
             embedder,
             chunker,
             vectors,
             generation,
+            graph: None,
         })
+    }
+
+    /// The same projector, also running `graph` jobs with `graph`.
+    pub fn with_graph(mut self, graph: crate::graph::GraphStage) -> Projector {
+        self.graph = Some(Arc::new(graph));
+        self
     }
 
     fn has(&self, backend: Backend) -> bool {
@@ -212,49 +263,11 @@ impl Projector {
             .map_err(ledger_failure)
     }
 
-    async fn text(&self, job: &Job) -> Result<String, Failure> {
-        let detail = self
-            .ledger
-            .revision(job.revision_id)
-            .await
-            .map_err(ledger_failure)?
-            .ok_or_else(|| {
-                permanent(
-                    "revision_missing",
-                    "the job's revision is not in the ledger",
-                )
-            })?;
-        let sha256 = detail
-            .revision
-            .content_sha256
-            .ok_or_else(|| permanent("no_content", "the revision has no retained content"))?;
-        let bytes = self
-            .ledger
-            .content(&sha256)
-            .await
-            .map_err(ledger_failure)?
-            .ok_or_else(|| {
-                permanent(
-                    "content_missing",
-                    format!("content {sha256} is not retained"),
-                )
-            })?;
-        String::from_utf8(bytes).map_err(|error| {
-            permanent(
-                "not_text",
-                format!(
-                    "the content is not UTF-8 text (byte {})",
-                    error.utf8_error().valid_up_to()
-                ),
-            )
-        })
-    }
-
     async fn project(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         stages.enter("reading").await?;
-        let text = self.text(job).await?;
+        let (_, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
         stages.enter("chunking").await?;
         let chunker = self.chunker.clone();
         let chunks = tokio::task::spawn_blocking(move || chunker.chunk(&text))
@@ -497,11 +510,14 @@ impl Work for Projector {
         match job.kind {
             JobKind::Project => self.project(job, &token).await,
             JobKind::Tombstone => self.exclude(job, &token).await,
-            JobKind::Graph => Err(permanent(
-                "graph_unconfigured",
-                "a graph job reached a worker without a graph store; configure graph.url on \
-                 the workers, then requeue it",
-            )),
+            JobKind::Graph => match &self.graph {
+                Some(graph) => graph.run(job, &token).await,
+                None => Err(permanent(
+                    "graph_unconfigured",
+                    "a graph job reached a worker without a graph store; configure graph.url \
+                     on the workers, then requeue it",
+                )),
+            },
         }
     }
 }

@@ -1,0 +1,288 @@
+//! The graph job: projects a revision into the graph store and reads it back, on its own
+//! schedule. A `graph` job is queued beside every `project` or `tombstone` job when the graph
+//! backend is configured; it has its own receipt, retries and dead state, so a slow or absent
+//! graph never holds up search (a revision is searchable on its relational and vector receipts
+//! alone).
+//!
+//! ## Order (a `graph` job)
+//! - Content: read the revision -> chunk it (the projection's chunker, so chunk ids equal the
+//!   vector points') -> extract references (links resolved against the ledger: a link counts
+//!   only when it names a current source of the same dataset) -> write the subgraph, moving
+//!   `HEAD` when this is the newest head -> read back counts -> `graph` receipt `verified`.
+//! - Tombstone: remove `HEAD` and the source's references, delete orphaned tags and URLs ->
+//!   read back that none remain -> `graph` receipt `excluded`.
+//!
+//! ## Invariants
+//! - Graph success is read from the graph itself, never inferred from another backend.
+//! - Every stage starts with a fenced heartbeat, so a run that lost its lease stops before it
+//!   writes; the graph orders `HEAD` moves by head time, so a stale run never moves it back.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use gateways::graph::extract::Extractor;
+use gateways::graph::{GraphChunk, RevisionGraph};
+use gateways::{Chunker, GatewayError, GraphStore};
+use receipts::{Backend, Failure, Job, LeaseToken, Ledger, ReceiptState, ReceiptUpdate};
+use serde_json::json;
+
+use crate::projection::{
+    backend_failure, ledger_failure, millis, permanent, revision_text, Stages,
+};
+
+/// A graph store error as a job failure (`graph_unavailable`, `graph_timeout`, ...).
+fn store_failure(error: GatewayError) -> Failure {
+    backend_failure("graph", error)
+}
+
+/// Most link candidates looked up in the ledger per revision (a page of a thousand links
+/// resolves in bounded time).
+const MAX_LINK_LOOKUPS: usize = 1000;
+
+/// What a graph job needs: the ledger, the chunker, the store and the extractors.
+pub struct GraphStage {
+    ledger: Arc<dyn Ledger>,
+    chunker: Arc<Chunker>,
+    store: Arc<dyn GraphStore>,
+    extractors: Vec<Arc<dyn Extractor>>,
+    generation: String,
+}
+
+impl std::fmt::Debug for GraphStage {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("GraphStage")
+            .field("store", &self.store.location())
+            .finish()
+    }
+}
+
+impl GraphStage {
+    /// A graph stage writing into `store`; `generation` is recorded on its receipts.
+    pub fn new(
+        ledger: Arc<dyn Ledger>,
+        chunker: Arc<Chunker>,
+        store: Arc<dyn GraphStore>,
+        extractors: Vec<Arc<dyn Extractor>>,
+        generation: &str,
+    ) -> GraphStage {
+        GraphStage {
+            ledger,
+            chunker,
+            store,
+            extractors,
+            generation: generation.to_owned(),
+        }
+    }
+
+    async fn receipt(
+        &self,
+        token: &LeaseToken,
+        state: ReceiptState,
+        cause: &str,
+        evidence: serde_json::Value,
+    ) -> Result<(), Failure> {
+        self.ledger
+            .record_receipt(
+                token,
+                ReceiptUpdate {
+                    backend: Backend::Graph,
+                    state,
+                    evidence,
+                    cause: cause.to_owned(),
+                    generation: self.generation.clone(),
+                },
+            )
+            .await
+            .map_err(ledger_failure)
+    }
+
+    /// Runs one `graph` job.
+    pub(crate) async fn run(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
+        let started = Instant::now();
+        let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
+        stages.enter("graph read").await?;
+        let tombstone = self
+            .ledger
+            .revision(job.revision_id)
+            .await
+            .map_err(ledger_failure)?
+            .ok_or_else(|| {
+                permanent(
+                    "revision_missing",
+                    "the job's revision is not in the ledger",
+                )
+            })?
+            .revision
+            .tombstone;
+        if tombstone {
+            return self.exclude(job, token, &mut stages, started).await;
+        }
+        let (revision, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
+        stages.enter("graph extract").await?;
+        let chunker = self.chunker.clone();
+        let chunk_text = text.clone();
+        let chunks = tokio::task::spawn_blocking(move || chunker.chunk(&chunk_text))
+            .await
+            .map_err(|error| permanent("chunker_failed", format!("chunking failed: {error}")))?;
+        let mut links = Vec::new();
+        let mut urls = Vec::new();
+        let mut lookups = 0;
+        for extractor in &self.extractors {
+            let found = extractor.extract(&revision.source_key, &revision.media_type, &text);
+            urls.extend(found.urls);
+            for candidates in found.links {
+                for key in candidates {
+                    if lookups >= MAX_LINK_LOOKUPS {
+                        break;
+                    }
+                    lookups += 1;
+                    let Ok(key) = receipts::validate::source_key(&key).map(|()| key) else {
+                        continue;
+                    };
+                    let current = self
+                        .ledger
+                        .source(&revision.dataset, &key)
+                        .await
+                        .map_err(ledger_failure)?
+                        .is_some_and(|source| !source.deleted);
+                    if current {
+                        links.push(key);
+                        break;
+                    }
+                }
+            }
+        }
+        links.sort();
+        links.dedup();
+        urls.sort();
+        urls.dedup();
+        let mut tags = revision.tags.clone();
+        tags.sort();
+        tags.dedup();
+        let graph = RevisionGraph {
+            dataset: revision.dataset.clone(),
+            source_key: revision.source_key.clone(),
+            revision_id: revision.id,
+            sha256: revision.content_sha256.clone().unwrap_or_default(),
+            accepted_at: revision.accepted_at,
+            head_at: job.created_at,
+            generation: self.generation.clone(),
+            previous_revision_id: revision.previous_revision_id,
+            chunks: chunks
+                .iter()
+                .map(|chunk| GraphChunk {
+                    id: gateways::vectors::point_id(revision.id, chunk.index),
+                    index: chunk.index,
+                    sha256: chunk.sha256.clone(),
+                })
+                .collect(),
+            links,
+            urls,
+            tags,
+        };
+        stages.enter("graph write").await?;
+        let step = Instant::now();
+        let is_head = self.store.project(&graph).await.map_err(store_failure)?;
+        let write_ms = millis(step);
+        stages.enter("graph read-back").await?;
+        let counts = self
+            .store
+            .revision_counts(revision.id)
+            .await
+            .map_err(store_failure)?;
+        let references = |count: usize| if is_head { count } else { 0 };
+        let expected = (
+            true,
+            graph.chunks.len(),
+            graph.chunks.len().saturating_sub(1),
+            references(graph.links.len()),
+            references(graph.urls.len()),
+            references(graph.tags.len()),
+            is_head,
+        );
+        let found = (
+            counts.exists,
+            counts.chunks,
+            counts.next,
+            counts.links,
+            counts.urls,
+            counts.tags,
+            counts.is_head,
+        );
+        if found != expected {
+            return Err(store_failure(GatewayError::ReadbackMismatch {
+                store: "graph",
+                message: format!(
+                    "wrote (exists, chunks, next, links, urls, tags, head) {expected:?}, read back {found:?}"
+                ),
+            }));
+        }
+        self.receipt(
+            token,
+            ReceiptState::Verified,
+            if is_head {
+                "verified: subgraph read back, HEAD moved"
+            } else {
+                "verified: subgraph read back (a newer head holds HEAD)"
+            },
+            json!({
+                "chunks": counts.chunks,
+                "links": counts.links,
+                "urls": counts.urls,
+                "tags": counts.tags,
+                "head": is_head,
+                "extractors": self.extractors.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                "store": self.store.location(),
+                "write_ms": write_ms,
+                "total_ms": millis(started),
+                "generation": self.generation,
+            }),
+        )
+        .await
+    }
+
+    async fn exclude(
+        &self,
+        job: &Job,
+        token: &LeaseToken,
+        stages: &mut Stages<'_>,
+        started: Instant,
+    ) -> Result<(), Failure> {
+        stages.enter("graph exclude").await?;
+        self.store
+            .exclude(&job.dataset, &job.source_key, job.created_at)
+            .await
+            .map_err(store_failure)?;
+        stages.enter("graph read-back").await?;
+        let source = self
+            .store
+            .source(&job.dataset, &job.source_key)
+            .await
+            .map_err(store_failure)?;
+        let orphans = self.store.orphans().await.map_err(store_failure)?;
+        if source.heads != 0 || source.links_out != 0 || orphans != 0 {
+            return Err(store_failure(GatewayError::ReadbackMismatch {
+                store: "graph",
+                message: format!(
+                    "after the exclusion: {} HEAD edges, {} outgoing links, {orphans} orphaned \
+                     tags or URLs",
+                    source.heads, source.links_out
+                ),
+            }));
+        }
+        self.receipt(
+            token,
+            ReceiptState::Excluded,
+            "excluded: no HEAD, no links, no orphaned tags or URLs",
+            json!({
+                "heads": 0,
+                "links_out": 0,
+                "orphans": 0,
+                "total_ms": millis(started),
+                "generation": self.generation,
+            }),
+        )
+        .await
+    }
+}
