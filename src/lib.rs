@@ -42,7 +42,22 @@ pub use config::Config;
 /// The whole HTTP application over one ledger. Search is lexical-only unless `vector` (the
 /// query embedder and the vector store) is given.
 pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::VectorSide>) -> Router {
-    let searcher = Arc::new(search::Searcher::new(ledger.clone(), vector, config.search));
+    app_with_graph(ledger, config, vector, None)
+}
+
+/// [`app`], reading links from `graph` (`GET /v1/graph/sources`, search's `"expand":
+/// "links"`).
+pub fn app_with_graph(
+    ledger: Arc<dyn Ledger>,
+    config: &Config,
+    vector: Option<search::VectorSide>,
+    graph: Option<Arc<dyn gateways::GraphStore>>,
+) -> Router {
+    let mut searcher = search::Searcher::new(ledger.clone(), vector, config.search);
+    if let Some(graph) = graph {
+        searcher = searcher.with_graph(graph);
+    }
+    let searcher = Arc::new(searcher);
     let (routes, document) = utoipa_axum::router::OpenApiRouter::new()
         .merge(acceptor::routes(ledger.clone(), config.acceptor.clone()))
         .merge(search::routes(ledger.clone(), searcher))
@@ -272,7 +287,17 @@ pub async fn serve(
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
     tracing::info!(%address, data_dir = %config.data_dir.display(), ledger = %config.ledger_description(), vectors = %config.vectors_description(), graph = %config.graph_description(), backends = ?config.backends, "cairn serving");
-    let http = server::serve(listener, app(ledger, &config, vector), config.http, async {
+    // The graph is read by every process that serves the API (workers write it).
+    let graph: Option<Arc<dyn gateways::GraphStore>> = match &config.graph {
+        Some(options) => Some(Arc::new(
+            gateways::BoltGraphStore::open(options)
+                .await
+                .with_context(|| format!("opening the graph at {}", options.url))?,
+        )),
+        None => None,
+    };
+    let application = app_with_graph(ledger, &config, vector, graph);
+    let http = server::serve(listener, application, config.http, async {
         shutdown.await;
         // Workers stop on their own clock, independently of the HTTP drain: they release
         // their leases without charge while connections finish.

@@ -41,9 +41,18 @@ impl FromRef<SearchState> for Arc<dyn Ledger> {
 /// The search API's routes with their OpenAPI description (registered from the handler's
 /// `#[utoipa::path]`).
 pub fn routes(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> OpenApiRouter {
+    let graph = crate::graph::GraphState {
+        ledger: ledger.clone(),
+        graph: searcher.graph().cloned(),
+    };
     OpenApiRouter::new()
         .routes(utoipa_axum::routes!(search))
         .with_state(SearchState { ledger, searcher })
+        .merge(
+            OpenApiRouter::new()
+                .routes(utoipa_axum::routes!(crate::graph::graph_sources))
+                .with_state(graph),
+        )
 }
 
 /// The search API's routes, ready to merge into cairn's router.
@@ -73,6 +82,9 @@ pub struct SearchBody {
     pub mode: Option<String>,
     /// One result per source (default true).
     pub group_by_source: Option<bool>,
+    /// `links`: add each result's linked current sources (needs a graph store).
+    #[schema(pattern = "^links$")]
+    pub expand: Option<String>,
 }
 
 fn query_schema() -> utoipa::openapi::schema::Object {
@@ -210,10 +222,30 @@ async fn search(
 ) -> Result<Response, ApiError> {
     let principal = auth.require(Scope::Search)?;
     let body: SearchBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
+    let expand = match body.expand.as_deref() {
+        None => false,
+        Some("links") if state.searcher.graph().is_some() => true,
+        Some("links") => {
+            return Err(ApiError::unprocessable(
+                "graph_unconfigured",
+                "`expand: links` needs a graph store (graph.url)",
+            ))
+        }
+        Some(other) => {
+            return Err(ApiError::unprocessable(
+                "invalid_expand",
+                format!("`expand` may only be `links` (got `{other}`)"),
+            ))
+        }
+    };
     let query = parse(body, principal, &state.searcher)?;
     let mode = query.mode;
+    let budget = query.budget;
     let started = std::time::Instant::now();
-    let outcome = state.searcher.search(query).await;
+    let mut outcome = state.searcher.search(query).await;
+    if let (true, Ok(response), Some(graph)) = (expand, outcome.as_mut(), state.searcher.graph()) {
+        expand_links(&state.ledger, graph, response, started + budget).await;
+    }
     record_metrics(mode, &outcome, started.elapsed());
     match &outcome {
         Ok(response) if response.degraded => tracing::info!(
@@ -228,6 +260,52 @@ async fn search(
         Ok(_) => {}
     }
     Ok(Json(outcome?).into_response())
+}
+
+/// Most links added per result with `"expand": "links"`.
+const LINKS_PER_RESULT: usize = 20;
+
+/// Adds each result's linked current sources, within what is left of the budget; a graph that
+/// is slow or down leaves the links out and says so (`graph_timeout`, `graph_error`).
+async fn expand_links(
+    ledger: &Arc<dyn Ledger>,
+    graph: &Arc<dyn gateways::GraphStore>,
+    response: &mut crate::SearchResponse,
+    deadline: std::time::Instant,
+) {
+    let work = async {
+        let mut all = Vec::with_capacity(response.results.len());
+        for result in &response.results {
+            all.push(
+                crate::graph::bound_links(
+                    ledger.as_ref(),
+                    graph.as_ref(),
+                    &result.dataset,
+                    &result.source_key,
+                    result.source_revision_id,
+                    gateways::graph::Direction::Out,
+                    LINKS_PER_RESULT,
+                )
+                .await?,
+            );
+        }
+        Ok::<_, ApiError>(all)
+    };
+    match tokio::time::timeout_at(deadline.into(), work).await {
+        Ok(Ok(all)) => {
+            for (result, links) in response.results.iter_mut().zip(all) {
+                result.links = Some(links);
+            }
+        }
+        Ok(Err(_)) => {
+            response.degraded = true;
+            response.degradations.push("graph_error".to_owned());
+        }
+        Err(_) => {
+            response.degraded = true;
+            response.degradations.push("graph_timeout".to_owned());
+        }
+    }
 }
 
 /// Search metrics: requests by the mode that answered (the mode asked for when none did) and

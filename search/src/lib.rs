@@ -32,6 +32,7 @@
 
 pub mod api;
 pub mod fusion;
+pub mod graph;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -200,6 +201,10 @@ pub struct SearchResult {
     pub retrieval: Vec<&'static str>,
     /// `searchable` (vector-searchable) or `pending` (accepted, not yet projected).
     pub projection_state: &'static str,
+    /// With `"expand": "links"`: the current sources this result's source links to (bound
+    /// to the ledger like every result).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub links: Option<Vec<graph::LinkView>>,
 }
 
 /// Milliseconds spent per phase (absent: the phase did not run).
@@ -293,6 +298,7 @@ pub struct Searcher {
     /// Requests waiting for a slot.
     queued: Arc<AtomicUsize>,
     overfetch: OverFetch,
+    graph: Option<Arc<dyn gateways::GraphStore>>,
 }
 
 /// How many vector hits a vector-mode query fetches per result it needs, learned from recent
@@ -450,7 +456,20 @@ impl Searcher {
             queued: Arc::new(AtomicUsize::new(0)),
             settings,
             overfetch: OverFetch::new(),
+            graph: None,
         }
+    }
+
+    /// The same searcher, reading links from `graph` (`GET /v1/graph/sources`, `"expand":
+    /// "links"`).
+    pub fn with_graph(mut self, graph: Arc<dyn gateways::GraphStore>) -> Searcher {
+        self.graph = Some(graph);
+        self
+    }
+
+    /// The graph store links are read from, when one is configured.
+    pub fn graph(&self) -> Option<&Arc<dyn gateways::GraphStore>> {
+        self.graph.as_ref()
     }
 
     /// A slot among `max_in_flight`. When none is free the request waits in a bounded queue,
@@ -987,6 +1006,7 @@ impl Searcher {
                     } else {
                         "pending"
                     },
+                    links: None,
                 });
             }
         }
