@@ -31,6 +31,8 @@ enum Command {
     Ingest(commands::IngestArgs),
     /// Search current revisions (vector and lexical, fused) and print a table.
     Search(commands::SearchArgs),
+    /// The sources linked to a source in the graph, and their tags.
+    Graph(commands::GraphArgs),
     /// Operations: what is running, retrying, dead; requeue, cancel, pause, resume.
     Ops(commands::OpsArgs),
     /// Server health and counts.
@@ -77,6 +79,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker(command) => command.run(&env).await,
         Command::Ingest(command) => command.run(&env).await,
         Command::Search(command) => command.run(&env).await,
+        Command::Graph(command) => command.run(&env).await,
         Command::Ops(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,

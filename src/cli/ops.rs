@@ -47,7 +47,7 @@ impl Filter {
 }
 
 /// Percent-encodes a query parameter value.
-fn encode(value: &str) -> String {
+pub(crate) fn encode(value: &str) -> String {
     value
         .bytes()
         .map(|byte| match byte {

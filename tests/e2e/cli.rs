@@ -132,3 +132,102 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
         .expect("wait");
     assert!(exit.success(), "graceful stop exits 0, got {exit:?}");
 }
+
+/// `cairn serve` with a graph (ArcadeDB's Bolt plugin) projects links into it with its
+/// in-process workers, and `cairn graph` prints them, bound to current revisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
+    let graph = gateways::testing::GraphServer::start().expect("start ArcadeDB");
+    let data = tempfile::tempdir().expect("tempdir");
+    let bolt = graph.bolt_url();
+    let (mut server, base) = crate::crash::spawn_serve_with(
+        data.path(),
+        &[],
+        &[
+            ("CAIRN_GRAPH_URL", bolt.as_str()),
+            ("CAIRN_GRAPH_USER", "root"),
+            ("CAIRN_GRAPH_PASSWORD", gateways::testing::GRAPH_PASSWORD),
+            ("CAIRN_GRAPH_DATABASE", gateways::testing::GRAPH_DATABASE),
+        ],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let token = std::fs::read_to_string(data.path().join("admin.token"))
+        .expect("admin token")
+        .trim()
+        .to_owned();
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{base}/v1/sources/batch"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "items": [
+            { "dataset": "docs", "source_key": "b.md", "content": "# B\n\nThe second page.", "tags": ["guide"] },
+            { "dataset": "docs", "source_key": "a.md", "content": "# A\n\nRead [b](b.md) next." },
+        ]}))
+        .send()
+        .await
+        .expect("batch");
+    assert_eq!(response.status().as_u16(), 200);
+    // Wait for both revisions' graph receipts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let status: serde_json::Value = http
+            .get(format!("{base}/v1/status"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("status")
+            .json()
+            .await
+            .expect("json");
+        if status["counts"]["jobs"]["completed"].as_i64() == Some(4) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "graph and projection jobs did not complete: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let output = cairn()
+        .args([
+            "graph",
+            "a.md",
+            "--dataset",
+            "docs",
+            "--server",
+            &base,
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("run cairn graph");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("-> b.md"), "{printed}");
+    let output = cairn()
+        .args([
+            "graph",
+            "b.md",
+            "--dataset",
+            "docs",
+            "--direction",
+            "in",
+            "--server",
+            &base,
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .output()
+        .expect("run cairn graph");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("<- a.md"), "{printed}");
+    server.start_kill().expect("stop");
+    let _ = server.wait().await;
+}
