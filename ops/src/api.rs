@@ -353,6 +353,7 @@ pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<V
         total as f64 / activity.minutes.len().max(1) as f64
     };
     Ok(Json(json!({
+        "graph": graph_lag(&counts.receipts),
         "now": activity.now,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": state.started_at.elapsed().as_secs(),
@@ -373,6 +374,26 @@ pub async fn summary(State(state): State<OpsState>, auth: Auth) -> Result<Json<V
         "minutes": activity.minutes,
         "pauses": activity.pauses,
     })))
+}
+
+/// The graph's progress from the receipt counts: verified or excluded, lagging (pending,
+/// running or written: accepted, not yet in the graph), failed; `null` without graph receipts.
+fn graph_lag(receipts: &std::collections::BTreeMap<String, i64>) -> Value {
+    let count = |state: &str| {
+        receipts
+            .get(&format!("graph/{state}"))
+            .copied()
+            .unwrap_or(0)
+    };
+    let any = receipts.keys().any(|key| key.starts_with("graph/"));
+    if !any {
+        return Value::Null;
+    }
+    json!({
+        "verified": count("verified") + count("excluded"),
+        "lag": count("pending") + count("running") + count("written"),
+        "failed": count("failed"),
+    })
 }
 
 /// Jobs by state within `datasets` (a token's allowlist), counted from the job listings.

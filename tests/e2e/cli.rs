@@ -228,6 +228,18 @@ async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
         .expect("run cairn graph");
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(printed.contains("<- a.md"), "{printed}");
+    // The ops summary shows the graph's progress.
+    let summary: serde_json::Value = http
+        .get(format!("{base}/v1/ops/summary"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("summary")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(summary["graph"]["verified"], 2, "{summary}");
+    assert_eq!(summary["graph"]["lag"], 0, "{summary}");
     server.start_kill().expect("stop");
     let _ = server.wait().await;
 }
