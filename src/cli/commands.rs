@@ -277,6 +277,10 @@ enum BenchCommand {
         /// Jobs each worker runs at once.
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
+        /// Also run the pipeline with this graph (a Bolt URL; user, password and database
+        /// from CAIRN_GRAPH_USER, CAIRN_GRAPH_PASSWORD, CAIRN_GRAPH_DATABASE).
+        #[arg(long)]
+        graph: Option<String>,
         /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
         /// collection of this run's own.
         #[arg(long)]
@@ -945,11 +949,23 @@ impl BenchArgs {
                 docs,
                 workers,
                 concurrency,
+                graph,
                 vectors,
                 config,
                 out,
             } => {
                 let config = file_config(config, vectors, env)?;
+                let graph = graph.map(|url| {
+                    let variable = |name: &str, default: &str| {
+                        env.get(name).cloned().unwrap_or_else(|| default.to_owned())
+                    };
+                    gateways::BoltOptions::new(
+                        &url,
+                        &variable("CAIRN_GRAPH_USER", "neo4j"),
+                        &variable("CAIRN_GRAPH_PASSWORD", ""),
+                        &variable("CAIRN_GRAPH_DATABASE", "neo4j"),
+                    )
+                });
                 let report = crate::bench::project(
                     &config,
                     crate::bench::ProjectBench {
@@ -957,6 +973,7 @@ impl BenchArgs {
                         docs,
                         workers: workers.max(1),
                         concurrency: concurrency.max(1),
+                        graph,
                     },
                 )
                 .await?;

@@ -23,6 +23,17 @@ use crate::GatewayError;
 
 const STORE: &str = "graph";
 
+/// What claiming a source's head found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A newer head is in the graph: leave `HEAD` and the references alone.
+    Overtaken,
+    /// The source had no head: nothing to replace.
+    First,
+    /// The source had a head (this one or an older one): its references are replaced.
+    Replacing,
+}
+
 /// How to reach a Bolt server.
 #[derive(Clone, PartialEq, Eq)]
 pub struct BoltOptions {
@@ -260,13 +271,14 @@ impl BoltGraphStore {
     }
 
     /// Moves the source's `head_at` to `head_at` unless a newer head is there; returns whether
-    /// this head is (still) the newest.
+    /// this head is (still) the newest, and whether the source had a head before (a source
+    /// without one has no references to replace).
     async fn claim_head(
         &self,
         dataset: &str,
         source_key: &str,
         head_at: i64,
-    ) -> Result<bool, GatewayError> {
+    ) -> Result<Claim, GatewayError> {
         let rows = self
             .rows(
                 "claim head",
@@ -274,15 +286,22 @@ impl BoltGraphStore {
                     "MERGE (d:Dataset {name: $dataset}) \
                      MERGE (s:Source {dataset: $dataset, key: $key}) \
                      MERGE (d)-[:CONTAINS]->(s) \
-                     WITH s WHERE s.head_at IS NULL OR s.head_at <= $head_at \
-                     SET s.head_at = $head_at RETURN count(s) AS claimed",
+                     WITH s, s.head_at AS before \
+                     WHERE before IS NULL OR before <= $head_at \
+                     SET s.head_at = $head_at RETURN before",
                 )
                 .param("dataset", dataset)
                 .param("key", source_key)
                 .param("head_at", head_at),
             )
             .await?;
-        Ok(rows.first().map(|row| count(row, "claimed")).unwrap_or(0) > 0)
+        Ok(match rows.first() {
+            None => Claim::Overtaken,
+            Some(row) => match row.get::<Option<i64>>("before") {
+                Ok(Some(_)) => Claim::Replacing,
+                _ => Claim::First,
+            },
+        })
     }
 
     /// The tags and URLs the source's revisions other than `keep` reference (candidates for
@@ -477,26 +496,31 @@ impl GraphStore for BoltGraphStore {
             }
         }
         // HEAD and references: only for the newest head the graph has seen.
-        if !self
+        let claim = self
             .claim_head(&revision.dataset, &revision.source_key, revision.head_at)
-            .await?
-        {
+            .await?;
+        if claim == Claim::Overtaken {
             return Ok(false);
         }
-        let (old_tags, old_urls) = self
-            .references_of_others(
+        let (old_tags, old_urls) = if claim == Claim::Replacing {
+            let old = self
+                .references_of_others(
+                    &revision.dataset,
+                    &revision.source_key,
+                    Some(revision.revision_id),
+                )
+                .await?;
+            self.drop_references(
                 &revision.dataset,
                 &revision.source_key,
                 Some(revision.revision_id),
+                revision.head_at,
             )
             .await?;
-        self.drop_references(
-            &revision.dataset,
-            &revision.source_key,
-            Some(revision.revision_id),
-            revision.head_at,
-        )
-        .await?;
+            old
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let base = |statement: &str| {
             query(statement)
                 .param("dataset", revision.dataset.as_str())
@@ -597,7 +621,7 @@ impl GraphStore for BoltGraphStore {
         source_key: &str,
         head_at: i64,
     ) -> Result<(), GatewayError> {
-        if !self.claim_head(dataset, source_key, head_at).await? {
+        if self.claim_head(dataset, source_key, head_at).await? == Claim::Overtaken {
             return Ok(());
         }
         let (tags, urls) = self.references_of_others(dataset, source_key, None).await?;
