@@ -33,6 +33,8 @@ enum Command {
     Search(commands::SearchArgs),
     /// The sources linked to a source in the graph, and their tags.
     Graph(commands::GraphArgs),
+    /// Find (and with --repair fix) drift between the ledger and the graph for a dataset.
+    Reconcile(commands::ReconcileArgs),
     /// Operations: what is running, retrying, dead; requeue, cancel, pause, resume.
     Ops(commands::OpsArgs),
     /// Server health and counts.
@@ -80,6 +82,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest(command) => command.run(&env).await,
         Command::Search(command) => command.run(&env).await,
         Command::Graph(command) => command.run(&env).await,
+        Command::Reconcile(command) => command.run(&env).await,
         Command::Ops(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,

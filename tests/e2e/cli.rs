@@ -240,6 +240,29 @@ async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
         .expect("json");
     assert_eq!(summary["graph"]["verified"], 2, "{summary}");
     assert_eq!(summary["graph"]["lag"], 0, "{summary}");
+    // Reconcile from the command line: nothing drifted.
+    let output = cairn()
+        .args(["reconcile", "--dataset", "docs", "--data-dir"])
+        .arg(data.path())
+        .env("CAIRN_GRAPH_URL", &bolt)
+        .env("CAIRN_GRAPH_USER", "root")
+        .env("CAIRN_GRAPH_PASSWORD", gateways::testing::GRAPH_PASSWORD)
+        .env("CAIRN_GRAPH_DATABASE", gateways::testing::GRAPH_DATABASE)
+        .env(
+            "CAIRN_MODELS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
+        )
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("run cairn reconcile");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("2 current heads checked"), "{printed}");
+    assert!(!printed.contains(gateways::testing::GRAPH_PASSWORD));
     server.start_kill().expect("stop");
     let _ = server.wait().await;
 }

@@ -102,7 +102,50 @@ impl GraphStage {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         stages.enter("graph read").await?;
-        let tombstone = self
+        if self.is_tombstone(job).await? {
+            self.exclude_verified(job, Some(&mut stages)).await?;
+            return self
+                .receipt(
+                    token,
+                    ReceiptState::Excluded,
+                    "excluded: no HEAD, no links, no orphaned tags or URLs",
+                    json!({
+                        "heads": 0,
+                        "links_out": 0,
+                        "orphans": 0,
+                        "total_ms": millis(started),
+                        "generation": self.generation,
+                    }),
+                )
+                .await;
+        }
+        let written = self.project_verified(job, Some(&mut stages)).await?;
+        self.receipt(
+            token,
+            ReceiptState::Verified,
+            if written.is_head {
+                "verified: subgraph read back, HEAD moved"
+            } else {
+                "verified: subgraph read back (a newer head holds HEAD)"
+            },
+            json!({
+                "chunks": written.counts.chunks,
+                "links": written.counts.links,
+                "urls": written.counts.urls,
+                "tags": written.counts.tags,
+                "head": written.is_head,
+                "extractors": self.extractors.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                "store": self.store.location(),
+                "write_ms": written.write_ms,
+                "total_ms": millis(started),
+                "generation": self.generation,
+            }),
+        )
+        .await
+    }
+
+    async fn is_tombstone(&self, job: &Job) -> Result<bool, Failure> {
+        Ok(self
             .ledger
             .revision(job.revision_id)
             .await
@@ -114,12 +157,18 @@ impl GraphStage {
                 )
             })?
             .revision
-            .tombstone;
-        if tombstone {
-            return self.exclude(job, token, &mut stages, started).await;
-        }
+            .tombstone)
+    }
+
+    /// Writes a content revision's subgraph and reads it back (each step announced to
+    /// `stages` when a lease is held).
+    async fn project_verified(
+        &self,
+        job: &Job,
+        mut stages: Option<&mut Stages<'_>>,
+    ) -> Result<Written, Failure> {
         let (revision, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
-        stages.enter("graph extract").await?;
+        enter(&mut stages, "graph extract").await?;
         let chunker = self.chunker.clone();
         let chunk_text = text.clone();
         let chunks = tokio::task::spawn_blocking(move || chunker.chunk(&chunk_text))
@@ -137,9 +186,9 @@ impl GraphStage {
                         break;
                     }
                     lookups += 1;
-                    let Ok(key) = receipts::validate::source_key(&key).map(|()| key) else {
+                    if receipts::validate::source_key(&key).is_err() {
                         continue;
-                    };
+                    }
                     let current = self
                         .ledger
                         .source(&revision.dataset, &key)
@@ -181,11 +230,11 @@ impl GraphStage {
             urls,
             tags,
         };
-        stages.enter("graph write").await?;
+        enter(&mut stages, "graph write").await?;
         let step = Instant::now();
         let is_head = self.store.project(&graph).await.map_err(store_failure)?;
         let write_ms = millis(step);
-        stages.enter("graph read-back").await?;
+        enter(&mut stages, "graph read-back").await?;
         let counts = self
             .store
             .revision_counts(revision.id)
@@ -218,43 +267,25 @@ impl GraphStage {
                 ),
             }));
         }
-        self.receipt(
-            token,
-            ReceiptState::Verified,
-            if is_head {
-                "verified: subgraph read back, HEAD moved"
-            } else {
-                "verified: subgraph read back (a newer head holds HEAD)"
-            },
-            json!({
-                "chunks": counts.chunks,
-                "links": counts.links,
-                "urls": counts.urls,
-                "tags": counts.tags,
-                "head": is_head,
-                "extractors": self.extractors.iter().map(|e| e.name()).collect::<Vec<_>>(),
-                "store": self.store.location(),
-                "write_ms": write_ms,
-                "total_ms": millis(started),
-                "generation": self.generation,
-            }),
-        )
-        .await
+        Ok(Written {
+            is_head,
+            counts,
+            write_ms,
+        })
     }
 
-    async fn exclude(
+    /// Removes a deleted source's `HEAD` and references and checks that none remain.
+    async fn exclude_verified(
         &self,
         job: &Job,
-        token: &LeaseToken,
-        stages: &mut Stages<'_>,
-        started: Instant,
+        mut stages: Option<&mut Stages<'_>>,
     ) -> Result<(), Failure> {
-        stages.enter("graph exclude").await?;
+        enter(&mut stages, "graph exclude").await?;
         self.store
             .exclude(&job.dataset, &job.source_key, job.created_at)
             .await
             .map_err(store_failure)?;
-        stages.enter("graph read-back").await?;
+        enter(&mut stages, "graph read-back").await?;
         let source = self
             .store
             .source(&job.dataset, &job.source_key)
@@ -271,18 +302,160 @@ impl GraphStage {
                 ),
             }));
         }
-        self.receipt(
-            token,
-            ReceiptState::Excluded,
-            "excluded: no HEAD, no links, no orphaned tags or URLs",
-            json!({
-                "heads": 0,
-                "links_out": 0,
-                "orphans": 0,
-                "total_ms": millis(started),
-                "generation": self.generation,
-            }),
-        )
-        .await
+        Ok(())
     }
+
+    /// Finds drift between the ledger and the graph for `dataset`, and with `repair` fixes it:
+    /// - a current head whose graph job completed but whose subgraph or `HEAD` is missing (or a
+    ///   deleted source that still has a `HEAD`) is written again from the ledger;
+    /// - graph revisions the ledger does not know are deleted;
+    /// - a graph `HEAD` on a revision the ledger retired is moved by writing the ledger's head
+    ///   again.
+    ///
+    /// Ledger state never changes (the receipts stay what they are); every repair is written
+    /// idempotently, read back, and logged.
+    pub async fn reconcile(&self, dataset: &str, repair: bool) -> Result<Reconciled, Failure> {
+        let mut report = Reconciled::default();
+        // The newest completed graph job of each current head of the dataset (paged).
+        let mut heads: std::collections::BTreeMap<String, Job> = std::collections::BTreeMap::new();
+        let mut offset = 0;
+        loop {
+            let page = self
+                .ledger
+                .find_jobs(&receipts::JobFilter {
+                    states: vec![receipts::JobState::Completed],
+                    dataset: Some(dataset.to_owned()),
+                    allowed_datasets: None,
+                    text: None,
+                    error_code: None,
+                    order: receipts::JobOrder::RecentlyChanged,
+                    limit: receipts::operations::MAX_PAGE,
+                    offset,
+                })
+                .await
+                .map_err(ledger_failure)?;
+            let count = page.jobs.len();
+            for job in page.jobs {
+                let newer_known = heads
+                    .get(&job.source_key)
+                    .is_some_and(|known| known.created_at >= job.created_at);
+                if job.kind == receipts::JobKind::Graph && !newer_known {
+                    let is_head = self
+                        .ledger
+                        .revision(job.revision_id)
+                        .await
+                        .map_err(ledger_failure)?
+                        .is_some_and(|detail| detail.is_head);
+                    if is_head {
+                        heads.insert(job.source_key.clone(), job);
+                    }
+                }
+            }
+            if count < receipts::operations::MAX_PAGE as usize {
+                break;
+            }
+            offset += count as u32;
+        }
+        for (key, job) in &heads {
+            report.checked += 1;
+            let tombstone = self.is_tombstone(job).await?;
+            let drifted = if tombstone {
+                self.store
+                    .source(dataset, key)
+                    .await
+                    .map_err(store_failure)?
+                    .heads
+                    != 0
+            } else {
+                let counts = self
+                    .store
+                    .revision_counts(job.revision_id)
+                    .await
+                    .map_err(store_failure)?;
+                !counts.exists || !counts.is_head
+            };
+            if drifted {
+                report.missing.push(format!("{key} ({})", job.revision_id));
+                if repair {
+                    if tombstone {
+                        self.exclude_verified(job, None).await?;
+                    } else {
+                        self.project_verified(job, None).await?;
+                    }
+                    tracing::info!(dataset, source_key = %key, revision_id = %job.revision_id, "graph reconcile: rewrote a current head");
+                    report.repaired += 1;
+                }
+            }
+        }
+        for (revision_id, graph_head) in
+            self.store.revisions(dataset).await.map_err(store_failure)?
+        {
+            let detail = self
+                .ledger
+                .revision(revision_id)
+                .await
+                .map_err(ledger_failure)?;
+            match detail {
+                None => {
+                    report.unknown.push(revision_id.to_string());
+                    if repair {
+                        self.store
+                            .forget_revision(revision_id)
+                            .await
+                            .map_err(store_failure)?;
+                        tracing::info!(dataset, %revision_id, "graph reconcile: deleted a revision the ledger does not know");
+                        report.repaired += 1;
+                    }
+                }
+                Some(detail) if graph_head && !detail.is_head => {
+                    report
+                        .stale_heads
+                        .push(format!("{} ({revision_id})", detail.revision.source_key));
+                    if repair {
+                        if let Some(job) = heads.get(&detail.revision.source_key) {
+                            if self.is_tombstone(job).await? {
+                                self.exclude_verified(job, None).await?;
+                            } else {
+                                self.project_verified(job, None).await?;
+                            }
+                            tracing::info!(dataset, %revision_id, "graph reconcile: moved a stale HEAD");
+                            report.repaired += 1;
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What a graph write read back.
+struct Written {
+    is_head: bool,
+    counts: gateways::graph::GraphCounts,
+    write_ms: f64,
+}
+
+/// Enters a stage when a lease is held (a job run); a reconcile holds none.
+async fn enter(stages: &mut Option<&mut Stages<'_>>, stage: &'static str) -> Result<(), Failure> {
+    match stages {
+        Some(stages) => stages.enter(stage).await,
+        None => Ok(()),
+    }
+}
+
+/// What [`GraphStage::reconcile`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Reconciled {
+    /// Current heads checked (those whose graph job completed).
+    pub checked: usize,
+    /// Current heads missing from the graph (or deleted sources still with a `HEAD`).
+    pub missing: Vec<String>,
+    /// Graph revisions the ledger does not know.
+    pub unknown: Vec<String>,
+    /// Graph `HEAD`s on revisions the ledger retired.
+    pub stale_heads: Vec<String>,
+    /// Repairs made.
+    pub repaired: usize,
 }

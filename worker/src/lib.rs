@@ -25,7 +25,7 @@
 pub mod graph;
 pub mod projection;
 
-pub use graph::GraphStage;
+pub use graph::{GraphStage, Reconciled};
 pub use projection::Projector;
 
 use std::future::Future;

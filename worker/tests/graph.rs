@@ -31,6 +31,7 @@ struct World {
     ledger: Arc<dyn Ledger>,
     projector: Arc<Projector>,
     graph: Arc<BoltGraphStore>,
+    stage: Arc<GraphStage>,
     _directory: tempfile::TempDir,
 }
 
@@ -91,6 +92,13 @@ async fn world(server: &GraphServer) -> World {
     .expect("projector")
     .with_graph(GraphStage::new(
         ledger.clone(),
+        chunker.clone(),
+        graph.clone(),
+        vec![Arc::new(LinkExtractor)],
+        &generation.id,
+    ));
+    let stage = Arc::new(GraphStage::new(
+        ledger.clone(),
         chunker,
         graph.clone(),
         vec![Arc::new(LinkExtractor)],
@@ -100,6 +108,7 @@ async fn world(server: &GraphServer) -> World {
         ledger,
         projector: Arc::new(projector),
         graph,
+        stage,
         _directory: directory,
     }
 }
@@ -363,5 +372,75 @@ async fn a_graph_outage_never_holds_up_search_and_is_retried_after_the_restart()
         states.contains(&"retry_wait".to_owned())
             && states.last().map(String::as_str) == Some("completed"),
         "retried, then completed: {states:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_finds_and_repairs_drift_between_the_ledger_and_the_graph() {
+    let server = GraphServer::start().expect("start ArcadeDB");
+    let world = world(&server).await;
+    let revisions = world
+        .accept(vec![
+            tagged("a.md", "# A\n\nSee [b](b.md).", &["x"]),
+            tagged("b.md", "# B\n\nPlain.", &[]),
+            tagged("c.md", "# C\n\nSoon deleted.", &[]),
+        ])
+        .await;
+    world.accept(vec![delete("docs", "c.md")]).await;
+    world.settle().await;
+    let stage = world.stage.clone();
+    let clean = stage.reconcile("docs", false).await.expect("reconcile");
+    assert_eq!(clean.checked, 3, "{clean:?}");
+    assert!(
+        clean.missing.is_empty() && clean.unknown.is_empty() && clean.stale_heads.is_empty(),
+        "{clean:?}"
+    );
+    // Drift: a current head lost from the graph, and a revision the ledger never had.
+    world
+        .graph
+        .forget_revision(revisions[0])
+        .await
+        .expect("forget");
+    let mut stranger = gateways::graph::RevisionGraph {
+        dataset: "docs".to_owned(),
+        source_key: "ghost.md".to_owned(),
+        revision_id: Uuid::now_v7(),
+        sha256: "0".repeat(64),
+        accepted_at: 1,
+        head_at: 1,
+        generation: "g-x".to_owned(),
+        previous_revision_id: None,
+        chunks: Vec::new(),
+        links: Vec::new(),
+        urls: Vec::new(),
+        tags: vec!["ghost".to_owned()],
+    };
+    world.graph.project(&stranger).await.expect("stranger");
+    let found = stage.reconcile("docs", false).await.expect("reconcile");
+    assert_eq!(found.missing.len(), 1, "{found:?}");
+    assert!(found.missing[0].starts_with("a.md"), "{found:?}");
+    assert_eq!(
+        found.unknown,
+        vec![stranger.revision_id.to_string()],
+        "{found:?}"
+    );
+    assert_eq!(found.repaired, 0, "a dry run changes nothing");
+    let repaired = stage.reconcile("docs", true).await.expect("repair");
+    assert_eq!(repaired.repaired, 2, "{repaired:?}");
+    let after = stage.reconcile("docs", false).await.expect("reconcile");
+    assert!(
+        after.missing.is_empty() && after.unknown.is_empty() && after.stale_heads.is_empty(),
+        "{after:?}"
+    );
+    let counts = world.graph.revision_counts(revisions[0]).await.expect("a");
+    assert_eq!((counts.is_head, counts.links, counts.tags), (true, 1, 1));
+    stranger.tags.clear();
+    assert!(
+        !world
+            .graph
+            .revision_counts(stranger.revision_id)
+            .await
+            .expect("ghost")
+            .exists
     );
 }

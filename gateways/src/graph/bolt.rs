@@ -754,6 +754,27 @@ impl GraphStore for BoltGraphStore {
 
     async fn forget_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
         let rid = uuid_text(revision_id);
+        let rows = self
+            .rows(
+                "forget references",
+                query(
+                    "MATCH (r:Revision {id: $rid}) \
+                     OPTIONAL MATCH (r)-[:TAGGED]->(t:Tag) \
+                     OPTIONAL MATCH (r)-[:CITES]->(u:Url) \
+                     RETURN collect(DISTINCT t.name) AS tags, collect(DISTINCT u.url) AS urls",
+                )
+                .param("rid", rid.as_str()),
+            )
+            .await?;
+        let (tags, urls) = rows
+            .first()
+            .map(|row| {
+                (
+                    row.get::<Vec<String>>("tags").unwrap_or_default(),
+                    row.get::<Vec<String>>("urls").unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default();
         self.run(
             "forget chunks",
             query("MATCH (c:Chunk {revision_id: $rid}) DETACH DELETE c").param("rid", rid.as_str()),
@@ -769,6 +790,7 @@ impl GraphStore for BoltGraphStore {
             "forget revision",
             query("MATCH (r:Revision {id: $rid}) DETACH DELETE r").param("rid", rid.as_str()),
         )
-        .await
+        .await?;
+        self.collect_orphans(tags, urls).await
     }
 }
