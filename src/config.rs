@@ -641,14 +641,7 @@ impl Config {
                 if graph.timeout.is_zero() {
                     bail!("graph.timeout_ms must be at least 1");
                 }
-                let lease_ms = self.job_policies.shortest_lease_micros() / 1000;
-                let retry_ms = i64::try_from(graph.retry_budget.as_millis()).unwrap_or(i64::MAX);
-                if retry_ms.saturating_mul(2) > lease_ms {
-                    bail!(
-                        "graph.retry_ms ({retry_ms}) must be at most half the shortest job lease \
-                         ({lease_ms} ms): in-process retries are bounded by the lease"
-                    );
-                }
+                self.check_retry_budget("graph.retry_ms", graph.retry_budget)?;
             }
             None => {}
         }
@@ -670,16 +663,21 @@ impl Config {
             if !valid_prefix || vectors.collection_prefix.len() > 64 {
                 bail!("vectors.collection_prefix may hold only letters, digits, `-` and `_` (at most 64)");
             }
-            // In-process retries must end well inside the lease, so a retrying worker never
-            // outlives its own lease.
-            let lease_ms = self.job_policies.shortest_lease_micros() / 1000;
-            let retry_ms = i64::try_from(vectors.retry_budget.as_millis()).unwrap_or(i64::MAX);
-            if retry_ms.saturating_mul(2) > lease_ms {
-                bail!(
-                    "vectors.retry_ms ({retry_ms}) must be at most half the shortest job lease \
-                     ({lease_ms} ms): in-process retries are bounded by the lease"
-                );
-            }
+            self.check_retry_budget("vectors.retry_ms", vectors.retry_budget)?;
+        }
+        Ok(())
+    }
+
+    /// In-process retries of a store call must end well inside the lease (at most half the
+    /// shortest), so a retrying worker never outlives its own lease.
+    fn check_retry_budget(&self, setting: &str, budget: std::time::Duration) -> anyhow::Result<()> {
+        let lease_ms = self.job_policies.shortest_lease_micros() / 1000;
+        let retry_ms = i64::try_from(budget.as_millis()).unwrap_or(i64::MAX);
+        if retry_ms.saturating_mul(2) > lease_ms {
+            bail!(
+                "{setting} ({retry_ms}) must be at most half the shortest job lease \
+                 ({lease_ms} ms): in-process retries are bounded by the lease"
+            );
         }
         Ok(())
     }

@@ -485,6 +485,16 @@ pub struct LedgerCounts {
     pub history: i64,
 }
 
+impl LedgerCounts {
+    /// Jobs not yet ended: pending, running or waiting to retry.
+    pub fn open_jobs(&self) -> i64 {
+        [JobState::Pending, JobState::Running, JobState::RetryWait]
+            .iter()
+            .map(|state| self.jobs.get(state.as_str()).copied().unwrap_or(0))
+            .sum()
+    }
+}
+
 /// What a worker presents to act on a job it claimed: the fencing token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseToken {

@@ -89,10 +89,7 @@ async fn settle(ledger: &Arc<dyn Ledger>, projector: &Arc<Projector>) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let counts = ledger.counts().await.expect("counts");
-        let open: i64 = ["pending", "running", "retry_wait"]
-            .iter()
-            .map(|state| counts.jobs.get(*state).copied().unwrap_or(0))
-            .sum();
+        let open = counts.open_jobs();
         if open == 0 {
             break;
         }

@@ -277,10 +277,7 @@ async fn pipeline(
         let completed = counts.jobs.get("completed").copied().unwrap_or(0);
         let dead = counts.jobs.get("dead").copied().unwrap_or(0);
         anyhow::ensure!(dead == 0, "{dead} projection jobs died; see the log");
-        let open: i64 = ["pending", "running", "retry_wait"]
-            .iter()
-            .map(|state| counts.jobs.get(*state).copied().unwrap_or(0))
-            .sum();
+        let open = counts.open_jobs();
         if completed as usize >= jobs.len() && open == 0 {
             break;
         }

@@ -103,14 +103,6 @@ struct Acknowledged {
     deleted: Vec<String>,
 }
 
-/// Jobs not yet ended.
-fn open_jobs(counts: &receipts::LedgerCounts) -> i64 {
-    ["pending", "running", "retry_wait"]
-        .iter()
-        .map(|state| counts.jobs.get(*state).copied().unwrap_or(0))
-        .sum()
-}
-
 /// Every response must be a success or a typed 503.
 fn check_status(what: &str, status: reqwest::StatusCode, body: &Value) {
     if status.is_server_error() {
@@ -345,7 +337,7 @@ async fn the_topology_survives_worker_kills_and_a_qdrant_restart() {
         doomed.wait().await.expect("reap");
         crew.push(start_worker(&paths, &workers_dir, &format!("r-{kill}")).await);
         if kill == 1 {
-            let open = open_jobs(&ledger.counts().await.expect("counts"));
+            let open = ledger.counts().await.expect("counts").open_jobs();
             assert!(open > 0, "projection ended before the Qdrant restart");
             qdrant.stop();
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -358,7 +350,7 @@ async fn the_topology_survives_worker_kills_and_a_qdrant_restart() {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let counts = ledger.counts().await.expect("counts");
-        if open_jobs(&counts) == 0 {
+        if counts.open_jobs() == 0 {
             break;
         }
         assert!(

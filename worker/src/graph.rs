@@ -27,7 +27,7 @@ use receipts::{Backend, Failure, Job, LeaseToken, Ledger, ReceiptState, ReceiptU
 use serde_json::json;
 
 use crate::projection::{
-    backend_failure, ledger_failure, millis, permanent, revision_text, Stages,
+    backend_failure, ledger_failure, millis, permanent, record_receipt, revision_text, Stages,
 };
 
 /// A graph store error as a job failure (`graph_unavailable`, `graph_timeout`, ...).
@@ -82,19 +82,18 @@ impl GraphStage {
         cause: &str,
         evidence: serde_json::Value,
     ) -> Result<(), Failure> {
-        self.ledger
-            .record_receipt(
-                token,
-                ReceiptUpdate {
-                    backend: Backend::Graph,
-                    state,
-                    evidence,
-                    cause: cause.to_owned(),
-                    generation: self.generation.clone(),
-                },
-            )
-            .await
-            .map_err(ledger_failure)
+        record_receipt(
+            self.ledger.as_ref(),
+            token,
+            ReceiptUpdate {
+                backend: Backend::Graph,
+                state,
+                evidence,
+                cause: cause.to_owned(),
+                generation: self.generation.clone(),
+            },
+        )
+        .await
     }
 
     /// Runs one `graph` job.

@@ -142,6 +142,18 @@ pub(crate) async fn revision_text(
     Ok((detail.revision, text))
 }
 
+/// Records a receipt under the lease (the one fenced path for every backend's receipt).
+pub(crate) async fn record_receipt(
+    ledger: &dyn Ledger,
+    token: &LeaseToken,
+    update: ReceiptUpdate,
+) -> Result<(), Failure> {
+    ledger
+        .record_receipt(token, update)
+        .await
+        .map_err(ledger_failure)
+}
+
 /// The stages of one run. Entering a stage reports it to the ledger (a fenced heartbeat, shown
 /// on the dashboard) and records how long the previous stage took
 /// (`cairn_projection_stage_seconds`). Every stage is entered before its step, so a lost lease
@@ -248,19 +260,18 @@ impl Projector {
         cause: &str,
         evidence: serde_json::Value,
     ) -> Result<(), Failure> {
-        self.ledger
-            .record_receipt(
-                token,
-                ReceiptUpdate {
-                    backend,
-                    state,
-                    evidence,
-                    cause: cause.to_owned(),
-                    generation: self.generation.id.clone(),
-                },
-            )
-            .await
-            .map_err(ledger_failure)
+        record_receipt(
+            self.ledger.as_ref(),
+            token,
+            ReceiptUpdate {
+                backend,
+                state,
+                evidence,
+                cause: cause.to_owned(),
+                generation: self.generation.id.clone(),
+            },
+        )
+        .await
     }
 
     async fn project(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {

@@ -155,10 +155,7 @@ impl World {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
         loop {
             let counts = self.ledger.counts().await.expect("counts");
-            let open: i64 = ["pending", "running", "retry_wait"]
-                .iter()
-                .map(|state| counts.jobs.get(*state).copied().unwrap_or(0))
-                .sum();
+            let open = counts.open_jobs();
             if open == 0 {
                 break;
             }
