@@ -285,6 +285,31 @@ mod checks {
         );
     }
 
+    pub(super) async fn vectors_are_read_back_by_point_id(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let revision = Uuid::now_v7();
+        let written = points("docs", "a", revision, 2, 4);
+        store.upsert(written.clone()).await.expect("upsert");
+        let ids = [
+            point_id(revision, 1),
+            point_id(Uuid::now_v7(), 0),
+            point_id(revision, 0),
+        ];
+        let found = store.vectors(&ids).await.expect("vectors");
+        assert_eq!(found.len(), 3);
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+        assert!(close(
+            found[0].as_deref().expect("chunk 1"),
+            &written[1].vector
+        ));
+        assert!(found[1].is_none(), "a missing point is None");
+        assert!(close(
+            found[2].as_deref().expect("chunk 0"),
+            &written[0].vector
+        ));
+        assert!(store.vectors(&[]).await.expect("none").is_empty());
+    }
+
     pub(super) async fn payload_indexes_exist_before_any_point(backend: &dyn Backend) {
         let store = backend.open("g-one").await;
         let indexed = store.indexed_fields().await.expect("indexes");
@@ -343,6 +368,11 @@ macro_rules! vector_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn one_collection_per_generation() {
                 checks::one_collection_per_generation(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn vectors_are_read_back_by_point_id() {
+                checks::vectors_are_read_back_by_point_id(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1249,6 +1249,115 @@ pub async fn generations_are_fixed_once_active(harness: Harness) {
     assert_eq!(history[0].actor, "test");
 }
 
+/// Chunks are found by text hash within a dataset, in revisions verified in the generation,
+/// never across datasets and never in the asking revision: where a projection reuses a vector
+/// instead of embedding.
+pub async fn chunks_are_found_by_text_hash_within_a_dataset(harness: Harness) {
+    let generation = activate_test_generation(&harness).await;
+    let hash = |text: &str| crate::ids::sha256_hex(text.as_bytes());
+    let mut revisions = Vec::new();
+    for (dataset, key, texts) in [
+        ("docs", "a", ["shared", "only-a"]),
+        ("docs", "b", ["only-b", "shared"]),
+        ("notes", "c", ["shared", "only-c"]),
+    ] {
+        let accepted = must_accept(&harness, put(dataset, key, &texts.join(" "))).await;
+        let (_, token) = claim_one(&harness, "w1").await;
+        must(
+            harness
+                .ledger
+                .write_chunks(&token, &generation.id, rows(&texts))
+                .await,
+            "write chunks",
+        );
+        for backend in [
+            crate::model::Backend::Relational,
+            crate::model::Backend::Vector,
+        ] {
+            must(
+                harness
+                    .ledger
+                    .record_receipt(&token, verified_receipt(backend, &generation))
+                    .await,
+                "verified",
+            );
+        }
+        revisions.push(accepted.source_revision_id);
+    }
+    // Rows of a revision whose vectors are not verified are no candidates.
+    must_accept(&harness, put("docs", "d", "unverified only-d")).await;
+    let (_, token) = claim_one(&harness, "w1").await;
+    must(
+        harness
+            .ledger
+            .write_chunks(&token, &generation.id, rows(&["unverified", "only-d"]))
+            .await,
+        "write chunks",
+    );
+    let asking = Uuid::now_v7();
+    let found = must(
+        harness
+            .ledger
+            .chunks_with_hashes(
+                "docs",
+                &generation.id,
+                &[
+                    hash("shared"),
+                    hash("only-a"),
+                    hash("only-c"),
+                    hash("nowhere"),
+                ],
+                asking,
+            )
+            .await,
+        "lookup",
+    );
+    let mut hashes: Vec<&str> = found.iter().map(|chunk| chunk.sha256.as_str()).collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    let mut expected = vec![hash("shared"), hash("only-a")];
+    expected.sort();
+    assert_eq!(hashes, expected, "from docs only, verified only: {found:?}");
+    let only_a: Vec<_> = found
+        .iter()
+        .filter(|chunk| chunk.sha256 == hash("only-a"))
+        .map(|chunk| (chunk.revision_id, chunk.chunk_index))
+        .collect();
+    assert_eq!(only_a, [(revisions[0], 1)]);
+    // Every holder of the text, newest first (b was accepted after a).
+    let shared: Vec<_> = found
+        .iter()
+        .filter(|chunk| chunk.sha256 == hash("shared"))
+        .map(|chunk| (chunk.revision_id, chunk.chunk_index))
+        .collect();
+    assert_eq!(shared, [(revisions[1], 1), (revisions[0], 0)], "{found:?}");
+    // The asking revision's own rows never count, nor another generation's.
+    let own = must(
+        harness
+            .ledger
+            .chunks_with_hashes("docs", &generation.id, &[hash("only-a")], revisions[0])
+            .await,
+        "lookup",
+    );
+    assert!(own.is_empty(), "{own:?}");
+    let elsewhere = must(
+        harness
+            .ledger
+            .chunks_with_hashes("docs", "g-other", &[hash("shared")], asking)
+            .await,
+        "lookup",
+    );
+    assert!(elsewhere.is_empty());
+    assert!(must(
+        harness
+            .ledger
+            .chunks_with_hashes("docs", &generation.id, &[], asking)
+            .await,
+        "lookup"
+    )
+    .is_empty());
+}
+
 /// Chunk rows and receipts are written only under a live lease; the read-back sees exactly
 /// what was written; a verified receipt supersedes the older revision's.
 pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
@@ -1744,6 +1853,7 @@ macro_rules! ledger_conformance {
             release_pause_and_fair_claims,
             generations_are_fixed_once_active,
             projection_writes_are_fenced_and_read_back,
+            chunks_are_found_by_text_hash_within_a_dataset,
             hits_bind_to_current_searchable_revisions,
             lexical_search_ends_at_its_deadline,
             operations_read_jobs_activity_and_events,

@@ -8,11 +8,14 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, BoundHit, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation, Heartbeat,
-    HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation,
+    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
     ReceiptUpdate, RevisionDetail, SourceView, Submission,
 };
 use crate::operations::Operations;
+
+/// Most reuse candidates [`Projections::chunks_with_hashes`] returns per text hash.
+pub const CANDIDATES_PER_HASH: usize = 4;
 
 /// Durable acceptance: every method returns only after its writes are on disk.
 #[async_trait]
@@ -169,6 +172,19 @@ pub trait Projections: Send + Sync {
 
     /// A revision's chunk rows, in order.
     async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>>;
+
+    /// Chunks of other revisions of `dataset` whose text hash is one of `hashes`, in
+    /// revisions whose vector receipt in `generation` was verified (and may since have been
+    /// superseded by a newer head), at most [`CANDIDATES_PER_HASH`] per hash, newest first:
+    /// where a projection finds a vector to reuse instead of embedding the same text again
+    /// (the vector store's answer is the proof). Never crosses datasets.
+    async fn chunks_with_hashes(
+        &self,
+        dataset: &str,
+        generation: &str,
+        hashes: &[String],
+        except_revision: Uuid,
+    ) -> Result<Vec<ChunkRef>>;
 
     /// Records a receipt state of the lease's job; a verified or excluded receipt supersedes
     /// the same backend's verified receipts of the source's other revisions.

@@ -91,12 +91,14 @@ pub mod validate;
 pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
-pub use ledger::{Acceptor, Leases, Ledger, MigrationReport, Projections, Reader, Tokens};
+pub use ledger::{
+    Acceptor, Leases, Ledger, MigrationReport, Projections, Reader, Tokens, CANDIDATES_PER_HASH,
+};
 pub use model::{
-    AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRow, ChunkSummary, ContentBlock,
-    Document, Failure, FailureClass, Generation, Heartbeat, HistoryEntry, HitRef, Job, JobKind,
-    JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate,
-    Revision, RevisionDetail, SourceView, Submission,
+    AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow, ChunkSummary,
+    ContentBlock, Document, Failure, FailureClass, Generation, Heartbeat, HistoryEntry, HitRef,
+    Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState,
+    ReceiptUpdate, Revision, RevisionDetail, SourceView, Submission,
 };
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,

@@ -593,6 +593,17 @@ impl Generation {
     }
 }
 
+/// Where a chunk with a given text hash is stored (a reuse candidate).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    /// SHA-256 of the chunk's text.
+    pub sha256: String,
+    /// The revision holding it.
+    pub revision_id: Uuid,
+    /// Its position there.
+    pub chunk_index: u32,
+}
+
 /// One chunk row of a revision (the relational backend).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkRow {

@@ -351,6 +351,9 @@ impl VectorStore for FailingSearchVectors {
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.0.indexed_fields().await
     }
+    async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
+        self.0.vectors(ids).await
+    }
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
         self.0.upsert(points).await
     }

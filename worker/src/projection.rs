@@ -362,14 +362,13 @@ impl Projector {
                 count > 0 && existing.count == count && existing.with_dimension == count;
             let mut embed_ms = 0.0;
             let mut write_ms = 0.0;
+            let mut reused = 0;
             if !reconciled {
                 stages.enter("embedding").await?;
                 let step = Instant::now();
-                let vectors_out = self
-                    .embedder
-                    .embed(chunks.iter().map(|chunk| chunk.text.clone()).collect())
-                    .await
-                    .map_err(store_failure)?;
+                let (vectors_out, chunks_reused) =
+                    self.embed_or_reuse(job, vectors.as_ref(), &chunks).await?;
+                reused = chunks_reused;
                 embed_ms = millis(step);
                 stages.enter("vector write").await?;
                 let step = Instant::now();
@@ -392,7 +391,13 @@ impl Projector {
                     Backend::Vector,
                     ReceiptState::Written,
                     "written: points upserted, read-back pending",
-                    json!({ "points": count, "embed_ms": embed_ms, "write_ms": write_ms }),
+                    json!({
+                        "points": count,
+                        "embedded": count - reused,
+                        "reused": reused,
+                        "embed_ms": embed_ms,
+                        "write_ms": write_ms,
+                    }),
                 )
                 .await?;
             }
@@ -439,6 +444,8 @@ impl Projector {
                         "model": self.embedder.model_id(),
                         "store": vectors.name(),
                         "reconciled": reconciled,
+                        "embedded": if reconciled { 0 } else { count - reused },
+                        "reused": reused,
                         "embed_ms": embed_ms,
                         "write_ms": write_ms,
                         "readback_ms": millis(step),
@@ -453,6 +460,77 @@ impl Projector {
             }
         }
         Ok(())
+    }
+
+    /// The chunks' vectors, in order: reused from the vector store where a chunk of the same
+    /// text already has a vector in this dataset and generation (found through the ledger's
+    /// chunk rows; copied under the new point id by the upsert), embedded otherwise. Returns
+    /// them with how many were reused. A candidate whose point is missing is simply embedded.
+    async fn embed_or_reuse(
+        &self,
+        job: &Job,
+        store: &dyn VectorStore,
+        chunks: &[gateways::Chunk],
+    ) -> Result<(Vec<Vec<f32>>, usize), Failure> {
+        let mut hashes: Vec<String> = chunks.iter().map(|chunk| chunk.sha256.clone()).collect();
+        hashes.sort();
+        hashes.dedup();
+        let candidates = self
+            .ledger
+            .chunks_with_hashes(&job.dataset, &self.generation.id, &hashes, job.revision_id)
+            .await
+            .map_err(ledger_failure)?;
+        let ids: Vec<uuid::Uuid> = candidates
+            .iter()
+            .map(|candidate| {
+                gateways::vectors::point_id(candidate.revision_id, candidate.chunk_index)
+            })
+            .collect();
+        let found = if ids.is_empty() {
+            Vec::new()
+        } else {
+            store.vectors(&ids).await.map_err(store_failure)?
+        };
+        let by_hash: std::collections::HashMap<&str, Vec<f32>> = candidates
+            .iter()
+            .zip(found)
+            .filter_map(|(candidate, vector)| {
+                vector.map(|vector| (candidate.sha256.as_str(), vector))
+            })
+            .collect();
+        let mut out: Vec<Option<Vec<f32>>> = chunks
+            .iter()
+            .map(|chunk| by_hash.get(chunk.sha256.as_str()).cloned())
+            .collect();
+        let missing: Vec<usize> = out
+            .iter()
+            .enumerate()
+            .filter_map(|(index, vector)| vector.is_none().then_some(index))
+            .collect();
+        let reused = chunks.len() - missing.len();
+        if !missing.is_empty() {
+            let embedded = self
+                .embedder
+                .embed(
+                    missing
+                        .iter()
+                        .map(|index| chunks[*index].text.clone())
+                        .collect(),
+                )
+                .await
+                .map_err(store_failure)?;
+            if embedded.len() != missing.len() {
+                return Err(store_failure(GatewayError::Embedder(format!(
+                    "{} vectors for {} texts",
+                    embedded.len(),
+                    missing.len()
+                ))));
+            }
+            for (index, vector) in missing.into_iter().zip(embedded) {
+                out[index] = Some(vector);
+            }
+        }
+        Ok((out.into_iter().flatten().collect(), reused))
     }
 
     /// After a fenced-out final write: if the revision is no longer head, its points must not

@@ -445,6 +445,9 @@ impl VectorStore for FaultyVectors {
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.real.indexed_fields().await
     }
+    async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
+        self.real.vectors(ids).await
+    }
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
         if self.fail_writes {
             return Err(GatewayError::Unavailable {
@@ -693,4 +696,93 @@ async fn a_superseded_run_never_leaves_its_revision_current() {
         .find(|r| r.backend == Backend::Vector)
         .expect("receipt");
     assert_ne!(vector.state, ReceiptState::Verified, "{old_receipts:?}");
+}
+
+/// The vector receipt's evidence of a revision.
+async fn vector_evidence(ledger: &Arc<dyn Ledger>, revision: Uuid) -> serde_json::Value {
+    ledger
+        .revision(revision)
+        .await
+        .expect("read")
+        .expect("revision")
+        .receipts
+        .into_iter()
+        .find(|receipt| receipt.backend == Backend::Vector)
+        .and_then(|receipt| receipt.evidence)
+        .expect("vector evidence")
+}
+
+/// Unchanged chunks are never embedded twice: a new revision that changes one paragraph, and
+/// the same text in another source of the dataset, reuse the stored vectors (copied under the
+/// new point ids, read back like any other); another dataset does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_chunks_reuse_their_vectors_within_a_dataset() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    // Paragraphs long enough to be chunks of their own (254 tokens at most each).
+    let paragraph = |topic: &str| format!("{topic}. ").repeat(120);
+    let original = [
+        paragraph("Volcanoes erupt"),
+        paragraph("Rivers flood"),
+        paragraph("Glaciers melt"),
+    ]
+    .join("\n\n");
+    let first = accept(&world.ledger, vec![put("docs", "a", &original)]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![first[0].1], JobState::Completed),
+        )
+        .await;
+    let evidence = vector_evidence(&world.ledger, first[0].0).await;
+    let points = evidence["points"].as_u64().expect("points");
+    assert!(points >= 3, "{evidence}");
+    assert_eq!(evidence["reused"], 0, "{evidence}");
+
+    let edited = [
+        paragraph("Volcanoes erupt"),
+        paragraph("Deserts spread"),
+        paragraph("Glaciers melt"),
+    ]
+    .join("\n\n");
+    let copies = accept(
+        &world.ledger,
+        vec![
+            put("docs", "a", &edited),
+            put("docs", "b", &original),
+            put("notes", "c", &original),
+        ],
+    )
+    .await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(
+                copies.iter().map(|(_, job)| *job).collect(),
+                JobState::Completed,
+            ),
+        )
+        .await;
+    let edit = vector_evidence(&world.ledger, copies[0].0).await;
+    let reused = edit["reused"].as_u64().expect("reused");
+    let embedded = edit["embedded"].as_u64().expect("embedded");
+    assert!(
+        reused >= 1 && embedded >= 1,
+        "one paragraph changed: {edit}"
+    );
+    assert_eq!(reused + embedded, edit["points"].as_u64().expect("points"));
+    let same = vector_evidence(&world.ledger, copies[1].0).await;
+    assert_eq!(
+        same["reused"], same["points"],
+        "the same text in another source: {same}"
+    );
+    let other = vector_evidence(&world.ledger, copies[2].0).await;
+    assert_eq!(other["reused"], 0, "never across datasets: {other}");
+    // The copies are real points: read back, and found by search like any other.
+    let stored = world
+        .vectors
+        .revision_points(copies[1].0)
+        .await
+        .expect("points");
+    assert_eq!(stored.count as u64, points);
 }

@@ -578,6 +578,41 @@ impl VectorStore for EdgeVectorStore {
         self.path.display().to_string()
     }
 
+    async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
+        let dimension = self.dimension;
+        let ids = ids.to_vec();
+        self.with_shard(false, move |shard| {
+            let points: Vec<PointId> = ids.iter().map(|id| PointId::Uuid(*id)).collect();
+            let records = shard
+                .retrieve(
+                    &points,
+                    Some(WithPayloadInterface::Bool(false)),
+                    Some(WithVector::Bool(true)),
+                )
+                .map_err(unavailable)?;
+            let mut found = std::collections::HashMap::new();
+            for record in records {
+                let vector = match record.vector {
+                    Some(qdrant_edge::VectorStructInternal::Single(vector)) => Some(vector),
+                    Some(qdrant_edge::VectorStructInternal::Named(mut named)) => {
+                        match named.remove(DEFAULT_VECTOR_NAME) {
+                            Some(qdrant_edge::VectorInternal::Dense(values)) => Some(values),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                if let (PointId::Uuid(id), Some(vector)) = (record.id, vector) {
+                    if vector.len() == dimension {
+                        found.insert(id, vector);
+                    }
+                }
+            }
+            Ok(ids.iter().map(|id| found.remove(id)).collect())
+        })
+        .await
+    }
+
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.with_shard(false, |shard| {
             Ok(shard

@@ -132,6 +132,9 @@ pub trait VectorStore: Send + Sync + 'static {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError>;
+    /// The stored vectors of these point ids, in order (`None` where a point is missing or
+    /// has another dimension): where a projection reuses the vector of an unchanged chunk.
+    async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError>;
     /// The payload fields the store holds an index for (read from the store itself).
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError>;
     /// Puts everything written on disk before the process stops, and reports what failed (a

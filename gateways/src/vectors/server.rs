@@ -606,6 +606,48 @@ impl VectorStore for ServerVectorStore {
             .collect())
     }
 
+    async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let points: Vec<PointId> = ids.iter().map(|id| PointId::from(*id)).collect();
+        let response = self
+            .retrying("get_points", || {
+                self.client.get_points(
+                    GetPointsBuilder::new(self.collection.as_str(), points.clone())
+                        .with_payload(false)
+                        .with_vectors(true),
+                )
+            })
+            .await?;
+        let mut found = HashMap::new();
+        for point in response.result {
+            let id = point.id.as_ref().and_then(|id| match &id.point_id_options {
+                Some(qdrant_client::qdrant::point_id::PointIdOptions::Uuid(text)) => {
+                    text.parse::<Uuid>().ok()
+                }
+                _ => None,
+            });
+            let vector = match point.vectors.and_then(|vectors| vectors.vectors_options) {
+                Some(vectors_output::VectorsOptions::Vector(vector)) => match vector.vector {
+                    Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => {
+                        Some(dense.data)
+                    }
+                    #[allow(deprecated)]
+                    None => Some(vector.data),
+                    Some(_) => None,
+                },
+                _ => None,
+            };
+            if let (Some(id), Some(vector)) = (id, vector) {
+                if vector.len() == self.dimension {
+                    found.insert(id, vector);
+                }
+            }
+        }
+        Ok(ids.iter().map(|id| found.remove(id)).collect())
+    }
+
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         let info = self
             .retrying("collection_info", || {

@@ -12,9 +12,10 @@ use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
 use crate::ledger::Projections;
+use crate::ledger::CANDIDATES_PER_HASH;
 use crate::model::{
-    Backend, ChunkRow, ChunkSummary, Generation, Job, LeaseToken, ProjectionReceipt, ReceiptState,
-    ReceiptUpdate,
+    Backend, ChunkRef, ChunkRow, ChunkSummary, Generation, Job, LeaseToken, ProjectionReceipt,
+    ReceiptState, ReceiptUpdate,
 };
 
 /// The job, locked, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
@@ -167,6 +168,49 @@ impl Projections for PostgresLedger {
                 byte_end: row.try_get("byte_end")?,
                 token_count: row.try_get("token_count")?,
                 sha256: row.try_get("sha256")?,
+            })
+        })
+        .collect()
+    }
+
+    async fn chunks_with_hashes(
+        &self,
+        dataset: &str,
+        generation: &str,
+        hashes: &[String],
+        except_revision: Uuid,
+    ) -> Result<Vec<ChunkRef>> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        sqlx::query(
+            "SELECT sha256, revision_id, chunk_index FROM ( \
+               SELECT c.sha256, c.revision_id, min(c.chunk_index) AS chunk_index, \
+                 row_number() OVER (PARTITION BY c.sha256 \
+                   ORDER BY max(r.accepted_at) DESC, c.revision_id) AS rank \
+               FROM chunks c JOIN revisions r ON r.id = c.revision_id \
+               WHERE c.sha256 = ANY($1) AND c.generation = $2 AND r.dataset = $3 \
+                 AND c.revision_id <> $4 \
+                 AND EXISTS (SELECT 1 FROM jobs j JOIN projection_receipts p ON p.job_id = j.id \
+                             WHERE j.revision_id = c.revision_id AND p.backend = 'vector' \
+                               AND p.generation = $2 AND p.state IN ('verified', 'superseded')) \
+               GROUP BY c.sha256, c.revision_id) ranked \
+             WHERE rank <= $5 ORDER BY sha256, rank",
+        )
+        .bind(hashes)
+        .bind(generation)
+        .bind(dataset)
+        .bind(except_revision)
+        .bind(i64::try_from(CANDIDATES_PER_HASH).unwrap_or(1))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(ChunkRef {
+                sha256: row.try_get("sha256")?,
+                revision_id: row.try_get("revision_id")?,
+                chunk_index: u32::try_from(row.try_get::<i64, _>("chunk_index")?)
+                    .map_err(|_| LedgerError::Corrupt("a negative chunk index".to_owned()))?,
             })
         })
         .collect()

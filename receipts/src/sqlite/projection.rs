@@ -21,7 +21,8 @@ use sqlx::Row;
 use super::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::model::{ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
+use crate::ledger::CANDIDATES_PER_HASH;
+use crate::model::{ChunkRef, ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
 
 /// A projection write, run by the writer.
 #[derive(Debug)]
@@ -292,6 +293,56 @@ impl Projections for SqliteLedger {
                 })
             })
             .collect()
+    }
+
+    async fn chunks_with_hashes(
+        &self,
+        dataset: &str,
+        generation: &str,
+        hashes: &[String],
+        except_revision: Uuid,
+    ) -> Result<Vec<ChunkRef>> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT c.sha256, c.revision_id, MIN(c.chunk_index) AS chunk_index \
+             FROM chunks AS c JOIN revisions AS r ON r.id = c.revision_id \
+             WHERE c.sha256 IN (SELECT value FROM json_each(?1)) AND c.generation = ?2 \
+               AND r.dataset = ?3 AND c.revision_id <> ?4 \
+               AND EXISTS (SELECT 1 FROM jobs AS j JOIN projection_receipts AS p ON p.job_id = j.id \
+                           WHERE j.revision_id = c.revision_id AND p.backend = 'vector' \
+                             AND p.generation = ?2 AND p.state IN ('verified', 'superseded')) \
+             GROUP BY c.sha256, c.revision_id \
+             ORDER BY c.sha256, MAX(r.accepted_at) DESC, c.revision_id \
+             LIMIT ?5",
+        )
+        .bind(serde_json::Value::from(hashes.to_vec()).to_string())
+        .bind(generation)
+        .bind(dataset)
+        .bind(except_revision.to_string())
+        .bind(i64::try_from(hashes.len().saturating_mul(CANDIDATES_PER_HASH)).unwrap_or(i64::MAX))
+        .fetch_all(&self.reads)
+        .await?;
+        let mut found: Vec<ChunkRef> = Vec::new();
+        for row in &rows {
+            let sha256: String = row.try_get("sha256")?;
+            let same = found
+                .iter()
+                .rev()
+                .take_while(|known| known.sha256 == sha256)
+                .count();
+            if same >= CANDIDATES_PER_HASH {
+                continue;
+            }
+            found.push(ChunkRef {
+                sha256,
+                revision_id: super::parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+                chunk_index: u32::try_from(row.try_get::<i64, _>("chunk_index")?)
+                    .map_err(|_| LedgerError::Corrupt("a negative chunk index".to_owned()))?,
+            });
+        }
+        Ok(found)
     }
 
     async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()> {
