@@ -281,6 +281,10 @@ enum BenchCommand {
         /// from CAIRN_GRAPH_USER, CAIRN_GRAPH_PASSWORD, CAIRN_GRAPH_DATABASE).
         #[arg(long)]
         graph: Option<String>,
+        /// Then project a new revision of every document (one in eight with changed text, the
+        /// rest with a new tag) and compare with the first projection (chunk reuse).
+        #[arg(long)]
+        edits: bool,
         /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
         /// collection of this run's own.
         #[arg(long)]
@@ -1044,6 +1048,7 @@ impl BenchArgs {
                 workers,
                 concurrency,
                 graph,
+                edits,
                 vectors,
                 config,
                 out,
@@ -1068,6 +1073,7 @@ impl BenchArgs {
                         workers: workers.max(1),
                         concurrency: concurrency.max(1),
                         graph,
+                        edits,
                     },
                 )
                 .await?;
