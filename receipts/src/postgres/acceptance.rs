@@ -351,21 +351,28 @@ impl PostgresLedger {
         .execute(&mut *tx)
         .await?;
         self.fault(FaultPoint::AfterHeadMove)?;
-        // Supersede the previous heads' unfinished jobs and their open receipts.
+        // Supersede the previous heads' unfinished jobs and their open receipts. A claim may
+        // commit between this transaction's clock read and this statement (the row lock makes
+        // it wait): the supersession is then stamped no earlier than the claim, so every job's
+        // history runs forward in time, and a job that ended meanwhile is left alone (the state
+        // is checked again on the row it waited for).
         sqlx::query(&format!(
             "WITH gone AS ( \
                SELECT j.id, w.actor, 'superseded_by:' || w.revision_id AS cause \
                FROM {WAVE} JOIN jobs j ON j.dataset = w.dataset AND j.source_key = w.source_key \
                WHERE j.state IN ('pending', 'running', 'retry_wait')), \
              receipts AS ( \
-               UPDATE projection_receipts r SET state = 'superseded', updated_at = $2, \
-                 changed_by = gone.actor, change_cause = gone.cause, changed_at = $2, \
+               UPDATE projection_receipts r SET state = 'superseded', \
+                 updated_at = GREATEST($2, r.changed_at), \
+                 changed_by = gone.actor, change_cause = gone.cause, \
+                 changed_at = GREATEST($2, r.changed_at), \
                  change_seq = r.change_seq + 1 \
                FROM gone WHERE r.job_id = gone.id AND r.state IN ('pending', 'running', 'written')) \
              UPDATE jobs j SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
                lease_expires_at = NULL, changed_by = gone.actor, change_cause = gone.cause, \
-               changed_at = $2, change_seq = j.change_seq + 1 \
-             FROM gone WHERE j.id = gone.id"
+               changed_at = GREATEST($2, j.changed_at), change_seq = j.change_seq + 1 \
+             FROM gone WHERE j.id = gone.id \
+               AND j.state IN ('pending', 'running', 'retry_wait')"
         ))
         .bind(&rows)
         .bind(now)
