@@ -16,6 +16,7 @@
 pub mod chunker;
 pub mod embedder;
 pub mod graph;
+mod retry;
 pub mod testing;
 pub mod vectors;
 

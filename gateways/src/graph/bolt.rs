@@ -139,13 +139,6 @@ fn classify(error: neo4rs::Error) -> GatewayError {
     }
 }
 
-fn retryable(error: &GatewayError) -> bool {
-    matches!(
-        error,
-        GatewayError::Unavailable { .. } | GatewayError::Timeout { .. }
-    )
-}
-
 /// A row's integer column (0 when absent).
 fn count(row: &neo4rs::Row, key: &str) -> usize {
     row.get::<i64>(key)
@@ -212,35 +205,22 @@ impl BoltGraphStore {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, GatewayError>>,
     {
-        let policy = backoff::ExponentialBackoff {
-            initial_interval: Duration::from_millis(50),
-            max_interval: Duration::from_secs(1),
-            max_elapsed_time: Some(self.options.retry_budget),
-            ..backoff::ExponentialBackoff::default()
-        };
         let timeout = self.options.timeout;
-        let result = backoff::future::retry(policy, || async {
-            let outcome = match tokio::time::timeout(timeout, attempt()).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(GatewayError::Timeout {
-                    store: STORE,
-                    message: format!("{what} took more than {timeout:?}"),
-                }),
-            };
-            outcome.map_err(|error| {
-                if retryable(&error) {
-                    tracing::debug!(%error, what, "graph call failed; retrying");
-                    backoff::Error::transient(error)
-                } else {
-                    backoff::Error::permanent(error)
+        crate::retry::with_backoff(
+            self.options.retry_budget,
+            what,
+            &self.location(),
+            || async {
+                match tokio::time::timeout(timeout, attempt()).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(GatewayError::Timeout {
+                        store: STORE,
+                        message: format!("{what} took more than {timeout:?}"),
+                    }),
                 }
-            })
-        })
-        .await;
-        if let Err(error) = &result {
-            tracing::warn!(%error, what, url = %self.options.url, "graph call failed");
-        }
-        result
+            },
+        )
+        .await
     }
 
     async fn run(&self, what: &'static str, statement: Query) -> Result<(), GatewayError> {

@@ -668,54 +668,36 @@ impl VectorStore for EdgeVectorStore {
     }
 
     async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {
-        let dimension = self.dimension;
         let fields = self.fields.clone();
-        self.with_shard(false, move |shard| {
-            let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
-            let count = shard
-                .count(CountRequest {
-                    filter: Some(filter.clone()),
-                    exact: true,
-                })
-                .map_err(unavailable)?;
-            let current = shard
-                .count(CountRequest {
-                    filter: Some(filter.merge_owned(all_of(vec![flag(&fields.is_current, true)]))),
-                    exact: true,
-                })
-                .map_err(unavailable)?;
-            let ids: Vec<PointId> = (0..u32::try_from(count).unwrap_or(u32::MAX))
-                .map(|index| PointId::Uuid(point_id(revision_id, index)))
-                .collect();
-            let records = shard
-                .retrieve(
-                    &ids,
-                    Some(WithPayloadInterface::Bool(false)),
-                    Some(WithVector::Bool(true)),
-                )
-                .map_err(unavailable)?;
-            let with_dimension = records
-                .iter()
-                .filter(|record| match &record.vector {
-                    Some(qdrant_edge::VectorStructInternal::Single(vector)) => {
-                        vector.len() == dimension
-                    }
-                    Some(qdrant_edge::VectorStructInternal::Named(named)) => named
-                        .get(DEFAULT_VECTOR_NAME)
-                        .is_some_and(|vector| match vector {
-                            qdrant_edge::VectorInternal::Dense(values) => values.len() == dimension,
-                            _ => false,
-                        }),
-                    _ => false,
-                })
-                .count();
-            Ok(RevisionPoints {
-                count,
-                with_dimension,
-                current,
+        let (count, current) = self
+            .with_shard(false, move |shard| {
+                let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
+                let count = shard
+                    .count(CountRequest {
+                        filter: Some(filter.clone()),
+                        exact: true,
+                    })
+                    .map_err(unavailable)?;
+                let current = shard
+                    .count(CountRequest {
+                        filter: Some(
+                            filter.merge_owned(all_of(vec![flag(&fields.is_current, true)])),
+                        ),
+                        exact: true,
+                    })
+                    .map_err(unavailable)?;
+                Ok((count, current))
             })
+            .await?;
+        let ids: Vec<Uuid> = (0..u32::try_from(count).unwrap_or(u32::MAX))
+            .map(|index| point_id(revision_id, index))
+            .collect();
+        let with_dimension = self.vectors(&ids).await?.iter().flatten().count();
+        Ok(RevisionPoints {
+            count,
+            with_dimension,
+            current,
         })
-        .await
     }
 
     async fn set_current(

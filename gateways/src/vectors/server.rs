@@ -152,13 +152,6 @@ fn classify(error: QdrantError) -> GatewayError {
     }
 }
 
-fn retryable(error: &GatewayError) -> bool {
-    matches!(
-        error,
-        GatewayError::Unavailable { .. } | GatewayError::Timeout { .. }
-    )
-}
-
 fn keyword(field: &str, value: &str) -> Condition {
     Condition::matches(field, value.to_owned())
 }
@@ -239,34 +232,10 @@ impl ServerVectorStore {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, QdrantError>>,
     {
-        let policy = backoff::ExponentialBackoff {
-            initial_interval: Duration::from_millis(50),
-            max_interval: Duration::from_secs(1),
-            max_elapsed_time: Some(self.retry_budget),
-            ..backoff::ExponentialBackoff::default()
-        };
-        let attempts = std::sync::atomic::AtomicU32::new(0);
-        let result = backoff::future::retry(policy, || async {
-            let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            call().await.map_err(|error| {
-                let error = classify(error);
-                if retryable(&error) {
-                    tracing::debug!(%error, attempt, what, collection = %self.collection, "Qdrant call failed; retrying");
-                    backoff::Error::transient(error)
-                } else {
-                    backoff::Error::permanent(error)
-                }
-            })
+        crate::retry::with_backoff(self.retry_budget, what, &self.location(), || async {
+            call().await.map_err(classify)
         })
-        .await;
-        if let Err(error) = &result {
-            tracing::warn!(
-                %error, what, url = %self.url, collection = %self.collection,
-                attempts = attempts.load(std::sync::atomic::Ordering::Relaxed),
-                "Qdrant call failed"
-            );
-        }
-        result
+        .await
     }
 
     async fn ensure_collection(&self) -> Result<(), GatewayError> {
@@ -471,46 +440,10 @@ impl VectorStore for ServerVectorStore {
         let current = self
             .count(Filter::must([revision, flag("is_current", true)]))
             .await?;
-        let ids: Vec<PointId> = (0..u32::try_from(count).unwrap_or(u32::MAX))
-            .map(|index| PointId::from(point_id(revision_id, index)))
+        let ids: Vec<Uuid> = (0..u32::try_from(count).unwrap_or(u32::MAX))
+            .map(|index| point_id(revision_id, index))
             .collect();
-        let with_dimension = if ids.is_empty() {
-            0
-        } else {
-            let response = self
-                .retrying("get_points", || {
-                    self.client.get_points(
-                        GetPointsBuilder::new(self.collection.as_str(), ids.clone())
-                            .with_payload(false)
-                            .with_vectors(true),
-                    )
-                })
-                .await?;
-            response
-                .result
-                .iter()
-                .filter(|point| {
-                    let length = match point
-                        .vectors
-                        .as_ref()
-                        .and_then(|vectors| vectors.vectors_options.as_ref())
-                    {
-                        Some(vectors_output::VectorsOptions::Vector(vector)) => {
-                            match &vector.vector {
-                                Some(qdrant_client::qdrant::vector_output::Vector::Dense(
-                                    dense,
-                                )) => dense.data.len(),
-                                #[allow(deprecated)]
-                                None => vector.data.len(),
-                                Some(_) => 0,
-                            }
-                        }
-                        _ => 0,
-                    };
-                    length == self.dimension
-                })
-                .count()
-        };
+        let with_dimension = self.vectors(&ids).await?.iter().flatten().count();
         Ok(RevisionPoints {
             count,
             with_dimension,
