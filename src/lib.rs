@@ -42,7 +42,7 @@ pub use config::Config;
 /// The whole HTTP application over one ledger. Search is lexical-only unless `vector` (the
 /// query embedder and the vector store) is given.
 pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::VectorSide>) -> Router {
-    app_with_graph(ledger, config, vector, None)
+    app_with_graph(ledger, config, vector, None, None)
 }
 
 /// [`app`], reading links from `graph` (`GET /v1/graph/sources`, search's `"expand":
@@ -52,6 +52,7 @@ pub fn app_with_graph(
     config: &Config,
     vector: Option<search::VectorSide>,
     graph: Option<Arc<dyn gateways::GraphStore>>,
+    generations: Option<Arc<dyn ops::generations::GenerationSetup>>,
 ) -> Router {
     let mut searcher = search::Searcher::new(ledger.clone(), vector, config.search);
     if let Some(graph) = graph {
@@ -61,7 +62,7 @@ pub fn app_with_graph(
     let (routes, document) = utoipa_axum::router::OpenApiRouter::new()
         .merge(acceptor::routes(ledger.clone(), config.acceptor.clone()))
         .merge(search::routes(ledger.clone(), searcher))
-        .merge(ops::routes(ledger))
+        .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));
     routes
@@ -237,22 +238,10 @@ pub async fn serve(
     } else {
         None
     };
-    let vector = match &projection {
-        Some(projection) => match &projection.vectors {
-            Some(store) => Some(search::VectorSide {
-                embedder: projection::query_embedder(&projection.files).await?,
-                store: store.clone(),
-            }),
-            None => None,
-        },
+    let stores = match &projection {
+        Some(projection) => projection.stores.clone(),
         None if config.backends.contains(&Backend::Vector) && config.vectors.is_some() => {
-            let files = gateways::ModelFiles::locate(&config.projection.models_dir)?;
-            let generation = projection::generation(&config);
-            let (store, _) = projection::open_vectors(&config, &generation).await?;
-            Some(search::VectorSide {
-                embedder: projection::query_embedder(&files).await?,
-                store,
-            })
+            Some(projection::GenerationStores::new(&config))
         }
         None => {
             if config.backends.contains(&Backend::Vector) {
@@ -264,6 +253,21 @@ pub async fn serve(
             None
         }
     };
+    let vector = match &stores {
+        Some(stores) => {
+            let files = match &projection {
+                Some(projection) => projection.files.clone(),
+                None => gateways::ModelFiles::locate(&config.projection.models_dir)?,
+            };
+            Some(search::VectorSide {
+                embedder: projection::query_embedder(&files).await?,
+                stores: stores.clone(),
+            })
+        }
+        None => None,
+    };
+    let generations: Arc<dyn ops::generations::GenerationSetup> =
+        Arc::new(projection::OpsGenerations::new(&config, stores.clone()));
     let workers = start_workers(&config, ledger.clone(), projection.as_ref()).await?;
     let stop_workers = workers.stop.clone();
     // Descriptors for every connection the server may hold, plus the ledger's and the
@@ -296,7 +300,7 @@ pub async fn serve(
         )),
         None => None,
     };
-    let application = app_with_graph(ledger, &config, vector, graph);
+    let application = app_with_graph(ledger, &config, vector, graph, Some(generations));
     let http = server::serve(listener, application, config.http, async {
         shutdown.await;
         // Workers stop on their own clock, independently of the HTTP drain: they release
@@ -353,12 +357,12 @@ async fn start_workers(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut handles = Vec::new();
     if let Some(projection) = projection {
-        let projector = projection.projector.clone();
+        let work = projection.work.clone();
         for index in 0..config.workers.count {
             let mut worker_config =
                 worker::WorkerConfig::new(worker_owner(&format!("serve-{index}")));
             worker_config.concurrency = config.workers.concurrency;
-            let runner = worker::Worker::new(ledger.clone(), projector.clone(), worker_config);
+            let runner = worker::Worker::new(ledger.clone(), work.clone(), worker_config);
             let mut stopped = stopped.clone();
             handles.push(tokio::spawn(runner.run(async move {
                 let _ = stopped.changed().await;

@@ -37,6 +37,9 @@ enum Command {
     Reconcile(commands::ReconcileArgs),
     /// Operations: what is running, retrying, dead; requeue, cancel, pause, resume.
     Ops(commands::OpsArgs),
+    /// Projection generations: build one beside the active one, follow it, switch, roll
+    /// back, retire.
+    Generation(commands::GenerationArgs),
     /// Server health and counts.
     Status(commands::StatusArgs),
     /// Block exact content (by SHA-256) in a dataset.
@@ -84,6 +87,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Graph(command) => command.run(&env).await,
         Command::Reconcile(command) => command.run(&env).await,
         Command::Ops(command) => command.run(&env).await,
+        Command::Generation(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,
         Command::Token(command) => command.run(&env).await,

@@ -1,6 +1,7 @@
 //! Assembles the projection job from configuration: the model files, the embedder (batched
 //! across jobs), the chunker, the projection generation and the vector store.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -8,10 +9,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
 use gateways::{
-    BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, ServerVectorStore, VectorStore,
+    BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, GatewayError, ServerVectorStore,
+    VectorStore, VectorStores,
 };
 use receipts::{Backend, Generation, Ledger};
-use worker::Projector;
+use worker::{GenerationRouter, Projector};
 
 use crate::Config;
 
@@ -30,39 +32,299 @@ pub fn vector_path(config: &Config, generation: &Generation) -> PathBuf {
     config.data_dir.join("vectors").join(&generation.id)
 }
 
-/// The projection job and the stores it writes, shared with search in `cairn serve`.
-pub struct Projection {
-    /// The job workers run.
-    pub projector: Arc<Projector>,
-    /// The vector store (when the `vector` backend is configured).
-    pub vectors: Option<Arc<dyn VectorStore>>,
-    /// The model files.
-    pub files: ModelFiles,
-    /// Stops the vector store's background optimiser.
-    optimizer: Option<Arc<AtomicBool>>,
+/// The vector stores of every generation this process projects into or searches, each opened
+/// on first use and shared by its workers, its search and the generation endpoints (an
+/// embedded shard has one owner, so one process opens it once). Retiring a generation closes
+/// and deletes its store here.
+pub struct GenerationStores {
+    server: Option<gateways::ServerOptions>,
+    data_dir: PathBuf,
+    optimize: gateways::OptimizePolicy,
+    opened: tokio::sync::Mutex<HashMap<String, Opened>>,
 }
 
-impl Projection {
-    /// Stops the optimiser and puts the vector store on disk, reporting a failed last flush
+enum Opened {
+    Edge {
+        store: Arc<EdgeVectorStore>,
+        optimizer: Arc<AtomicBool>,
+    },
+    Server(Arc<ServerVectorStore>),
+}
+
+impl Opened {
+    fn store(&self) -> Arc<dyn VectorStore> {
+        match self {
+            Opened::Edge { store, .. } => store.clone(),
+            Opened::Server(store) => store.clone(),
+        }
+    }
+}
+
+/// How long retiring waits for the last job or query using an embedded shard to let go.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl GenerationStores {
+    /// The registry of `config`'s vector stores (a Qdrant server, or shards under the data
+    /// directory).
+    pub fn new(config: &Config) -> Arc<GenerationStores> {
+        Arc::new(GenerationStores {
+            server: config.vectors.clone(),
+            data_dir: config.data_dir.clone(),
+            optimize: config.projection.optimize,
+            opened: tokio::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn shard_path(&self, generation: &str) -> PathBuf {
+        self.data_dir.join("vectors").join(generation)
+    }
+
+    async fn open(&self, generation: &str) -> anyhow::Result<Opened> {
+        match &self.server {
+            Some(options) => {
+                let store = ServerVectorStore::open(options, generation, MODEL_DIMENSION)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "opening the vector collection of generation {generation} on the \
+                             Qdrant server at {}",
+                            options.url
+                        )
+                    })?;
+                tracing::info!(location = %store.location(), "vectors on the Qdrant server");
+                Ok(Opened::Server(Arc::new(store)))
+            }
+            None => {
+                let path = self.shard_path(generation);
+                let store = tokio::task::spawn_blocking(move || {
+                    EdgeVectorStore::open(&path, MODEL_DIMENSION)
+                })
+                .await
+                .context("opening the vector store")??;
+                let optimizer = store.spawn_optimizer(self.optimize)?;
+                Ok(Opened::Edge {
+                    store: Arc::new(store),
+                    optimizer,
+                })
+            }
+        }
+    }
+
+    /// The store of `generation`, opened now if this process has not opened it yet.
+    pub async fn get(&self, generation: &str) -> anyhow::Result<Arc<dyn VectorStore>> {
+        let mut opened = self.opened.lock().await;
+        if let Some(existing) = opened.get(generation) {
+            return Ok(existing.store());
+        }
+        let fresh = self.open(generation).await?;
+        let store = fresh.store();
+        opened.insert(generation.to_owned(), fresh);
+        Ok(store)
+    }
+
+    /// Deletes `generation`'s vectors (its collection, or its shard directory) and reads back
+    /// that they are gone; the evidence is recorded with the retirement.
+    pub async fn delete(&self, generation: &str) -> anyhow::Result<serde_json::Value> {
+        let mut opened = self.opened.lock().await;
+        let existing = opened.remove(generation);
+        let existing = match existing {
+            Some(existing) => existing,
+            None => self.open(generation).await?,
+        };
+        match existing {
+            Opened::Server(store) => {
+                let points = store.total_points().await?;
+                store.delete_collection().await?;
+                if store.exists().await? {
+                    anyhow::bail!("{} still exists after it was deleted", store.location());
+                }
+                Ok(serde_json::json!({
+                    "store": store.name(),
+                    "location": store.location(),
+                    "points_deleted": points,
+                    "collection_exists": false,
+                }))
+            }
+            Opened::Edge { store, optimizer } => {
+                optimizer.store(true, std::sync::atomic::Ordering::SeqCst);
+                let location = store.location();
+                // Every job or query holding the shard lets go first; then it is closed (its
+                // file lock released) and its directory removed.
+                let waited = std::time::Instant::now();
+                while Arc::strong_count(&store) > 1 {
+                    if waited.elapsed() > RELEASE_WAIT {
+                        let held = Arc::strong_count(&store) - 1;
+                        opened.insert(generation.to_owned(), Opened::Edge { store, optimizer });
+                        anyhow::bail!(
+                            "the shard of generation {generation} is still in use ({held} \
+                             holder(s)) after {}s",
+                            RELEASE_WAIT.as_secs()
+                        );
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                store.close().await?;
+                drop(store);
+                let path = self.shard_path(generation);
+                let bytes = directory_bytes(&path);
+                let removing = path.clone();
+                tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&removing) {
+                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+                    _ => Ok(()),
+                })
+                .await
+                .context("removing the shard")?
+                .with_context(|| format!("removing {}", path.display()))?;
+                if path.exists() {
+                    anyhow::bail!("{} still exists after it was removed", path.display());
+                }
+                Ok(serde_json::json!({
+                    "store": "qdrant-edge",
+                    "location": location,
+                    "bytes_freed": bytes,
+                    "directory_exists": false,
+                }))
+            }
+        }
+    }
+
+    /// Stops the optimisers and puts every open store on disk, reporting a failed last flush
     /// (a full disk, say) as an error instead of a panic at exit. Nothing is lost by such a
     /// failure: a vector receipt is verified only after its flush, so a revision whose points
     /// did not reach the disk is projected again.
-    pub async fn close(self) -> anyhow::Result<()> {
-        if let Some(stop) = &self.optimizer {
-            stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        if let Some(vectors) = &self.vectors {
-            vectors
-                .close()
-                .await
-                .context("closing the vector store: its last flush failed")?;
+    pub async fn close(&self) -> anyhow::Result<()> {
+        let opened = std::mem::take(&mut *self.opened.lock().await);
+        for (generation, opened) in opened {
+            if let Opened::Edge { optimizer, .. } = &opened {
+                optimizer.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            opened.store().close().await.with_context(|| {
+                format!(
+                    "closing the vector store of generation {generation}: its last flush failed"
+                )
+            })?;
         }
         Ok(())
     }
 }
 
-/// Loads the model, activates the generation in the ledger (refusing a changed one) and opens
-/// the vector store. Must run inside a tokio runtime (the embedding batcher is a task).
+/// Bytes under `path` (0 when it is gone).
+fn directory_bytes(path: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => directory_bytes(&entry.path()),
+            _ => entry.metadata().map(|meta| meta.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
+#[async_trait::async_trait]
+impl VectorStores for GenerationStores {
+    async fn store(&self, generation: &str) -> Result<Arc<dyn VectorStore>, GatewayError> {
+        self.get(generation)
+            .await
+            .map_err(|error| GatewayError::Unavailable {
+                store: "vector",
+                message: format!("{error:#}"),
+            })
+    }
+}
+
+/// The generation endpoints' view of this process: new generations are described from its
+/// configuration, and retired ones' vectors deleted through its stores.
+pub struct OpsGenerations {
+    config: Config,
+    stores: Option<Arc<GenerationStores>>,
+}
+
+impl OpsGenerations {
+    /// The setup of `config`, deleting vectors through `stores`.
+    pub fn new(config: &Config, stores: Option<Arc<GenerationStores>>) -> OpsGenerations {
+        OpsGenerations {
+            config: config.clone(),
+            stores,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ops::generations::GenerationSetup for OpsGenerations {
+    fn describe(&self, request: &ops::generations::CreateGeneration) -> Result<Generation, String> {
+        if let Some(model) = request.model.as_deref().filter(|model| *model != MODEL_ID) {
+            return Err(format!(
+                "model `{model}` is not available here; this server embeds with {MODEL_ID}"
+            ));
+        }
+        let defaults = self.config.projection.chunker;
+        let settings = gateways::ChunkerSettings {
+            max_tokens: request.max_tokens.unwrap_or(defaults.max_tokens),
+            overlap_tokens: request.overlap_tokens.unwrap_or(defaults.overlap_tokens),
+        };
+        let most = gateways::embedder::MODEL_MAX_TOKENS - 2;
+        if settings.max_tokens == 0 || settings.max_tokens > most {
+            return Err(format!("max_tokens must be between 1 and {most}"));
+        }
+        if settings.overlap_tokens >= settings.max_tokens {
+            return Err("overlap_tokens must be below max_tokens".to_owned());
+        }
+        let backends = request
+            .backends
+            .clone()
+            .unwrap_or_else(|| self.config.backends.clone());
+        if !backends.contains(&Backend::Relational) {
+            return Err("a generation needs the relational backend (its chunk rows)".to_owned());
+        }
+        if backends.contains(&Backend::Vector) && self.stores.is_none() {
+            return Err("this server has no vector store; it cannot build vectors".to_owned());
+        }
+        Ok(Generation::new(
+            MODEL_ID,
+            MODEL_DIMENSION as i64,
+            &settings.fingerprint(),
+            &backends,
+        ))
+    }
+
+    async fn delete_vectors(&self, generation: &Generation) -> Result<serde_json::Value, String> {
+        let stores = self
+            .stores
+            .as_ref()
+            .ok_or_else(|| "this server has no vector store".to_owned())?;
+        stores
+            .delete(&generation.id)
+            .await
+            .map_err(|error| format!("{error:#}"))
+    }
+}
+
+/// The projection job and the stores it writes, shared with search in `cairn serve`.
+pub struct Projection {
+    /// The projector of this process's configured generation.
+    pub projector: Arc<Projector>,
+    /// What workers run: each job with the projector of the generation it writes.
+    pub work: Arc<GenerationRouter>,
+    /// The vector stores of every generation (when the `vector` backend is configured).
+    pub stores: Option<Arc<GenerationStores>>,
+    /// The model files.
+    pub files: ModelFiles,
+}
+
+impl Projection {
+    /// Closes every vector store ([`GenerationStores::close`]).
+    pub async fn close(self) -> anyhow::Result<()> {
+        if let Some(stores) = &self.stores {
+            stores.close().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Loads the model, activates the generation in the ledger (refusing one the ledger does not
+/// project: [`receipts::Projections::activate_generation`]) and opens its vector store. Must run inside a tokio runtime (the embedding batcher is a task).
 pub async fn open_projector(
     config: &Config,
     ledger: Arc<dyn Ledger>,
@@ -78,38 +340,6 @@ pub async fn query_embedder(files: &ModelFiles) -> anyhow::Result<Arc<dyn Embedd
         .await
         .context("loading the query embedder")??;
     Ok(Arc::new(model))
-}
-
-/// Opens the generation's vector store: a collection on the Qdrant server when `vectors.url`
-/// is set (shared by any number of processes), else the embedded qdrant-edge shard (owned by
-/// this process, with its background optimiser, whose stop flag comes back too).
-pub async fn open_vectors(
-    config: &Config,
-    generation: &Generation,
-) -> anyhow::Result<(Arc<dyn VectorStore>, Option<Arc<AtomicBool>>)> {
-    match &config.vectors {
-        Some(options) => {
-            let store = ServerVectorStore::open(options, &generation.id, MODEL_DIMENSION)
-                .await
-                .with_context(|| {
-                    format!(
-                        "opening the vector collection of generation {} on the Qdrant server at {}",
-                        generation.id, options.url
-                    )
-                })?;
-            tracing::info!(location = %store.location(), "vectors on the Qdrant server");
-            Ok((Arc::new(store), None))
-        }
-        None => {
-            let path = vector_path(config, generation);
-            let store =
-                tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, MODEL_DIMENSION))
-                    .await
-                    .context("opening the vector store")??;
-            let optimizer = store.spawn_optimizer(config.projection.optimize)?;
-            Ok((Arc::new(store), Some(optimizer)))
-        }
-    }
 }
 
 /// [`open_projector`], keeping the stores for search.
@@ -144,11 +374,13 @@ pub async fn open_projection(
                 generation.id, generation.chunker, generation.backends
             )
         })?;
-    let (vectors, optimizer) = if config.backends.contains(&Backend::Vector) {
-        let (store, optimizer) = open_vectors(config, &generation).await?;
-        (Some(store), optimizer)
-    } else {
-        (None, None)
+    let stores = config
+        .backends
+        .contains(&Backend::Vector)
+        .then(|| GenerationStores::new(config));
+    let vectors = match &stores {
+        Some(stores) => Some(stores.get(&generation.id).await?),
+        None => None,
     };
     let mut projector = Projector::new(
         ledger.clone(),
@@ -163,7 +395,7 @@ pub async fn open_projection(
             .with_context(|| format!("opening the graph at {}", options.url))?;
         tracing::info!(location = %gateways::GraphStore::location(&store), "graph projection on");
         projector = projector.with_graph(worker::GraphStage::new(
-            ledger,
+            ledger.clone(),
             chunker,
             Arc::new(store),
             vec![Arc::new(gateways::graph::extract::LinkExtractor)],
@@ -171,10 +403,15 @@ pub async fn open_projection(
         ));
     }
     let projector = Arc::new(projector);
+    let work = Arc::new(GenerationRouter::new(
+        ledger,
+        projector.clone(),
+        stores.clone().map(|stores| stores as Arc<dyn VectorStores>),
+    ));
     Ok(Projection {
         projector,
-        vectors,
+        work,
+        stores,
         files,
-        optimizer,
     })
 }

@@ -34,6 +34,17 @@ impl ChunkerSettings {
             self.max_tokens, self.overlap_tokens
         )
     }
+
+    /// The settings a [`ChunkerSettings::fingerprint`] was made from (a generation's chunker,
+    /// as the ledger records it), if it is one this chunker makes.
+    pub fn from_fingerprint(fingerprint: &str) -> Option<ChunkerSettings> {
+        let rest = fingerprint.strip_prefix("text-splitter-0.33/document-offsets/max")?;
+        let (max, overlap) = rest.split_once("/overlap")?;
+        Some(ChunkerSettings {
+            max_tokens: max.parse().ok()?,
+            overlap_tokens: overlap.parse().ok()?,
+        })
+    }
 }
 
 /// One chunk of a revision's text.
@@ -146,6 +157,11 @@ impl Chunker {
             tokenizer,
             settings,
         })
+    }
+
+    /// A chunker with the same tokenizer and other settings (another generation's).
+    pub fn with_settings(&self, settings: ChunkerSettings) -> Result<Chunker, GatewayError> {
+        Chunker::new(self.tokenizer.clone(), settings)
     }
 
     /// The settings it cuts by.

@@ -10,6 +10,9 @@
 //! - `POST /v1/ops/jobs/{id}/requeue|cancel`, `/v1/ops/requeue`, `/v1/ops/cancel` (bulk by
 //!   filter, `dry_run` lists the exact candidates), `/v1/ops/pause`, `/v1/ops/resume`: actions
 //!   (`ops:write`; a dry run needs only `ops:read`).
+//! - `GET /v1/ops/generations` (`ops:read`), `POST /v1/ops/generations`,
+//!   `/v1/ops/generations/{id}/switch|retire` (`admin`): projection generations built side by
+//!   side, switched, rolled back and retired (see [`generations`]).
 //! - `GET /metrics`: Prometheus text (`ops:read`), see [`metrics`].
 //!
 //! ## Invariants
@@ -25,6 +28,7 @@
 //!   [`receipts::Ledger`].
 
 pub mod api;
+pub mod generations;
 pub mod metrics;
 pub mod tokens;
 
@@ -45,11 +49,22 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 /// Shared state of the operations routes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OpsState {
     ledger: Arc<dyn Ledger>,
     started_at: std::time::Instant,
     cursor: Arc<metrics::EventCursor>,
+    generations: Option<Arc<dyn generations::GenerationSetup>>,
+}
+
+impl std::fmt::Debug for OpsState {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("OpsState")
+            .field("ledger", &self.ledger)
+            .field("generations", &self.generations.is_some())
+            .finish()
+    }
 }
 
 impl FromRef<OpsState> for Arc<dyn Ledger> {
@@ -59,14 +74,19 @@ impl FromRef<OpsState> for Arc<dyn Ledger> {
 }
 
 /// The operations routes with their OpenAPI description (each registered from its handler's
-/// `#[utoipa::path]`): status, dashboard, ops API, tokens, metrics. Installs the process's
-/// Prometheus recorder on first use.
-pub fn routes(ledger: Arc<dyn Ledger>) -> OpenApiRouter {
+/// `#[utoipa::path]`): status, dashboard, ops API, generations, tokens, metrics. Installs the
+/// process's Prometheus recorder on first use. `generations` is the serving process's
+/// projection setup (`None` where it runs no projection: generation changes are refused).
+pub fn routes(
+    ledger: Arc<dyn Ledger>,
+    generations: Option<Arc<dyn generations::GenerationSetup>>,
+) -> OpenApiRouter {
     metrics::recorder();
     let state = OpsState {
         ledger,
         started_at: std::time::Instant::now(),
         cursor: Arc::default(),
+        generations,
     };
     OpenApiRouter::new()
         .routes(routes!(status))
@@ -84,6 +104,9 @@ pub fn routes(ledger: Arc<dyn Ledger>) -> OpenApiRouter {
         .routes(routes!(api::cancel_bulk))
         .routes(routes!(api::pause))
         .routes(routes!(api::resume))
+        .routes(routes!(generations::list, generations::create))
+        .routes(routes!(generations::switch))
+        .routes(routes!(generations::retire))
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::revoke))
         .routes(routes!(tokens::rotate))
@@ -91,8 +114,11 @@ pub fn routes(ledger: Arc<dyn Ledger>) -> OpenApiRouter {
 }
 
 /// The operations routes, ready to merge into cairn's router.
-pub fn router(ledger: Arc<dyn Ledger>) -> Router {
-    routes(ledger).split_for_parts().0
+pub fn router(
+    ledger: Arc<dyn Ledger>,
+    generations: Option<Arc<dyn generations::GenerationSetup>>,
+) -> Router {
+    routes(ledger, generations).split_for_parts().0
 }
 
 /// Health and counts (a token with a dataset allowlist sees its datasets' jobs only).

@@ -1381,7 +1381,10 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
         "write chunks again",
     );
     let summary = must(
-        harness.ledger.chunk_summary(first.source_revision_id).await,
+        harness
+            .ledger
+            .chunk_summary(first.source_revision_id, &generation.id)
+            .await,
         "summary",
     );
     assert_eq!(
@@ -1391,7 +1394,10 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
     assert_eq!(summary.count, 2);
     assert_eq!(
         must(
-            harness.ledger.chunks(first.source_revision_id).await,
+            harness
+                .ledger
+                .chunks(first.source_revision_id, &generation.id)
+                .await,
             "chunks"
         ),
         written
@@ -1420,7 +1426,10 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
     );
     assert_eq!(
         must(
-            harness.ledger.chunk_summary(first.source_revision_id).await,
+            harness
+                .ledger
+                .chunk_summary(first.source_revision_id, &generation.id)
+                .await,
             "summary"
         ),
         summary
@@ -1545,7 +1554,10 @@ pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
             chunk_index: Some(5),
         },
     ];
-    let bound = must(harness.ledger.bind_hits(&asked).await, "bind");
+    let bound = must(
+        harness.ledger.bind_hits(&asked, &generation.id).await,
+        "bind",
+    );
     let summary: Vec<_> = bound
         .iter()
         .map(|b| (b.hit, b.current, b.vector_searchable, b.chunk_text.clone()))
@@ -1563,7 +1575,11 @@ pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
     );
     assert_eq!(bound[3].dataset, "notes");
     assert_eq!(bound[3].source_key, "c");
-    assert!(must(harness.ledger.bind_hits(&[]).await, "bind nothing").is_empty());
+    assert!(must(
+        harness.ledger.bind_hits(&[], &generation.id).await,
+        "bind nothing"
+    )
+    .is_empty());
     // A receipt that leaves `verified` takes the revision out at once.
     let failed = crate::model::ReceiptUpdate {
         state: ReceiptState::Failed,
@@ -1593,9 +1609,17 @@ async fn searchable(harness: &Harness, revision: Uuid) -> bool {
         revision_id: revision,
         chunk_index: Some(0),
     };
-    must(harness.ledger.bind_hits(&[hit]).await, "bind")
-        .first()
-        .is_some_and(|bound| bound.vector_searchable)
+    let generation = must(
+        harness.ledger.active_generation().await,
+        "active generation",
+    )
+    .expect("a generation is active");
+    must(
+        harness.ledger.bind_hits(&[hit], &generation.id).await,
+        "bind",
+    )
+    .first()
+    .is_some_and(|bound| bound.vector_searchable)
 }
 
 /// A lexical search with a deadline ends at the deadline, with real SQLite work interrupted
@@ -1823,6 +1847,9 @@ pub async fn operations_read_jobs_activity_and_events(harness: Harness) {
     assert_eq!(ledger.clock_now(), harness.clock.now_micros());
 }
 
+mod generations;
+pub use generations::generations_build_switch_and_retire;
+
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh harness from
 /// `$factory` (an async fn returning [`Harness`]).
 #[macro_export]
@@ -1852,6 +1879,7 @@ macro_rules! ledger_conformance {
             superseded_running_job_fences_its_worker,
             release_pause_and_fair_claims,
             generations_are_fixed_once_active,
+            generations_build_switch_and_retire,
             projection_writes_are_fenced_and_read_back,
             chunks_are_found_by_text_hash_within_a_dataset,
             hits_bind_to_current_searchable_revisions,

@@ -71,6 +71,18 @@ pub enum LedgerError {
         /// The one asked for.
         requested: String,
     },
+    /// No generation has this id.
+    #[error("generation {0} not found")]
+    GenerationNotFound(String),
+    /// A generation change that its state does not allow (switching to a retired generation,
+    /// retiring the active one, switching while heads are missing without `force`, ...).
+    #[error("{message}")]
+    GenerationRefused {
+        /// Stable code: `generation_incomplete`, `generation_state` or `generation_exists`.
+        code: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// A named fault point fired (tests only).
     #[error("injected fault at {0}")]
     Injected(crate::faults::FaultPoint),
@@ -112,6 +124,8 @@ impl LedgerError {
             LedgerError::TokenRevoked(_) => "token_revoked",
             LedgerError::InvalidTransition { .. } => "invalid_transition",
             LedgerError::GenerationMismatch { .. } => "generation_mismatch",
+            LedgerError::GenerationNotFound(_) => "generation_not_found",
+            LedgerError::GenerationRefused { code, .. } => code,
             LedgerError::Injected(_) => "injected_fault",
             LedgerError::DeadlineExceeded(_) => "deadline_exceeded",
             LedgerError::Unavailable(_) => "ledger_unavailable",
@@ -129,8 +143,13 @@ impl LedgerError {
             | "lease_lost"
             | "invalid_transition"
             | "generation_mismatch"
+            | "generation_incomplete"
+            | "generation_state"
+            | "generation_exists"
             | "token_revoked" => 409,
-            "source_not_found" | "job_not_found" | "token_not_found" => 404,
+            "source_not_found" | "job_not_found" | "token_not_found" | "generation_not_found" => {
+                404
+            }
             "ledger_unavailable" => 503,
             "deadline_exceeded" => 504,
             "internal_error" | "injected_fault" => 500,
@@ -202,6 +221,11 @@ impl LedgerError {
                     requested: requested.clone(),
                 }
             }
+            LedgerError::GenerationNotFound(id) => LedgerError::GenerationNotFound(id.clone()),
+            LedgerError::GenerationRefused { code, message } => LedgerError::GenerationRefused {
+                code,
+                message: message.clone(),
+            },
             LedgerError::Injected(point) => LedgerError::Injected(*point),
             LedgerError::Unavailable(message) => LedgerError::Unavailable(message.clone()),
             LedgerError::DeadlineExceeded(message) => {

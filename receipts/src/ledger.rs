@@ -9,8 +9,9 @@ use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, 
 use crate::error::Result;
 use crate::model::{
     Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation,
-    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
-    ReceiptUpdate, RevisionDetail, SourceView, Submission,
+    GenerationChanged, GenerationCommand, GenerationView, Heartbeat, HistoryEntry, HitRef, Job,
+    LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptUpdate, RevisionDetail,
+    SourceView, Submission,
 };
 use crate::operations::Operations;
 
@@ -52,9 +53,10 @@ pub trait Reader: Send + Sync {
     ) -> Result<Vec<LexicalHit>>;
 
     /// Checks hits against the current state: whether each revision is its source's head (and
-    /// not deleted), whether it is vector-searchable in the active generation, and a vector
-    /// hit's chunk text. Answers in the order asked; unknown revisions are left out.
-    async fn bind_hits(&self, hits: &[HitRef]) -> Result<Vec<BoundHit>>;
+    /// not deleted), whether it is vector-searchable in `generation` (the one searched), and a
+    /// vector hit's chunk text in that generation. Answers in the order asked; unknown
+    /// revisions are left out.
+    async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>>;
 
     /// The block on content in a dataset, if any.
     async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>>;
@@ -152,14 +154,24 @@ pub trait Leases: Send + Sync {
 /// per-backend receipts. Writes are fenced by the run's lease like every lease operation.
 #[async_trait]
 pub trait Projections: Send + Sync {
-    /// Makes `generation` the active one, or confirms it already is; refuses
-    /// (`generation_mismatch`) while a different generation is active.
+    /// Makes `generation` the active one when no generation exists yet (a new ledger), or
+    /// confirms that it is live (active, building or standby); refuses
+    /// (`generation_mismatch`) otherwise: a process configured for settings the ledger does not
+    /// project never mixes them in. Changing settings goes through
+    /// [`Projections::change_generation`].
     async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()>;
 
     /// The active generation, if one was activated.
     async fn active_generation(&self) -> Result<Option<Generation>>;
 
-    /// Replaces the chunk rows of the lease's revision.
+    /// The one path for every generation state change (create, switch, retire): one
+    /// transaction, recorded in history with its actor and reason.
+    async fn change_generation(&self, command: GenerationCommand) -> Result<GenerationChanged>;
+
+    /// Every generation (retired ones too), newest first, with its progress.
+    async fn generations(&self) -> Result<Vec<GenerationView>>;
+
+    /// Replaces the chunk rows of the lease's revision in `generation`.
     async fn write_chunks(
         &self,
         lease: &LeaseToken,
@@ -167,11 +179,11 @@ pub trait Projections: Send + Sync {
         chunks: Vec<ChunkRow>,
     ) -> Result<()>;
 
-    /// What the relational backend holds for a revision (its read-back).
-    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary>;
+    /// What the relational backend holds for a revision in a generation (its read-back).
+    async fn chunk_summary(&self, revision_id: Uuid, generation: &str) -> Result<ChunkSummary>;
 
-    /// A revision's chunk rows, in order.
-    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>>;
+    /// A revision's chunk rows in a generation, in order.
+    async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>>;
 
     /// Chunks of other revisions of `dataset` whose text hash is one of `hashes`, in
     /// revisions whose vector receipt in `generation` was verified (and may since have been
@@ -187,7 +199,8 @@ pub trait Projections: Send + Sync {
     ) -> Result<Vec<ChunkRef>>;
 
     /// Records a receipt state of the lease's job; a verified or excluded receipt supersedes
-    /// the same backend's verified receipts of the source's other revisions.
+    /// the same backend's verified receipts of the source's other revisions in the same
+    /// generation.
     async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()>;
 
     /// A job's receipts, by backend.

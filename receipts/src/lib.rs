@@ -73,6 +73,7 @@ pub mod clock;
 pub mod conformance;
 mod error;
 pub mod faults;
+pub mod generations;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
@@ -96,9 +97,11 @@ pub use ledger::{
 };
 pub use model::{
     AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow, ChunkSummary,
-    ContentBlock, Document, Failure, FailureClass, Generation, Heartbeat, HistoryEntry, HitRef,
-    Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState,
-    ReceiptUpdate, Revision, RevisionDetail, SourceView, Submission,
+    ContentBlock, Document, Failure, FailureClass, Generation, GenerationChange, GenerationChanged,
+    GenerationCommand, GenerationProgress, GenerationState, GenerationView, Heartbeat,
+    HistoryEntry, HitRef, Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit,
+    ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision, RevisionDetail, SourceView,
+    Submission,
 };
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,

@@ -3,7 +3,8 @@
 //! A query runs under **one deadline** (its budget). Two phases run side by side:
 //! - **vector**: embed the query, ask the vector store for the nearest points that are marked
 //!   current in the requested datasets, then **bind** every hit to the ledger (the revision is
-//!   its source's head, not deleted, and vector-searchable in the active generation). It gets
+//!   its source's head, not deleted, and vector-searchable in the generation searched: the
+//!   one active when the query starts, whose store the query searches). It gets
 //!   [`VECTOR_SHARE`] of the budget and is cancelled by cairn when that runs out.
 //! - **lexical**: BM25 over the ledger's FTS5 index of current heads (maintained at
 //!   acceptance, so a document is findable as soon as its receipt is issued), interrupted by
@@ -39,12 +40,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateways::{Embedder, GatewayError, VectorHit, VectorStore};
+use gateways::{Embedder, GatewayError, VectorHit, VectorStores};
 use receipts::{BoundHit, HitRef, Ledger, LedgerError, LexicalHit};
 use serde::Serialize;
 use uuid::Uuid;
 
 pub use api::{router, routes};
+
+/// The generation named when none is active (nothing is vector-searchable in it).
+const NO_GENERATION: &str = "";
 
 /// Share of the budget the vector phase (embed, search, bind) may use in `auto` mode.
 pub const VECTOR_SHARE: f64 = 0.75;
@@ -244,6 +248,9 @@ pub struct SearchResponse {
     pub phases: Phases,
     /// The budget the request ran under.
     pub budget_ms: u64,
+    /// The projection generation the query searched (the one active when it started); `None`
+    /// without a vector store or before any generation exists.
+    pub generation: Option<String>,
 }
 
 /// Why a search has no answer.
@@ -279,14 +286,15 @@ pub enum SearchError {
     Ledger(#[from] LedgerError),
 }
 
-/// The vector side: the query embedder and the store.
+/// The vector side: the query embedder and the generations' stores.
 #[derive(Clone)]
 pub struct VectorSide {
     /// Embeds queries (ideally its own model session, so queries never wait behind
     /// projection batches).
     pub embedder: Arc<dyn Embedder>,
-    /// The store of chunk vectors.
-    pub store: Arc<dyn VectorStore>,
+    /// The stores of chunk vectors, by generation: each query searches the store of the
+    /// generation active when it starts.
+    pub stores: Arc<dyn VectorStores>,
 }
 
 /// Runs searches.
@@ -537,11 +545,24 @@ impl Searcher {
         };
         let run_vector = matches!(mode, Mode::Auto | Mode::Vector);
         let run_lexical = matches!(mode, Mode::Auto | Mode::Lexical);
+        // One generation per query, read when it starts: a switch takes effect at the next
+        // query, and no query mixes two generations (the store searched and every binding
+        // check name the same one).
+        let generation = match &self.vector {
+            Some(_) => self
+                .ledger
+                .active_generation()
+                .await?
+                .map(|generation| generation.id),
+            None => None,
+        };
+        let searched = generation.clone();
+        let generation = generation.as_deref().unwrap_or(NO_GENERATION);
         let vector_phase = async {
             if !run_vector {
                 return None;
             }
-            let phase = self.vector_phase(&query, vector_deadline);
+            let phase = self.vector_phase(&query, vector_deadline, generation);
             Some(
                 match tokio::time::timeout_at(vector_deadline.into(), phase).await {
                     Ok(outcome) => outcome,
@@ -555,7 +576,7 @@ impl Searcher {
             }
             // Not wrapped in a timeout: the query ends itself at the deadline (SQLite
             // interrupts it), and dropping it mid-way would leave its connection armed.
-            Some(self.lexical_phase(&query, deadline).await)
+            Some(self.lexical_phase(&query, deadline, generation).await)
         };
         let (vector, lexical) = tokio::join!(vector_phase, lexical_phase);
 
@@ -612,7 +633,7 @@ impl Searcher {
             _ => Answered::Lexical,
         };
         let fusing = Instant::now();
-        let (results, final_drops) = self.assemble(&query, &lists, answered).await?;
+        let (results, final_drops) = self.assemble(&query, &lists, answered, generation).await?;
         stale_dropped += final_drops;
         if results.len() < query.top_k && stale_dropped > 0 {
             degradations.push("stale_dropped".to_owned());
@@ -627,6 +648,7 @@ impl Searcher {
             took_ms: ms(started),
             phases,
             budget_ms: u64::try_from(query.budget.as_millis()).unwrap_or(u64::MAX),
+            generation: searched,
         })
     }
 
@@ -639,11 +661,17 @@ impl Searcher {
         &self,
         query: &Query,
         deadline: Instant,
+        generation: &str,
     ) -> Result<PhaseOutcome, PhaseFailure> {
         let Some(side) = &self.vector else {
             return Ok(PhaseOutcome::default());
         };
         let mut outcome = PhaseOutcome::default();
+        let store = side
+            .stores
+            .store(generation)
+            .await
+            .map_err(PhaseFailure::Store)?;
         let started = Instant::now();
         let vector = side
             .embedder
@@ -675,8 +703,7 @@ impl Searcher {
         let mut search_ms = 0.0;
         loop {
             let searching = Instant::now();
-            let hits = side
-                .store
+            let hits = store
                 .search(vector.clone(), &query.datasets, limit)
                 .await
                 .map_err(PhaseFailure::Store)?;
@@ -697,7 +724,7 @@ impl Searcher {
                     break;
                 }
                 let binding = Instant::now();
-                for (hit, candidate) in self.bind_vector_hits(query, &unbound).await? {
+                for (hit, candidate) in self.bind_vector_hits(query, &unbound, generation).await? {
                     bound.insert(hit, candidate);
                 }
                 outcome.bind_ms += ms(binding);
@@ -790,17 +817,18 @@ impl Searcher {
     }
 
     /// Checks vector hits against the ledger (one query): each hit with its candidate, or
-    /// `None` when the check drops it (not head, deleted, not verified in the active
-    /// generation, no chunk row, or a dataset the query may not read).
+    /// `None` when the check drops it (not head, deleted, not verified in the generation
+    /// searched, no chunk row, or a dataset the query may not read).
     async fn bind_vector_hits(
         &self,
         query: &Query,
         hits: &[&VectorHit],
+        generation: &str,
     ) -> Result<Vec<(HitRef, Option<Candidate>)>, PhaseFailure> {
         let refs: Vec<HitRef> = hits.iter().map(|hit| hit_ref(hit)).collect();
         let bound = self
             .ledger
-            .bind_hits(&refs)
+            .bind_hits(&refs, generation)
             .await
             .map_err(PhaseFailure::Ledger)?;
         let by_ref: HashMap<HitRef, &BoundHit> = bound.iter().map(|b| (b.hit, b)).collect();
@@ -834,6 +862,7 @@ impl Searcher {
         &self,
         query: &Query,
         deadline: Instant,
+        generation: &str,
     ) -> Result<PhaseOutcome, PhaseFailure> {
         let started = Instant::now();
         let limit = u32::try_from(query.top_k.max(fusion::CANDIDATE_WINDOW)).unwrap_or(u32::MAX);
@@ -844,7 +873,7 @@ impl Searcher {
             .map_err(PhaseFailure::Ledger)?;
         let search_ms = ms(started);
         let binding = Instant::now();
-        let (candidates, dropped) = self.bind_lexical_hits(query, hits).await?;
+        let (candidates, dropped) = self.bind_lexical_hits(query, hits, generation).await?;
         Ok(PhaseOutcome {
             candidates,
             stale_dropped: dropped,
@@ -858,6 +887,7 @@ impl Searcher {
         &self,
         query: &Query,
         hits: Vec<LexicalHit>,
+        generation: &str,
     ) -> Result<(Vec<Candidate>, usize), PhaseFailure> {
         let revisions: Vec<HitRef> = hits
             .iter()
@@ -870,7 +900,7 @@ impl Searcher {
             .collect();
         let bound = self
             .ledger
-            .bind_hits(&revisions)
+            .bind_hits(&revisions, generation)
             .await
             .map_err(PhaseFailure::Ledger)?;
         let by_revision: HashMap<Uuid, &BoundHit> =
@@ -906,6 +936,7 @@ impl Searcher {
         query: &Query,
         lists: &[(&'static str, Vec<Candidate>)],
         answered: Answered,
+        generation: &str,
     ) -> Result<(Vec<SearchResult>, usize), SearchError> {
         let grouped = query.group_by_source;
         // Per phase: the best candidate per key, in rank order.
@@ -970,7 +1001,7 @@ impl Searcher {
                     .into_iter()
                     .collect();
                 self.ledger
-                    .bind_hits(&refs)
+                    .bind_hits(&refs, generation)
                     .await?
                     .iter()
                     .map(|b| (b.hit.revision_id, b.current))

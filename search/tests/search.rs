@@ -124,6 +124,14 @@ async fn world_on(server: Option<&QdrantServer>) -> World {
 }
 
 impl World {
+    /// The store of the world's one generation.
+    fn stores(&self, store: Arc<dyn VectorStore>) -> Arc<dyn gateways::VectorStores> {
+        Arc::new(gateways::OneStore::new(
+            &self.projector.generation().id,
+            store,
+        ))
+    }
+
     fn searcher(&self, embedder: Arc<dyn Embedder>, max_in_flight: usize) -> Searcher {
         self.searcher_with(embedder, self.vectors.clone(), max_in_flight)
     }
@@ -136,7 +144,10 @@ impl World {
     ) -> Searcher {
         Searcher::new(
             self.ledger.clone(),
-            Some(VectorSide { embedder, store }),
+            Some(VectorSide {
+                embedder,
+                stores: self.stores(store),
+            }),
             SearchSettings {
                 max_in_flight,
                 ..SearchSettings::default()
@@ -155,7 +166,7 @@ impl World {
             self.ledger.clone(),
             Some(VectorSide {
                 embedder,
-                store: self.vectors.clone(),
+                stores: self.stores(self.vectors.clone()),
             }),
             SearchSettings {
                 max_in_flight,

@@ -318,7 +318,7 @@ async fn pipeline(
             job.state
         );
         chunk_rows += ledger
-            .chunk_summary(acceptance.source_revision_id)
+            .chunk_summary(acceptance.source_revision_id, &projector.generation().id)
             .await?
             .count;
         for receipt in ledger.receipts(job.id).await? {

@@ -319,7 +319,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             ledger.clone(),
             Some(VectorSide {
                 embedder: embedder.clone(),
-                store: store.clone(),
+                stores: Arc::new(gateways::OneStore::new(&generation.id, store.clone())),
             }),
             config.search,
         );
@@ -428,7 +428,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                     ledger.clone(),
                     Some(VectorSide {
                         embedder: embedder.clone(),
-                        store: store.clone(),
+                        stores: Arc::new(gateways::OneStore::new(&generation.id, store.clone())),
                     }),
                     settings,
                 ));

@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod commands;
+pub mod generations;
 pub mod ops;
 pub mod tokens;
 

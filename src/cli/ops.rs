@@ -59,7 +59,7 @@ pub(crate) fn encode(value: &str) -> String {
         .collect()
 }
 
-fn text(value: &Value, key: &str) -> String {
+pub(crate) fn text(value: &Value, key: &str) -> String {
     match value.get(key) {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Null) | None => "-".to_owned(),
@@ -102,7 +102,7 @@ fn clip(text: &str, width: usize) -> String {
 }
 
 /// Prints rows under headers, each column as wide as its widest cell.
-fn table(headers: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|header| header.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -139,7 +139,7 @@ fn footer(page: &Value, shown: usize) {
     }
 }
 
-fn print(value: &Value) -> anyhow::Result<()> {
+pub(crate) fn print(value: &Value) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -22,9 +22,11 @@
 //!   rest and releases their leases without charging an attempt.
 //! - Errors are classified by the work itself ([`FailureClass`]), never by message text.
 
+pub mod generations;
 pub mod graph;
 pub mod projection;
 
+pub use generations::GenerationRouter;
 pub use graph::{GraphStage, Reconciled};
 pub use projection::Projector;
 

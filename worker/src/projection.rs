@@ -242,6 +242,33 @@ impl Projector {
         })
     }
 
+    /// A projector for another generation (its own chunker and vector store), sharing this
+    /// one's ledger and embedder; it runs no graph jobs (those belong to no generation).
+    pub fn for_generation(
+        &self,
+        generation: Generation,
+        chunker: Arc<Chunker>,
+        vectors: Option<Arc<dyn VectorStore>>,
+    ) -> Result<Projector, GatewayError> {
+        Projector::new(
+            self.ledger.clone(),
+            self.embedder.clone(),
+            chunker,
+            vectors,
+            generation,
+        )
+    }
+
+    /// The generation it writes.
+    pub fn generation(&self) -> &Generation {
+        &self.generation
+    }
+
+    /// Its chunker.
+    pub fn chunker(&self) -> &Arc<Chunker> {
+        &self.chunker
+    }
+
     /// The same projector, also running `graph` jobs with `graph`.
     pub fn with_graph(mut self, graph: crate::graph::GraphStage) -> Projector {
         self.graph = Some(Arc::new(graph));
@@ -294,7 +321,7 @@ impl Projector {
             let step = Instant::now();
             let existing = self
                 .ledger
-                .chunk_summary(job.revision_id)
+                .chunk_summary(job.revision_id, &self.generation.id)
                 .await
                 .map_err(ledger_failure)?;
             let reconciled = existing == expected;
@@ -316,7 +343,7 @@ impl Projector {
                     .map_err(ledger_failure)?;
                 let stored = self
                     .ledger
-                    .chunk_summary(job.revision_id)
+                    .chunk_summary(job.revision_id, &self.generation.id)
                     .await
                     .map_err(ledger_failure)?;
                 if stored != expected {

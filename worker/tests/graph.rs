@@ -286,10 +286,13 @@ async fn a_graph_outage_never_holds_up_search_and_is_retried_after_the_restart()
     }
     let hits = world
         .ledger
-        .bind_hits(&[receipts::HitRef {
-            revision_id: revision,
-            chunk_index: Some(0),
-        }])
+        .bind_hits(
+            &[receipts::HitRef {
+                revision_id: revision,
+                chunk_index: Some(0),
+            }],
+            &world.projector.generation().id,
+        )
         .await
         .expect("bind");
     assert_eq!(hits.len(), 1);

@@ -212,7 +212,11 @@ async fn projects_reads_back_supersedes_and_excludes() {
         for receipt in &receipts {
             assert_eq!(receipt.state, ReceiptState::Verified, "{receipt:?}");
         }
-        let rows = world.ledger.chunk_summary(*revision).await.expect("rows");
+        let rows = world
+            .ledger
+            .chunk_summary(*revision, &world.generation.id)
+            .await
+            .expect("rows");
         let points = world
             .vectors
             .revision_points(*revision)
@@ -230,7 +234,7 @@ async fn projects_reads_back_supersedes_and_excludes() {
     }
     let long_rows = world
         .ledger
-        .chunk_summary(accepted[2].0)
+        .chunk_summary(accepted[2].0, &world.generation.id)
         .await
         .expect("rows");
     assert!(
@@ -367,7 +371,7 @@ async fn projecting_twice_leaves_one_set_and_reconciles() {
     let points = world.vectors.total_points().await.expect("points");
     let rows = world
         .ledger
-        .chunk_summary(accepted[0].0)
+        .chunk_summary(accepted[0].0, &world.generation.id)
         .await
         .expect("rows");
     projector.run(&claimed).await.expect("second run");
@@ -375,7 +379,7 @@ async fn projecting_twice_leaves_one_set_and_reconciles() {
     assert_eq!(
         world
             .ledger
-            .chunk_summary(accepted[0].0)
+            .chunk_summary(accepted[0].0, &world.generation.id)
             .await
             .expect("rows"),
         rows

@@ -5,7 +5,9 @@
 //!
 //! ## Model
 //! A store holds one projection generation: a shard directory per generation (edge), a
-//! collection per generation (server). A point is one chunk of one revision, with the payload
+//! collection per generation (server). A process that projects or searches several
+//! generations reaches their stores through one [`VectorStores`] registry, which opens each
+//! store once (an embedded shard has one owner). A point is one chunk of one revision, with the payload
 //! `dataset`, `source_key`, `revision_id`, `chunk_index`, `head_at` and `is_current`.
 //!
 //! ## Invariants (both implementations; `tests/vector_conformance.rs` runs one suite on both)
@@ -25,6 +27,8 @@ mod server;
 
 pub use edge::{EdgeVectorStore, OptimizePolicy, OptimizerStats};
 pub use server::{ServerOptions, ServerVectorStore};
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -141,6 +145,46 @@ pub trait VectorStore: Send + Sync + 'static {
     /// full disk, say) instead of failing later where nobody can handle it. Called once, at
     /// shutdown.
     async fn close(&self) -> Result<(), GatewayError>;
+}
+
+/// The vector stores of the generations a process uses, each opened on first use and shared
+/// by its workers and its search.
+#[async_trait]
+pub trait VectorStores: Send + Sync {
+    /// The store holding `generation`'s points.
+    async fn store(&self, generation: &str) -> Result<Arc<dyn VectorStore>, GatewayError>;
+}
+
+/// A registry of one store, for one generation (a process that never changes generation,
+/// such as a benchmark).
+#[derive(Clone)]
+pub struct OneStore {
+    generation: String,
+    store: Arc<dyn VectorStore>,
+}
+
+impl OneStore {
+    /// `store` holds `generation`.
+    pub fn new(generation: &str, store: Arc<dyn VectorStore>) -> OneStore {
+        OneStore {
+            generation: generation.to_owned(),
+            store,
+        }
+    }
+}
+
+#[async_trait]
+impl VectorStores for OneStore {
+    async fn store(&self, generation: &str) -> Result<Arc<dyn VectorStore>, GatewayError> {
+        if generation == self.generation {
+            Ok(self.store.clone())
+        } else {
+            Err(GatewayError::Config(format!(
+                "this process holds the vectors of generation {} only, not {generation}",
+                self.generation
+            )))
+        }
+    }
 }
 
 /// The point id of a chunk: UUID v5 of the chunk index in the revision's namespace.

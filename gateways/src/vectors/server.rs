@@ -377,6 +377,14 @@ impl ServerVectorStore {
         Ok(())
     }
 
+    /// Whether the collection exists (the read-back of [`ServerVectorStore::delete_collection`]).
+    pub async fn exists(&self) -> Result<bool, GatewayError> {
+        self.retrying("collection_exists", || {
+            self.client.collection_exists(self.collection.as_str())
+        })
+        .await
+    }
+
     /// Points in the collection (all revisions).
     pub async fn total_points(&self) -> Result<usize, GatewayError> {
         self.count(Filter::default()).await

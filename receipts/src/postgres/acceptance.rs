@@ -379,15 +379,36 @@ impl PostgresLedger {
         .execute(&mut *tx)
         .await?;
         sqlx::query(&format!(
+            // The job the receipt names writes the active generation; every other live
+            // generation (one being built, or a former active one kept for rollback) gets a
+            // job of its own, with a receipt per backend it holds.
             "WITH policy AS (SELECT * FROM jsonb_to_recordset($3::jsonb) \
                                AS p(kind text, max_attempts bigint)), \
              queued AS ( \
                INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-                 max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+                 max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+                 generation) \
                SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
-                 p.max_attempts, $2, $2, w.actor, w.cause, $2 \
+                 p.max_attempts, $2, $2, w.actor, w.cause, $2, \
+                 (SELECT id FROM generations WHERE state = 'active') \
                FROM {WAVE} JOIN policy p ON p.kind = w.kind \
-               RETURNING id, changed_by, change_cause) \
+               RETURNING id, changed_by, change_cause), \
+             beside AS ( \
+               INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+                 max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+                 generation) \
+               SELECT gen_random_uuid(), w.revision_id, w.dataset, w.source_key, w.kind, \
+                 'pending', 0, p.max_attempts, $2, $2, w.actor, w.cause, $2, g.id \
+               FROM {WAVE} JOIN policy p ON p.kind = w.kind \
+               CROSS JOIN generations g WHERE g.state IN ('building', 'standby') \
+               RETURNING id, changed_by, change_cause, generation), \
+             beside_receipts AS ( \
+               INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+                 change_cause, changed_at) \
+               SELECT q.id, b.value, 'pending', $2, q.changed_by, q.change_cause, $2 \
+               FROM beside q JOIN generations g ON g.id = q.generation \
+               CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
+               WHERE b.value <> 'graph') \
              INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
                change_cause, changed_at) \
              SELECT q.id, b.backend, 'pending', $2, q.changed_by, q.change_cause, $2 \

@@ -33,6 +33,7 @@
 //! drops it reconnects, and workers keep polling as the fallback.
 
 mod acceptance;
+mod generations;
 mod leases;
 mod operations;
 mod projection;
@@ -390,6 +391,7 @@ pub(crate) fn job_from_row(row: &PgRow) -> Result<Job> {
         changed_at: row.try_get("changed_at")?,
         changed_by: row.try_get("changed_by")?,
         change_cause: row.try_get("change_cause")?,
+        generation: row.try_get("generation")?,
     })
 }
 

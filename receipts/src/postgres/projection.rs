@@ -7,15 +7,15 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use super::{job_from_row, leases::lease_lost, parse_enum, PostgresLedger};
+use super::{job_from_row, leases::lease_lost, PostgresLedger};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
 use crate::ledger::Projections;
 use crate::ledger::CANDIDATES_PER_HASH;
 use crate::model::{
-    Backend, ChunkRef, ChunkRow, ChunkSummary, Generation, Job, LeaseToken, ProjectionReceipt,
-    ReceiptState, ReceiptUpdate,
+    ChunkRef, ChunkRow, ChunkSummary, Generation, GenerationChanged, GenerationCommand,
+    GenerationView, Job, LeaseToken, ProjectionReceipt, ReceiptState, ReceiptUpdate,
 };
 
 /// The job, locked, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
@@ -35,68 +35,27 @@ async fn fence(connection: &mut PgConnection, token: &LeaseToken, now: Micros) -
     }
 }
 
-fn generation_from_row(row: &sqlx::postgres::PgRow) -> Result<Generation> {
-    let names: Vec<String> = serde_json::from_value(row.try_get("backends")?)
-        .map_err(|error| LedgerError::Corrupt(format!("generation backends: {error}")))?;
-    let backends = names
-        .iter()
-        .map(|name| parse_enum::<Backend>(name))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Generation {
-        id: row.try_get("id")?,
-        model: row.try_get("model")?,
-        dimension: row.try_get("dimension")?,
-        chunker: row.try_get("chunker")?,
-        backends,
-    })
-}
-
 #[async_trait]
 impl Projections for PostgresLedger {
     async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        // One activation at a time, whichever process asks.
-        sqlx::query("LOCK TABLE generations IN SHARE ROW EXCLUSIVE MODE")
-            .execute(&mut *tx)
-            .await?;
-        let now = self.now(&mut tx).await?;
-        let active: Option<String> = sqlx::query_scalar("SELECT id FROM generations WHERE active")
-            .fetch_optional(&mut *tx)
-            .await?;
-        match active {
-            Some(id) if id == generation.id => Ok(()),
-            Some(id) => Err(LedgerError::GenerationMismatch {
-                active: id,
-                requested: generation.id.clone(),
-            }),
-            None => {
-                let backends: Vec<&str> = generation.backends.iter().map(|b| b.as_str()).collect();
-                sqlx::query(
-                    "INSERT INTO generations (id, model, dimension, chunker, backends, active, \
-                       created_at, created_by) VALUES ($1, $2, $3, $4, $5, true, $6, $7)",
-                )
-                .bind(&generation.id)
-                .bind(&generation.model)
-                .bind(generation.dimension)
-                .bind(&generation.chunker)
-                .bind(serde_json::json!(backends))
-                .bind(now)
-                .bind(actor)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-        }
+        self.activate(generation, actor).await
     }
 
     async fn active_generation(&self) -> Result<Option<Generation>> {
-        sqlx::query("SELECT * FROM generations WHERE active")
+        sqlx::query("SELECT * FROM generations WHERE state = 'active'")
             .fetch_optional(&self.pool)
             .await?
             .as_ref()
-            .map(generation_from_row)
+            .map(super::generations::generation_from_row)
             .transpose()
+    }
+
+    async fn change_generation(&self, command: GenerationCommand) -> Result<GenerationChanged> {
+        self.change(command).await
+    }
+
+    async fn generations(&self) -> Result<Vec<GenerationView>> {
+        self.list_generations().await
     }
 
     async fn write_chunks(
@@ -109,8 +68,9 @@ impl Projections for PostgresLedger {
         let now = self.now(&mut tx).await?;
         self.fault(FaultPoint::BeforeChunkWrite)?;
         let job = fence(&mut tx, lease, now).await?;
-        sqlx::query("DELETE FROM chunks WHERE revision_id = $1")
+        sqlx::query("DELETE FROM chunks WHERE revision_id = $1 AND generation = $2")
             .bind(job.revision_id)
+            .bind(generation)
             .execute(&mut *tx)
             .await?;
         let rows = serde_json::to_value(&chunks)
@@ -130,10 +90,11 @@ impl Projections for PostgresLedger {
         if self.faults.fire(FaultPoint::ChunkRowLost) {
             // Fault injection: the last row is lost, as by a store that dropped a write.
             sqlx::query(
-                "DELETE FROM chunks WHERE revision_id = $1 AND chunk_index = \
-                   (SELECT max(chunk_index) FROM chunks WHERE revision_id = $1)",
+                "DELETE FROM chunks WHERE revision_id = $1 AND generation = $2 AND chunk_index = \
+                   (SELECT max(chunk_index) FROM chunks WHERE revision_id = $1 AND generation = $2)",
             )
             .bind(job.revision_id)
+            .bind(generation)
             .execute(&mut *tx)
             .await?;
         }
@@ -141,22 +102,25 @@ impl Projections for PostgresLedger {
         Ok(())
     }
 
-    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary> {
+    async fn chunk_summary(&self, revision_id: Uuid, generation: &str) -> Result<ChunkSummary> {
         let hashes: Vec<String> = sqlx::query_scalar(
-            "SELECT sha256 FROM chunks WHERE revision_id = $1 ORDER BY chunk_index",
+            "SELECT sha256 FROM chunks WHERE revision_id = $1 AND generation = $2 \
+             ORDER BY chunk_index",
         )
         .bind(revision_id)
+        .bind(generation)
         .fetch_all(&self.pool)
         .await?;
         Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
     }
 
-    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>> {
+    async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>> {
         sqlx::query(
             "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
-             WHERE revision_id = $1 ORDER BY chunk_index",
+             WHERE revision_id = $1 AND generation = $2 ORDER BY chunk_index",
         )
         .bind(revision_id)
+        .bind(generation)
         .fetch_all(&self.pool)
         .await?
         .iter()
@@ -249,7 +213,7 @@ impl Projections for PostgresLedger {
                    changed_by = $2, change_cause = 'superseded_by:' || $3::text, changed_at = $1, \
                    change_seq = change_seq + 1 \
                  WHERE backend = $4 AND state IN ('verified', 'excluded') \
-                   AND job_id IN (SELECT id FROM jobs WHERE dataset = $5 AND source_key = $6 \
+                   AND generation IS NOT DISTINCT FROM $7 AND job_id IN (SELECT id FROM jobs WHERE dataset = $5 AND source_key = $6 \
                                   AND revision_id <> $3)",
             )
             .bind(now)
@@ -258,6 +222,7 @@ impl Projections for PostgresLedger {
             .bind(update.backend.as_str())
             .bind(&job.dataset)
             .bind(&job.source_key)
+            .bind(&update.generation)
             .execute(&mut *tx)
             .await?;
         }

@@ -85,11 +85,14 @@ impl Reader for PostgresLedger {
         .bind(id)
         .fetch_one(&self.pool)
         .await?;
-        // The revision's latest projection job (`project` or `tombstone`); its `graph` job,
-        // when the graph backend is configured, adds its receipt below.
+        // The revision's latest projection job (`project` or `tombstone`) in the active
+        // generation (else the latest in any); its `graph` job, when the graph backend is
+        // configured, adds its receipt below.
         let job = sqlx::query(
             "SELECT * FROM jobs WHERE revision_id = $1 AND kind <> 'graph' \
-             ORDER BY created_at DESC, id DESC LIMIT 1",
+             ORDER BY (generation IS NOT DISTINCT FROM \
+               (SELECT id FROM generations WHERE state = 'active')) DESC, \
+               created_at DESC, id DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -256,7 +259,7 @@ impl Reader for PostgresLedger {
             .collect()
     }
 
-    async fn bind_hits(&self, hits: &[HitRef]) -> Result<Vec<BoundHit>> {
+    async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
@@ -269,16 +272,18 @@ impl Reader for PostgresLedger {
             "SELECT a.position, r.dataset, r.source_key, \
                coalesce(s.head_revision_id = r.id AND NOT r.tombstone, false) AS current, \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
-                 AND sr.generation = (SELECT id FROM generations WHERE active)) AS searchable, \
+                 AND sr.generation = $3) AS searchable, \
                c.text \
              FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
              JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
-             LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index \
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = $3 \
+               AND c.chunk_index = a.chunk_index \
              ORDER BY a.position",
         )
         .bind(&revisions)
         .bind(&chunks)
+        .bind(generation)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()

@@ -13,6 +13,7 @@
 //! `leases`, `projection`, `operations` and `tokens` hold their SQL and trait implementations.
 
 mod acceptance;
+mod generations;
 mod leases;
 mod operations;
 mod projection;
@@ -50,6 +51,7 @@ use crate::model::{
     HistoryEntry, HitRef, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
     ReceiptState, Revision, RevisionDetail, SourceView, Submission,
 };
+use crate::model::{GenerationChanged, GenerationCommand};
 use crate::policy;
 
 use crate::validate;
@@ -439,6 +441,7 @@ pub(crate) fn job_from_row(row: &SqliteRow) -> Result<Job> {
         changed_at: row.try_get("changed_at")?,
         changed_by: row.try_get("changed_by")?,
         change_cause: row.try_get("change_cause")?,
+        generation: row.try_get("generation")?,
     })
 }
 

@@ -5,13 +5,16 @@
 //! the current time in the same transaction), so a worker that lost its lease changes nothing.
 //!
 //! ## Invariants
-//! - At most one generation is active; activating a different one while another is active is
-//!   refused (`generation_mismatch`): a changed model, dimension, chunker or backend set needs
-//!   a new generation and a rebuild, never a silent mix.
-//! - A revision's chunk rows are replaced whole, so a retried run leaves one set.
+//! - At most one generation is active. A process may only start on a live generation (or
+//!   create the first one); anything else is refused (`generation_mismatch`): a changed model,
+//!   dimension, chunker or backend set is built beside the active one
+//!   ([`crate::generations`]), never silently mixed in.
+//! - A revision's chunk rows in a generation are replaced whole, so a retried run leaves one
+//!   set; other generations' rows are untouched.
 //! - When a receipt becomes `verified` (or `excluded`), the same backend's verified or
-//!   excluded receipts of every other revision of the source become `superseded` (history
-//!   records it): at most one revision per source is current in each backend.
+//!   excluded receipts of every other revision of the source in the same generation become
+//!   `superseded` (history records it): at most one revision per source is current in each
+//!   backend of each generation.
 
 use super::*;
 
@@ -22,7 +25,9 @@ use super::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::ledger::CANDIDATES_PER_HASH;
-use crate::model::{ChunkRef, ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
+use crate::model::{
+    ChunkRef, ChunkRow, Generation, GenerationView, Job, LeaseToken, ReceiptState, ReceiptUpdate,
+};
 
 /// A projection write, run by the writer.
 #[derive(Debug)]
@@ -64,15 +69,17 @@ pub(crate) async fn run(
 }
 
 /// Fault injection ([`crate::faults::FaultPoint::ChunkRowLost`]): deletes the last chunk row
-/// of the job's revision, as a store that lost a write would.
+/// the job wrote, as a store that lost a write would.
 pub(crate) async fn lose_last_chunk(
     connection: &mut SqliteConnection,
     job_id: uuid::Uuid,
 ) -> Result<()> {
     sqlx::query(
-        "DELETE FROM chunks WHERE (revision_id, chunk_index) IN ( \
-           SELECT c.revision_id, c.chunk_index FROM chunks c JOIN jobs j ON j.revision_id = c.revision_id \
-           WHERE j.id = ? ORDER BY c.chunk_index DESC LIMIT 1)",
+        "DELETE FROM chunks WHERE (revision_id, generation, chunk_index) IN ( \
+           SELECT c.revision_id, c.generation, c.chunk_index FROM chunks c \
+           JOIN jobs j ON j.revision_id = c.revision_id \
+           WHERE j.id = ? AND c.generation IS coalesce(j.generation, c.generation) \
+           ORDER BY c.chunk_index DESC LIMIT 1)",
     )
     .bind(job_id.to_string())
     .execute(&mut *connection)
@@ -103,32 +110,38 @@ async fn activate(
     actor: &str,
     now: Micros,
 ) -> Result<()> {
-    let active: Option<String> = sqlx::query_scalar("SELECT id FROM generations WHERE active = 1")
+    let state: Option<String> = sqlx::query_scalar("SELECT state FROM generations WHERE id = ?")
+        .bind(&generation.id)
         .fetch_optional(&mut *connection)
         .await?;
-    match active {
-        Some(id) if id == generation.id => Ok(()),
-        Some(id) => Err(LedgerError::GenerationMismatch {
-            active: id,
+    let live = state
+        .as_deref()
+        .map(super::parse_enum::<crate::model::GenerationState>)
+        .transpose()?
+        .is_some_and(|state| state.is_live());
+    if live {
+        return Ok(());
+    }
+    let active: Option<String> =
+        sqlx::query_scalar("SELECT id FROM generations WHERE state = 'active'")
+            .fetch_optional(&mut *connection)
+            .await?;
+    match (active, state) {
+        (None, None) => {
+            super::generations::insert(
+                connection,
+                generation,
+                crate::model::GenerationState::Active,
+                actor,
+                "first generation",
+                now,
+            )
+            .await
+        }
+        (active, _) => Err(LedgerError::GenerationMismatch {
+            active: active.unwrap_or_else(|| "(none)".to_owned()),
             requested: generation.id.clone(),
         }),
-        None => {
-            let backends: Vec<&str> = generation.backends.iter().map(|b| b.as_str()).collect();
-            sqlx::query(
-                "INSERT INTO generations (id, model, dimension, chunker, backends, active, created_at, created_by) \
-                 VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
-            )
-            .bind(&generation.id)
-            .bind(&generation.model)
-            .bind(generation.dimension)
-            .bind(&generation.chunker)
-            .bind(serde_json::to_string(&backends).unwrap_or_else(|_| "[]".to_owned()))
-            .bind(now)
-            .bind(actor)
-            .execute(&mut *connection)
-            .await?;
-            Ok(())
-        }
     }
 }
 
@@ -141,8 +154,9 @@ async fn write_chunks(
 ) -> Result<()> {
     let job = fence(connection, token, now).await?;
     let revision = job.revision_id.to_string();
-    sqlx::query("DELETE FROM chunks WHERE revision_id = ?")
+    sqlx::query("DELETE FROM chunks WHERE revision_id = ? AND generation = ?")
         .bind(&revision)
+        .bind(generation)
         .execute(&mut *connection)
         .await?;
     let rows = serde_json::to_string(chunks)
@@ -194,7 +208,7 @@ async fn receipt(
         sqlx::query(
             "UPDATE projection_receipts SET state = 'superseded', updated_at = ?1, changed_by = ?2, \
                change_cause = 'superseded_by:' || ?3, changed_at = ?1, change_seq = change_seq + 1 \
-             WHERE backend = ?4 AND state IN ('verified', 'excluded') \
+             WHERE backend = ?4 AND state IN ('verified', 'excluded') AND generation IS ?7 \
                AND job_id IN (SELECT id FROM jobs WHERE dataset = ?5 AND source_key = ?6 AND revision_id != ?3)",
         )
         .bind(now)
@@ -203,6 +217,7 @@ async fn receipt(
         .bind(update.backend.as_str())
         .bind(&job.dataset)
         .bind(&job.source_key)
+        .bind(&update.generation)
         .execute(&mut *connection)
         .await?;
     }
@@ -241,12 +256,22 @@ impl Projections for SqliteLedger {
     }
 
     async fn active_generation(&self) -> Result<Option<Generation>> {
-        sqlx::query("SELECT * FROM generations WHERE active = 1")
+        sqlx::query("SELECT * FROM generations WHERE state = 'active'")
             .fetch_optional(&self.reads)
             .await?
             .as_ref()
             .map(projection::generation_from_row)
             .transpose()
+    }
+
+    async fn change_generation(&self, command: GenerationCommand) -> Result<GenerationChanged> {
+        self.submit(|reply| WriteOp::Generation(command, reply))
+            .await?
+    }
+
+    async fn generations(&self) -> Result<Vec<GenerationView>> {
+        let mut connection = self.reads.acquire().await?;
+        super::generations::list(&mut connection, self.clock.now_micros()).await
     }
 
     async fn write_chunks(
@@ -263,22 +288,24 @@ impl Projections for SqliteLedger {
         .await
     }
 
-    async fn chunk_summary(&self, revision_id: Uuid) -> Result<ChunkSummary> {
+    async fn chunk_summary(&self, revision_id: Uuid, generation: &str) -> Result<ChunkSummary> {
         let hashes: Vec<String> = sqlx::query_scalar(
-            "SELECT sha256 FROM chunks WHERE revision_id = ? ORDER BY chunk_index",
+            "SELECT sha256 FROM chunks WHERE revision_id = ? AND generation = ? ORDER BY chunk_index",
         )
         .bind(revision_id.to_string())
+        .bind(generation)
         .fetch_all(&self.reads)
         .await?;
         Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
     }
 
-    async fn chunks(&self, revision_id: Uuid) -> Result<Vec<ChunkRow>> {
+    async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>> {
         let rows = sqlx::query(
             "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
-             WHERE revision_id = ? ORDER BY chunk_index",
+             WHERE revision_id = ? AND generation = ? ORDER BY chunk_index",
         )
         .bind(revision_id.to_string())
+        .bind(generation)
         .fetch_all(&self.reads)
         .await?;
         rows.iter()

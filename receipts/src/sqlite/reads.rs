@@ -87,11 +87,13 @@ impl Reader for SqliteLedger {
         .bind(id.to_string())
         .fetch_one(&self.reads)
         .await?;
-        // The revision's latest projection job (`project` or `tombstone`); its `graph` job,
-        // when the graph backend is configured, adds its receipt below.
+        // The revision's latest projection job (`project` or `tombstone`) in the active
+        // generation (else the latest in any); its `graph` job, when the graph backend is
+        // configured, adds its receipt below.
         let job = sqlx::query(
             "SELECT * FROM jobs WHERE revision_id = ? AND kind <> 'graph' \
-             ORDER BY created_at DESC, id DESC LIMIT 1",
+             ORDER BY generation IS (SELECT id FROM generations WHERE state = 'active') DESC, \
+               created_at DESC, id DESC LIMIT 1",
         )
         .bind(id.to_string())
         .fetch_optional(&self.reads)
@@ -230,7 +232,7 @@ impl Reader for SqliteLedger {
             .collect()
     }
 
-    async fn bind_hits(&self, hits: &[HitRef]) -> Result<Vec<BoundHit>> {
+    async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
@@ -249,13 +251,15 @@ impl Reader for SqliteLedger {
              SELECT json_group_array(json_array(a.position, r.dataset, r.source_key, \
                coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0), \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
-                 AND sr.generation = (SELECT id FROM generations WHERE active = 1)), \
+                 AND sr.generation = ?2), \
                c.text)) \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
-             LEFT JOIN chunks c ON c.revision_id = r.id AND c.chunk_index = a.chunk_index",
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
+               AND c.chunk_index = a.chunk_index",
         )
         .bind(json_text(&asked))
+        .bind(generation)
         .fetch_one(&self.reads)
         .await?;
         type Packed = (usize, String, String, i64, i64, Option<String>);

@@ -10,13 +10,21 @@ pub(super) enum WriteOp {
     Project(ProjectCommand, oneshot::Sender<Result<()>>),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
     Token(TokenChange, oneshot::Sender<Result<TokenChanged>>),
+    Generation(
+        GenerationCommand,
+        oneshot::Sender<Result<GenerationChanged>>,
+    ),
 }
 
 impl WriteOp {
     fn weight(&self) -> usize {
         match self {
             WriteOp::Accept(items, _) => items.len().max(1),
-            WriteOp::Block(..) | WriteOp::Token(..) | WriteOp::Job(..) | WriteOp::Project(..) => 1,
+            WriteOp::Block(..)
+            | WriteOp::Token(..)
+            | WriteOp::Job(..)
+            | WriteOp::Project(..)
+            | WriteOp::Generation(..) => 1,
         }
     }
 }
@@ -30,6 +38,10 @@ pub(super) enum Done {
     Block(Result<()>, oneshot::Sender<Result<()>>),
     Project(Result<()>, oneshot::Sender<Result<()>>),
     Token(Result<TokenChanged>, oneshot::Sender<Result<TokenChanged>>),
+    Generation(
+        Result<GenerationChanged>,
+        oneshot::Sender<Result<GenerationChanged>>,
+    ),
     Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
 }
 
@@ -48,6 +60,7 @@ impl Done {
             Done::Project(result, reply) => Done::Project(fail_one(result, error), reply),
             Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
+            Done::Generation(result, reply) => Done::Generation(fail_one(result, error), reply),
         }
     }
 
@@ -58,7 +71,12 @@ impl Done {
                 .iter()
                 .any(|result| matches!(result, Ok(acceptance) if acceptance.status == AcceptStatus::QueuedNotConfirmed)),
             Done::Job(Ok(JobAnswer::Job(job)), _) => job.state == crate::model::JobState::Pending,
-            Done::Job(..) | Done::Block(..) | Done::Token(..) | Done::Project(..) => false,
+            Done::Generation(Ok(changed), _) => changed.jobs > 0,
+            Done::Job(..)
+            | Done::Block(..)
+            | Done::Token(..)
+            | Done::Project(..)
+            | Done::Generation(..) => false,
         }
     }
 
@@ -70,6 +88,7 @@ impl Done {
             Done::Project(result, reply) => drop(reply.send(result)),
             Done::Job(result, reply) => drop(reply.send(result)),
             Done::Token(result, reply) => drop(reply.send(result)),
+            Done::Generation(result, reply) => drop(reply.send(result)),
         }
     }
 }
@@ -258,6 +277,14 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Token(self.end_item(result).await, reply)
+            }
+            WriteOp::Generation(command, reply) => {
+                let now = self.clock.now_micros();
+                let result = match self.begin_item().await {
+                    Ok(()) => generations::change(&mut self.connection, command, now).await,
+                    Err(error) => Err(error),
+                };
+                Done::Generation(self.end_item(result).await, reply)
             }
         }
     }

@@ -1,6 +1,8 @@
 -- Acceptance, step 4: supersede the previous heads' unfinished work, queue the new jobs with one
 -- pending receipt per backend (and, with the graph backend, a `graph` job with its own `graph`
--- receipt), and swap the lexical passages to the new heads.
+-- receipt), and swap the lexical passages to the new heads. The job whose id the receipt names
+-- writes the active generation; every other live generation (one being built, or a former
+-- active one kept for rollback) gets a job of its own, with a receipt per backend it holds.
 DELETE FROM wave_superseded;
 INSERT INTO wave_superseded (job_id, actor, cause)
 SELECT job.id, wave.actor, 'superseded_by:' || wave.revision_id
@@ -21,13 +23,31 @@ SET state = 'superseded', lease_id = NULL, lease_owner = NULL, lease_expires_at 
     changed_at = (SELECT now FROM wave_params), change_seq = change_seq + 1
 WHERE id IN (SELECT job_id FROM wave_superseded);
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
-    run_at, created_at, changed_by, change_cause, changed_at)
-SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
+    run_at, created_at, changed_by, change_cause, changed_at, generation)
+SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params),
+    (SELECT id FROM generations WHERE state = 'active')
 FROM wave;
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
     changed_at)
 SELECT wave.job_id, backend.value, 'pending', (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params)
 FROM wave AS wave, json_each((SELECT backends FROM wave_params)) AS backend;
+INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
+    run_at, created_at, changed_by, change_cause, changed_at, generation)
+SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2)
+         || '-' || substr('89ab', 1 + abs(random() % 4), 1) || substr(hex(randomblob(2)), 2) || '-'
+         || hex(randomblob(6))),
+    wave.revision_id, wave.dataset, wave.source_key, wave.kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), (SELECT now FROM wave_params), (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params),
+    g.id
+FROM wave CROSS JOIN generations AS g WHERE g.state IN ('building', 'standby');
+INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
+    changed_at)
+SELECT job.id, backend.value, 'pending', (SELECT now FROM wave_params), job.changed_by, job.change_cause, (SELECT now FROM wave_params)
+FROM wave
+JOIN jobs AS job ON job.revision_id = wave.revision_id AND job.id <> wave.job_id
+    AND job.kind = wave.kind AND job.state = 'pending'
+JOIN generations AS g ON g.id = job.generation AND g.state IN ('building', 'standby'),
+    json_each(g.backends) AS backend
+WHERE backend.value <> 'graph';
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
     run_at, created_at, changed_by, change_cause, changed_at)
 SELECT graph_job_id, revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)

@@ -1,0 +1,458 @@
+//! Generations on SQLite: the one path for their state changes ([`change`], run by the writer
+//! in its transaction, so a change and the jobs it queues or cancels commit together) and
+//! their progress. History is written by the `generations` triggers.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::Row;
+
+use super::projection::generation_from_row;
+use super::{json_text, parse_enum};
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::generations::{check, incomplete, refuse_second_build, MISSING_SAMPLE};
+use crate::model::{
+    Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationProgress,
+    GenerationState, GenerationView,
+};
+
+/// A random version-4 UUID in SQL (job ids of jobs queued by a statement).
+pub(crate) const SQL_UUID: &str = "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' \
+     || substr(hex(randomblob(2)), 2) || '-' || substr('89ab', 1 + abs(random() % 4), 1) \
+     || substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)))";
+
+/// Heads (current, not deleted) of every dataset, as `head` rows with `dataset`, `source_key`
+/// and `revision_id`; and whether one is verified in generation `?1` for every backend it holds.
+const HEADS: &str = "WITH head AS ( \
+       SELECT s.dataset, s.source_key, s.head_revision_id AS revision_id \
+       FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE r.tombstone = 0), \
+     covered AS ( \
+       SELECT head.*, NOT EXISTS ( \
+         SELECT 1 FROM generations g, json_each(g.backends) AS b \
+         WHERE g.id = ?1 AND b.value <> 'graph' AND NOT EXISTS ( \
+           SELECT 1 FROM jobs j JOIN projection_receipts p ON p.job_id = j.id \
+           WHERE j.revision_id = head.revision_id AND p.backend = b.value \
+             AND p.state = 'verified' AND p.generation = ?1)) AS verified \
+       FROM head) ";
+
+async fn state_of(connection: &mut SqliteConnection, id: &str) -> Result<Option<GenerationState>> {
+    let state: Option<String> = sqlx::query_scalar("SELECT state FROM generations WHERE id = ?")
+        .bind(id)
+        .fetch_optional(&mut *connection)
+        .await?;
+    state.as_deref().map(parse_enum).transpose()
+}
+
+async fn set_state(
+    connection: &mut SqliteConnection,
+    id: &str,
+    state: GenerationState,
+    actor: &str,
+    cause: &str,
+    now: Micros,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE generations SET state = ?2, changed_by = ?3, change_cause = ?4, changed_at = ?5, \
+           change_seq = change_seq + 1 WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(state.as_str())
+    .bind(actor)
+    .bind(cause)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+/// Applies one generation change.
+pub(crate) async fn change(
+    connection: &mut SqliteConnection,
+    command: GenerationCommand,
+    now: Micros,
+) -> Result<GenerationChanged> {
+    let GenerationCommand {
+        change,
+        actor,
+        reason,
+    } = command;
+    let mut changed = GenerationChanged {
+        generation: placeholder(),
+        jobs: 0,
+        chunk_rows_deleted: 0,
+        previous: None,
+        missing: 0,
+        missing_sample: Vec::new(),
+    };
+    let id = match change {
+        GenerationChange::Create {
+            generation,
+            priority,
+        } => {
+            changed.jobs = create(connection, &generation, priority, &actor, &reason, now).await?;
+            generation.id
+        }
+        GenerationChange::Switch { id, force } => {
+            let state = state_of(connection, &id)
+                .await?
+                .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
+            check(&id, state, "switch to")?;
+            let (missing, sample) = missing(connection, &id).await?;
+            if missing > 0 && !force {
+                return Err(incomplete(&id, missing, &sample));
+            }
+            let previous: Option<String> =
+                sqlx::query_scalar("SELECT id FROM generations WHERE state = 'active'")
+                    .fetch_optional(&mut *connection)
+                    .await?;
+            let cause = format!("switch to {id}: {reason}");
+            if let Some(previous) = &previous {
+                set_state(
+                    connection,
+                    previous,
+                    GenerationState::Standby,
+                    &actor,
+                    &cause,
+                    now,
+                )
+                .await?;
+            }
+            let cause = match (missing, force) {
+                (0, _) => format!("switch: {reason}"),
+                _ => format!("forced switch with {missing} head(s) missing: {reason}"),
+            };
+            set_state(
+                connection,
+                &id,
+                GenerationState::Active,
+                &actor,
+                &cause,
+                now,
+            )
+            .await?;
+            changed.previous = previous;
+            changed.missing = missing;
+            changed.missing_sample = sample;
+            id
+        }
+        GenerationChange::Retire { id } => {
+            let state = state_of(connection, &id)
+                .await?
+                .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
+            check(&id, state, "retire")?;
+            let cause = format!("retire: {reason}");
+            set_state(
+                connection,
+                &id,
+                GenerationState::Retiring,
+                &actor,
+                &cause,
+                now,
+            )
+            .await?;
+            let gone = format!("generation_retired:{id}");
+            sqlx::query(
+                "UPDATE projection_receipts SET state = 'superseded', updated_at = ?2, \
+                   changed_by = ?3, change_cause = ?4, changed_at = ?2, change_seq = change_seq + 1 \
+                 WHERE state IN ('pending', 'running', 'written', 'verified', 'excluded') \
+                   AND job_id IN (SELECT id FROM jobs WHERE generation = ?1)",
+            )
+            .bind(&id)
+            .bind(now)
+            .bind(&actor)
+            .bind(&gone)
+            .execute(&mut *connection)
+            .await?;
+            changed.jobs = sqlx::query(
+                "UPDATE jobs SET state = 'cancelled', lease_id = NULL, lease_owner = NULL, \
+                   lease_expires_at = NULL, changed_by = ?3, change_cause = ?4, changed_at = ?2, \
+                   change_seq = change_seq + 1 \
+                 WHERE generation = ?1 AND state IN ('pending', 'running', 'retry_wait')",
+            )
+            .bind(&id)
+            .bind(now)
+            .bind(&actor)
+            .bind(&gone)
+            .execute(&mut *connection)
+            .await?
+            .rows_affected() as i64;
+            changed.chunk_rows_deleted = sqlx::query("DELETE FROM chunks WHERE generation = ?")
+                .bind(&id)
+                .execute(&mut *connection)
+                .await?
+                .rows_affected() as i64;
+            sqlx::query("DELETE FROM searchable_revisions WHERE generation = ?")
+                .bind(&id)
+                .execute(&mut *connection)
+                .await?;
+            id
+        }
+        GenerationChange::Retired { id, evidence } => {
+            let state = state_of(connection, &id)
+                .await?
+                .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
+            check(&id, state, "finish retiring")?;
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE generation = ?")
+                .bind(&id)
+                .fetch_one(&mut *connection)
+                .await?;
+            let mut evidence = evidence;
+            if let Some(object) = evidence.as_object_mut() {
+                object.insert("chunk_rows".to_owned(), rows.into());
+            }
+            if rows != 0 {
+                return Err(LedgerError::Internal(format!(
+                    "generation {id} still has {rows} chunk rows after retiring"
+                )));
+            }
+            sqlx::query("UPDATE generations SET retired_evidence = ?2 WHERE id = ?1")
+                .bind(&id)
+                .bind(json_text(&evidence))
+                .execute(&mut *connection)
+                .await?;
+            let cause = format!("retired: {reason}");
+            set_state(
+                connection,
+                &id,
+                GenerationState::Retired,
+                &actor,
+                &cause,
+                now,
+            )
+            .await?;
+            id
+        }
+    };
+    changed.generation = view(connection, &id, now).await?;
+    Ok(changed)
+}
+
+fn placeholder() -> GenerationView {
+    GenerationView {
+        id: String::new(),
+        model: String::new(),
+        dimension: 0,
+        chunker: String::new(),
+        backends: Vec::new(),
+        state: GenerationState::Building,
+        created_at: 0,
+        created_by: String::new(),
+        changed_at: 0,
+        changed_by: String::new(),
+        change_cause: String::new(),
+        progress: GenerationProgress::default(),
+        retired_evidence: None,
+    }
+}
+
+async fn create(
+    connection: &mut SqliteConnection,
+    generation: &Generation,
+    priority: i64,
+    actor: &str,
+    reason: &str,
+    now: Micros,
+) -> Result<i64> {
+    let existing = state_of(connection, &generation.id).await?;
+    if let Some(state) = existing {
+        check(&generation.id, state, "create")?;
+    }
+    let building: Option<String> =
+        sqlx::query_scalar("SELECT id FROM generations WHERE state = 'building'")
+            .fetch_optional(&mut *connection)
+            .await?;
+    if let Some(building) = building.filter(|building| *building != generation.id) {
+        return Err(refuse_second_build(&building, &generation.id));
+    }
+    let cause = format!("create: {reason}");
+    match existing {
+        Some(_) => {
+            sqlx::query("UPDATE generations SET retired_evidence = NULL WHERE id = ?")
+                .bind(&generation.id)
+                .execute(&mut *connection)
+                .await?;
+            set_state(
+                connection,
+                &generation.id,
+                GenerationState::Building,
+                actor,
+                &cause,
+                now,
+            )
+            .await?;
+        }
+        None => {
+            insert(
+                connection,
+                generation,
+                GenerationState::Building,
+                actor,
+                &cause,
+                now,
+            )
+            .await?
+        }
+    }
+    let rebuild = format!("rebuild:{}", generation.id);
+    let queued = sqlx::query(&format!(
+        "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, priority, attempt, \
+           max_attempts, run_at, created_at, changed_by, change_cause, changed_at, generation) \
+         SELECT {SQL_UUID}, s.head_revision_id, s.dataset, s.source_key, 'project', 'pending', ?2, 0, \
+           (SELECT max_attempts FROM job_policies WHERE kind = 'project'), ?3, ?3, ?4, ?5, ?3, ?1 \
+         FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE r.tombstone = 0"
+    ))
+    .bind(&generation.id)
+    .bind(priority)
+    .bind(now)
+    .bind(actor)
+    .bind(&rebuild)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected() as i64;
+    sqlx::query(
+        "INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+           change_cause, changed_at) \
+         SELECT j.id, b.value, 'pending', ?2, j.changed_by, j.change_cause, ?2 \
+         FROM jobs j JOIN generations g ON g.id = j.generation, json_each(g.backends) AS b \
+         WHERE j.generation = ?1 AND j.state = 'pending' AND b.value <> 'graph' \
+           AND NOT EXISTS (SELECT 1 FROM projection_receipts p WHERE p.job_id = j.id)",
+    )
+    .bind(&generation.id)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?;
+    Ok(queued)
+}
+
+/// Records a generation row (a new build, or the first generation of a new ledger).
+pub(crate) async fn insert(
+    connection: &mut SqliteConnection,
+    generation: &Generation,
+    state: GenerationState,
+    actor: &str,
+    cause: &str,
+    now: Micros,
+) -> Result<()> {
+    let backends: Vec<&str> = generation.backends.iter().map(|b| b.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO generations (id, model, dimension, chunker, backends, state, created_at, \
+           created_by, changed_by, change_cause, changed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?7)",
+    )
+    .bind(&generation.id)
+    .bind(&generation.model)
+    .bind(generation.dimension)
+    .bind(&generation.chunker)
+    .bind(json_text(&backends))
+    .bind(state.as_str())
+    .bind(now)
+    .bind(actor)
+    .bind(cause)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+/// Current heads not verified in `id`: their count and a sample.
+async fn missing(connection: &mut SqliteConnection, id: &str) -> Result<(i64, Vec<String>)> {
+    let rows = sqlx::query(&format!(
+        "{HEADS} SELECT dataset || '/' || source_key AS name, count(*) OVER () AS missing \
+         FROM covered WHERE NOT verified ORDER BY dataset, source_key LIMIT {MISSING_SAMPLE}"
+    ))
+    .bind(id)
+    .fetch_all(&mut *connection)
+    .await?;
+    let count = match rows.first() {
+        Some(row) => row.try_get("missing")?,
+        None => 0,
+    };
+    let sample = rows
+        .iter()
+        .map(|row| row.try_get("name"))
+        .collect::<std::result::Result<_, _>>()?;
+    Ok((count, sample))
+}
+
+async fn progress(
+    connection: &mut SqliteConnection,
+    id: &str,
+    now: Micros,
+) -> Result<GenerationProgress> {
+    let row = sqlx::query(&format!(
+        "{HEADS} SELECT count(*) AS heads, coalesce(sum(verified), 0) AS verified, \
+           (SELECT count(DISTINCT j.revision_id) FROM jobs j \
+              JOIN sources s ON s.head_revision_id = j.revision_id \
+              WHERE j.generation = ?1 AND j.state IN ('dead', 'quarantined') \
+                AND NOT EXISTS (SELECT 1 FROM covered c WHERE c.revision_id = j.revision_id \
+                                AND c.verified)) AS failed, \
+           (SELECT count(*) FROM jobs WHERE generation = ?1 \
+              AND state IN ('pending', 'running', 'retry_wait')) AS open_jobs, \
+           (SELECT count(*) FROM jobs WHERE generation = ?1 AND state = 'completed' \
+              AND changed_at > ?2) AS recent \
+         FROM covered"
+    ))
+    .bind(id)
+    .bind(now - 60_000_000)
+    .fetch_one(&mut *connection)
+    .await?;
+    Ok(GenerationProgress {
+        heads: row.try_get("heads")?,
+        verified: row.try_get("verified")?,
+        failed: row.try_get("failed")?,
+        open_jobs: row.try_get("open_jobs")?,
+        rate_per_s: row.try_get::<i64, _>("recent")? as f64 / 60.0,
+        eta_s: None,
+    }
+    .with_eta())
+}
+
+fn view_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<GenerationView> {
+    let generation = generation_from_row(row)?;
+    let evidence: Option<String> = row.try_get("retired_evidence")?;
+    Ok(GenerationView {
+        id: generation.id,
+        model: generation.model,
+        dimension: generation.dimension,
+        chunker: generation.chunker,
+        backends: generation.backends,
+        state: parse_enum(&row.try_get::<String, _>("state")?)?,
+        created_at: row.try_get("created_at")?,
+        created_by: row.try_get("created_by")?,
+        changed_at: row.try_get("changed_at")?,
+        changed_by: row.try_get("changed_by")?,
+        change_cause: row.try_get("change_cause")?,
+        progress: GenerationProgress::default(),
+        retired_evidence: evidence
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|error| LedgerError::Corrupt(format!("retired evidence: {error}")))?,
+    })
+}
+
+async fn view(connection: &mut SqliteConnection, id: &str, now: Micros) -> Result<GenerationView> {
+    let row = sqlx::query("SELECT * FROM generations WHERE id = ?")
+        .bind(id)
+        .fetch_optional(&mut *connection)
+        .await?
+        .ok_or_else(|| LedgerError::GenerationNotFound(id.to_owned()))?;
+    let mut view = view_from_row(&row)?;
+    if view.state.is_live() {
+        view.progress = progress(connection, id, now).await?;
+    }
+    Ok(view)
+}
+
+/// Every generation, newest first, with progress for the live ones.
+pub(crate) async fn list(
+    connection: &mut SqliteConnection,
+    now: Micros,
+) -> Result<Vec<GenerationView>> {
+    let ids: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM generations ORDER BY created_at DESC, id")
+            .fetch_all(&mut *connection)
+            .await?;
+    let mut views = Vec::with_capacity(ids.len());
+    for id in ids {
+        views.push(view(connection, &id, now).await?);
+    }
+    Ok(views)
+}
