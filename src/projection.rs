@@ -60,9 +60,6 @@ impl Opened {
     }
 }
 
-/// How long retiring waits for the last job or query using an embedded shard to let go.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 impl GenerationStores {
     /// The registry of `config`'s vector stores (a Qdrant server, or shards under the data
     /// directory).
@@ -123,10 +120,11 @@ impl GenerationStores {
     }
 
     /// Deletes `generation`'s vectors (its collection, or its shard directory) and reads back
-    /// that they are gone; the evidence is recorded with the retirement.
+    /// that they are gone; the evidence is recorded with the retirement. Handles that jobs or
+    /// queries still hold answer `unavailable` from then on (their work is cancelled anyway).
     pub async fn delete(&self, generation: &str) -> anyhow::Result<serde_json::Value> {
-        let mut opened = self.opened.lock().await;
-        let existing = opened.remove(generation);
+        // Out of the registry first, so the slow part holds no lock that search waits on.
+        let existing = self.opened.lock().await.remove(generation);
         let existing = match existing {
             Some(existing) => existing,
             None => self.open(generation).await?,
@@ -148,38 +146,9 @@ impl GenerationStores {
             Opened::Edge { store, optimizer } => {
                 optimizer.store(true, std::sync::atomic::Ordering::SeqCst);
                 let location = store.location();
-                // Every job or query holding the shard lets go first; then it is closed (its
-                // file lock released) and its directory removed.
-                let waited = std::time::Instant::now();
-                while Arc::strong_count(&store) > 1 {
-                    if waited.elapsed() > RELEASE_WAIT {
-                        let held = Arc::strong_count(&store) - 1;
-                        opened.insert(generation.to_owned(), Opened::Edge { store, optimizer });
-                        anyhow::bail!(
-                            "the shard of generation {generation} is still in use ({held} \
-                             holder(s)) after {}s",
-                            RELEASE_WAIT.as_secs()
-                        );
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-                store.close().await?;
-                drop(store);
-                let path = self.shard_path(generation);
-                let bytes = directory_bytes(&path);
-                let removing = path.clone();
-                tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&removing) {
-                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-                    _ => Ok(()),
-                })
-                .await
-                .context("removing the shard")?
-                .with_context(|| format!("removing {}", path.display()))?;
-                if path.exists() {
-                    anyhow::bail!("{} still exists after it was removed", path.display());
-                }
+                let bytes = store.destroy().await?;
                 Ok(serde_json::json!({
-                    "store": "qdrant-edge",
+                    "store": store.name(),
                     "location": location,
                     "bytes_freed": bytes,
                     "directory_exists": false,
@@ -206,20 +175,6 @@ impl GenerationStores {
         }
         Ok(())
     }
-}
-
-/// Bytes under `path` (0 when it is gone).
-fn directory_bytes(path: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => directory_bytes(&entry.path()),
-            _ => entry.metadata().map(|meta| meta.len()).unwrap_or(0),
-        })
-        .sum()
 }
 
 #[async_trait::async_trait]

@@ -222,6 +222,16 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     let operator = app
         .token("night-shift", &[Scope::OpsRead, Scope::OpsWrite], None)
         .await;
+    let generation = receipts::Generation::new(
+        "test-model",
+        3,
+        "chunker-a",
+        &[receipts::Backend::Relational],
+    );
+    app.ledger
+        .activate_generation(&generation, "test")
+        .await
+        .expect("generation");
     let (base, server) = app.listen().await;
     let profile = tempfile::tempdir().expect("profile");
     let driver = Driver::start(profile.path()).await;
@@ -242,6 +252,20 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
         )
         .await;
     driver.click("#login-form button[type=submit]").await;
+
+    // Generations: the active one with its coverage of the current heads (none verified:
+    // nothing was projected here).
+    let generations = driver
+        .wait_for(
+            "the active generation",
+            "const body = document.getElementById('generations-body'); \
+             return body.innerText.includes(arguments[0]) ? body.innerText : null;",
+            json!([generation.id]),
+        )
+        .await;
+    let generations = generations.as_str().expect("generations text");
+    assert!(generations.contains("active"), "{generations}");
+    assert!(generations.contains("0 of 7"), "{generations}");
 
     // Leases: the running job with its worker, stage and a lease countdown.
     let running = seeded.running.id.to_string();

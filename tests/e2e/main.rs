@@ -9,6 +9,7 @@ mod common;
 mod contract;
 mod crash;
 mod eval;
+mod generations;
 mod ops;
 mod postgres;
 mod projection;

@@ -90,8 +90,9 @@ fn schema(kind: FieldKind) -> PayloadSchemaType {
 }
 
 struct Shard {
-    /// The engine; `None` only once the shard is being dropped (see `Drop for Shard`).
-    shard: Option<EdgeShard>,
+    /// The engine; `None` once the shard is closed for good ([`EdgeVectorStore::destroy`]) or
+    /// being dropped (see `Drop for Shard`): every later call answers `unavailable`.
+    shard: RwLock<Option<EdgeShard>>,
     /// Points written since the store opened, and when the last write happened
     /// (milliseconds since `opened`): the optimiser's policy inputs.
     points_written: AtomicU64,
@@ -115,7 +116,11 @@ impl Drop for Shard {
     /// The last flush normally happened in [`VectorStore::close`]; this one is contained, so
     /// dropping a store can never take the process down.
     fn drop(&mut self) {
-        if let Some(engine) = self.shard.take() {
+        let engine = match self.shard.get_mut() {
+            Ok(engine) => engine.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(engine) = engine {
             if let Err(message) = catching(move || drop(engine)) {
                 tracing::error!(%message, "qdrant-edge failed its final flush while closing");
             }
@@ -124,11 +129,20 @@ impl Drop for Shard {
 }
 
 impl Shard {
-    /// The engine.
-    fn engine(&self) -> Result<&EdgeShard, GatewayError> {
-        self.shard
-            .as_ref()
-            .ok_or_else(|| unavailable("the vector store is closed"))
+    /// Runs `f` on the engine (shared with other calls; only closing the shard for good
+    /// waits for them).
+    fn with_engine<T>(
+        &self,
+        f: impl FnOnce(&EdgeShard) -> Result<T, GatewayError>,
+    ) -> Result<T, GatewayError> {
+        let engine = self
+            .shard
+            .read()
+            .map_err(|_| unavailable("the engine lock is poisoned"))?;
+        match engine.as_ref() {
+            Some(engine) => f(engine),
+            None => Err(unavailable("the vector store is closed")),
+        }
     }
 
     /// Returns once write number `seq` is on disk, flushing unless a flush already covered it.
@@ -145,7 +159,7 @@ impl Shard {
             .write()
             .map_err(|_| unavailable("the shard lock is poisoned"))?;
         let target = self.written.load(Ordering::SeqCst);
-        flush(self.engine()?)?;
+        self.with_engine(flush)?;
         *flushed = target;
         Ok(())
     }
@@ -209,6 +223,20 @@ fn contended(message: &str) -> bool {
 
 /// Flushes the shard (WAL and segments) to disk, retrying while the optimiser holds the
 /// segment lock.
+/// Bytes under `path` (0 when it is gone).
+fn directory_bytes(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => directory_bytes(&entry.path()),
+            _ => entry.metadata().map(|meta| meta.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
 fn flush(shard: &EdgeShard) -> Result<(), GatewayError> {
     const ATTEMPTS: u32 = 200;
     let mut last = String::new();
@@ -375,7 +403,7 @@ impl EdgeVectorStore {
         }
         Ok(EdgeVectorStore {
             inner: Arc::new(Shard {
-                shard: Some(shard),
+                shard: RwLock::new(Some(shard)),
                 points_written: AtomicU64::new(0),
                 last_write_ms: AtomicU64::new(0),
                 opened: Instant::now(),
@@ -406,7 +434,7 @@ impl EdgeVectorStore {
                         .lock
                         .write()
                         .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                    let result = inner.engine().and_then(f);
+                    let result = inner.with_engine(f);
                     let seq = inner.written.fetch_add(1, Ordering::SeqCst) + 1;
                     inner.last_write_ms.store(
                         u64::try_from(inner.opened.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -422,7 +450,7 @@ impl EdgeVectorStore {
                     .lock
                     .read()
                     .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                f(inner.engine()?)
+                inner.with_engine(f)
             }
         })
         .await
@@ -459,10 +487,10 @@ impl EdgeVectorStore {
                 shard.update_stats(|stats| stats.running = true);
                 tracing::info!(path = %path.display(), new_points = since, "vector index optimisation started");
                 let started = Instant::now();
-                let Ok(engine) = shard.engine() else {
+                let Ok(outcome) = shard.with_engine(|engine| Ok(catching(|| engine.optimize())))
+                else {
                     return;
                 };
-                let outcome = catching(|| engine.optimize());
                 let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let outcome = match outcome {
                     Ok(Ok(changed)) => Ok(changed),
@@ -499,6 +527,47 @@ impl EdgeVectorStore {
         Ok(stop)
     }
 
+    /// Closes the shard for good and deletes its directory (a retired generation): waits for
+    /// calls in progress, drops the engine (every later call, through any handle, answers
+    /// `unavailable`), removes the directory and reads back that it is gone. Returns the bytes
+    /// freed.
+    pub async fn destroy(&self) -> Result<u64, GatewayError> {
+        let inner = self.inner.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let _guard = inner
+                .lock
+                .write()
+                .map_err(|_| unavailable("the shard lock is poisoned"))?;
+            let engine = inner
+                .shard
+                .write()
+                .map_err(|_| unavailable("the engine lock is poisoned"))?
+                .take();
+            if let Some(engine) = engine {
+                if let Err(message) = catching(move || drop(engine)) {
+                    tracing::warn!(%message, "qdrant-edge failed its last flush before deletion");
+                }
+            }
+            let bytes = directory_bytes(&path);
+            match std::fs::remove_dir_all(&path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(unavailable(format!("removing {}: {error}", path.display())))
+                }
+                _ => {}
+            }
+            if path.exists() {
+                return Err(GatewayError::ReadbackMismatch {
+                    store: "vector",
+                    message: format!("{} still exists after it was removed", path.display()),
+                });
+            }
+            Ok(bytes)
+        })
+        .await
+        .map_err(|error| unavailable(format!("vector task failed: {error}")))?
+    }
+
     /// What the background optimiser has done so far.
     pub fn optimizer_stats(&self) -> OptimizerStats {
         self.inner.stats()
@@ -509,10 +578,11 @@ impl EdgeVectorStore {
     pub async fn optimize_now(&self) -> Result<bool, GatewayError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let engine = inner.engine()?;
-            catching(|| engine.optimize())
-                .map_err(unavailable)?
-                .map_err(unavailable)
+            inner.with_engine(|engine| {
+                catching(|| engine.optimize())
+                    .map_err(unavailable)?
+                    .map_err(unavailable)
+            })
         })
         .await
         .map_err(|error| unavailable(format!("optimiser task failed: {error}")))?
@@ -767,7 +837,7 @@ impl VectorStore for EdgeVectorStore {
                 .lock
                 .write()
                 .map_err(|_| unavailable("the shard lock is poisoned"))?;
-            flush(inner.engine()?)
+            inner.with_engine(flush)
         })
         .await
         .map_err(|error| unavailable(format!("vector task failed: {error}")))?

@@ -1,0 +1,414 @@
+//! A chunker-settings change, end to end on the embedded default (SQLite, qdrant-edge, the real
+//! model): `cairn generation create` builds a second generation beside the active one while
+//! documents keep arriving and searches keep running; it is switched in one step, rolled back,
+//! switched again, and the first one retired (its shard directory deleted and read back as
+//! gone). Throughout, no search returns a superseded or deleted revision, and no search mixes
+//! the two generations' chunks.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use crate::crash::start;
+
+/// A document of about 150 words: one chunk under the default settings (up to 254 tokens),
+/// several under 40 tokens.
+fn document(key: usize, version: usize) -> String {
+    let topics = [
+        "volcanic basalt cools into hexagonal columns along the northern coast",
+        "migrating cranes rest in the wetlands before crossing the mountains",
+        "a copper kettle whistles while bread rises beside the warm stove",
+        "glaciers carve deep valleys and leave polished granite behind them",
+        "the violinist tunes her instrument before the evening concert starts",
+    ];
+    let topic = topics[key % topics.len()];
+    let mut text = format!("Document {key} version {version}. ");
+    for sentence in 0..5 {
+        text.push_str(&format!(
+            "In part {sentence} of record {key}, {topic}, and the observers write careful notes \
+             about what they saw that day. "
+        ));
+    }
+    text
+}
+
+fn cairn(data: &Path, base: &str, args: &[&str]) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .args(["--json", "--server", base, "--data-dir"])
+        .arg(data)
+        .output()
+        .expect("run cairn");
+    assert!(
+        output.status.success(),
+        "cairn {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
+/// What the test wrote: the current revision of each key (`None`: deleted), and every
+/// revision ever accepted with its full text.
+#[derive(Default)]
+struct Written {
+    heads: HashMap<String, Option<String>>,
+    texts: HashMap<String, String>,
+}
+
+async fn put(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    written: &Mutex<Written>,
+    key: &str,
+    text: &str,
+) -> String {
+    // The lock is held across the request, so a search that starts after it is released
+    // knows every head a receipt was issued for.
+    let mut written = written.lock().await;
+    let receipt: Value = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(token)
+        .json(&json!({ "dataset": "docs", "source_key": key, "content": text }))
+        .send()
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("receipt");
+    let id = receipt["source_revision_id"]
+        .as_str()
+        .expect("revision id")
+        .to_owned();
+    written.heads.insert(key.to_owned(), Some(id.clone()));
+    written.texts.insert(id.clone(), text.to_owned());
+    id
+}
+
+async fn delete(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    written: &Mutex<Written>,
+    key: &str,
+) {
+    let mut written = written.lock().await;
+    let status = http
+        .delete(format!("{base}/v1/sources?dataset=docs&source_key={key}"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("DELETE")
+        .status();
+    assert!(status.is_success(), "delete {key}: {status}");
+    written.heads.insert(key.to_owned(), None);
+}
+
+/// Searches in every mode and checks each answer: every result is its source's current
+/// revision as of the moment the search started, and every vector chunk was cut by the
+/// generation the answer names (the first generation keeps each document whole; the second
+/// cuts it into pieces). Returns the generations that answered.
+async fn search_and_check(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    written: &Mutex<Written>,
+    whole: &str,
+) -> Vec<String> {
+    let mut answered = Vec::new();
+    for mode in ["vector", "lexical", "auto"] {
+        let (heads, texts) = {
+            let written = written.lock().await;
+            (written.heads.clone(), written.texts.clone())
+        };
+        let answer: Value = http
+            .post(format!("{base}/v1/search"))
+            .bearer_auth(token)
+            .json(&json!({
+                "query": "observers write notes about basalt columns and cranes",
+                "mode": mode, "top_k": 10, "datasets": ["docs"], "budget_ms": 5000,
+            }))
+            .send()
+            .await
+            .expect("search")
+            .json()
+            .await
+            .expect("search json");
+        let results = answer["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"));
+        let generation = answer["generation"].as_str().unwrap_or("").to_owned();
+        for result in results {
+            let key = result["source_key"].as_str().expect("key");
+            let revision = result["source_revision_id"].as_str().expect("revision");
+            let head = heads.get(key).cloned().flatten();
+            // A revision accepted after the snapshot may already be head: then the snapshot's
+            // head must be older, never newer than what came back.
+            let newer = !texts.contains_key(revision);
+            assert!(
+                head.as_deref() == Some(revision) || newer,
+                "{mode}: {key} came back as {revision}, but its head is {head:?}: {answer}"
+            );
+            if let (Some(_), Some(text)) = (result["chunk_index"].as_u64(), texts.get(revision)) {
+                let chunk = result["text"].as_str().expect("text");
+                let is_whole = chunk.trim() == text.trim();
+                assert_eq!(
+                    is_whole,
+                    generation == whole,
+                    "{mode}: a chunk of the other generation in an answer from {generation}: {answer}"
+                );
+            }
+        }
+        answered.push(generation);
+    }
+    answered
+}
+
+async fn wait_built(data: &Path, base: &str, id: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let status = cairn(data, base, &["generation", "status"]);
+        let generation = status["generations"]
+            .as_array()
+            .expect("generations")
+            .iter()
+            .find(|generation| generation["id"] == id)
+            .cloned()
+            .expect("the generation is listed");
+        let progress = &generation["progress"];
+        assert_eq!(progress["failed"], 0, "{generation}");
+        if progress["heads"] == progress["verified"] && progress["open_jobs"] == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not built in time: {generation}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Switches to `id` as soon as every current head is verified in it (documents keep arriving,
+/// so a switch may be refused as incomplete for a moment; never for another reason).
+async fn switch_when_complete(data: &Path, base: &str, id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["generation", "switch", id, "--reason", "test", "--json"])
+            .args(["--server", base, "--data-dir"])
+            .arg(data)
+            .output()
+            .expect("switch");
+        if output.status.success() {
+            return serde_json::from_slice::<Value>(&output.stdout).expect("json");
+        }
+        let message = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(message.contains("generation_incomplete"), "{message}");
+        assert!(tokio::time::Instant::now() < deadline, "{message}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while_serving() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = start(data.path()).await;
+    let token = std::fs::read_to_string(data.path().join("admin.token"))
+        .expect("admin token")
+        .trim()
+        .to_owned();
+    let http = reqwest::Client::new();
+    let written = Arc::new(Mutex::new(Written::default()));
+    for key in 0..24 {
+        put(
+            &http,
+            &base,
+            &token,
+            &written,
+            &format!("doc-{key}"),
+            &document(key, 0),
+        )
+        .await;
+    }
+    let before = cairn(data.path(), &base, &["generation", "status"]);
+    let first = before["generations"][0]["id"]
+        .as_str()
+        .expect("the active generation")
+        .to_owned();
+    assert_eq!(before["generations"][0]["state"], "active");
+    wait_built(data.path(), &base, &first).await;
+
+    // Ingest keeps going (new revisions, deletions, a revert) and searches keep checking.
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(Mutex::new(Vec::new()));
+    let traffic = {
+        let (http, base, token, written, stop, answered, first) = (
+            http.clone(),
+            base.clone(),
+            token.clone(),
+            written.clone(),
+            stop.clone(),
+            answered.clone(),
+            first.clone(),
+        );
+        tokio::spawn(async move {
+            let mut round = 1;
+            while !stop.load(Ordering::SeqCst) {
+                let key = round % 24;
+                match round % 5 {
+                    0 => delete(&http, &base, &token, &written, &format!("doc-{key}")).await,
+                    _ => {
+                        put(
+                            &http,
+                            &base,
+                            &token,
+                            &written,
+                            &format!("doc-{key}"),
+                            &document(key, round),
+                        )
+                        .await;
+                    }
+                }
+                let generations = search_and_check(&http, &base, &token, &written, &first).await;
+                answered.lock().await.extend(generations);
+                round += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    let created = cairn(
+        data.path(),
+        &base,
+        &[
+            "generation",
+            "create",
+            "--max-tokens",
+            "40",
+            "--overlap-tokens",
+            "8",
+            "--reason",
+            "smaller chunks",
+        ],
+    );
+    let second = created["generation"]["id"]
+        .as_str()
+        .expect("new generation")
+        .to_owned();
+    assert_ne!(second, first);
+    assert_eq!(created["generation"]["state"], "building");
+    assert!(created["change"]["jobs"].as_i64().expect("jobs") >= 20);
+    // Not built yet: a switch is refused and says what is missing.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "generation",
+            "switch",
+            &second,
+            "--server",
+            &base,
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .output()
+        .expect("switch");
+    if !refused.status.success() {
+        let message = String::from_utf8_lossy(&refused.stderr);
+        assert!(message.contains("generation_incomplete"), "{message}");
+    }
+    wait_built(data.path(), &base, &second).await;
+    // Built while ingest continues: the switch succeeds once nothing is missing.
+    let switched = switch_when_complete(data.path(), &base, &second).await;
+    assert_eq!(switched["change"]["previous"], first.as_str());
+    // The next searches answer from the new generation (checked chunk by chunk).
+    let after: Vec<String> = search_and_check(&http, &base, &token, &written, &first).await;
+    assert!(
+        after.iter().all(|generation| *generation == second),
+        "{after:?}"
+    );
+
+    // Rollback, then forward again: each one step; the first generation kept up meanwhile.
+    let back = cairn(
+        data.path(),
+        &base,
+        &["generation", "switch", &first, "--reason", "rollback"],
+    );
+    assert_eq!(back["generation"]["state"], "active");
+    let rolled: Vec<String> = search_and_check(&http, &base, &token, &written, &first).await;
+    assert!(
+        rolled.iter().all(|generation| *generation == first),
+        "{rolled:?}"
+    );
+    cairn(
+        data.path(),
+        &base,
+        &["generation", "switch", &second, "--reason", "forward"],
+    );
+
+    // Retire the first: its shard directory is deleted and read back as gone.
+    let shard = data.path().join("vectors").join(&first);
+    assert!(shard.is_dir());
+    let retired = cairn(
+        data.path(),
+        &base,
+        &["generation", "retire", &first, "--reason", "done"],
+    );
+    assert_eq!(retired["generation"]["state"], "retired");
+    let evidence = &retired["generation"]["retired_evidence"];
+    assert_eq!(evidence["vectors"]["directory_exists"], false, "{retired}");
+    assert!(evidence["vectors"]["bytes_freed"].as_u64().expect("bytes") > 0);
+    assert!(evidence["chunk_rows_deleted"].as_i64().expect("rows") >= 24);
+    assert_eq!(evidence["chunk_rows"], 0);
+    assert!(!shard.exists(), "the retired shard is still on disk");
+
+    // A revert in the new generation reuses its vectors instead of embedding them again.
+    let reverted = put(&http, &base, &token, &written, "doc-3", &document(3, 0)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let vector = loop {
+        let detail: Value = http
+            .get(format!("{base}/v1/revisions/{reverted}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("revision")
+            .json()
+            .await
+            .expect("json");
+        if detail["job"]["state"] == "completed" {
+            break detail["receipts"]
+                .as_array()
+                .expect("receipts")
+                .iter()
+                .find(|receipt| receipt["backend"] == "vector")
+                .cloned()
+                .expect("vector receipt");
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{detail}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(vector["evidence"]["generation"], second.as_str());
+    // Only the chunk naming the version differs from what the new generation already holds.
+    let evidence = &vector["evidence"];
+    let (embedded, reused) = (
+        evidence["embedded"].as_u64().expect("embedded"),
+        evidence["reused"].as_u64().expect("reused"),
+    );
+    assert_eq!(
+        embedded + reused,
+        evidence["points"].as_u64().expect("points")
+    );
+    assert!(embedded <= 1 && reused >= 3, "{vector}");
+
+    stop.store(true, Ordering::SeqCst);
+    traffic.await.expect("traffic");
+    let answered = answered.lock().await;
+    assert!(answered.contains(&first));
+    assert!(answered.contains(&second));
+    let last: Vec<String> = search_and_check(&http, &base, &token, &written, &first).await;
+    assert!(last.iter().all(|generation| *generation == second));
+    server.kill().await.expect("stop");
+}
