@@ -24,8 +24,8 @@ pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
-    EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, RevisionPoints, ServerOptions,
-    ServerVectorStore, VectorHit, VectorPoint, VectorStore, VectorStores,
+    EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector, RevisionPoints,
+    ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore, VectorStores,
 };
 
 /// What can go wrong in a store.

@@ -97,6 +97,50 @@ async fn project(
 mod checks {
     use super::*;
 
+    pub(super) async fn erasure_deletes_a_source_or_a_revision(backend: &dyn Backend) {
+        let store = backend.open("g-erase").await;
+        let (old, new, other) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        project(store.as_ref(), "docs", "a", old, 2, 1).await;
+        project(store.as_ref(), "docs", "a", new, 3, 2).await;
+        project(store.as_ref(), "docs", "b", other, 2, 3).await;
+        // The same key in another dataset is another source.
+        project(store.as_ref(), "misc", "a", Uuid::now_v7(), 1, 4).await;
+        let source = |dataset: &str, key: &str| gateways::PointSelector::Source {
+            dataset: dataset.to_owned(),
+            source_key: key.to_owned(),
+            head_before: 10,
+        };
+        let count = |selector| {
+            let store = store.clone();
+            async move { store.count_points(selector).await.expect("count") }
+        };
+        assert_eq!(count(source("docs", "a")).await, 5, "current or not");
+        // A revision that became head after the erasure is spared.
+        let later = Uuid::now_v7();
+        project(store.as_ref(), "docs", "a", later, 1, 11).await;
+        store
+            .delete_points(source("docs", "a"))
+            .await
+            .expect("delete");
+        assert_eq!(count(source("docs", "a")).await, 0);
+        assert_eq!(store.revision_points(later).await.expect("later").count, 1);
+        assert_eq!(store.revision_points(old).await.expect("old").count, 0);
+        assert_eq!(store.revision_points(new).await.expect("new").count, 0);
+        assert_eq!(count(source("docs", "b")).await, 2);
+        assert_eq!(count(source("misc", "a")).await, 1);
+        store
+            .delete_points(gateways::PointSelector::Revision(other))
+            .await
+            .expect("delete revision");
+        assert_eq!(count(gateways::PointSelector::Revision(other)).await, 0);
+        assert_eq!(count(source("misc", "a")).await, 1);
+        let hits = store
+            .search(unit(7), &["docs".to_owned()], 10)
+            .await
+            .expect("search");
+        assert!(hits.iter().all(|hit| hit.revision_id == later), "{hits:?}");
+    }
+
     pub(super) async fn upsert_reads_back_by_count_dimension_and_ids(backend: &dyn Backend) {
         let store = backend.open("g-one").await;
         assert_eq!(store.dimension(), DIMENSION);
@@ -373,6 +417,11 @@ macro_rules! vector_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn vectors_are_read_back_by_point_id() {
                 checks::vectors_are_read_back_by_point_id(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn erasure_deletes_a_source_or_a_revision() {
+                checks::erasure_deletes_a_source_or_a_revision(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,9 @@ pub enum Scope {
     /// Act on jobs and content (requeue, cancel, block).
     #[serde(rename = "ops:write")]
     OpsWrite,
+    /// Erase sources: every trace of every revision, in every store (legal requests).
+    #[serde(rename = "erase")]
+    Erase,
     /// Everything.
     #[serde(rename = "admin")]
     Admin,
@@ -34,11 +37,12 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 6] = [
         Scope::Ingest,
         Scope::Search,
         Scope::OpsRead,
         Scope::OpsWrite,
+        Scope::Erase,
         Scope::Admin,
     ];
 
@@ -49,6 +53,7 @@ impl Scope {
             Scope::Search => "search",
             Scope::OpsRead => "ops:read",
             Scope::OpsWrite => "ops:write",
+            Scope::Erase => "erase",
             Scope::Admin => "admin",
         }
     }

@@ -1847,7 +1847,9 @@ pub async fn operations_read_jobs_activity_and_events(harness: Harness) {
     assert_eq!(ledger.clock_now(), harness.clock.now_micros());
 }
 
+mod erasure;
 mod generations;
+pub use erasure::erasure_removes_every_trace;
 pub use generations::generations_build_switch_and_retire;
 
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh harness from
@@ -1880,6 +1882,7 @@ macro_rules! ledger_conformance {
             release_pause_and_fair_claims,
             generations_are_fixed_once_active,
             generations_build_switch_and_retire,
+            erasure_removes_every_trace,
             projection_writes_are_fenced_and_read_back,
             chunks_are_found_by_text_hash_within_a_dataset,
             hits_bind_to_current_searchable_revisions,

@@ -8,10 +8,10 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, Failure, Generation,
-    GenerationChanged, GenerationCommand, GenerationView, Heartbeat, HistoryEntry, HitRef, Job,
-    LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptUpdate, RevisionDetail,
-    SourceView, Submission,
+    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, Erasure, ErasureRequest,
+    Failure, Generation, GenerationChanged, GenerationCommand, GenerationView, Heartbeat,
+    HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    ReceiptUpdate, RevisionDetail, SourceView, Submission,
 };
 use crate::operations::Operations;
 
@@ -27,6 +27,15 @@ pub trait Acceptor: Send + Sync {
 
     /// Blocks exact content in a dataset; later submissions of those bytes are refused.
     async fn block_content(&self, block: ContentBlock) -> Result<()>;
+
+    /// Erases a source, in one transaction: a tombstone (the erasure) becomes its head; every
+    /// earlier revision is deleted with its jobs, receipts, chunk rows (every generation),
+    /// lexical passages and retained bytes (unless another source's revision holds the same
+    /// content); history keeps who, why, when and the content hashes, never content. One
+    /// `tombstone` job per live generation (and a graph job) then erases the stores and
+    /// records `erased` receipts. The answer is the erasure's receipt. An erased source can be
+    /// ingested again, as new.
+    async fn erase(&self, request: ErasureRequest) -> Result<Acceptance>;
 }
 
 /// Reads of sources, revisions, content and the lexical index.
@@ -57,6 +66,10 @@ pub trait Reader: Send + Sync {
     /// vector hit's chunk text in that generation. Answers in the order asked; unknown
     /// revisions are left out.
     async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>>;
+
+    /// The erasure a tombstone revision stands for, with a fresh read-back of what the ledger
+    /// still holds of the erased revisions (`None`: the revision is not an erasure).
+    async fn erasure(&self, revision_id: Uuid) -> Result<Option<Erasure>>;
 
     /// The block on content in a dataset, if any.
     async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>>;

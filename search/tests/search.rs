@@ -386,6 +386,12 @@ impl VectorStore for FailingSearchVectors {
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
         self.0.retire_revision(revision_id).await
     }
+    async fn delete_points(&self, selector: gateways::PointSelector) -> Result<(), GatewayError> {
+        self.0.delete_points(selector).await
+    }
+    async fn count_points(&self, selector: gateways::PointSelector) -> Result<usize, GatewayError> {
+        self.0.count_points(selector).await
+    }
     async fn search(
         &self,
         _vector: Vec<f32>,

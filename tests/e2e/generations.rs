@@ -332,22 +332,15 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
     );
 
     // Rollback, then forward again: each one step; the first generation kept up meanwhile.
-    let back = cairn(
-        data.path(),
-        &base,
-        &["generation", "switch", &first, "--reason", "rollback"],
-    );
+    let back = switch_when_complete(data.path(), &base, &first).await;
     assert_eq!(back["generation"]["state"], "active");
+    assert_eq!(back["change"]["previous"], second.as_str());
     let rolled: Vec<String> = search_and_check(&http, &base, &token, &written, &first).await;
     assert!(
         rolled.iter().all(|generation| *generation == first),
         "{rolled:?}"
     );
-    cairn(
-        data.path(),
-        &base,
-        &["generation", "switch", &second, "--reason", "forward"],
-    );
+    switch_when_complete(data.path(), &base, &second).await;
 
     // Retire the first: its shard directory is deleted and read back as gone.
     let shard = data.path().join("vectors").join(&first);

@@ -489,6 +489,12 @@ impl VectorStore for FaultyVectors {
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
         self.real.retire_revision(revision_id).await
     }
+    async fn delete_points(&self, selector: gateways::PointSelector) -> Result<(), GatewayError> {
+        self.real.delete_points(selector).await
+    }
+    async fn count_points(&self, selector: gateways::PointSelector) -> Result<usize, GatewayError> {
+        self.real.count_points(selector).await
+    }
     async fn search(
         &self,
         vector: Vec<f32>,

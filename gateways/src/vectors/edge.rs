@@ -21,8 +21,8 @@ use qdrant_edge::{
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore,
-    INDEXED_FIELDS,
+    check_dimensions, point_id, FieldKind, PointSelector, RevisionPoints, VectorHit, VectorPoint,
+    VectorStore, INDEXED_FIELDS,
 };
 use crate::GatewayError;
 
@@ -527,6 +527,25 @@ impl EdgeVectorStore {
         Ok(stop)
     }
 
+    /// The filter of a selector.
+    fn selected(&self, selector: &PointSelector) -> Filter {
+        match selector {
+            PointSelector::Source {
+                dataset,
+                source_key,
+                head_before,
+            } => all_of(vec![
+                keyword(&self.fields.dataset, dataset),
+                keyword(&self.fields.source_key, source_key),
+                before(&self.fields.head_at, *head_before),
+            ]),
+            PointSelector::Revision(revision_id) => all_of(vec![keyword(
+                &self.fields.revision_id,
+                &revision_id.to_string(),
+            )]),
+        }
+    }
+
     /// Closes the shard for good and deletes its directory (a retired generation): waits for
     /// calls in progress, drops the engine (every later call, through any handle, answers
     /// `unavailable`), removes the directory and reads back that it is gone. Returns the bytes
@@ -825,6 +844,31 @@ impl VectorStore for EdgeVectorStore {
             let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
             shard
                 .update(set_payload(filter, false, None))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn delete_points(&self, selector: PointSelector) -> Result<(), GatewayError> {
+        let filter = self.selected(&selector);
+        self.with_shard(true, move |shard| {
+            shard
+                .update(qdrant_edge::UpdateOperation::PointOperation(
+                    qdrant_edge::PointOperations::DeletePointsByFilter(filter),
+                ))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn count_points(&self, selector: PointSelector) -> Result<usize, GatewayError> {
+        let filter = self.selected(&selector);
+        self.with_shard(false, move |shard| {
+            shard
+                .count(CountRequest {
+                    filter: Some(filter),
+                    exact: true,
+                })
                 .map_err(unavailable)
         })
         .await

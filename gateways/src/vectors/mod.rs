@@ -100,6 +100,23 @@ pub struct RevisionPoints {
     pub current: usize,
 }
 
+/// Which points an erasure deletes and counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointSelector {
+    /// Every point of a source's revisions that became head before `head_before`, current or
+    /// not (an erasure spares revisions ingested after it).
+    Source {
+        /// Dataset.
+        dataset: String,
+        /// Source key.
+        source_key: String,
+        /// Epoch microseconds; later heads are not selected.
+        head_before: i64,
+    },
+    /// Every point of one revision.
+    Revision(Uuid),
+}
+
 /// A store of chunk vectors.
 #[async_trait]
 pub trait VectorStore: Send + Sync + 'static {
@@ -129,6 +146,10 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
     /// Marks a revision's points not current (a stale run undoing its own write).
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
+    /// Deletes the selected points, durably before it returns (erasure).
+    async fn delete_points(&self, selector: PointSelector) -> Result<(), GatewayError>;
+    /// The selected points, current or not (erasure's read-back expects none).
+    async fn count_points(&self, selector: PointSelector) -> Result<usize, GatewayError>;
     /// Nearest current points in `datasets` (empty: every dataset), best first.
     async fn search(
         &self,

@@ -20,20 +20,44 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qdrant_client::qdrant::{
     value::Kind, vectors_config, vectors_output, Condition, CountPointsBuilder,
-    CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, Distance, FieldType, Filter,
-    GetPointsBuilder, PointId, PointStruct, Range, SearchPointsBuilder, SetPayloadPointsBuilder,
-    UpsertPointsBuilder, Value, VectorParamsBuilder,
+    CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance,
+    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, Range, SearchPointsBuilder,
+    SetPayloadPointsBuilder, UpsertPointsBuilder, Value, VectorParamsBuilder,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, point_id, FieldKind, RevisionPoints, VectorHit, VectorPoint, VectorStore,
-    INDEXED_FIELDS,
+    check_dimensions, point_id, FieldKind, PointSelector, RevisionPoints, VectorHit, VectorPoint,
+    VectorStore, INDEXED_FIELDS,
 };
 use crate::GatewayError;
 
 const STORE: &str = "qdrant-server";
+
+/// The filter of a selector.
+fn selected(selector: &PointSelector) -> Filter {
+    match selector {
+        PointSelector::Source {
+            dataset,
+            source_key,
+            head_before,
+        } => Filter::must([
+            keyword("dataset", dataset),
+            keyword("source_key", source_key),
+            Condition::range(
+                "head_at",
+                Range {
+                    lt: Some(*head_before as f64),
+                    ..Range::default()
+                },
+            ),
+        ]),
+        PointSelector::Revision(revision_id) => {
+            Filter::must([keyword("revision_id", &revision_id.to_string())])
+        }
+    }
+}
 
 /// How to reach a Qdrant server.
 #[derive(Clone, PartialEq, Eq)]
@@ -505,6 +529,23 @@ impl VectorStore for ServerVectorStore {
             None,
         )
         .await
+    }
+
+    async fn delete_points(&self, selector: PointSelector) -> Result<(), GatewayError> {
+        let filter = selected(&selector);
+        self.retrying("delete_points", || {
+            self.client.delete_points(
+                DeletePointsBuilder::new(self.collection.as_str())
+                    .points(filter.clone())
+                    .wait(true),
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn count_points(&self, selector: PointSelector) -> Result<usize, GatewayError> {
+        self.count(selected(&selector)).await
     }
 
     async fn search(

@@ -26,7 +26,7 @@ use crate::model::{AcceptStatus, Acceptance, Backend, ContentBlock, JobKind, Sub
 use crate::validate;
 
 /// The advisory lock key of a source: the first 8 bytes of the SHA-256 of `dataset/key`.
-fn source_lock(dataset: &str, source_key: &str) -> i64 {
+pub(super) fn source_lock(dataset: &str, source_key: &str) -> i64 {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{dataset}/{source_key}").as_bytes());
     let mut bytes = [0u8; 8];
@@ -115,6 +115,10 @@ impl Acceptor for PostgresLedger {
             })?
         })
         .await
+    }
+
+    async fn erase(&self, request: crate::model::ErasureRequest) -> Result<Acceptance> {
+        self.erase_source(request).await
     }
 
     async fn block_content(&self, block: ContentBlock) -> Result<()> {
@@ -355,12 +359,14 @@ impl PostgresLedger {
         // commit between this transaction's clock read and this statement (the row lock makes
         // it wait): the supersession is then stamped no earlier than the claim, so every job's
         // history runs forward in time, and a job that ended meanwhile is left alone (the state
-        // is checked again on the row it waited for).
+        // is checked again on the row it waited for). An erasure's jobs are never superseded:
+        // they erase the stores whatever comes next.
         sqlx::query(&format!(
             "WITH gone AS ( \
                SELECT j.id, w.actor, 'superseded_by:' || w.revision_id AS cause \
                FROM {WAVE} JOIN jobs j ON j.dataset = w.dataset AND j.source_key = w.source_key \
-               WHERE j.state IN ('pending', 'running', 'retry_wait')), \
+               WHERE j.state IN ('pending', 'running', 'retry_wait') \
+                 AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.revision_id = j.revision_id)), \
              receipts AS ( \
                UPDATE projection_receipts r SET state = 'superseded', \
                  updated_at = GREATEST($2, r.changed_at), \

@@ -307,6 +307,10 @@ impl Reader for PostgresLedger {
             .collect()
     }
 
+    async fn erasure(&self, revision_id: Uuid) -> Result<Option<crate::model::Erasure>> {
+        self.read_erasure(revision_id).await
+    }
+
     async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>> {
         let row = sqlx::query(
             "SELECT dataset, sha256, reason, actor FROM content_blocks \

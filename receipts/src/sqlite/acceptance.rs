@@ -19,4 +19,9 @@ impl Acceptor for SqliteLedger {
         validate::reason(&block.reason)?;
         self.submit(|reply| WriteOp::Block(block, reply)).await?
     }
+
+    async fn erase(&self, request: ErasureRequest) -> Result<Acceptance> {
+        erasure::check(&request)?;
+        self.submit(|reply| WriteOp::Erase(request, reply)).await?
+    }
 }

@@ -13,6 +13,7 @@
 //! `leases`, `projection`, `operations` and `tokens` hold their SQL and trait implementations.
 
 mod acceptance;
+mod erasure;
 mod generations;
 mod leases;
 mod operations;
@@ -51,7 +52,7 @@ use crate::model::{
     HistoryEntry, HitRef, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
     ReceiptState, Revision, RevisionDetail, SourceView, Submission,
 };
-use crate::model::{GenerationChanged, GenerationCommand};
+use crate::model::{Erasure, ErasureRequest, GenerationChanged, GenerationCommand};
 use crate::policy;
 
 use crate::validate;

@@ -285,6 +285,10 @@ impl Reader for SqliteLedger {
             .collect()
     }
 
+    async fn erasure(&self, revision_id: Uuid) -> Result<Option<Erasure>> {
+        erasure::read(&self.reads, revision_id).await
+    }
+
     async fn content_block(&self, dataset: &str, sha256: &str) -> Result<Option<ContentBlock>> {
         let row = sqlx::query("SELECT dataset, sha256, reason, actor FROM content_blocks WHERE dataset = ? AND sha256 = ?")
             .bind(dataset)

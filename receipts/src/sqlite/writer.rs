@@ -14,6 +14,7 @@ pub(super) enum WriteOp {
         GenerationCommand,
         oneshot::Sender<Result<GenerationChanged>>,
     ),
+    Erase(ErasureRequest, oneshot::Sender<Result<Acceptance>>),
 }
 
 impl WriteOp {
@@ -24,7 +25,8 @@ impl WriteOp {
             | WriteOp::Token(..)
             | WriteOp::Job(..)
             | WriteOp::Project(..)
-            | WriteOp::Generation(..) => 1,
+            | WriteOp::Generation(..)
+            | WriteOp::Erase(..) => 1,
         }
     }
 }
@@ -42,6 +44,7 @@ pub(super) enum Done {
         Result<GenerationChanged>,
         oneshot::Sender<Result<GenerationChanged>>,
     ),
+    Erase(Result<Acceptance>, oneshot::Sender<Result<Acceptance>>),
     Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
 }
 
@@ -61,6 +64,7 @@ impl Done {
             Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
             Done::Generation(result, reply) => Done::Generation(fail_one(result, error), reply),
+            Done::Erase(result, reply) => Done::Erase(fail_one(result, error), reply),
         }
     }
 
@@ -72,6 +76,7 @@ impl Done {
                 .any(|result| matches!(result, Ok(acceptance) if acceptance.status == AcceptStatus::QueuedNotConfirmed)),
             Done::Job(Ok(JobAnswer::Job(job)), _) => job.state == crate::model::JobState::Pending,
             Done::Generation(Ok(changed), _) => changed.jobs > 0,
+            Done::Erase(result, _) => result.is_ok(),
             Done::Job(..)
             | Done::Block(..)
             | Done::Token(..)
@@ -89,6 +94,7 @@ impl Done {
             Done::Job(result, reply) => drop(reply.send(result)),
             Done::Token(result, reply) => drop(reply.send(result)),
             Done::Generation(result, reply) => drop(reply.send(result)),
+            Done::Erase(result, reply) => drop(reply.send(result)),
         }
     }
 }
@@ -285,6 +291,25 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Generation(self.end_item(result).await, reply)
+            }
+            WriteOp::Erase(request, reply) => {
+                let now = self.clock.now_micros();
+                let policies = &self.options.job_policies;
+                let attempts = (policies.tombstone.max_attempts, policies.graph.max_attempts);
+                let result = match self.begin_item().await {
+                    Ok(()) => {
+                        erasure::erase(
+                            &mut self.connection,
+                            &request,
+                            &self.options.backends,
+                            attempts,
+                            now,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                Done::Erase(self.end_item(result).await, reply)
             }
         }
     }

@@ -8,7 +8,9 @@ INSERT INTO wave_superseded (job_id, actor, cause)
 SELECT job.id, wave.actor, 'superseded_by:' || wave.revision_id
 FROM wave AS wave
 CROSS JOIN jobs AS job ON job.dataset = wave.dataset AND job.source_key = wave.source_key
-WHERE job.state IN ('pending', 'running', 'retry_wait');
+WHERE job.state IN ('pending', 'running', 'retry_wait')
+  -- An erasure's jobs erase the stores whatever comes next.
+  AND NOT EXISTS (SELECT 1 FROM erasures AS erased WHERE erased.revision_id = job.revision_id);
 UPDATE projection_receipts
 SET state = 'superseded', updated_at = (SELECT now FROM wave_params),
     changed_by = (SELECT actor FROM wave_superseded AS gone WHERE gone.job_id = projection_receipts.job_id),
