@@ -44,6 +44,8 @@ enum Command {
     Status(commands::StatusArgs),
     /// Block exact content (by SHA-256) in a dataset.
     Block(commands::BlockArgs),
+    /// Erase a source: every trace of every revision, in every store.
+    Erase(commands::EraseArgs),
     /// Manage API tokens (works on the data directory directly).
     Token(commands::TokenArgs),
     /// Retrieval quality through the API.
@@ -90,6 +92,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Generation(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,
+        Command::Erase(command) => command.run(&env).await,
         Command::Token(command) => command.run(&env).await,
         Command::Eval(command) => command.run(&env).await,
         Command::Migrate(command) => command.run(&env).await,

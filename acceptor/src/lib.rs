@@ -245,6 +245,7 @@ struct SourceQuery {
     dataset: String,
     source_key: String,
     reason: Option<String>,
+    erase: Option<bool>,
     limit: Option<u32>,
     offset: Option<u32>,
 }
@@ -293,6 +294,15 @@ impl IntoParams for SourceQuery {
                 false,
                 receipts::http::reason_schema(),
                 "Deletes: why (recorded in history).",
+            ),
+            parameter(
+                "erase",
+                false,
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::Boolean)
+                    .build(),
+                "Deletes: erase every trace of every revision instead of a tombstone (scope \
+                 `erase`; `reason` required).",
             ),
             parameter(
                 "limit",
@@ -564,17 +574,42 @@ fn source_query(
     Ok(query)
 }
 
-/// Deletes a source: a tombstone revision becomes its head.
+/// Deletes a source: a tombstone revision becomes its head. With `erase=true` (scope `erase`,
+/// a `reason` required) every trace of every revision is erased instead: the ledger's rows
+/// and retained bytes at once, the vectors and graph nodes by the erasure's jobs, whose
+/// receipts turn `erased` with their read-back evidence.
 #[utoipa::path(delete, path = "/v1/sources", tag = "ingest", security(("bearer" = [])),
     params(SourceQuery),
-    responses((status = 202, description = "The tombstone's receipt.", body = receipts::Acceptance), ApiErrors))]
+    responses((status = 202, description = "The tombstone's (or the erasure's) receipt.", body = receipts::Acceptance), ApiErrors))]
 async fn delete_source(
     State(state): State<AcceptorState>,
     auth: Auth,
     query: Result<Query<SourceQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let principal = auth.require(Scope::Ingest)?;
     let query = source_query(query)?;
+    if query.erase == Some(true) {
+        let principal = auth.require(Scope::Erase)?;
+        principal.require_dataset(&query.dataset)?;
+        let reason = query.reason.ok_or_else(|| {
+            ApiError::unprocessable(
+                "reason_required",
+                "an erasure needs a `reason` (recorded in history, e.g. the request's reference)",
+            )
+        })?;
+        validate::reason(&reason)?;
+        let receipt = state
+            .ledger
+            .erase(receipts::ErasureRequest {
+                dataset: query.dataset,
+                source_key: query.source_key,
+                actor: principal.actor(),
+                reason,
+            })
+            .await?;
+        tracing::info!(dataset = %receipt.dataset, source_key = %receipt.source_key, revision_id = %receipt.source_revision_id, actor = %principal.actor(), "source erased in the ledger; its jobs erase the stores");
+        return Ok((StatusCode::ACCEPTED, Json(receipt)).into_response());
+    }
+    let principal = auth.require(Scope::Ingest)?;
     principal.require_dataset(&query.dataset)?;
     if let Some(reason) = &query.reason {
         validate::reason(reason)?;

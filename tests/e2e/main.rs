@@ -8,6 +8,7 @@ mod cli;
 mod common;
 mod contract;
 mod crash;
+mod erasure;
 mod eval;
 mod generations;
 mod ops;

@@ -101,6 +101,15 @@ impl GraphStage {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         stages.enter("graph read").await?;
+        if let Some(erasure) = self
+            .ledger
+            .erasure(job.revision_id)
+            .await
+            .map_err(ledger_failure)?
+        {
+            self.exclude_verified(job, Some(&mut stages)).await?;
+            return self.erase(job, token, &erasure, stages, started).await;
+        }
         if self.is_tombstone(job).await? {
             self.exclude_verified(job, Some(&mut stages)).await?;
             return self
@@ -271,6 +280,62 @@ impl GraphStage {
             counts,
             write_ms,
         })
+    }
+
+    /// An erasure: after the exclusion, the subgraph of every revision the erasure deleted
+    /// (accepted before it) goes, and the source's node once nothing refers to it; read back
+    /// that none is left. Receipt `erased`.
+    async fn erase(
+        &self,
+        job: &Job,
+        token: &LeaseToken,
+        erasure: &receipts::Erasure,
+        mut stages: Stages<'_>,
+        started: Instant,
+    ) -> Result<(), Failure> {
+        stages.enter("graph erase").await?;
+        let erased = self
+            .store
+            .source_revisions(&job.dataset, &job.source_key, erasure.erased_at)
+            .await
+            .map_err(store_failure)?;
+        for revision in &erased {
+            self.store
+                .forget_revision(*revision)
+                .await
+                .map_err(store_failure)?;
+        }
+        let left = self
+            .store
+            .source_revisions(&job.dataset, &job.source_key, erasure.erased_at)
+            .await
+            .map_err(store_failure)?;
+        if !left.is_empty() {
+            return Err(store_failure(GatewayError::ReadbackMismatch {
+                store: "graph",
+                message: format!("{} erased revisions are still in the graph", left.len()),
+            }));
+        }
+        let node_deleted = self
+            .store
+            .forget_source(&job.dataset, &job.source_key)
+            .await
+            .map_err(store_failure)?;
+        drop(stages);
+        self.receipt(
+            token,
+            ReceiptState::Erased,
+            "erased: no revision, chunk, tag or link of the erased revisions is left",
+            json!({
+                "revisions_deleted": erased.len(),
+                "revisions_left": 0,
+                "source_node_deleted": node_deleted,
+                "store": self.store.location(),
+                "total_ms": millis(started),
+                "generation": self.generation,
+            }),
+        )
+        .await
     }
 
     /// Removes a deleted source's `HEAD` and references and checks that none remain.

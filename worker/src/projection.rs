@@ -6,7 +6,9 @@
 //! other revisions not current -> receipts. Ledger writes (chunk rows, receipts) are fenced by
 //! the lease; each stage starts with a fenced heartbeat that names the stage (the dashboard's
 //! "stage" column), so a run that lost its lease stops before writing. A `tombstone` job marks every revision of the source not current,
-//! reads that back, and records `excluded` receipts; it writes no content.
+//! reads that back, and records `excluded` receipts; it writes no content. A `tombstone` job of
+//! an erasure deletes the points of the source's erased revisions instead, reads back none,
+//! and records `erased` receipts.
 //!
 //! ## Invariants
 //! - Reconcile before writing: rows or points that already exist and verify are recorded as
@@ -568,6 +570,15 @@ impl Projector {
             Ok(Some(detail)) => detail.is_head,
             _ => false,
         };
+        let erased = matches!(self.ledger.revision(job.revision_id).await, Ok(None));
+        if erased {
+            // The revision was erased while this run wrote: its points go too.
+            let selector = gateways::PointSelector::Revision(job.revision_id);
+            if let Err(error) = vectors.delete_points(selector).await {
+                tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "could not delete the points of an erased revision written by a stale run");
+            }
+            return;
+        }
         if !is_head {
             if let Err(error) = vectors.retire_revision(job.revision_id).await {
                 tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "could not retire a stale revision's points; the newer job's set_current covers them");
@@ -576,6 +587,14 @@ impl Projector {
     }
 
     async fn exclude(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
+        if let Some(erasure) = self
+            .ledger
+            .erasure(job.revision_id)
+            .await
+            .map_err(ledger_failure)?
+        {
+            return self.erase(job, token, &erasure).await;
+        }
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         if self.has(Backend::Relational) {
@@ -611,6 +630,91 @@ impl Projector {
                 ReceiptState::Excluded,
                 "excluded: no point of the source is current",
                 json!({ "current_points": 0, "total_ms": millis(started), "generation": self.generation.id }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+impl Projector {
+    /// An erasure's job: the ledger already deleted the source's earlier revisions (its
+    /// read-back must show nothing left); the vector store deletes their points, in this
+    /// job's generation, and reads back none. Receipts `erased`, with the evidence.
+    async fn erase(
+        &self,
+        job: &Job,
+        token: &LeaseToken,
+        erasure: &receipts::Erasure,
+    ) -> Result<(), Failure> {
+        let started = Instant::now();
+        let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
+        if self.has(Backend::Relational) {
+            stages.enter("relational erase").await?;
+            if erasure.remaining != receipts::ErasureRemaining::default() {
+                return Err(retryable(
+                    "readback_mismatch",
+                    format!(
+                        "the ledger still holds part of the erased source: {:?}",
+                        erasure.remaining
+                    ),
+                ));
+            }
+            self.receipt(
+                token,
+                Backend::Relational,
+                ReceiptState::Erased,
+                "erased: no revision, chunk row, passage or unshared content of the source is \
+                 left in the ledger",
+                json!({
+                    "revisions_erased": erasure.revisions_erased,
+                    "contents_deleted": erasure.contents_deleted,
+                    "chunk_rows_deleted": erasure.chunk_rows_deleted,
+                    "content_sha256": erasure.content_sha256,
+                    "remaining": erasure.remaining,
+                    "generation": self.generation.id,
+                }),
+            )
+            .await?;
+        }
+        if let (true, Some(vectors)) = (self.has(Backend::Vector), &self.vectors) {
+            stages.enter("vector erase").await?;
+            let selector = gateways::PointSelector::Source {
+                dataset: job.dataset.clone(),
+                source_key: job.source_key.clone(),
+                head_before: erasure.erased_at,
+            };
+            let before = vectors
+                .count_points(selector.clone())
+                .await
+                .map_err(store_failure)?;
+            vectors
+                .delete_points(selector.clone())
+                .await
+                .map_err(store_failure)?;
+            let left = vectors
+                .count_points(selector)
+                .await
+                .map_err(store_failure)?;
+            if left != 0 {
+                return Err(store_failure(GatewayError::ReadbackMismatch {
+                    store: "vector",
+                    message: format!("{left} points of the erased source are still stored"),
+                }));
+            }
+            self.receipt(
+                token,
+                Backend::Vector,
+                ReceiptState::Erased,
+                "erased: no point of the source's erased revisions is left",
+                json!({
+                    "points_deleted": before,
+                    "points_left": 0,
+                    "store": vectors.name(),
+                    "location": vectors.location(),
+                    "total_ms": millis(started),
+                    "generation": self.generation.id,
+                }),
             )
             .await?;
         }

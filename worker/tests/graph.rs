@@ -250,6 +250,54 @@ async fn links_tags_and_urls_follow_heads_and_tombstones() {
     // b.md still carries the tag `shared`, so it stays.
     let b = world.graph.revision_counts(revisions[0]).await.expect("b");
     assert_eq!(b.tags, 1);
+
+    // Erasure: every revision of a.md leaves the graph, the vectors and the ledger; every
+    // backend's receipt says `erased`, read back.
+    let erased = world
+        .ledger
+        .erase(receipts::ErasureRequest {
+            dataset: "docs".to_owned(),
+            source_key: "a.md".to_owned(),
+            actor: "test".to_owned(),
+            reason: "legal request".to_owned(),
+        })
+        .await
+        .expect("erase")
+        .source_revision_id;
+    world.settle().await;
+    for backend in [Backend::Relational, Backend::Vector, Backend::Graph] {
+        assert_eq!(
+            world.receipt(erased, backend).await,
+            Some(ReceiptState::Erased),
+            "{backend}"
+        );
+    }
+    assert!(world
+        .graph
+        .source_revisions("docs", "a.md", i64::MAX)
+        .await
+        .expect("graph revisions")
+        .is_empty());
+    for revision in [a, newer] {
+        assert_eq!(
+            world
+                .graph
+                .revision_counts(revision)
+                .await
+                .expect("a")
+                .chunks,
+            0
+        );
+        assert!(world
+            .ledger
+            .revision(revision)
+            .await
+            .expect("read")
+            .is_none());
+    }
+    assert_eq!(world.graph.orphans().await.expect("orphans"), 0);
+    let b = world.graph.revision_counts(revisions[0]).await.expect("b");
+    assert_eq!(b.tags, 1, "b.md keeps its own subgraph");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -773,4 +773,59 @@ impl GraphStore for BoltGraphStore {
         .await?;
         self.collect_orphans(tags, urls).await
     }
+
+    async fn source_revisions(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        before: i64,
+    ) -> Result<Vec<Uuid>, GatewayError> {
+        let rows = self
+            .rows(
+                "source revisions",
+                query(
+                    "MATCH (r:Revision {dataset: $dataset, source_key: $key}) \
+                     WHERE r.accepted_at < $before RETURN r.id AS id",
+                )
+                .param("dataset", dataset)
+                .param("key", source_key)
+                .param("before", before),
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| row.get::<String>("id").ok()?.parse().ok())
+            .collect())
+    }
+
+    async fn forget_source(&self, dataset: &str, source_key: &str) -> Result<bool, GatewayError> {
+        let rows = self
+            .rows(
+                "source references",
+                query(
+                    "MATCH (s:Source {dataset: $dataset, key: $key}) \
+                     OPTIONAL MATCH (s)-[h:HAS_REVISION]->(:Revision) \
+                     WITH s, count(h) AS revisions \
+                     OPTIONAL MATCH (:Source)-[l:LINKS_TO]->(s) \
+                     RETURN revisions, count(l) AS incoming",
+                )
+                .param("dataset", dataset)
+                .param("key", source_key),
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(false);
+        };
+        if count(row, "revisions") > 0 || count(row, "incoming") > 0 {
+            return Ok(false);
+        }
+        self.run(
+            "forget source",
+            query("MATCH (s:Source {dataset: $dataset, key: $key}) DETACH DELETE s")
+                .param("dataset", dataset)
+                .param("key", source_key),
+        )
+        .await?;
+        Ok(true)
+    }
 }

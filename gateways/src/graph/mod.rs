@@ -166,4 +166,15 @@ pub trait GraphStore: Send + Sync + 'static {
     async fn revisions(&self, dataset: &str) -> Result<Vec<(Uuid, bool)>, GatewayError>;
     /// Deletes a revision's subgraph (reconcile: a revision the ledger does not know).
     async fn forget_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
+    /// The revisions of a source accepted before `before` (epoch microseconds): what an
+    /// erasure deletes, and its read-back expects none.
+    async fn source_revisions(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        before: i64,
+    ) -> Result<Vec<Uuid>, GatewayError>;
+    /// Deletes the source's node once nothing refers to it any more (no revision, no
+    /// incoming link): the end of an erasure. Returns whether it was deleted.
+    async fn forget_source(&self, dataset: &str, source_key: &str) -> Result<bool, GatewayError>;
 }

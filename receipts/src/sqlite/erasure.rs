@@ -1,9 +1,9 @@
 //! Erasure on SQLite: one writer operation deletes every trace of a source's revisions and
 //! queues the jobs that erase the stores (see [`crate::Acceptor::erase`]).
 //!
-//! It runs with `secure_delete` on, so the freed cells and pages are overwritten with zeros
-//! in the same transaction (the lexical index deletes for good through FTS5 `secure-delete`):
-//! once the WAL is checkpointed, no erased byte is left in the database file.
+//! The writer runs with `secure_delete` on, so freed cells and pages are overwritten with
+//! zeros in the same transaction (the lexical index deletes for good through FTS5
+//! `secure-delete`): once the WAL is checkpointed, no erased byte is left in the database file.
 
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use sqlx::Row;
@@ -45,22 +45,7 @@ pub(crate) async fn erase(
             source_key: request.source_key.clone(),
         });
     }
-    let previous = match sqlx::query_scalar::<_, i64>("PRAGMA secure_delete")
-        .fetch_one(&mut *connection)
-        .await?
-    {
-        0 => "OFF",
-        1 => "ON",
-        _ => "FAST",
-    };
-    sqlx::query("PRAGMA secure_delete = ON")
-        .execute(&mut *connection)
-        .await?;
-    let result = erase_rows(connection, request, backends, max_attempts, now).await;
-    sqlx::query(&format!("PRAGMA secure_delete = {previous}"))
-        .execute(&mut *connection)
-        .await?;
-    result
+    erase_rows(connection, request, backends, max_attempts, now).await
 }
 
 async fn erase_rows(

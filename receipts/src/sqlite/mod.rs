@@ -136,6 +136,9 @@ impl SqliteLedger {
             // Checkpoints run on a read connection in the background (see `checkpointer`), so a
             // commit never waits for one.
             .pragma("wal_autocheckpoint", "0")
+            // Freed cells and pages are overwritten with zeros, so that no deleted byte (an
+            // erased document above all) lingers in free space once the WAL is checkpointed.
+            .pragma("secure_delete", "ON")
             .connect()
             .await?;
         MIGRATOR.run(&mut write_connection).await.map_err(|error| {
