@@ -571,6 +571,9 @@ fn source_query(
         .map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
     validate::dataset(&query.dataset)?;
     validate::source_key(&query.source_key)?;
+    if let Some(reason) = &query.reason {
+        validate::reason(reason)?;
+    }
     Ok(query)
 }
 
@@ -596,7 +599,6 @@ async fn delete_source(
                 "an erasure needs a `reason` (recorded in history, e.g. the request's reference)",
             )
         })?;
-        validate::reason(&reason)?;
         let receipt = state
             .ledger
             .erase(receipts::ErasureRequest {
@@ -611,9 +613,6 @@ async fn delete_source(
     }
     let principal = auth.require(Scope::Ingest)?;
     principal.require_dataset(&query.dataset)?;
-    if let Some(reason) = &query.reason {
-        validate::reason(reason)?;
-    }
     let submission = Submission {
         dataset: query.dataset,
         source_key: query.source_key,

@@ -353,6 +353,26 @@ pub async fn render(ledger: &dyn Ledger, cursor: &EventCursor) -> Result<String,
     metrics::gauge!("cairn_max_heartbeat_age_seconds")
         .set(activity.max_heartbeat_age_micros.map_or(0.0, seconds));
     metrics::gauge!("cairn_claim_pauses").set(activity.pauses.len() as f64);
+    // Each generation's state (1 for its state, 0 for the others, so a switch leaves no stale
+    // series) and its coverage of the current heads (retired ones read 0).
+    for generation in ledger.generations().await? {
+        for state in receipts::GenerationState::ALL {
+            metrics::gauge!("cairn_generation_state", "generation" => generation.id.clone(), "state" => state.as_str())
+                .set(if *state == generation.state { 1.0 } else { 0.0 });
+        }
+        let live = generation.state.is_live();
+        let progress = &generation.progress;
+        let value = |count: i64| if live { count as f64 } else { 0.0 };
+        let id = generation.id.clone();
+        metrics::gauge!("cairn_generation_heads", "generation" => id.clone())
+            .set(value(progress.heads));
+        metrics::gauge!("cairn_generation_verified_heads", "generation" => id.clone())
+            .set(value(progress.verified));
+        metrics::gauge!("cairn_generation_failed_heads", "generation" => id.clone())
+            .set(value(progress.failed));
+        metrics::gauge!("cairn_generation_open_jobs", "generation" => id)
+            .set(value(progress.open_jobs));
+    }
     metrics::gauge!("cairn_sources").set(counts.sources as f64);
     metrics::gauge!("cairn_revisions").set(counts.revisions as f64);
     handle.run_upkeep();

@@ -20,6 +20,15 @@
 //! - A revision is **vector-searchable** in a generation when its relational and vector
 //!   receipts are verified there; triggers on the receipts keep that answer in
 //!   `searchable_revisions` (one lookup per search hit), in the receipt's own transaction.
+//! - A **generation** is the identity of a projection (model, dimension, chunker settings,
+//!   backends). Several can be live: one `active` (search answers from it), one `building`
+//!   beside it, former active ones on `standby` for rollback. Every acceptance queues one job
+//!   per live generation; jobs, chunk rows and receipts name theirs. Their changes (create,
+//!   switch, retire) go through one path ([`Projections::change_generation`], rules in
+//!   [`generations`]).
+//! - An **erasure** ([`Acceptor::erase`]) deletes every earlier revision of a source with all
+//!   it left in the ledger, keeps who, why, when and the content hashes, and queues the jobs
+//!   that erase the stores.
 //! - A running job reports its **stage** (`reading`, `chunking`, `embedding`, ...) with a
 //!   fenced heartbeat ([`Leases::progress`]); operators read jobs, activity and the job event
 //!   stream through [`Operations`].
@@ -33,8 +42,9 @@
 //!    the previous head's unfinished job and receipts, the new job and receipts, and the
 //!    lexical index rows are written in one transaction (each submission in its own savepoint
 //!    inside a group commit). A failure at any step leaves no partial rows.
-//! 3. A source has exactly one head. At most one unfinished job exists per source: accepting a
-//!    new head marks the previous unfinished job and receipts `superseded`.
+//! 3. A source has exactly one head. At most one unfinished job exists per source and live
+//!    generation: accepting a new head marks the previous unfinished jobs and receipts
+//!    `superseded` (an erasure's jobs excepted: they erase the stores whatever comes next).
 //! 4. The lexical index (FTS5) holds the passages of current, non-deleted heads only; it is
 //!    updated in the same transaction as the head move, so lexical search never waits for a
 //!    worker and never returns a superseded or deleted revision.

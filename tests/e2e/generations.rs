@@ -396,6 +396,43 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
     );
     assert!(embedded <= 1 && reused >= 3, "{vector}");
 
+    // The metrics name each generation's state and coverage.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics");
+    let state = |id: &str, state: &str| {
+        crate::common::metric(
+            &metrics,
+            "cairn_generation_state",
+            &[("generation", id), ("state", state)],
+        )
+    };
+    assert_eq!(state(&second, "active"), 1.0);
+    assert_eq!(state(&second, "building"), 0.0);
+    assert_eq!(state(&first, "retired"), 1.0);
+    assert!(
+        crate::common::metric(
+            &metrics,
+            "cairn_generation_verified_heads",
+            &[("generation", &second)]
+        ) > 0.0
+    );
+
+    // The traffic saw both generations answer (it keeps running until it has seen the new one).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !answered.lock().await.contains(&second) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the traffic never saw the new generation answer"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop.store(true, Ordering::SeqCst);
     traffic.await.expect("traffic");
     let answered = answered.lock().await;
@@ -404,4 +441,58 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
     let last: Vec<String> = search_and_check(&http, &base, &token, &written, &first).await;
     assert!(last.iter().all(|generation| *generation == second));
     server.kill().await.expect("stop");
+}
+
+/// Retiring deletes a generation's vectors on either store and reads back that they are gone:
+/// the shard directory (embedded) or the collection (a real Qdrant server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retiring_deletes_the_shard_or_the_collection_and_reads_it_back() {
+    let qdrant = gateways::testing::QdrantServer::start().expect("start Qdrant");
+    let data = tempfile::tempdir().expect("tempdir");
+    for server in [None, Some(qdrant.grpc_url())] {
+        let overrides = cairn::config::Overrides {
+            data_dir: Some(data.path().to_path_buf()),
+            vectors_url: server.clone(),
+            ..cairn::config::Overrides::default()
+        };
+        let config = cairn::config::Config::load(&overrides, &HashMap::new()).expect("config");
+        let stores = cairn::projection::GenerationStores::new(&config);
+        let id = "g-retire-me";
+        let store = stores.get(id).await.expect("open");
+        let revision = uuid::Uuid::now_v7();
+        let mut vector = vec![0.0; gateways::embedder::MODEL_DIMENSION];
+        vector[0] = 1.0;
+        store
+            .upsert(vec![gateways::VectorPoint {
+                dataset: "docs".to_owned(),
+                source_key: "a".to_owned(),
+                revision_id: revision,
+                chunk_index: 0,
+                head_at: 1,
+                vector,
+            }])
+            .await
+            .expect("upsert");
+        let evidence = stores.delete(id).await.expect("delete");
+        match &server {
+            None => {
+                assert_eq!(evidence["directory_exists"], false, "{evidence}");
+                assert!(evidence["bytes_freed"].as_u64().expect("bytes") > 0);
+                assert!(!data.path().join("vectors").join(id).exists());
+                // A handle kept from before answers `unavailable`, never stale data.
+                assert!(store.revision_points(revision).await.is_err());
+            }
+            Some(_) => {
+                assert_eq!(evidence["collection_exists"], false, "{evidence}");
+                assert_eq!(evidence["points_deleted"], 1);
+            }
+        }
+        // Opening it again starts empty.
+        let again = stores.get(id).await.expect("reopen");
+        assert_eq!(
+            again.revision_points(revision).await.expect("read").count,
+            0
+        );
+        stores.delete(id).await.expect("clean up");
+    }
 }
