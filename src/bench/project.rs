@@ -296,7 +296,7 @@ async fn pipeline(
             eprintln!("project: {completed} of {} documents verified", jobs.len());
             last = Some(completed);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        tokio::time::sleep(DONE_POLL).await;
     }
     let pipeline_seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(true);
@@ -321,24 +321,7 @@ async fn pipeline(
             .chunk_summary(acceptance.source_revision_id, &projector.generation().id)
             .await?
             .count;
-        for receipt in ledger.receipts(job.id).await? {
-            let Some(evidence) = receipt.evidence else {
-                continue;
-            };
-            for key in [
-                "chunk_ms",
-                "write_ms",
-                "embed_ms",
-                "readback_ms",
-                "total_ms",
-            ] {
-                if let Some(ms) = evidence.get(key).and_then(Value::as_f64) {
-                    *stages
-                        .entry(format!("{}.{key}", receipt.backend))
-                        .or_default() += ms;
-                }
-            }
-        }
+        add_stages(&mut stages, &ledger.receipts(job.id).await?);
     }
     Ok(Run {
         seconds: pipeline_seconds,
@@ -348,6 +331,34 @@ async fn pipeline(
         ledger,
         projector,
     })
+}
+
+/// How often a phase checks whether every job has ended (its timing error).
+const DONE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Adds a job's stage times (milliseconds, from its receipts' evidence) to `stages`.
+fn add_stages(
+    stages: &mut std::collections::BTreeMap<String, f64>,
+    receipts: &[receipts::ProjectionReceipt],
+) {
+    for receipt in receipts {
+        let Some(evidence) = &receipt.evidence else {
+            continue;
+        };
+        for key in [
+            "chunk_ms",
+            "write_ms",
+            "embed_ms",
+            "readback_ms",
+            "total_ms",
+        ] {
+            if let Some(ms) = evidence.get(key).and_then(Value::as_f64) {
+                *stages
+                    .entry(format!("{}.{key}", receipt.backend))
+                    .or_default() += ms;
+            }
+        }
+    }
 }
 
 /// One pipeline run and what it left (its ledger and projector, for the edit phase).
@@ -382,7 +393,7 @@ async fn drain(run: &Run, bench: &ProjectBench) -> anyhow::Result<f64> {
         if counts.open_jobs() == 0 {
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(DONE_POLL).await;
     }
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(true);
@@ -425,8 +436,11 @@ async fn edit_phase(
     drain(run, bench).await?;
     let seconds = started.elapsed().as_secs_f64();
     let (mut embedded, mut reused, mut points) = (0, 0, 0);
+    let mut stages = std::collections::BTreeMap::new();
     for acceptance in &revisions {
-        for receipt in run.ledger.receipts(acceptance.projection_job_id).await? {
+        let receipts = run.ledger.receipts(acceptance.projection_job_id).await?;
+        add_stages(&mut stages, &receipts);
+        for receipt in receipts {
             if receipt.backend != receipts::Backend::Vector {
                 continue;
             }
@@ -448,6 +462,10 @@ async fn edit_phase(
         "points": points,
         "embedded": embedded,
         "reused": reused,
+        "mean_stage_ms_per_job": stages
+            .iter()
+            .map(|(stage, total)| (stage.clone(), json!(total / revisions.len().max(1) as f64)))
+            .collect::<serde_json::Map<_, _>>(),
         "note": "a new revision of every document (one in eight with a sentence appended, the rest a new tag); timed from the first acceptance until every job has ended, on the first run's ledger and stores",
     }))
 }

@@ -2,8 +2,8 @@
 //! vector points, reads every write back, and records one receipt per backend.
 //!
 //! ## Order (a `project` job)
-//! relational write -> read-back -> embed -> vector write -> read-back -> mark the source's
-//! other revisions not current -> receipts. Ledger writes (chunk rows, receipts) are fenced by
+//! relational write -> read-back -> embed -> vector write (visible) -> read-back -> mark the
+//! source's other revisions not current (durable: it puts the points on disk too) -> receipts. Ledger writes (chunk rows, receipts) are fenced by
 //! the lease; each stage starts with a fenced heartbeat that names the stage (the dashboard's
 //! "stage" column), so a run that lost its lease stops before writing. A `tombstone` job marks every revision of the source not current,
 //! reads that back, and records `excluded` receipts; it writes no content. A `tombstone` job of
@@ -307,12 +307,25 @@ impl Projector {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         stages.enter("reading").await?;
-        let (_, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
+        let (revision, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
         stages.enter("chunking").await?;
-        let chunker = self.chunker.clone();
-        let chunks = tokio::task::spawn_blocking(move || chunker.chunk(&text))
-            .await
-            .map_err(|error| permanent("chunker_failed", format!("chunking failed: {error}")))?;
+        let copied = self.predecessor_chunks(&revision).await?;
+        let chunks_from = if copied.is_some() {
+            "predecessor"
+        } else {
+            "chunker"
+        };
+        let chunks = match copied {
+            Some(chunks) => chunks,
+            None => {
+                let chunker = self.chunker.clone();
+                tokio::task::spawn_blocking(move || chunker.chunk(&text))
+                    .await
+                    .map_err(|error| {
+                        permanent("chunker_failed", format!("chunking failed: {error}"))
+                    })?
+            }
+        };
         let chunk_ms = millis(started);
         let expected = ChunkSummary::of(chunks.iter().map(|chunk| chunk.sha256.as_str()));
         let tokens: usize = chunks.iter().map(|chunk| chunk.token_count).sum();
@@ -372,6 +385,7 @@ impl Projector {
                     "checksum": expected.checksum,
                     "tokens": tokens,
                     "reconciled": reconciled,
+                    "chunks_from": chunks_from,
                     "chunk_ms": chunk_ms,
                     "write_ms": millis(step),
                     "generation": self.generation.id,
@@ -413,7 +427,12 @@ impl Projector {
                         vector,
                     })
                     .collect();
-                vectors.upsert(points).await.map_err(store_failure)?;
+                // Visible at once, durable with `set_current` below (one flush per run, not
+                // two): nothing is verified before that write returns.
+                vectors
+                    .upsert_visible(points)
+                    .await
+                    .map_err(store_failure)?;
                 write_ms = millis(step);
                 self.receipt(
                     token,
@@ -560,6 +579,59 @@ impl Projector {
             }
         }
         Ok((out.into_iter().flatten().collect(), reused))
+    }
+
+    /// The chunks of a revision whose bytes equal its predecessor's (a change of tags or
+    /// metadata only), copied from the predecessor's chunk rows in this generation instead of
+    /// cutting the same text again: the chunker is deterministic for the same bytes and
+    /// settings, and a revision's rows are written whole or not at all. `None` when there is
+    /// no such predecessor, or it has no rows here.
+    async fn predecessor_chunks(
+        &self,
+        revision: &receipts::Revision,
+    ) -> Result<Option<Vec<gateways::Chunk>>, Failure> {
+        let Some(previous) = revision.previous_revision_id else {
+            return Ok(None);
+        };
+        let Some(detail) = self
+            .ledger
+            .revision(previous)
+            .await
+            .map_err(ledger_failure)?
+        else {
+            return Ok(None);
+        };
+        if detail.revision.content_sha256.is_none()
+            || detail.revision.content_sha256 != revision.content_sha256
+        {
+            return Ok(None);
+        }
+        let rows = self
+            .ledger
+            .chunks(previous, &self.generation.id)
+            .await
+            .map_err(ledger_failure)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.into_iter()
+            .map(|row| {
+                let number = |value: i64| {
+                    usize::try_from(value)
+                        .map_err(|_| permanent("ledger_error", "a negative chunk row field"))
+                };
+                Ok(gateways::Chunk {
+                    index: u32::try_from(row.chunk_index)
+                        .map_err(|_| permanent("ledger_error", "a chunk index out of range"))?,
+                    byte_start: number(row.byte_start)?,
+                    byte_end: number(row.byte_end)?,
+                    token_count: number(row.token_count)?,
+                    text: row.text,
+                    sha256: row.sha256,
+                })
+            })
+            .collect::<Result<Vec<_>, Failure>>()
+            .map(Some)
     }
 
     /// After a fenced-out final write: if the revision is no longer head, its points must not

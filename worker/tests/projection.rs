@@ -796,3 +796,65 @@ async fn unchanged_chunks_reuse_their_vectors_within_a_dataset() {
         .expect("points");
     assert_eq!(stored.count as u64, points);
 }
+
+/// A revision whose bytes equal its predecessor's (new tags only) is not chunked again: its
+/// chunk rows are copied from the predecessor's (the same rows the chunker would cut), and its
+/// vectors are reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tags_only_revision_copies_its_predecessors_chunks() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    let text = format!(
+        "{}\n\n{}",
+        "Tides rise. ".repeat(150),
+        "Stars fade. ".repeat(150)
+    );
+    let first = accept(&world.ledger, vec![put("docs", "a", &text)]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![first[0].1], JobState::Completed),
+        )
+        .await;
+    let mut retagged = put("docs", "a", &text);
+    if let receipts::Change::Put(document) = &mut retagged.change {
+        document.tags = vec!["reviewed".to_owned()];
+    }
+    let second = accept(&world.ledger, vec![retagged]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![second[0].1], JobState::Completed),
+        )
+        .await;
+    let relational = |revision| {
+        let ledger = world.ledger.clone();
+        async move {
+            ledger
+                .revision(revision)
+                .await
+                .expect("read")
+                .expect("revision")
+                .receipts
+                .into_iter()
+                .find(|receipt| receipt.backend == Backend::Relational)
+                .and_then(|receipt| receipt.evidence)
+                .expect("relational evidence")
+        }
+    };
+    assert_eq!(relational(first[0].0).await["chunks_from"], "chunker");
+    assert_eq!(relational(second[0].0).await["chunks_from"], "predecessor");
+    let rows = |revision| {
+        let ledger = world.ledger.clone();
+        let generation = world.generation.id.clone();
+        async move { ledger.chunks(revision, &generation).await.expect("rows") }
+    };
+    let (before, after) = (rows(first[0].0).await, rows(second[0].0).await);
+    assert!(before.len() >= 2);
+    assert_eq!(
+        before, after,
+        "the copied rows are the rows the chunker cut"
+    );
+    let vectors = vector_evidence(&world.ledger, second[0].0).await;
+    assert_eq!(vectors["reused"], vectors["points"], "{vectors}");
+}

@@ -111,6 +111,13 @@ struct Shard {
     flushed: std::sync::Mutex<u64>,
 }
 
+/// How long a flush waits before it takes the shard, so that the writes of concurrent jobs
+/// that are about to happen join it. A flush holds the shard exclusively: without the wait each
+/// of N concurrent writers pays a flush in turn, with it one flush serves them all
+/// (`bench project --edits`: 0.21x -> 0.14x of the first projection, the first projection
+/// faster too). A durable write therefore returns at least this late.
+const FLUSH_WINDOW: Duration = Duration::from_millis(8);
+
 impl Drop for Shard {
     /// qdrant-edge's own `Drop` flushes and panics when the flush fails (a full disk, say).
     /// The last flush normally happened in [`VectorStore::close`]; this one is contained, so
@@ -154,6 +161,8 @@ impl Shard {
         if *flushed >= seq {
             return Ok(());
         }
+        // Let writes that are about to happen join this flush (the flush holds the shard).
+        std::thread::sleep(FLUSH_WINDOW);
         let _guard = self
             .lock
             .write()
@@ -426,32 +435,56 @@ impl EdgeVectorStore {
         write: bool,
         f: impl FnOnce(&EdgeShard) -> Result<T, GatewayError> + Send + 'static,
     ) -> Result<T, GatewayError> {
+        if write {
+            self.with_shard_durable(true, f).await
+        } else {
+            self.with_shard_read(f).await
+        }
+    }
+
+    /// A write; `durable`: returns once it is on disk (group flush), else once it is visible.
+    async fn with_shard_durable<T: Send + 'static>(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&EdgeShard) -> Result<T, GatewayError> + Send + 'static,
+    ) -> Result<T, GatewayError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            if write {
-                let (result, seq) = {
-                    let _guard = inner
-                        .lock
-                        .write()
-                        .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                    let result = inner.with_engine(f);
-                    let seq = inner.written.fetch_add(1, Ordering::SeqCst) + 1;
-                    inner.last_write_ms.store(
-                        u64::try_from(inner.opened.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        Ordering::SeqCst,
-                    );
-                    (result, seq)
-                };
-                let value = result?;
-                inner.sync(seq)?;
-                Ok(value)
-            } else {
+            let (result, seq) = {
                 let _guard = inner
                     .lock
-                    .read()
+                    .write()
                     .map_err(|_| unavailable("the shard lock is poisoned"))?;
-                inner.with_engine(f)
+                let result = inner.with_engine(f);
+                let seq = inner.written.fetch_add(1, Ordering::SeqCst) + 1;
+                inner.last_write_ms.store(
+                    u64::try_from(inner.opened.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    Ordering::SeqCst,
+                );
+                (result, seq)
+            };
+            let value = result?;
+            if durable {
+                inner.sync(seq)?;
             }
+            Ok(value)
+        })
+        .await
+        .map_err(|error| unavailable(format!("vector task failed: {error}")))?
+    }
+
+    /// A read, beside other reads.
+    async fn with_shard_read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&EdgeShard) -> Result<T, GatewayError> + Send + 'static,
+    ) -> Result<T, GatewayError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let _guard = inner
+                .lock
+                .read()
+                .map_err(|_| unavailable("the shard lock is poisoned"))?;
+            inner.with_engine(f)
         })
         .await
         .map_err(|error| unavailable(format!("vector task failed: {error}")))?
@@ -525,6 +558,50 @@ impl EdgeVectorStore {
             })
             .map_err(|error| unavailable(format!("starting the optimiser thread: {error}")))?;
         Ok(stop)
+    }
+
+    /// Upserts points; `durable`: returns once they are on disk, else once they are visible
+    /// (the next durable write puts them on disk).
+    async fn write_points(
+        &self,
+        points: Vec<VectorPoint>,
+        durable: bool,
+    ) -> Result<(), GatewayError> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        check_dimensions(&points, self.dimension)?;
+        let points: Vec<qdrant_edge::PointStructPersisted> = points
+            .into_iter()
+            .map(|point| {
+                let payload = serde_json::json!({
+                    "dataset": point.dataset,
+                    "source_key": point.source_key,
+                    "revision_id": point.revision_id.to_string(),
+                    "chunk_index": point.chunk_index,
+                    "head_at": point.head_at,
+                    "is_current": true,
+                });
+                PointStruct::new(
+                    PointId::Uuid(point_id(point.revision_id, point.chunk_index)),
+                    point.vector,
+                    payload,
+                )
+                .into()
+            })
+            .collect();
+        let count = points.len() as u64;
+        self.inner.points_written.fetch_add(count, Ordering::SeqCst);
+        self.with_shard_durable(durable, move |shard| {
+            shard
+                .update(qdrant_edge::UpdateOperation::PointOperation(
+                    qdrant_edge::PointOperations::UpsertPoints(
+                        qdrant_edge::PointInsertOperations::PointsList(points),
+                    ),
+                ))
+                .map_err(unavailable)
+        })
+        .await
     }
 
     /// The filter of a selector.
@@ -719,41 +796,11 @@ impl VectorStore for EdgeVectorStore {
     }
 
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
-        if points.is_empty() {
-            return Ok(());
-        }
-        check_dimensions(&points, self.dimension)?;
-        let points: Vec<qdrant_edge::PointStructPersisted> = points
-            .into_iter()
-            .map(|point| {
-                let payload = serde_json::json!({
-                    "dataset": point.dataset,
-                    "source_key": point.source_key,
-                    "revision_id": point.revision_id.to_string(),
-                    "chunk_index": point.chunk_index,
-                    "head_at": point.head_at,
-                    "is_current": true,
-                });
-                PointStruct::new(
-                    PointId::Uuid(point_id(point.revision_id, point.chunk_index)),
-                    point.vector,
-                    payload,
-                )
-                .into()
-            })
-            .collect();
-        let count = points.len() as u64;
-        self.inner.points_written.fetch_add(count, Ordering::SeqCst);
-        self.with_shard(true, move |shard| {
-            shard
-                .update(qdrant_edge::UpdateOperation::PointOperation(
-                    qdrant_edge::PointOperations::UpsertPoints(
-                        qdrant_edge::PointInsertOperations::PointsList(points),
-                    ),
-                ))
-                .map_err(unavailable)
-        })
-        .await
+        self.write_points(points, true).await
+    }
+
+    async fn upsert_visible(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        self.write_points(points, false).await
     }
 
     async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError> {

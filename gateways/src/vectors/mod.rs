@@ -16,7 +16,8 @@
 //! - Payload indexes on the filtered fields ([`INDEXED_FIELDS`]) exist before the first point
 //!   is written.
 //! - [`VectorStore::upsert`] returns once the write is durable and visible to reads, so a
-//!   read-back checks what the store holds.
+//!   read-back checks what the store holds; [`VectorStore::upsert_visible`] once it is visible,
+//!   durable with the next durable write. Every other write is durable when it returns.
 //! - `is_current` flips are ordered by `head_at`: a late write of an older head never retires a
 //!   newer one.
 //! - Search filters by dataset and `is_current = true` inside the store; the caller still binds
@@ -129,6 +130,12 @@ pub trait VectorStore: Send + Sync + 'static {
     fn dimension(&self) -> usize;
     /// Writes points (marked current) durably, replacing points with the same identity.
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError>;
+    /// [`VectorStore::upsert`], returning once the points are visible to reads; they reach
+    /// the disk with the next durable write (a projection's [`VectorStore::set_current`]), so
+    /// a caller verifies nothing before that write returns. The default waits for durability.
+    async fn upsert_visible(&self, points: Vec<VectorPoint>) -> Result<(), GatewayError> {
+        self.upsert(points).await
+    }
     /// Reads back what is stored for a revision.
     async fn revision_points(&self, revision_id: Uuid) -> Result<RevisionPoints, GatewayError>;
     /// Makes the revision that became head at `head_at` the source's current one: points of
