@@ -3,7 +3,9 @@
 //! boundaries prefer paragraphs, then sentences, then words. Deterministic for the same text.
 
 use sha2::{Digest, Sha256};
-use text_splitter::{ChunkConfig, TextSplitter};
+use text_splitter::{ChunkConfig, MarkdownSplitter, TextSplitter};
+
+use crate::extract::{Extracted, Format};
 
 use crate::embedder::MODEL_MAX_TOKENS;
 use crate::GatewayError;
@@ -62,6 +64,8 @@ pub struct Chunk {
     pub token_count: usize,
     /// Hex sha256 of its text.
     pub sha256: String,
+    /// The section it starts in (`# A > ## B`), for formats with headings.
+    pub section: Option<String>,
 }
 
 /// Cuts text into chunks that fit the model.
@@ -169,8 +173,16 @@ impl Chunker {
         self.settings
     }
 
-    /// The chunks of `text`, in order (none for blank text).
+    /// The chunks of plain `text`, in order (none for blank text).
     pub fn chunk(&self, text: &str) -> Vec<Chunk> {
+        self.chunk_extracted(&Extracted::new(text.to_owned(), Format::PlainText))
+    }
+
+    /// The chunks of an extraction, in order, each with the section it starts in. Markdown
+    /// is cut at its own structure first (headings, then blocks: a code block or a table
+    /// stays whole where it fits), then as text.
+    pub fn chunk_extracted(&self, extracted: &Extracted) -> Vec<Chunk> {
+        let text = extracted.text.as_str();
         let sizer = DocumentSizer::new(&self.tokenizer, text);
         let config = match ChunkConfig::new(self.settings.max_tokens)
             .with_sizer(&sizer)
@@ -180,8 +192,12 @@ impl Chunker {
             // `new` checked the same settings.
             Err(_) => return Vec::new(),
         };
-        TextSplitter::new(config)
-            .chunk_indices(text)
+        let pieces: Vec<(usize, &str)> = match extracted.format {
+            Format::PlainText => TextSplitter::new(config).chunk_indices(text).collect(),
+            Format::Markdown => MarkdownSplitter::new(config).chunk_indices(text).collect(),
+        };
+        pieces
+            .into_iter()
             .enumerate()
             .map(|(index, (offset, piece))| Chunk {
                 index: u32::try_from(index).unwrap_or(u32::MAX),
@@ -190,6 +206,7 @@ impl Chunker {
                 byte_end: offset + piece.len(),
                 token_count: sizer.tokens_in(offset, offset + piece.len()),
                 sha256: hex::encode(Sha256::digest(piece.as_bytes())),
+                section: extracted.section_at(offset).map(str::to_owned),
             })
             .collect()
     }

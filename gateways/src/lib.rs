@@ -15,6 +15,7 @@
 
 pub mod chunker;
 pub mod embedder;
+pub mod extract;
 pub mod graph;
 mod retry;
 pub mod testing;
@@ -22,6 +23,7 @@ pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
+pub use extract::{Extracted, Format};
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
     EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector, RevisionPoints,

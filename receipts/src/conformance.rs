@@ -1187,6 +1187,8 @@ fn rows(texts: &[&str]) -> Vec<crate::model::ChunkRow> {
             byte_end: text.len() as i64,
             token_count: 1,
             sha256: crate::ids::sha256_hex(text.as_bytes()),
+            section: (index > 0).then(|| format!("# Part {index}")),
+            page: (index > 0).then_some(index as i64),
         })
         .collect()
 }

@@ -522,6 +522,10 @@ pub struct BoundHit {
     pub vector_searchable: bool,
     /// The chunk's text (vector hits whose chunk rows exist).
     pub chunk_text: Option<String>,
+    /// The chunk's section, when its format has headings.
+    pub section: Option<String>,
+    /// The chunk's first page, when its format has pages.
+    pub page: Option<i64>,
 }
 
 /// Ledger-wide counts for status pages.
@@ -851,6 +855,12 @@ pub struct ChunkRow {
     pub token_count: i64,
     /// Hex sha256 of the text.
     pub sha256: String,
+    /// The section it starts in (`# A > ## B`), when the format has headings.
+    #[serde(default)]
+    pub section: Option<String>,
+    /// Its first page (1-based), when the format has pages.
+    #[serde(default)]
+    pub page: Option<i64>,
 }
 
 /// What the relational backend holds for a revision: read back after every write.

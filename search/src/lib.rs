@@ -197,6 +197,10 @@ pub struct SearchResult {
     pub passage_index: Option<i64>,
     /// The chunk's or passage's text.
     pub text: String,
+    /// The section the chunk starts in (`# A > ## B`), when its document has headings.
+    pub section: Option<String>,
+    /// The chunk's first page, when its document has pages.
+    pub page: Option<i64>,
     /// The score, of the kind in `score_kind`.
     pub score: f64,
     /// `rrf`, `cosine` or `bm25`.
@@ -375,6 +379,8 @@ struct Candidate {
     chunk_index: Option<u32>,
     passage_index: Option<i64>,
     text: String,
+    section: Option<String>,
+    page: Option<i64>,
     /// The phase's own score (cosine or BM25).
     score: f64,
     vector_searchable: bool,
@@ -848,6 +854,8 @@ impl Searcher {
                         chunk_index: Some(hit.chunk_index),
                         passage_index: None,
                         text: text.clone(),
+                        section: bound.section.clone(),
+                        page: bound.page,
                         score: f64::from(hit.score),
                         vector_searchable: true,
                     })
@@ -921,6 +929,8 @@ impl Searcher {
                     chunk_index: None,
                     passage_index: Some(hit.passage_index),
                     text: hit.text,
+                    section: None,
+                    page: None,
                     score: hit.score,
                 })
             })
@@ -1029,6 +1039,8 @@ impl Searcher {
                     chunk_index: candidate.chunk_index,
                     passage_index: candidate.passage_index,
                     text: candidate.text.clone(),
+                    section: candidate.section.clone(),
+                    page: candidate.page,
                     score,
                     score_kind,
                     retrieval,

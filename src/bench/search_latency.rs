@@ -141,6 +141,8 @@ async fn load(
                     token_count: 40,
                     sha256: receipts::ids::sha256_hex(text.as_bytes()),
                     text,
+                    section: None,
+                    page: None,
                 };
                 ledger.write_chunks(&token, generation, vec![row]).await?;
                 for backend in [Backend::Relational, Backend::Vector] {

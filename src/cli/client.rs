@@ -361,6 +361,25 @@ pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Res
             .take(70)
             .collect();
         let retrieval = joined(result, "retrieval", "+");
+        // Where in the document: its section and page, when it has them.
+        let place: Vec<String> = [
+            result
+                .get("page")
+                .and_then(Value::as_i64)
+                .map(|page| format!("p. {page}")),
+            result
+                .get("section")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let snippet = if place.is_empty() {
+            snippet
+        } else {
+            format!("[{}] {snippet}", place.join(", "))
+        };
         let source: String = text(result, "source_key").chars().take(28).collect();
         println!(
             "{:>4}  {:<9.4} {:<16} {:<28} {:<14} {:<10} {snippet}",

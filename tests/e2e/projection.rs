@@ -234,3 +234,67 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
     let again = revision(&http, &base, &token, &tombstone).await;
     assert_eq!(receipt_states(&again), receipt_states(&detail));
 }
+
+/// A Markdown document through the API: its chunks carry their heading paths, and search
+/// results (JSON and the CLI's table) say which section a hit comes from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markdown_results_name_their_section() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = start(data.path()).await;
+    let token = std::fs::read_to_string(data.path().join("admin.token"))
+        .expect("admin token")
+        .trim()
+        .to_owned();
+    let http = reqwest::Client::new();
+    let content = format!(
+        "# Field guide\n\n{}\n\n## Birds of the marsh\n\n{}\n\n## Trees of the ridge\n\n{}\n",
+        "This guide describes the valley and its seasons. ".repeat(30),
+        "Herons wade through reeds and kingfishers dive for small fish. ".repeat(25),
+        "Old oaks and pines grow along the windy ridge above the valley. ".repeat(25),
+    );
+    let receipt: Value = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(&token)
+        .json(&json!({
+            "dataset": "docs", "source_key": "guide.md", "content": content,
+            "media_type": "text/markdown",
+        }))
+        .send()
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("receipt");
+    let id = receipt["source_revision_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    wait_for_job(&http, &base, &token, &id, "completed").await;
+    let answer: Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(&token)
+        .json(&json!({ "query": "herons and kingfishers catching fish", "mode": "vector", "datasets": ["docs"], "group_by_source": false }))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        answer["results"][0]["section"], "# Field guide > ## Birds of the marsh",
+        "{answer}"
+    );
+    assert!(answer["results"][0]["page"].is_null());
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["search", "oaks and pines on the ridge", "--dataset", "docs"])
+        .args(["--server", &base, "--data-dir"])
+        .arg(data.path())
+        .output()
+        .expect("cairn search");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("[# Field guide > ## Trees of the ridge]"),
+        "{table}"
+    );
+    server.kill().await.expect("stop");
+}

@@ -319,11 +319,12 @@ impl Projector {
             Some(chunks) => chunks,
             None => {
                 let chunker = self.chunker.clone();
-                tokio::task::spawn_blocking(move || chunker.chunk(&text))
-                    .await
-                    .map_err(|error| {
-                        permanent("chunker_failed", format!("chunking failed: {error}"))
-                    })?
+                let format = gateways::Format::of(&revision.media_type);
+                tokio::task::spawn_blocking(move || {
+                    chunker.chunk_extracted(&gateways::Extracted::new(text, format))
+                })
+                .await
+                .map_err(|error| permanent("chunker_failed", format!("chunking failed: {error}")))?
             }
         };
         let chunk_ms = millis(started);
@@ -350,6 +351,8 @@ impl Projector {
                         byte_end: chunk.byte_end as i64,
                         token_count: chunk.token_count as i64,
                         sha256: chunk.sha256.clone(),
+                        section: chunk.section.clone(),
+                        page: None,
                     })
                     .collect();
                 self.ledger
@@ -628,6 +631,7 @@ impl Projector {
                     token_count: number(row.token_count)?,
                     text: row.text,
                     sha256: row.sha256,
+                    section: row.section,
                 })
             })
             .collect::<Result<Vec<_>, Failure>>()

@@ -858,3 +858,51 @@ async fn a_tags_only_revision_copies_its_predecessors_chunks() {
     let vectors = vector_evidence(&world.ledger, second[0].0).await;
     assert_eq!(vectors["reused"], vectors["points"], "{vectors}");
 }
+
+/// Markdown is chunked at its own structure: every chunk row records the heading path it
+/// starts in, and a code block that fits stays whole in one chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markdown_chunks_carry_their_section_paths() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    let code = "```sh\ncairn serve --data-dir ./cairn-data --bind 127.0.0.1:7171\n```";
+    let text = format!(
+        "# Guide\n\n{}\n\n## Install\n\n{}\n\n{code}\n\n## Use\n\n{}\n",
+        "The guide explains what cairn keeps. ".repeat(40),
+        "Install the binary and its model files first. ".repeat(40),
+        "Send documents and search them by meaning. ".repeat(40),
+    );
+    let mut submission = put("docs", "guide.md", &text);
+    if let receipts::Change::Put(document) = &mut submission.change {
+        document.media_type = "text/markdown".to_owned();
+    }
+    let accepted = accept(&world.ledger, vec![submission]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![accepted[0].1], JobState::Completed),
+        )
+        .await;
+    let rows = world
+        .ledger
+        .chunks(accepted[0].0, &world.generation.id)
+        .await
+        .expect("rows");
+    assert!(rows.len() >= 3, "{rows:?}");
+    let sections: Vec<Option<&str>> = rows.iter().map(|row| row.section.as_deref()).collect();
+    assert_eq!(sections.first(), Some(&Some("# Guide")), "{sections:?}");
+    assert!(
+        sections.contains(&Some("# Guide > ## Install")),
+        "{sections:?}"
+    );
+    assert_eq!(
+        sections.last(),
+        Some(&Some("# Guide > ## Use")),
+        "{sections:?}"
+    );
+    assert!(
+        rows.iter().any(|row| row.text.contains(code)),
+        "the code block is split: {rows:?}"
+    );
+    assert!(rows.iter().all(|row| row.page.is_none()));
+}

@@ -77,10 +77,12 @@ impl Projections for PostgresLedger {
             .map_err(|error| LedgerError::Internal(format!("encoding chunk rows: {error}")))?;
         sqlx::query(
             "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, \
-               token_count, sha256, generation) \
-             SELECT $1, c.chunk_index, c.text, c.byte_start, c.byte_end, c.token_count, c.sha256, $2 \
+               token_count, sha256, generation, section, page) \
+             SELECT $1, c.chunk_index, c.text, c.byte_start, c.byte_end, c.token_count, c.sha256, \
+               $2, c.section, c.page \
              FROM jsonb_to_recordset($3::jsonb) AS c(chunk_index bigint, text text, \
-               byte_start bigint, byte_end bigint, token_count bigint, sha256 text)",
+               byte_start bigint, byte_end bigint, token_count bigint, sha256 text, \
+               section text, page bigint)",
         )
         .bind(job.revision_id)
         .bind(generation)
@@ -116,8 +118,8 @@ impl Projections for PostgresLedger {
 
     async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>> {
         sqlx::query(
-            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
-             WHERE revision_id = $1 AND generation = $2 ORDER BY chunk_index",
+            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256, section, page \
+             FROM chunks WHERE revision_id = $1 AND generation = $2 ORDER BY chunk_index",
         )
         .bind(revision_id)
         .bind(generation)
@@ -132,6 +134,8 @@ impl Projections for PostgresLedger {
                 byte_end: row.try_get("byte_end")?,
                 token_count: row.try_get("token_count")?,
                 sha256: row.try_get("sha256")?,
+                section: row.try_get("section")?,
+                page: row.try_get("page")?,
             })
         })
         .collect()

@@ -273,7 +273,7 @@ impl Reader for PostgresLedger {
                coalesce(s.head_revision_id = r.id AND NOT r.tombstone, false) AS current, \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
                  AND sr.generation = $3) AS searchable, \
-               c.text \
+               c.text, c.section, c.page \
              FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
              JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
@@ -302,6 +302,8 @@ impl Reader for PostgresLedger {
                     current: row.try_get("current")?,
                     vector_searchable: row.try_get("searchable")?,
                     chunk_text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
                 })
             })
             .collect()

@@ -162,9 +162,10 @@ async fn write_chunks(
     let rows = serde_json::to_string(chunks)
         .map_err(|error| LedgerError::Internal(format!("encoding chunk rows: {error}")))?;
     sqlx::query(
-        "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, token_count, sha256, generation) \
+        "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, token_count, sha256, generation, \
+           section, page) \
          SELECT ?1, value ->> 'chunk_index', value ->> 'text', value ->> 'byte_start', value ->> 'byte_end', \
-                value ->> 'token_count', value ->> 'sha256', ?2 \
+                value ->> 'token_count', value ->> 'sha256', ?2, value ->> 'section', value ->> 'page' \
          FROM json_each(?3)",
     )
     .bind(&revision)
@@ -301,8 +302,8 @@ impl Projections for SqliteLedger {
 
     async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>> {
         let rows = sqlx::query(
-            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256 FROM chunks \
-             WHERE revision_id = ? AND generation = ? ORDER BY chunk_index",
+            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256, section, page \
+             FROM chunks WHERE revision_id = ? AND generation = ? ORDER BY chunk_index",
         )
         .bind(revision_id.to_string())
         .bind(generation)
@@ -317,6 +318,8 @@ impl Projections for SqliteLedger {
                     byte_end: row.try_get("byte_end")?,
                     token_count: row.try_get("token_count")?,
                     sha256: row.try_get("sha256")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
                 })
             })
             .collect()

@@ -252,7 +252,7 @@ impl Reader for SqliteLedger {
                coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0), \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
                  AND sr.generation = ?2), \
-               c.text)) \
+               c.text, c.section, c.page)) \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
              LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
@@ -262,13 +262,22 @@ impl Reader for SqliteLedger {
         .bind(generation)
         .fetch_one(&self.reads)
         .await?;
-        type Packed = (usize, String, String, i64, i64, Option<String>);
+        type Packed = (
+            usize,
+            String,
+            String,
+            i64,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+        );
         let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
             .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
         rows.sort_unstable_by_key(|row| row.0);
         rows.into_iter()
             .map(
-                |(position, dataset, source_key, current, searchable, text)| {
+                |(position, dataset, source_key, current, searchable, text, section, page)| {
                     let hit = *hits.get(position).ok_or_else(|| {
                         LedgerError::Internal(format!("bound hit {position} was not asked"))
                     })?;
@@ -279,6 +288,8 @@ impl Reader for SqliteLedger {
                         current: current != 0,
                         vector_searchable: searchable != 0,
                         chunk_text: text,
+                        section,
+                        page,
                     })
                 },
             )

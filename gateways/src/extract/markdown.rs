@@ -1,0 +1,53 @@
+//! Markdown's heading structure, from CommonMark events with their byte ranges.
+
+use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+
+use super::Section;
+
+fn depth(level: HeadingLevel) -> usize {
+    match level {
+        HeadingLevel::H1 => 1,
+        HeadingLevel::H2 => 2,
+        HeadingLevel::H3 => 3,
+        HeadingLevel::H4 => 4,
+        HeadingLevel::H5 => 5,
+        HeadingLevel::H6 => 6,
+    }
+}
+
+/// The sections of a Markdown text: one per heading, named by its path.
+pub(super) fn sections(text: &str) -> Vec<Section> {
+    let mut sections = Vec::new();
+    // Open headings above the current point: (depth, `#... title`).
+    let mut open: Vec<(usize, String)> = Vec::new();
+    // The heading being read: its depth, start and text so far.
+    let mut heading: Option<(usize, usize, String)> = None;
+    let parser = Parser::new_ext(text, Options::ENABLE_TABLES).into_offset_iter();
+    for (event, range) in parser {
+        match event {
+            Event::Start(Tag::Heading { level, .. }) => {
+                heading = Some((depth(level), range.start, String::new()));
+            }
+            Event::Text(piece) | Event::Code(piece) => {
+                if let Some((_, _, title)) = heading.as_mut() {
+                    title.push_str(&piece);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                if let Some((level, start, title)) = heading.take() {
+                    open.retain(|(open_level, _)| *open_level < level);
+                    let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+                    open.push((level, format!("{} {title}", "#".repeat(level))));
+                    let path = open
+                        .iter()
+                        .map(|(_, name)| name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" > ");
+                    sections.push(Section { start, path });
+                }
+            }
+            _ => {}
+        }
+    }
+    sections
+}
