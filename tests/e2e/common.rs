@@ -212,3 +212,28 @@ pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     metric_value(text, name, labels)
         .unwrap_or_else(|| panic!("no series {name} with labels {labels:?} in:\n{text}"))
 }
+
+/// The admin token a `cairn serve` wrote into its data directory.
+pub(crate) fn admin_token(data_dir: &std::path::Path) -> String {
+    std::fs::read_to_string(data_dir.join("admin.token"))
+        .expect("admin token")
+        .trim()
+        .to_owned()
+}
+
+/// Runs a `cairn` client command against `base` with `--json` and returns its JSON (the
+/// command must succeed).
+pub(crate) fn cairn_json(data_dir: &std::path::Path, base: &str, args: &[&str]) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .args(["--json", "--server", base, "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .expect("run cairn");
+    assert!(
+        output.status.success(),
+        "cairn {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}

@@ -14,21 +14,6 @@ use crate::crash::start;
 
 const MARKER: &str = "quokkazygote";
 
-fn cairn(data: &Path, base: &str, args: &[&str]) -> Value {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .args(["--json", "--server", base, "--data-dir"])
-        .arg(data)
-        .output()
-        .expect("run cairn");
-    assert!(
-        output.status.success(),
-        "cairn {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("json")
-}
-
 async fn put(http: &reqwest::Client, base: &str, token: &str, key: &str, text: &str) -> String {
     let receipt: Value = http
         .post(format!("{base}/v1/sources"))
@@ -48,26 +33,6 @@ async fn put(http: &reqwest::Client, base: &str, token: &str, key: &str, text: &
         .as_str()
         .expect("revision")
         .to_owned()
-}
-
-async fn wait_completed(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let detail: Value = http
-            .get(format!("{base}/v1/revisions/{id}"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json");
-        if detail["job"]["state"] == "completed" {
-            return detail;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{detail}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Keys of the results for the marker, in every mode.
@@ -134,10 +99,7 @@ async fn terminate(child: &mut tokio::process::Child) {
 async fn an_erased_source_leaves_no_trace_and_an_interrupted_erasure_finishes_on_restart() {
     let data = tempfile::tempdir().expect("tempdir");
     let (mut server, base) = start(data.path()).await;
-    let token = std::fs::read_to_string(data.path().join("admin.token"))
-        .expect("admin token")
-        .trim()
-        .to_owned();
+    let token = crate::common::admin_token(data.path());
     let http = reqwest::Client::new();
     let text = |version: u32| {
         format!(
@@ -157,18 +119,18 @@ async fn an_erased_source_leaves_no_trace_and_an_interrupted_erasure_finishes_on
     )
     .await;
     for id in [&second, &kept] {
-        wait_completed(&http, &base, &token, id).await;
+        crate::projection::wait_for_job(&http, &base, &token, id, "completed").await;
     }
     let before = found(&http, &base, &token).await;
     assert!(before.iter().any(|(_, key)| key == "secret"), "{before:?}");
 
     // The ledger part commits; the stores' part is held back by a pause, then the server dies.
-    cairn(
+    crate::common::cairn_json(
         data.path(),
         &base,
         &["ops", "pause", "--reason", "test: hold the erasure"],
     );
-    let erased = cairn(
+    let erased = crate::common::cairn_json(
         data.path(),
         &base,
         &[
@@ -200,12 +162,12 @@ async fn an_erased_source_leaves_no_trace_and_an_interrupted_erasure_finishes_on
             .status();
         assert_eq!(status, 404, "{gone}");
     }
-    cairn(
+    crate::common::cairn_json(
         data.path(),
         &base,
         &["ops", "resume", "--reason", "test: let it finish"],
     );
-    let detail = wait_completed(&http, &base, &token, &erasure).await;
+    let detail = crate::projection::wait_for_job(&http, &base, &token, &erasure, "completed").await;
     let receipts = detail["receipts"].as_array().expect("receipts");
     assert_eq!(receipts.len(), 2, "{detail}");
     for receipt in receipts {
@@ -278,7 +240,7 @@ async fn an_erased_source_leaves_no_trace_and_an_interrupted_erasure_finishes_on
     // Ingested again, as new.
     let (mut server, base) = start(data.path()).await;
     let again = put(&http, &base, &token, "secret", &text(3)).await;
-    let detail = wait_completed(&http, &base, &token, &again).await;
+    let detail = crate::projection::wait_for_job(&http, &base, &token, &again, "completed").await;
     assert_eq!(detail["revision"]["previous_revision_id"], erasure.as_str());
     let found_again = found(&http, &base, &token).await;
     assert!(found_again.iter().any(|(_, key)| key == "secret"));

@@ -37,21 +37,6 @@ fn document(key: usize, version: usize) -> String {
     text
 }
 
-fn cairn(data: &Path, base: &str, args: &[&str]) -> Value {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .args(["--json", "--server", base, "--data-dir"])
-        .arg(data)
-        .output()
-        .expect("run cairn");
-    assert!(
-        output.status.success(),
-        "cairn {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("json")
-}
-
 /// What the test wrote: the current revision of each key (`None`: deleted), and every
 /// revision ever accepted with its full text.
 #[derive(Default)]
@@ -172,7 +157,7 @@ async fn search_and_check(
 async fn wait_built(data: &Path, base: &str, id: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
-        let status = cairn(data, base, &["generation", "status"]);
+        let status = crate::common::cairn_json(data, base, &["generation", "status"]);
         let generation = status["generations"]
             .as_array()
             .expect("generations")
@@ -218,10 +203,7 @@ async fn switch_when_complete(data: &Path, base: &str, id: &str) -> Value {
 async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while_serving() {
     let data = tempfile::tempdir().expect("tempdir");
     let (mut server, base) = start(data.path()).await;
-    let token = std::fs::read_to_string(data.path().join("admin.token"))
-        .expect("admin token")
-        .trim()
-        .to_owned();
+    let token = crate::common::admin_token(data.path());
     let http = reqwest::Client::new();
     let written = Arc::new(Mutex::new(Written::default()));
     for key in 0..24 {
@@ -235,7 +217,7 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
         )
         .await;
     }
-    let before = cairn(data.path(), &base, &["generation", "status"]);
+    let before = crate::common::cairn_json(data.path(), &base, &["generation", "status"]);
     let first = before["generations"][0]["id"]
         .as_str()
         .expect("the active generation")
@@ -282,7 +264,7 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
         })
     };
 
-    let created = cairn(
+    let created = crate::common::cairn_json(
         data.path(),
         &base,
         &[
@@ -345,7 +327,7 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
     // Retire the first: its shard directory is deleted and read back as gone.
     let shard = data.path().join("vectors").join(&first);
     assert!(shard.is_dir());
-    let retired = cairn(
+    let retired = crate::common::cairn_json(
         data.path(),
         &base,
         &["generation", "retire", &first, "--reason", "done"],

@@ -59,10 +59,7 @@ fn receipt_states(detail: &Value) -> Vec<(String, String)> {
 async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
     let data = tempfile::tempdir().expect("tempdir");
     let (mut server, base) = start(data.path()).await;
-    let token = std::fs::read_to_string(data.path().join("admin.token"))
-        .expect("admin token")
-        .trim()
-        .to_owned();
+    let token = crate::common::admin_token(data.path());
     let http = reqwest::Client::new();
     let body = json!({
         "dataset": "docs",
@@ -241,10 +238,7 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
 async fn markdown_results_name_their_section() {
     let data = tempfile::tempdir().expect("tempdir");
     let (mut server, base) = start(data.path()).await;
-    let token = std::fs::read_to_string(data.path().join("admin.token"))
-        .expect("admin token")
-        .trim()
-        .to_owned();
+    let token = crate::common::admin_token(data.path());
     let http = reqwest::Client::new();
     let content = format!(
         "# Field guide\n\n{}\n\n## Birds of the marsh\n\n{}\n\n## Trees of the ridge\n\n{}\n",
