@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 use text_splitter::{ChunkConfig, MarkdownSplitter, TextSplitter};
 
-use crate::extract::{Extracted, Format};
+use receipts::extract::{Extracted, Format};
 
 use crate::embedder::MODEL_MAX_TOKENS;
 use crate::GatewayError;
@@ -175,7 +175,7 @@ impl Chunker {
 
     /// The chunks of plain `text`, in order (none for blank text).
     pub fn chunk(&self, text: &str) -> Vec<Chunk> {
-        self.chunk_extracted(&Extracted::new(text.to_owned(), Format::PlainText))
+        self.chunk_extracted(&Extracted::plain(text.to_owned()))
     }
 
     /// The chunks of an extraction, in order, each with the section it starts in. Markdown
@@ -193,8 +193,10 @@ impl Chunker {
             Err(_) => return Vec::new(),
         };
         let pieces: Vec<(usize, &str)> = match extracted.format {
-            Format::PlainText => TextSplitter::new(config).chunk_indices(text).collect(),
             Format::Markdown => MarkdownSplitter::new(config).chunk_indices(text).collect(),
+            Format::PlainText | Format::Html => {
+                TextSplitter::new(config).chunk_indices(text).collect()
+            }
         };
         pieces
             .into_iter()

@@ -15,7 +15,6 @@
 
 pub mod chunker;
 pub mod embedder;
-pub mod extract;
 pub mod graph;
 mod retry;
 pub mod testing;
@@ -23,8 +22,8 @@ pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
-pub use extract::{Extracted, Format};
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
+pub use receipts::extract::{self, Extracted, Format};
 pub use vectors::{
     EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector, RevisionPoints,
     ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore, VectorStores,

@@ -21,6 +21,9 @@ pub(crate) struct Prepared {
     pub(crate) change: PreparedChange,
 }
 
+// A prepared change lives for one acceptance; boxing the large variant would cost an
+// allocation per submission for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum PreparedChange {
     Put {
@@ -28,6 +31,9 @@ pub(crate) enum PreparedChange {
         sha256: String,
         revision_id: Uuid,
         passages: Vec<Passage>,
+        /// The text the passages are cut from when it is not the bytes themselves (formats
+        /// that extract, such as HTML): the lexical index holds it, never the markup.
+        extracted: Option<String>,
     },
     Delete {
         reason: Option<String>,
@@ -51,15 +57,24 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                 &sha256,
                 &document,
             );
-            let passages = match std::str::from_utf8(&document.bytes) {
-                Ok(text) => passages::split(text),
-                Err(_) => Vec::new(),
+            let format = crate::extract::Format::of(&document.media_type);
+            let (passages, extracted) = match std::str::from_utf8(&document.bytes) {
+                Ok(text) if format.extracts() => {
+                    // Bounded: a page nested too deep is refused before it is parsed.
+                    let extracted = crate::extract::Extracted::new(text.to_owned(), format)
+                        .map_err(|error| LedgerError::invalid(error.code, error.message))?
+                        .text;
+                    (passages::split(&extracted), Some(extracted))
+                }
+                Ok(text) => (passages::split(text), None),
+                Err(_) => (Vec::new(), None),
             };
             PreparedChange::Put {
                 document,
                 sha256,
                 revision_id,
                 passages,
+                extracted,
             }
         }
         Change::Delete { reason } => PreparedChange::Delete { reason },

@@ -1851,6 +1851,54 @@ pub async fn operations_read_jobs_activity_and_events(harness: Harness) {
 
 mod erasure;
 mod generations;
+
+/// HTML is indexed as the text a reader sees: words in scripts, styles or tags are never
+/// found, hits show no markup, and a page nested too deep is refused before anything is
+/// written.
+pub async fn html_is_indexed_as_its_text(harness: Harness) {
+    let page = "<html><head><title>Marsh notes</title><script>var scriptonly = 1;</script>\
+        </head><body><nav>navonly</nav><h1>Herons</h1><p>Herons <em>wade</em> slowly.</p>\
+        <p class=\"classonly\">Kingfishers dive.</p></body></html>";
+    let mut submission = put("notes", "marsh.html", page);
+    if let Change::Put(document) = &mut submission.change {
+        document.media_type = "text/html".to_owned();
+    }
+    must_accept(&harness, submission).await;
+    for hidden in ["scriptonly", "navonly", "classonly", "html", "em"] {
+        assert_eq!(
+            lexical_hits(&harness, hidden).await,
+            0,
+            "{hidden} was indexed"
+        );
+    }
+    let hits = must(
+        harness
+            .ledger
+            .lexical_search("herons wade", &[], 10, None)
+            .await,
+        "lexical search",
+    );
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(hits[0].text.contains("Herons wade slowly."), "{hits:?}");
+    assert!(!hits[0].text.contains('<'), "{hits:?}");
+    assert_eq!(
+        lexical_hits(&harness, "marsh").await,
+        1,
+        "the title is text"
+    );
+    // Too deep to extract: refused, nothing written.
+    let deep = "<div>".repeat(crate::extract::html::MAX_DEPTH + 1);
+    let mut submission = put("notes", "deep.html", &deep);
+    if let Change::Put(document) = &mut submission.change {
+        document.media_type = "text/html".to_owned();
+    }
+    let refused = accept_one(&harness, submission).await;
+    assert_eq!(
+        refused.map_err(|error| error.code()).err(),
+        Some("unextractable")
+    );
+    assert!(must(harness.ledger.source("notes", "deep.html").await, "source").is_none());
+}
 pub use erasure::erasure_removes_every_trace;
 pub use generations::generations_build_switch_and_retire;
 
@@ -1885,6 +1933,7 @@ macro_rules! ledger_conformance {
             generations_are_fixed_once_active,
             generations_build_switch_and_retire,
             erasure_removes_every_trace,
+            html_is_indexed_as_its_text,
             projection_writes_are_fenced_and_read_back,
             chunks_are_found_by_text_hash_within_a_dataset,
             hits_bind_to_current_searchable_revisions,

@@ -82,6 +82,7 @@ pub mod clock;
 #[doc(hidden)]
 pub mod conformance;
 mod error;
+pub mod extract;
 pub mod faults;
 pub mod generations;
 #[cfg(feature = "http")]

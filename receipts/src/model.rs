@@ -847,7 +847,8 @@ pub struct ChunkRow {
     pub chunk_index: i64,
     /// The chunk's text.
     pub text: String,
-    /// Byte offset of its first byte in the revision's text.
+    /// Byte offset of its first byte in the revision's text (the extracted text, for formats
+    /// that extract such as HTML).
     pub byte_start: i64,
     /// Byte offset after its last byte.
     pub byte_end: i64,

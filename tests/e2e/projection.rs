@@ -232,10 +232,11 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
     assert_eq!(receipt_states(&again), receipt_states(&detail));
 }
 
-/// A Markdown document through the API: its chunks carry their heading paths, and search
-/// results (JSON and the CLI's table) say which section a hit comes from.
+/// A Markdown document and an HTML page through the API: their chunks carry their heading
+/// paths, search results (JSON and the CLI's table) say which section a hit comes from, and
+/// the page is searched as its text, never its markup or scripts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn markdown_results_name_their_section() {
+async fn markdown_and_html_results_name_their_section() {
     let data = tempfile::tempdir().expect("tempdir");
     let (mut server, base) = start(data.path()).await;
     let token = crate::common::admin_token(data.path());
@@ -290,5 +291,67 @@ async fn markdown_results_name_their_section() {
         table.contains("[# Field guide > ## Trees of the ridge]"),
         "{table}"
     );
+
+    let page = format!(
+        "<!doctype html><html><head><title>Tide tables</title><script>var secretscript = 1;</script>\
+         </head><body><nav>Home | About</nav><h1>Harbour</h1><p>{}</p><h2>Spring tides</h2><p>{}</p>\
+         <footer>footer text</footer></body></html>",
+        "Boats leave the harbour at dawn when the water is deep enough. ".repeat(20),
+        "Spring tides rise highest under the full and the new moon. ".repeat(20),
+    );
+    let receipt: Value = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(&token)
+        .json(&json!({
+            "dataset": "docs", "source_key": "tides.html", "content": page,
+            "media_type": "text/html",
+        }))
+        .send()
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("receipt");
+    let id = receipt["source_revision_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    wait_for_job(&http, &base, &token, &id, "completed").await;
+    let search = |query: &str, mode: &str| {
+        let http = http.clone();
+        let (base, token) = (base.clone(), token.clone());
+        let body =
+            json!({ "query": query, "mode": mode, "datasets": ["docs"], "group_by_source": false });
+        async move {
+            http.post(format!("{base}/v1/search"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .expect("search")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    };
+    let answer = search("high water at full moon", "vector").await;
+    assert_eq!(answer["results"][0]["source_key"], "tides.html", "{answer}");
+    assert_eq!(
+        answer["results"][0]["section"], "# Harbour > ## Spring tides",
+        "{answer}"
+    );
+    let text = answer["results"][0]["text"].as_str().expect("text");
+    assert!(!text.contains('<'), "{text}");
+    let lexical = search("secretscript", "lexical").await;
+    assert_eq!(lexical["results"], json!([]), "{lexical}");
+    let lexical = search("spring tides moon", "lexical").await;
+    assert_eq!(
+        lexical["results"][0]["source_key"], "tides.html",
+        "{lexical}"
+    );
+    assert!(!lexical["results"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains('<'));
     server.kill().await.expect("stop");
 }

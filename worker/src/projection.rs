@@ -321,10 +321,12 @@ impl Projector {
                 let chunker = self.chunker.clone();
                 let format = gateways::Format::of(&revision.media_type);
                 tokio::task::spawn_blocking(move || {
-                    chunker.chunk_extracted(&gateways::Extracted::new(text, format))
+                    gateways::Extracted::new(text, format)
+                        .map(|extracted| chunker.chunk_extracted(&extracted))
                 })
                 .await
                 .map_err(|error| permanent("chunker_failed", format!("chunking failed: {error}")))?
+                .map_err(|error| permanent(error.code, error.message))?
             }
         };
         let chunk_ms = millis(started);

@@ -470,11 +470,12 @@ impl PostgresLedger {
             // only parses the literal, never runs its text parser.
             sqlx::query(&format!(
                 "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
-                   byte_start, byte_end, words) \
+                   byte_start, byte_end, words, text) \
                  SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
-                   p.byte_end, p.words::tsvector \
-                 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[]) \
-                        AS p(position, passage_index, byte_start, byte_end, words) \
+                   p.byte_end, p.words::tsvector, p.text \
+                 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], \
+                             $7::text[]) \
+                        AS p(position, passage_index, byte_start, byte_end, words, text) \
                  JOIN {WAVE} ON w.position = p.position \
                  WHERE NOT w.tombstone"
             ))
@@ -484,6 +485,7 @@ impl PostgresLedger {
             .bind(&staged.passage_starts)
             .bind(&staged.passage_ends)
             .bind(&staged.passage_words)
+            .bind(&staged.passage_texts)
             .execute(&mut *tx)
             .await?;
         }
@@ -570,6 +572,8 @@ struct Staged {
     passage_ends: Vec<i64>,
     /// Each passage's lexemes as a `tsvector` literal.
     passage_words: Vec<String>,
+    /// Each passage's text when it is extracted (HTML); `None` when it is cut from the bytes.
+    passage_texts: Vec<Option<String>>,
 }
 
 impl Staged {
@@ -584,18 +588,22 @@ impl Staged {
                 document,
                 sha256,
                 passages,
+                extracted,
                 ..
             } => {
-                let text = std::str::from_utf8(&document.bytes).unwrap_or_default();
+                let text = match extracted {
+                    Some(extracted) => extracted.as_str(),
+                    None => std::str::from_utf8(&document.bytes).unwrap_or_default(),
+                };
                 for (index, passage) in passages.iter().enumerate() {
                     self.passage_positions.push(position as i64);
                     self.passage_indexes.push(index as i64);
                     self.passage_starts.push(passage.byte_start as i64);
                     self.passage_ends.push(passage.byte_end as i64);
-                    self.passage_words.push(crate::passages::tsvector_literal(
-                        text.get(passage.byte_start..passage.byte_end)
-                            .unwrap_or_default(),
-                    ));
+                    self.passage_words
+                        .push(crate::passages::tsvector_literal(passage.text(text)));
+                    self.passage_texts
+                        .push(extracted.as_ref().map(|_| passage.text(text).to_owned()));
                 }
                 if write.new_revision {
                     self.content_sha256.push(sha256.clone());

@@ -182,14 +182,15 @@ impl Reader for SqliteLedger {
             // reading every match's bytes before the LIMIT made common-word queries slow.
             "WITH ranked AS ( \
                SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
-                 p.byte_start, p.byte_end, bm25(passages_fts) AS rank \
+                 p.byte_start, p.byte_end, p.text, bm25(passages_fts) AS rank \
                FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
                WHERE passages_fts MATCH ?1 \
                  AND (json_array_length(?2) = 0 \
                       OR p.dataset IN (SELECT value FROM json_each(?2))) \
                ORDER BY rank LIMIT ?3) \
              SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
-               CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) AS TEXT) AS text, \
+               coalesce(k.text, CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) \
+                 AS TEXT)) AS text, \
                -k.rank AS score \
              FROM ranked k \
              JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \

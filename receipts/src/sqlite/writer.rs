@@ -530,7 +530,7 @@ impl Writer {
     async fn write_wave(
         &mut self,
         rows: &[serde_json::Value],
-        passages: &[[usize; 4]],
+        passages: &[serde_json::Value],
         contents: &[(String, usize, usize)],
         bytes: &[u8],
         now: Micros,
@@ -670,8 +670,9 @@ impl WaveParameters<'_> {
 pub(super) struct Staged {
     /// Rows of `temp.wave`.
     rows: Vec<serde_json::Value>,
-    /// `[position, passage_index, byte_start, byte_end]` per passage.
-    passages: Vec<[usize; 4]>,
+    /// `[position, passage_index, byte_start, byte_end, text]` per passage (`text` only for
+    /// formats that extract; `null` otherwise).
+    passages: Vec<serde_json::Value>,
     /// `(sha256, byte_length, offset in bytes)` per content.
     contents: Vec<(String, usize, usize)>,
     /// Every content's bytes, end to end.
@@ -696,11 +697,18 @@ impl Staged {
                 document,
                 sha256,
                 passages,
+                extracted,
                 ..
             } => {
                 for (index, passage) in passages.iter().enumerate() {
-                    self.passages
-                        .push([position, index, passage.byte_start, passage.byte_end]);
+                    let text = extracted.as_deref().map(|text| passage.text(text));
+                    self.passages.push(serde_json::json!([
+                        position,
+                        index,
+                        passage.byte_start,
+                        passage.byte_end,
+                        text
+                    ]));
                 }
                 self.contents
                     .push((sha256.clone(), document.bytes.len(), self.bytes.len()));

@@ -60,14 +60,16 @@ SELECT graph_job_id, 'graph', 'pending', (SELECT now FROM wave_params), actor, c
 FROM wave WHERE graph_job_id IS NOT NULL;
 DELETE FROM passages
 WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave);
-INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end)
+INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end,
+    text)
 SELECT wave.dataset, wave.source_key, wave.revision_id, passage.passage_index, passage.byte_start,
-       passage.byte_end
+       passage.byte_end, passage.text
 FROM wave_passages AS passage
 JOIN wave ON wave.position = passage.position;
 INSERT INTO passages_fts (rowid, text)
 SELECT indexed.id,
-       CAST(substr(content.bytes, indexed.byte_start + 1, indexed.byte_end - indexed.byte_start) AS TEXT)
+       coalesce(indexed.text, CAST(substr(content.bytes, indexed.byte_start + 1,
+                                          indexed.byte_end - indexed.byte_start) AS TEXT))
 FROM wave
 JOIN passages AS indexed ON indexed.revision_id = wave.revision_id
 JOIN contents AS content ON content.sha256 = wave.sha256

@@ -1,5 +1,6 @@
 -- Acceptance, step 1: stage the wave and retain the bytes (once per sha256).
--- Passage text is not sent: it is cut from the retained bytes in step 4.
+-- Passage text is not sent, unless it is extracted (HTML): it is cut from the retained bytes in
+-- step 4.
 DELETE FROM wave;
 DELETE FROM wave_passages;
 INSERT INTO wave (position, dataset, source_key, revision_id, new_revision, tombstone,
@@ -11,8 +12,9 @@ SELECT value ->> 'position', value ->> 'dataset', value ->> 'source_key', value 
        value ->> 'previous_revision_id', value ->> 'actor', value ->> 'reason', value ->> 'cause',
        value ->> 'job_id', value ->> 'kind', value ->> 'graph_job_id'
 FROM json_each((SELECT rows FROM wave_params));
-INSERT INTO wave_passages (position, passage_index, byte_start, byte_end)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each((SELECT passages FROM wave_params));
+INSERT INTO wave_passages (position, passage_index, byte_start, byte_end, text)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4
+FROM json_each((SELECT passages FROM wave_params));
 INSERT INTO contents (sha256, byte_length, bytes, created_at)
 SELECT value ->> 0, value ->> 1, substr((SELECT bytes FROM wave_params), (value ->> 2) + 1, value ->> 1),
        (SELECT now FROM wave_params)

@@ -25,6 +25,7 @@ CREATE TEMP TABLE IF NOT EXISTS wave_passages (
     passage_index INTEGER NOT NULL,
     byte_start    INTEGER NOT NULL,
     byte_end      INTEGER NOT NULL,
+    text          TEXT,
     PRIMARY KEY (position, passage_index)
 );
 -- Small columns first: reading one never walks the overflow pages of the large JSON ones.
