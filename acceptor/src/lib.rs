@@ -385,13 +385,24 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
         .unwrap_or_else(|| "text/plain".to_owned());
     validate::media_type(&media_type)?;
     if let Err(error) = std::str::from_utf8(&bytes) {
-        // Projection reads text; no binary format is extracted yet, so bytes that are not
-        // UTF-8 would be accepted only to fail later. Refuse them now.
+        // Projection reads text (plain, Markdown, HTML); no binary format is extracted yet, so
+        // bytes that are not UTF-8 would be accepted only to fail later. Refuse them now, and
+        // say what to send instead when the client named a binary document format.
+        let essence = media_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let hint = if essence == "application/pdf" || essence.starts_with("application/vnd.") {
+            format!("; {essence} documents are not extracted yet: send their text as text/plain")
+        } else {
+            "; cairn indexes text documents (plain text, Markdown, HTML)".to_owned()
+        };
         return Err(ApiError::unprocessable(
             "not_text",
             format!(
-                "content is not UTF-8 text (invalid byte at offset {}); cairn indexes text \
-                 documents",
+                "content is not UTF-8 text (invalid byte at offset {}){hint}",
                 error.valid_up_to()
             ),
         )

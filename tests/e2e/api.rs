@@ -142,6 +142,17 @@ async fn base64_content_keeps_its_bytes_and_non_utf8_is_refused_at_admission() {
     assert_error(&refused, 422, "not_text");
     assert_eq!(refused.1["details"]["offset"], 1);
     assert_eq!(app.counts().await, before);
+    // A PDF is refused the same way, and the message says what to send instead.
+    let refused = app
+        .put(&app.admin, json!({"dataset": "bin", "source_key": "p", "content_base64": binary, "media_type": "application/pdf"}))
+        .await;
+    assert_error(&refused, 422, "not_text");
+    let message = refused.1["message"].as_str().expect("message");
+    assert!(
+        message.contains("application/pdf documents are not extracted yet"),
+        "{message}"
+    );
+    assert_eq!(app.counts().await, before);
 }
 
 #[tokio::test]
