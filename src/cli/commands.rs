@@ -24,6 +24,14 @@ struct ClientArgs {
     data_dir: PathBuf,
 }
 
+impl ClientArgs {
+    /// A client of the server, with the given token or the admin token in the data directory.
+    fn connect(self) -> anyhow::Result<crate::cli::client::Client> {
+        let token = crate::cli::client::resolve_token(self.token, &self.data_dir)?;
+        crate::cli::client::Client::new(&self.server, token)
+    }
+}
+
 /// Filters shared by the ops listings and bulk actions.
 #[derive(Debug, Clone, clap::Args)]
 struct OpsFilter {
@@ -527,8 +535,7 @@ impl IngestArgs {
             quiet,
             client,
         } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         let summary = crate::cli::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
         crate::cli::client::print_summary(&summary);
         if !summary.rejected.is_empty() {
@@ -579,8 +586,7 @@ impl SearchArgs {
             json,
             client,
         } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         let mut body = serde_json::json!({
             "query": query,
             "top_k": top_k,
@@ -624,8 +630,7 @@ impl GraphArgs {
     /// Runs the command.
     pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
         use crate::cli::ops::encode;
-        let token = crate::cli::client::resolve_token(self.client.token, &self.client.data_dir)?;
-        let api = crate::cli::client::Client::new(&self.client.server, token)?;
+        let api = self.client.connect()?;
         let answer = api
             .get(&format!(
                 "/v1/graph/sources?dataset={}&source_key={}&direction={}&limit={}",
@@ -789,8 +794,7 @@ impl OpsArgs {
             json,
             client,
         } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         run_ops(&api, command, json).await?;
 
         Ok(ExitCode::SUCCESS)
@@ -863,8 +867,7 @@ impl GenerationArgs {
             json,
             client,
         } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         use crate::cli::generations as generation;
         match command {
             GenerationCommand::Status => generation::status(&api, json).await?,
@@ -908,8 +911,7 @@ impl StatusArgs {
     /// Runs the command.
     pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
         let StatusArgs { json, client } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         crate::cli::client::status(&api, json).await?;
 
         Ok(ExitCode::SUCCESS)
@@ -941,8 +943,7 @@ impl BlockArgs {
             reason,
             client,
         } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         let body =
             serde_json::json!({ "dataset": dataset, "content_sha256": sha256, "reason": reason });
         let (status, answer) = api.post("/v1/blocks", &body).await?;
@@ -990,8 +991,7 @@ impl EraseArgs {
             json,
             client,
         } = self;
-        let token = crate::cli::client::resolve_token(client.token, &client.data_dir)?;
-        let api = crate::cli::client::Client::new(&client.server, token)?;
+        let api = client.connect()?;
         let (status, answer) = api
             .delete(&format!(
                 "/v1/sources?dataset={}&source_key={}&erase=true&reason={}",

@@ -237,3 +237,26 @@ pub(crate) fn cairn_json(data_dir: &std::path::Path, base: &str, args: &[&str]) 
     );
     serde_json::from_slice(&output.stdout).expect("json")
 }
+
+/// `POST /v1/sources` with `body`; the new revision's id.
+pub(crate) async fn post_source(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    body: &Value,
+) -> String {
+    let receipt: Value = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .expect("POST /v1/sources")
+        .json()
+        .await
+        .expect("receipt");
+    receipt["source_revision_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no revision in {receipt}"))
+        .to_owned()
+}

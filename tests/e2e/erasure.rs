@@ -15,24 +15,16 @@ use crate::crash::start;
 const MARKER: &str = "quokkazygote";
 
 async fn put(http: &reqwest::Client, base: &str, token: &str, key: &str, text: &str) -> String {
-    let receipt: Value = http
-        .post(format!("{base}/v1/sources"))
-        .bearer_auth(token)
-        .json(&json!({
-            "dataset": "docs", "source_key": key, "content": text,
-            // The marker in the metadata too, where the text has it.
-            "metadata": { "note": if text.contains(MARKER) { format!("{MARKER} in the metadata") } else { String::new() } },
-        }))
-        .send()
-        .await
-        .expect("POST")
-        .json()
-        .await
-        .expect("receipt");
-    receipt["source_revision_id"]
-        .as_str()
-        .expect("revision")
-        .to_owned()
+    // The marker in the metadata too, where the text has it.
+    let note = if text.contains(MARKER) {
+        format!("{MARKER} in the metadata")
+    } else {
+        String::new()
+    };
+    let body = json!({
+        "dataset": "docs", "source_key": key, "content": text, "metadata": { "note": note },
+    });
+    crate::common::post_source(http, base, token, &body).await
 }
 
 /// Keys of the results for the marker, in every mode.

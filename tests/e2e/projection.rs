@@ -247,23 +247,11 @@ async fn markdown_and_html_results_name_their_section() {
         "Herons wade through reeds and kingfishers dive for small fish. ".repeat(25),
         "Old oaks and pines grow along the windy ridge above the valley. ".repeat(25),
     );
-    let receipt: Value = http
-        .post(format!("{base}/v1/sources"))
-        .bearer_auth(&token)
-        .json(&json!({
+    let body = json!({
             "dataset": "docs", "source_key": "guide.md", "content": content,
             "media_type": "text/markdown",
-        }))
-        .send()
-        .await
-        .expect("POST")
-        .json()
-        .await
-        .expect("receipt");
-    let id = receipt["source_revision_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    });
+    let id = crate::common::post_source(&http, &base, &token, &body).await;
     wait_for_job(&http, &base, &token, &id, "completed").await;
     let answer: Value = http
         .post(format!("{base}/v1/search"))
@@ -299,23 +287,11 @@ async fn markdown_and_html_results_name_their_section() {
         "Boats leave the harbour at dawn when the water is deep enough. ".repeat(20),
         "Spring tides rise highest under the full and the new moon. ".repeat(20),
     );
-    let receipt: Value = http
-        .post(format!("{base}/v1/sources"))
-        .bearer_auth(&token)
-        .json(&json!({
+    let body = json!({
             "dataset": "docs", "source_key": "tides.html", "content": page,
             "media_type": "text/html",
-        }))
-        .send()
-        .await
-        .expect("POST")
-        .json()
-        .await
-        .expect("receipt");
-    let id = receipt["source_revision_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    });
+    let id = crate::common::post_source(&http, &base, &token, &body).await;
     wait_for_job(&http, &base, &token, &id, "completed").await;
     let search = |query: &str, mode: &str| {
         let http = http.clone();
