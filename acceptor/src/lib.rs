@@ -18,7 +18,6 @@
 //!   back in request order.
 
 mod batch;
-mod secrets;
 
 use std::sync::Arc;
 
@@ -42,7 +41,8 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use uuid::Uuid;
 
-pub use secrets::{scan as scan_for_secrets, Finding};
+use receipts::secrets;
+pub use receipts::secrets::{scan as scan_for_secrets, Finding};
 
 /// Limits of the ingest API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,29 +384,24 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
         .media_type
         .unwrap_or_else(|| "text/plain".to_owned());
     validate::media_type(&media_type)?;
-    if let Err(error) = std::str::from_utf8(&bytes) {
-        // Projection reads text (plain, Markdown, HTML); no binary format is extracted yet, so
-        // bytes that are not UTF-8 would be accepted only to fail later. Refuse them now, and
-        // say what to send instead when the client named a binary document format.
-        let essence = media_type
-            .split(';')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        let hint = if essence == "application/pdf" || essence.starts_with("application/vnd.") {
-            format!("; {essence} documents are not extracted yet: send their text as text/plain")
+    // The format decides how the bytes are read: text must be UTF-8, a binary document must
+    // carry its format's signature, and each format has its size limit. Extraction itself
+    // (and the credential scan of a binary document's text) runs in the ledger's acceptance.
+    let format = receipts::extract::Format::of(&media_type);
+    if let Err(error) = format.admit(&bytes) {
+        let offset = std::str::from_utf8(&bytes)
+            .err()
+            .map(|error| error.valid_up_to());
+        let status = if error.code == "document_too_large" {
+            StatusCode::PAYLOAD_TOO_LARGE
         } else {
-            "; cairn indexes text documents (plain text, Markdown, HTML)".to_owned()
+            StatusCode::UNPROCESSABLE_ENTITY
         };
-        return Err(ApiError::unprocessable(
-            "not_text",
-            format!(
-                "content is not UTF-8 text (invalid byte at offset {}){hint}",
-                error.valid_up_to()
-            ),
-        )
-        .with_details(json!({ "offset": error.valid_up_to(), "media_type": media_type })));
+        let details = match (error.code, offset) {
+            ("not_text", Some(offset)) => json!({ "offset": offset, "media_type": media_type }),
+            _ => json!({ "format": format.name(), "media_type": media_type, "bytes": bytes.len() }),
+        };
+        return Err(ApiError::new(status, error.code, error.message).with_details(details));
     }
     // Credentials are refused wherever they would be stored: the content, the source key,
     // the tags and the metadata (its JSON text, keys and values).
@@ -415,8 +410,10 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
         .as_ref()
         .map(|metadata| serde_json::to_string(metadata).unwrap_or_default());
     let tags_text = request.tags.as_ref().map(|tags| tags.join("\n"));
+    // A binary document's bytes are compressed streams: its extracted text is scanned instead.
+    let content: &[u8] = if format.binary() { &[] } else { &bytes };
     let fields: [(&str, &[u8]); 4] = [
-        ("content", &bytes),
+        ("content", content),
         ("source_key", request.source_key.as_bytes()),
         ("tags", tags_text.as_deref().unwrap_or_default().as_bytes()),
         (

@@ -66,6 +66,8 @@ pub struct Chunk {
     pub sha256: String,
     /// The section it starts in (`# A > ## B`), for formats with headings.
     pub section: Option<String>,
+    /// The page it starts on (1-based), for paged formats (PDF).
+    pub page: Option<u32>,
 }
 
 /// Cuts text into chunks that fit the model.
@@ -180,7 +182,8 @@ impl Chunker {
 
     /// The chunks of an extraction, in order, each with the section it starts in. Markdown
     /// is cut at its own structure first (headings, then blocks: a code block or a table
-    /// stays whole where it fits), then as text.
+    /// stays whole where it fits), then as text; HTML, PDF and DOCX at every heading and page
+    /// first, then as text, so that a chunk never spans two sections or two pages.
     pub fn chunk_extracted(&self, extracted: &Extracted) -> Vec<Chunk> {
         let text = extracted.text.as_str();
         let sizer = DocumentSizer::new(&self.tokenizer, text);
@@ -194,9 +197,34 @@ impl Chunker {
         };
         let pieces: Vec<(usize, &str)> = match extracted.format {
             Format::Markdown => MarkdownSplitter::new(config).chunk_indices(text).collect(),
-            Format::PlainText | Format::Html => {
-                TextSplitter::new(config).chunk_indices(text).collect()
+            // Paged or sectioned text is cut at every page and heading first, so that each
+            // chunk lies on the one page and in the one section it names.
+            Format::Html | Format::Pdf | Format::Docx => {
+                let mut starts: Vec<usize> = extracted
+                    .pages
+                    .iter()
+                    .copied()
+                    .chain(extracted.sections.iter().map(|section| section.start))
+                    .chain([0])
+                    .filter(|start| *start < text.len())
+                    .collect();
+                starts.sort_unstable();
+                starts.dedup();
+                let ends = starts.iter().skip(1).copied().chain([text.len()]);
+                let splitter = TextSplitter::new(config);
+                starts
+                    .iter()
+                    .zip(ends)
+                    .flat_map(|(&start, end)| {
+                        let segment = text.get(start..end).unwrap_or_default();
+                        splitter
+                            .chunk_indices(segment)
+                            .map(move |(offset, piece)| (start + offset, piece))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
             }
+            Format::PlainText => TextSplitter::new(config).chunk_indices(text).collect(),
         };
         pieces
             .into_iter()
@@ -209,6 +237,7 @@ impl Chunker {
                 token_count: sizer.tokens_in(offset, offset + piece.len()),
                 sha256: hex::encode(Sha256::digest(piece.as_bytes())),
                 section: extracted.section_at(offset).map(str::to_owned),
+                page: extracted.page_at(offset),
             })
             .collect()
     }

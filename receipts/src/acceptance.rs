@@ -58,16 +58,39 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                 &document,
             );
             let format = crate::extract::Format::of(&document.media_type);
-            let (passages, extracted) = match std::str::from_utf8(&document.bytes) {
-                Ok(text) if format.extracts() => {
-                    // Bounded: a page nested too deep is refused before it is parsed.
-                    let extracted = crate::extract::Extracted::new(text.to_owned(), format)
-                        .map_err(|error| LedgerError::invalid(error.code, error.message))?
-                        .text;
-                    (passages::split(&extracted), Some(extracted))
+            let (passages, extracted) = if format.binary() {
+                // Bounded (a child process for PDF, capped decompression for DOCX); the
+                // caller runs this off the async runtime ([`accept_with`]).
+                let extracted = crate::extract::Extracted::from_bytes(
+                    &document.bytes,
+                    format,
+                    &crate::extract::Limits::default(),
+                )
+                .map_err(extraction_refused)?
+                .text;
+                if let Some(finding) = crate::secrets::scan(extracted.as_bytes()) {
+                    return Err(LedgerError::invalid(
+                        "secret_detected",
+                        format!(
+                            "content carries a credential ({}) at byte offset {} of its \
+                             extracted text; remove it and resubmit",
+                            finding.kind, finding.offset
+                        ),
+                    ));
                 }
-                Ok(text) => (passages::split(text), None),
-                Err(_) => (Vec::new(), None),
+                (passages::split(&extracted), Some(extracted))
+            } else {
+                match std::str::from_utf8(&document.bytes) {
+                    Ok(text) if format.extracts() => {
+                        // Bounded: a page nested too deep is refused before it is parsed.
+                        let extracted = crate::extract::Extracted::new(text.to_owned(), format)
+                            .map_err(extraction_refused)?
+                            .text;
+                        (passages::split(&extracted), Some(extracted))
+                    }
+                    Ok(text) => (passages::split(text), None),
+                    Err(_) => (Vec::new(), None),
+                }
             };
             PreparedChange::Put {
                 document,
@@ -85,6 +108,19 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
         actor: submission.actor,
         change,
     })
+}
+
+/// An extraction's refusal as the ledger's: every code but `extractor_unavailable` is the
+/// document's fault (422, or 413 when it is too large); a missing extractor is this
+/// machine's, and answers 503 so that the client retries.
+fn extraction_refused(error: crate::extract::ExtractError) -> LedgerError {
+    LedgerError::invalid(error.code, error.message)
+}
+
+/// Whether preparing `submission` runs an extractor that may take a while (a binary format).
+fn extracts_slowly(submission: &Submission) -> bool {
+    matches!(&submission.change, Change::Put(document)
+        if crate::extract::Format::of(&document.media_type).binary())
 }
 
 /// What the ledger holds for one item before its wave is written.
@@ -182,8 +218,27 @@ where
     let mut results: Vec<Option<Result<Acceptance>>> = Vec::with_capacity(count);
     let mut prepared = Vec::with_capacity(count);
     let mut slots = Vec::with_capacity(count);
+    // Binary documents are extracted on the blocking pool, side by side (the PDF extractor
+    // bounds how many children run at once); everything else is prepared here.
+    let mut pending = Vec::with_capacity(count);
     for submission in submissions {
-        match prepare(submission) {
+        pending.push(if extracts_slowly(&submission) {
+            Err(tokio::task::spawn_blocking(move || prepare(submission)))
+        } else {
+            Ok(prepare(submission))
+        });
+    }
+    for item in pending {
+        let item = match item {
+            Ok(item) => item,
+            Err(handle) => handle.await.unwrap_or_else(|error| {
+                tracing::error!(%error, "preparing a submission failed");
+                Err(LedgerError::Internal(
+                    "preparing the submission failed".to_owned(),
+                ))
+            }),
+        };
+        match item {
             Ok(item) => {
                 slots.push(results.len());
                 results.push(None);

@@ -150,7 +150,8 @@ impl LedgerError {
             "source_not_found" | "job_not_found" | "token_not_found" | "generation_not_found" => {
                 404
             }
-            "ledger_unavailable" => 503,
+            "ledger_unavailable" | "extractor_unavailable" => 503,
+            "document_too_large" => 413,
             "deadline_exceeded" => 504,
             "internal_error" | "injected_fault" => 500,
             _ => 422,

@@ -95,6 +95,7 @@ pub mod passages;
 pub mod policy;
 pub mod postgres;
 mod runs;
+pub mod secrets;
 pub mod sqlite;
 #[doc(hidden)]
 pub mod testing;

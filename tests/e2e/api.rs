@@ -142,14 +142,15 @@ async fn base64_content_keeps_its_bytes_and_non_utf8_is_refused_at_admission() {
     assert_error(&refused, 422, "not_text");
     assert_eq!(refused.1["details"]["offset"], 1);
     assert_eq!(app.counts().await, before);
-    // A PDF is refused the same way, and the message says what to send instead.
+    // Bytes that are not what their media type says are refused, and the message says what
+    // the bytes are.
     let refused = app
         .put(&app.admin, json!({"dataset": "bin", "source_key": "p", "content_base64": binary, "media_type": "application/pdf"}))
         .await;
-    assert_error(&refused, 422, "not_text");
+    assert_error(&refused, 422, "format_mismatch");
     let message = refused.1["message"].as_str().expect("message");
     assert!(
-        message.contains("application/pdf documents are not extracted yet"),
+        message.contains("the media type says pdf but the content is unrecognised bytes"),
         "{message}"
     );
     assert_eq!(app.counts().await, before);

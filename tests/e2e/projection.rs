@@ -331,3 +331,234 @@ async fn markdown_and_html_results_name_their_section() {
         .contains('<'));
     server.kill().await.expect("stop");
 }
+
+/// A PDF and a DOCX (real files from pdf.js's and python-docx's test corpora) through the API:
+/// they become verified and searchable as their text, with their page and section in the
+/// results. A new revision of the PDF supersedes the old one in every search mode, and a
+/// tombstone excludes it. Documents that cannot be read are refused at the door, typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdf_and_docx_become_searchable_with_their_page_and_section() {
+    use base64::Engine as _;
+    let fixture = |path: &str| {
+        let bytes = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("receipts/tests/fixtures")
+                .join(path),
+        )
+        .expect("fixture");
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = start(data.path()).await;
+    let token = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    let search = |query: &str, mode: &str, dataset: &str| {
+        let http = http.clone();
+        let (base, token) = (base.clone(), token.clone());
+        let body = json!({ "query": query, "mode": mode, "datasets": [dataset],
+            "group_by_source": false, "top_k": 5 });
+        async move {
+            http.post(format!("{base}/v1/search"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .expect("search")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    };
+    let post = |dataset: &str, key: &str, path: &str, media_type: &str| {
+        json!({ "dataset": dataset, "source_key": key, "content_base64": fixture(path),
+            "media_type": media_type })
+    };
+
+    // A five-page PDF: each hit names the page its chunk starts on.
+    let pdf = post(
+        "papers",
+        "testing.pdf",
+        "pdfjs/file_pdfjs_test.pdf",
+        "application/pdf",
+    );
+    let first = crate::common::post_source(&http, &base, &token, &pdf).await;
+    let detail = wait_for_job(&http, &base, &token, &first, "completed").await;
+    assert!(
+        receipt_states(&detail).contains(&("vector".to_owned(), "verified".to_owned())),
+        "{detail}"
+    );
+    let answer = search(
+        "Talos measures the load time of web pages from the Alexa top 500",
+        "vector",
+        "papers",
+    )
+    .await;
+    let top = &answer["results"][0];
+    assert_eq!(top["source_key"], "testing.pdf", "{answer}");
+    assert_eq!(top["page"], 3, "{answer}");
+    let pages: Vec<i64> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|hit| hit["page"].as_i64())
+        .collect();
+    assert!(pages.iter().all(|page| (1..=5).contains(page)), "{answer}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "search",
+            "Speedtests in several browsers",
+            "--dataset",
+            "papers",
+        ])
+        .args(["--server", &base, "--data-dir"])
+        .arg(data.path())
+        .output()
+        .expect("cairn search");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("p. 4"), "{table}");
+    let lexical = search("xpcshell mozmill", "lexical", "papers").await;
+    assert_eq!(
+        lexical["results"][0]["source_key"], "testing.pdf",
+        "{lexical}"
+    );
+
+    // A new revision supersedes it: nothing of the old text is found in any mode.
+    let pdf = post(
+        "papers",
+        "testing.pdf",
+        "pdfjs/issue1002.pdf",
+        "application/pdf",
+    );
+    let second = crate::common::post_source(&http, &base, &token, &pdf).await;
+    wait_for_job(&http, &base, &token, &second, "completed").await;
+    for mode in ["lexical", "vector", "auto"] {
+        let answer = search("Talos load time of web pages", mode, "papers").await;
+        let hits = answer["results"].as_array();
+        for hit in hits.unwrap_or_else(|| panic!("{mode}: {answer}")) {
+            assert_eq!(
+                hit["source_revision_id"],
+                second.as_str(),
+                "{mode}: {answer}"
+            );
+        }
+    }
+    let lexical = search("xpcshell", "lexical", "papers").await;
+    assert_eq!(lexical["results"], json!([]), "{lexical}");
+    let answer = search("acquiring knowledge and mastery", "vector", "papers").await;
+    assert_eq!(
+        answer["results"][0]["source_revision_id"],
+        second.as_str(),
+        "{answer}"
+    );
+    assert_eq!(answer["results"][0]["page"], 1, "{answer}");
+
+    // A tombstone excludes it.
+    let deleted = http
+        .delete(format!(
+            "{base}/v1/sources?dataset=papers&source_key=testing.pdf"
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("delete");
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let vector = search("acquiring knowledge and mastery", "vector", "papers").await;
+        let lexical = search("knowledge mastery", "lexical", "papers").await;
+        if vector["results"] == json!([]) && lexical["results"] == json!([]) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{vector} {lexical}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A DOCX: its headings are sections, its tables are text.
+    let docx_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document";
+    let styled = post(
+        "word",
+        "styles.docx",
+        "docx/par-known-styles.docx",
+        docx_type,
+    );
+    let id = crate::common::post_source(&http, &base, &token, &styled).await;
+    wait_for_job(&http, &base, &token, &id, "completed").await;
+    let table = post(
+        "word",
+        "table.docx",
+        "docx/tbl-having-applied-style.docx",
+        docx_type,
+    );
+    let id = crate::common::post_source(&http, &base, &token, &table).await;
+    wait_for_job(&http, &base, &token, &id, "completed").await;
+    let answer = search("body text", "lexical", "word").await;
+    assert_eq!(
+        answer["results"][0]["source_key"], "styles.docx",
+        "{answer}"
+    );
+    let answer = search("Body Text under heading one", "vector", "word").await;
+    let hit = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|hit| hit["source_key"] == "styles.docx")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(hit["section"], "# Heading 1", "{answer}");
+    let answer = search("a hearty foo to you too sir", "lexical", "word").await;
+    assert_eq!(answer["results"][0]["source_key"], "table.docx", "{answer}");
+    assert!(answer["results"][0]["text"]
+        .as_str()
+        .expect("text")
+        .contains("foo to you | and a hearty foo to you too sir!"));
+
+    // What cannot be read is refused, typed, and nothing is kept.
+    let refusal = |body: Value| {
+        let http = http.clone();
+        let (base, token) = (base.clone(), token.clone());
+        async move {
+            let response = http
+                .post(format!("{base}/v1/sources"))
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .expect("post");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    for (path, media_type, status, code) in [
+        ("pdfjs/issue6010_1.pdf", "application/pdf", 422, "encrypted"),
+        (
+            "pdfjs/noembed-sjis.pdf",
+            "application/pdf",
+            422,
+            "no_text_layer",
+        ),
+        (
+            "pdfjs/REDHAT-1531897-0.pdf",
+            "application/pdf",
+            422,
+            "unextractable",
+        ),
+        ("docx/test.docx", "application/pdf", 422, "format_mismatch"),
+        ("pdfjs/issue1002.pdf", docx_type, 422, "format_mismatch"),
+        ("pdfjs/issue1002.pdf", "text/plain", 422, "not_text"),
+    ] {
+        let (got, body) = refusal(post("refused", "x", path, media_type)).await;
+        assert_eq!(
+            (got, body["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {body}"
+        );
+    }
+    let source = http
+        .get(format!("{base}/v1/sources?dataset=refused&source_key=x"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(source.status().as_u16(), 404);
+    server.kill().await.expect("stop");
+}

@@ -101,12 +101,11 @@ pub(crate) fn ledger_failure(error: LedgerError) -> Failure {
     }
 }
 
-/// A revision and its retained content as text (a permanent failure when it is not there or
-/// not UTF-8).
-pub(crate) async fn revision_text(
+/// A revision and its retained bytes (a permanent failure when they are not there).
+pub(crate) async fn revision_bytes(
     ledger: &dyn Ledger,
     revision_id: uuid::Uuid,
-) -> Result<(receipts::Revision, String), Failure> {
+) -> Result<(receipts::Revision, Vec<u8>), Failure> {
     let detail = ledger
         .revision(revision_id)
         .await
@@ -132,6 +131,43 @@ pub(crate) async fn revision_text(
                 format!("content {sha256} is not retained"),
             )
         })?;
+    Ok((detail.revision, bytes))
+}
+
+/// A revision's bytes read as its format (on the blocking pool: a PDF runs a bounded child
+/// process). A document that cannot be read fails for good under its extraction code; a
+/// machine without the extractor fails for now (`extractor_unavailable`), so the job is
+/// retried once the extractor is installed.
+pub(crate) async fn extract(
+    revision: &receipts::Revision,
+    bytes: Vec<u8>,
+) -> Result<gateways::Extracted, Failure> {
+    let format = gateways::Format::of(&revision.media_type);
+    tokio::task::spawn_blocking(move || {
+        gateways::Extracted::from_bytes(&bytes, format, &gateways::extract::Limits::default())
+    })
+    .await
+    .map_err(|error| permanent("unextractable", format!("extraction failed: {error}")))?
+    .map_err(|error| {
+        if error.permanent() {
+            permanent(error.code, error.message)
+        } else {
+            retryable(error.code, error.message)
+        }
+    })
+}
+
+/// A revision's text as the link extractors read it: the bytes themselves for text formats
+/// (HTML keeps its `href`s), the extracted text for binary ones.
+pub(crate) async fn revision_text(
+    ledger: &dyn Ledger,
+    revision_id: uuid::Uuid,
+) -> Result<(receipts::Revision, String), Failure> {
+    let (revision, bytes) = revision_bytes(ledger, revision_id).await?;
+    if gateways::Format::of(&revision.media_type).binary() {
+        let extracted = extract(&revision, bytes).await?;
+        return Ok((revision, extracted.text));
+    }
     let text = String::from_utf8(bytes).map_err(|error| {
         permanent(
             "not_text",
@@ -141,7 +177,7 @@ pub(crate) async fn revision_text(
             ),
         )
     })?;
-    Ok((detail.revision, text))
+    Ok((revision, text))
 }
 
 /// Records a receipt under the lease (the one fenced path for every backend's receipt).
@@ -307,7 +343,7 @@ impl Projector {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         stages.enter("reading").await?;
-        let (revision, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
+        let (revision, bytes) = revision_bytes(self.ledger.as_ref(), job.revision_id).await?;
         stages.enter("chunking").await?;
         let copied = self.predecessor_chunks(&revision).await?;
         let chunks_from = if copied.is_some() {
@@ -318,15 +354,13 @@ impl Projector {
         let chunks = match copied {
             Some(chunks) => chunks,
             None => {
+                let extracted = extract(&revision, bytes).await?;
                 let chunker = self.chunker.clone();
-                let format = gateways::Format::of(&revision.media_type);
-                tokio::task::spawn_blocking(move || {
-                    gateways::Extracted::new(text, format)
-                        .map(|extracted| chunker.chunk_extracted(&extracted))
-                })
-                .await
-                .map_err(|error| permanent("chunker_failed", format!("chunking failed: {error}")))?
-                .map_err(|error| permanent(error.code, error.message))?
+                tokio::task::spawn_blocking(move || chunker.chunk_extracted(&extracted))
+                    .await
+                    .map_err(|error| {
+                        permanent("chunker_failed", format!("chunking failed: {error}"))
+                    })?
             }
         };
         let chunk_ms = millis(started);
@@ -354,7 +388,7 @@ impl Projector {
                         token_count: chunk.token_count as i64,
                         sha256: chunk.sha256.clone(),
                         section: chunk.section.clone(),
-                        page: None,
+                        page: chunk.page.map(i64::from),
                     })
                     .collect();
                 self.ledger
@@ -634,6 +668,7 @@ impl Projector {
                     text: row.text,
                     sha256: row.sha256,
                     section: row.section,
+                    page: row.page.and_then(|page| u32::try_from(page).ok()),
                 })
             })
             .collect::<Result<Vec<_>, Failure>>()

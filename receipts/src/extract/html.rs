@@ -7,7 +7,7 @@
 use ego_tree::iter::Edge;
 use scraper::{Html, Node};
 
-use super::Section;
+use super::{Outline, Section};
 
 /// Elements whose content is never text a reader sees as the page's content.
 const SKIPPED: [&str; 16] = [
@@ -150,7 +150,7 @@ pub(super) fn extract(html: &str) -> (String, Vec<Section>) {
         text: String::new(),
         space: false,
     };
-    let mut sections = Vec::new();
+    let mut outline = Outline::default();
     let title = document
         .root_element()
         .descendants()
@@ -169,7 +169,6 @@ pub(super) fn extract(html: &str) -> (String, Vec<Section>) {
         writer.paragraph();
     }
     // Open headings above the current point, as in Markdown: (depth, `#... title`).
-    let mut open: Vec<(usize, String)> = Vec::new();
     // The heading being read: depth, where it starts, its text so far.
     let mut heading: Option<(usize, usize, String)> = None;
     let mut skipping = 0usize;
@@ -214,17 +213,7 @@ pub(super) fn extract(html: &str) -> (String, Vec<Section>) {
                     }
                     if heading_depth(name).is_some() {
                         if let Some((depth, start, title)) = heading.take() {
-                            let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
-                            if !title.is_empty() {
-                                open.retain(|(level, _)| *level < depth);
-                                open.push((depth, format!("{} {title}", "#".repeat(depth))));
-                                let path = open
-                                    .iter()
-                                    .map(|(_, name)| name.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(" > ");
-                                sections.push(Section { start, path });
-                            }
+                            outline.heading(depth, start, &title);
                         }
                     }
                     if BLOCKS.contains(&name) {
@@ -236,5 +225,5 @@ pub(super) fn extract(html: &str) -> (String, Vec<Section>) {
     }
     let end = writer.text.trim_end().len();
     writer.text.truncate(end);
-    (writer.text, sections)
+    (writer.text, outline.sections)
 }

@@ -2,7 +2,7 @@
 
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
-use super::Section;
+use super::{Outline, Section};
 
 fn depth(level: HeadingLevel) -> usize {
     match level {
@@ -17,9 +17,7 @@ fn depth(level: HeadingLevel) -> usize {
 
 /// The sections of a Markdown text: one per heading, named by its path.
 pub(super) fn sections(text: &str) -> Vec<Section> {
-    let mut sections = Vec::new();
-    // Open headings above the current point: (depth, `#... title`).
-    let mut open: Vec<(usize, String)> = Vec::new();
+    let mut outline = Outline::default();
     // The heading being read: its depth, start and text so far.
     let mut heading: Option<(usize, usize, String)> = None;
     let parser = Parser::new_ext(text, Options::ENABLE_TABLES).into_offset_iter();
@@ -35,19 +33,11 @@ pub(super) fn sections(text: &str) -> Vec<Section> {
             }
             Event::End(TagEnd::Heading(_)) => {
                 if let Some((level, start, title)) = heading.take() {
-                    open.retain(|(open_level, _)| *open_level < level);
-                    let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
-                    open.push((level, format!("{} {title}", "#".repeat(level))));
-                    let path = open
-                        .iter()
-                        .map(|(_, name)| name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" > ");
-                    sections.push(Section { start, path });
+                    outline.heading(level, start, &title);
                 }
             }
             _ => {}
         }
     }
-    sections
+    outline.sections
 }

@@ -1,23 +1,39 @@
 //! Extraction: a revision's retained bytes as the text projection chunks, with the structure
-//! chunks carry (section paths). Extraction is derived data, like chunks: the retained bytes
-//! stay exactly as accepted.
+//! chunks carry (section paths, page numbers). Extraction is derived data, like chunks: the
+//! retained bytes stay exactly as accepted.
 //!
 //! ## Model
-//! The format comes from the media type ([`Format::of`]). Plain text is its own extraction.
-//! Markdown keeps its source as the text (so byte offsets still point into the retained
-//! bytes) and adds the heading structure: every byte belongs to the section of the nearest
-//! heading above it, named by its path (`# A > ## B`). HTML is read as a browser shows it: the
-//! title, then the main text in paragraphs, without scripts, styles, navigation, headers,
-//! footers and forms; its headings are section paths too. Offsets of HTML chunks point into
-//! that text, not into the markup ([`Format::extracts`]), and the lexical index holds that
-//! text as well, so a word in a script or a tag is never found.
+//! The format comes from the media type ([`Format::of`]) and, for binary formats, is checked
+//! against the bytes' signature ([`Format::admit`]); a mismatch is refused, never guessed.
+//! - Plain text is its own extraction.
+//! - Markdown keeps its source as the text (so byte offsets still point into the retained
+//!   bytes) and adds the heading structure: every byte belongs to the section of the nearest
+//!   heading above it, named by its path (`# A > ## B`).
+//! - HTML is read as a browser shows it: the title, then the main text in paragraphs,
+//!   without scripts, styles, navigation, headers, footers and forms; headings are sections.
+//! - PDF is read page by page, in reading order, by poppler's `pdftotext` in a child process
+//!   bounded in time, memory and output ([`pdf`]); every byte belongs to a page.
+//! - DOCX is read from its `word/document.xml`: paragraphs, headings (by style or outline
+//!   level) as sections, and tables as rows of cells ([`docx`]), within bounds on what is
+//!   decompressed.
+//!
+//! Offsets of chunks of the formats that extract ([`Format::extracts`]) point into the
+//! extracted text, not into the retained bytes, and the lexical index holds that text too, so
+//! a word in a script, a tag or a compressed stream is never found.
 //!
 //! ## Invariants
-//! - Extraction is deterministic for the same bytes and format.
-//! - Sections are sorted by start and cover the text from the first heading on.
+//! - Extraction is deterministic for the same bytes, format and extractor version.
+//! - Sections and pages are sorted by start; sections cover the text from the first heading
+//!   on, pages cover all of it.
+//! - Every failure is an [`ExtractError`] with a stable code; extraction never panics the
+//!   caller and never runs past its [`Limits`].
 
+pub mod docx;
 pub mod html;
 mod markdown;
+pub mod pdf;
+
+use std::time::Duration;
 
 /// How a revision's bytes are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,11 +45,19 @@ pub enum Format {
     Markdown,
     /// HTML: the readable text, headings as section paths.
     Html,
+    /// PDF: the text of each page, in reading order.
+    Pdf,
+    /// Word (Office Open XML): paragraphs, headings as section paths, tables as text.
+    Docx,
 }
+
+/// The media type of DOCX documents.
+pub const DOCX_MEDIA_TYPE: &str =
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document";
 
 impl Format {
     /// The format of a media type (parameters such as `; charset=utf-8` are ignored). Every
-    /// other text type is read as plain text.
+    /// other type is read as plain text (and must then be UTF-8).
     pub fn of(media_type: &str) -> Format {
         let essence = media_type
             .split(';')
@@ -44,25 +68,149 @@ impl Format {
         match essence.as_str() {
             "text/markdown" | "text/x-markdown" => Format::Markdown,
             "text/html" | "application/xhtml+xml" => Format::Html,
+            "application/pdf" => Format::Pdf,
+            DOCX_MEDIA_TYPE => Format::Docx,
             _ => Format::PlainText,
+        }
+    }
+
+    /// Its name in messages and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::PlainText => "text",
+            Format::Markdown => "markdown",
+            Format::Html => "html",
+            Format::Pdf => "pdf",
+            Format::Docx => "docx",
         }
     }
 
     /// Whether its text differs from the retained bytes (so that chunk offsets and the
     /// lexical index refer to the extracted text).
     pub fn extracts(self) -> bool {
-        self == Format::Html
+        matches!(self, Format::Html | Format::Pdf | Format::Docx)
+    }
+
+    /// Whether its bytes are binary (not UTF-8 text).
+    pub fn binary(self) -> bool {
+        matches!(self, Format::Pdf | Format::Docx)
+    }
+
+    /// The largest document of this format admission accepts: extraction's cost grows with
+    /// the bytes, and for the binary formats much faster than the bytes' size suggests.
+    pub fn max_bytes(self) -> usize {
+        match self {
+            Format::PlainText | Format::Markdown => 32 * 1024 * 1024,
+            Format::Html => 16 * 1024 * 1024,
+            Format::Pdf => 64 * 1024 * 1024,
+            Format::Docx => 32 * 1024 * 1024,
+        }
+    }
+
+    /// Checks that `bytes` can be this format before anything is extracted: within its size
+    /// limit (`document_too_large`), with the signature of a binary format
+    /// (`format_mismatch`), or UTF-8 for the text formats (`not_text`).
+    pub fn admit(self, bytes: &[u8]) -> Result<(), ExtractError> {
+        if bytes.len() > self.max_bytes() {
+            return Err(ExtractError::new(
+                "document_too_large",
+                format!(
+                    "the {} document is {} bytes; at most {} are accepted for this format",
+                    self.name(),
+                    bytes.len(),
+                    self.max_bytes()
+                ),
+            ));
+        }
+        let signature = match self {
+            // A PDF may start with junk before its header; readers look in the first KiB.
+            Format::Pdf => bytes.windows(5).take(1024).any(|window| window == b"%PDF-"),
+            Format::Docx => bytes.starts_with(b"PK\x03\x04"),
+            Format::PlainText | Format::Markdown | Format::Html => {
+                return match std::str::from_utf8(bytes) {
+                    Ok(_) => Ok(()),
+                    Err(error) => Err(ExtractError::new(
+                        "not_text",
+                        format!(
+                            "content is not UTF-8 text (invalid byte at offset {}); cairn reads \
+                             text as plain text, Markdown or HTML, and binary documents as \
+                             application/pdf or {DOCX_MEDIA_TYPE}",
+                            error.valid_up_to()
+                        ),
+                    )),
+                };
+            }
+        };
+        if signature {
+            return Ok(());
+        }
+        let found = if bytes.starts_with(b"PK\x03\x04") {
+            "a zip archive"
+        } else if bytes.windows(5).take(1024).any(|window| window == b"%PDF-") {
+            "a PDF"
+        } else if std::str::from_utf8(bytes).is_ok() {
+            "text"
+        } else {
+            "unrecognised bytes"
+        };
+        Err(ExtractError::new(
+            "format_mismatch",
+            format!(
+                "the media type says {} but the content is {found}; send the media type of \
+                 what the bytes are",
+                self.name()
+            ),
+        ))
     }
 }
 
-/// Why a document cannot be extracted (a permanent, typed refusal).
+/// Why a document cannot be extracted: a typed refusal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ExtractError {
-    /// Stable code: `unextractable`.
+    /// Stable code: `not_text`, `format_mismatch`, `document_too_large`, `unextractable`,
+    /// `encrypted`, `no_text_layer`, `extraction_limit` (permanent), or
+    /// `extractor_unavailable` (this machine lacks the extractor: transient).
     pub code: &'static str,
     /// What is wrong.
     pub message: String,
+}
+
+impl ExtractError {
+    /// An error with its code.
+    pub fn new(code: &'static str, message: impl Into<String>) -> ExtractError {
+        ExtractError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the same bytes would fail again anywhere (every code but
+    /// `extractor_unavailable`, which installing the extractor cures).
+    pub fn permanent(&self) -> bool {
+        self.code != "extractor_unavailable"
+    }
+}
+
+/// Bounds on one extraction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time for one document.
+    pub deadline: Duration,
+    /// Address space of the PDF extractor's child process.
+    pub memory_bytes: u64,
+    /// Extracted text (and, for DOCX, decompressed XML) per document.
+    pub max_text_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            deadline: Duration::from_secs(10),
+            memory_bytes: 1024 * 1024 * 1024,
+            max_text_bytes: 32 * 1024 * 1024,
+        }
+    }
 }
 
 /// Where a section starts in the extracted text, and its path.
@@ -74,6 +222,37 @@ pub struct Section {
     pub path: String,
 }
 
+/// The headings open above the current point of a document, as section paths: the one
+/// builder of paths for every format with headings.
+#[derive(Debug, Default)]
+pub(crate) struct Outline {
+    /// Open headings: (depth, `#... title`).
+    open: Vec<(usize, String)>,
+    /// The sections so far, by start.
+    pub(crate) sections: Vec<Section>,
+}
+
+impl Outline {
+    /// A heading of `depth` (1 for the top) titled `title`, starting at `start`; headings
+    /// without text are not sections.
+    pub(crate) fn heading(&mut self, depth: usize, start: usize, title: &str) {
+        let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+        if title.is_empty() {
+            return;
+        }
+        self.open.retain(|(level, _)| *level < depth);
+        self.open
+            .push((depth, format!("{} {title}", "#".repeat(depth))));
+        let path = self
+            .open
+            .iter()
+            .map(|(_, name)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(" > ");
+        self.sections.push(Section { start, path });
+    }
+}
+
 /// What projection chunks: the text and its structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Extracted {
@@ -83,11 +262,14 @@ pub struct Extracted {
     pub format: Format,
     /// Sections, by start.
     pub sections: Vec<Section>,
+    /// Where each page starts (page 1 first), for paged formats (PDF); empty otherwise.
+    pub pages: Vec<usize>,
 }
 
 impl Extracted {
-    /// `text` (the retained bytes, as UTF-8) read as `format`; a page nested deeper than
-    /// [`html::MAX_DEPTH`] is refused (`unextractable`) before it is parsed.
+    /// `text` (the retained bytes, as UTF-8) read as a text format; a page nested deeper than
+    /// [`html::MAX_DEPTH`] is refused (`unextractable`) before it is parsed. A binary format
+    /// is refused (`not_text`): those are read from bytes ([`Extracted::from_bytes`]).
     pub fn new(text: String, format: Format) -> Result<Extracted, ExtractError> {
         Ok(match format {
             Format::PlainText => Extracted::plain(text),
@@ -95,26 +277,70 @@ impl Extracted {
                 sections: markdown::sections(&text),
                 text,
                 format,
+                pages: Vec::new(),
             },
             Format::Html => {
                 let depth = html::nesting(&text);
                 if depth > html::MAX_DEPTH {
-                    return Err(ExtractError {
-                        code: "unextractable",
-                        message: format!(
+                    return Err(ExtractError::new(
+                        "unextractable",
+                        format!(
                             "the HTML nests {depth} elements deep; at most {} can be extracted",
                             html::MAX_DEPTH
                         ),
-                    });
+                    ));
                 }
                 let (text, sections) = html::extract(&text);
                 Extracted {
                     text,
                     format,
                     sections,
+                    pages: Vec::new(),
                 }
             }
+            Format::Pdf | Format::Docx => {
+                return Err(ExtractError::new(
+                    "not_text",
+                    format!("{} documents are read from their bytes", format.name()),
+                ))
+            }
         })
+    }
+
+    /// A document's retained bytes read as `format`, within `limits`: admission's checks
+    /// ([`Format::admit`]) first, then the format's extractor. A panic inside an in-process
+    /// extractor is contained and answered as `unextractable`.
+    pub fn from_bytes(
+        bytes: &[u8],
+        format: Format,
+        limits: &Limits,
+    ) -> Result<Extracted, ExtractError> {
+        format.admit(bytes)?;
+        let contained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match format {
+            Format::Pdf => pdf::extract(bytes, limits),
+            Format::Docx => docx::extract(bytes, limits),
+            Format::PlainText | Format::Markdown | Format::Html => {
+                let text = std::str::from_utf8(bytes)
+                    .map_err(|_| ExtractError::new("not_text", "content is not UTF-8 text"))?;
+                Extracted::new(text.to_owned(), format)
+            }
+        }));
+        let extracted = contained.unwrap_or_else(|_| {
+            Err(ExtractError::new(
+                "unextractable",
+                format!("the {} extractor failed on this document", format.name()),
+            ))
+        })?;
+        if extracted.text.len() > limits.max_text_bytes {
+            return Err(ExtractError::new(
+                "extraction_limit",
+                format!(
+                    "the document holds more than {} bytes of text",
+                    limits.max_text_bytes
+                ),
+            ));
+        }
+        Ok(extracted)
     }
 
     /// Plain text, as is.
@@ -123,6 +349,7 @@ impl Extracted {
             text,
             format: Format::PlainText,
             sections: Vec::new(),
+            pages: Vec::new(),
         }
     }
 
@@ -135,6 +362,12 @@ impl Extracted {
             .checked_sub(1)
             .and_then(|index| self.sections.get(index))
             .map(|section| section.path.as_str())
+    }
+
+    /// The page (1-based) the byte at `offset` is on, for paged formats.
+    pub fn page_at(&self, offset: usize) -> Option<u32> {
+        let after = self.pages.partition_point(|start| *start <= offset);
+        u32::try_from(after).ok().filter(|page| *page > 0)
     }
 }
 
