@@ -172,13 +172,30 @@ pub struct Submission {
 impl Submission {
     /// New UTF-8 text content for a source, as `text/plain` without tags or metadata.
     pub fn text(dataset: &str, source_key: &str, actor: &str, text: &str) -> Submission {
+        Submission::document(
+            dataset,
+            source_key,
+            actor,
+            text.as_bytes().to_vec(),
+            "text/plain",
+        )
+    }
+
+    /// A put of `bytes` of `media_type`, without tags or metadata.
+    pub fn document(
+        dataset: &str,
+        source_key: &str,
+        actor: &str,
+        bytes: Vec<u8>,
+        media_type: &str,
+    ) -> Submission {
         Submission {
             dataset: dataset.to_owned(),
             source_key: source_key.to_owned(),
             actor: actor.to_owned(),
             change: Change::Put(Document {
-                bytes: text.as_bytes().to_vec(),
-                media_type: "text/plain".to_owned(),
+                bytes,
+                media_type: media_type.to_owned(),
                 tags: Vec::new(),
                 metadata: serde_json::Map::new(),
             }),

@@ -420,6 +420,8 @@ impl worker::Work for NoOp {
 #[cfg(feature = "peer-apalis")]
 mod apalis_peer;
 
+mod extract;
+pub use extract::extract;
 mod project;
 pub use project::{project, ProjectBench};
 

@@ -30,6 +30,45 @@ pub struct ProjectBench {
     pub graph: Option<gateways::BoltOptions>,
     /// Then project a new revision of every document (chunk reuse).
     pub edits: bool,
+    /// Project the PDFs of this folder (those with a text layer) instead of the corpus.
+    pub pdfs: Option<std::path::PathBuf>,
+}
+
+/// A PDF of the benchmark: its name, its bytes and its extraction.
+type Pdf = (String, Vec<u8>, gateways::Extracted);
+
+/// The PDFs of `folder` that have a text layer (at most `limit`), with their extraction;
+/// the others are counted by their code.
+fn read_pdfs(folder: &Path, limit: usize) -> anyhow::Result<(Vec<Pdf>, Value)> {
+    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(folder)
+        .with_context(|| format!("reading {}", folder.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|found| found == "pdf"))
+        .collect();
+    paths.sort();
+    let mut documents = Vec::new();
+    let mut refused = serde_json::Map::new();
+    let limits = gateways::extract::Limits::default();
+    for path in paths {
+        if documents.len() >= limit {
+            break;
+        }
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        match gateways::Extracted::from_bytes(&bytes, gateways::Format::Pdf, &limits) {
+            Ok(extracted) => {
+                let key = path
+                    .file_name()
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                documents.push((key, bytes, extracted));
+            }
+            Err(error) => {
+                let count = refused.entry(error.code).or_insert(json!(0));
+                *count = json!(count.as_u64().unwrap_or(0) + 1);
+            }
+        }
+    }
+    Ok((documents, Value::Object(refused)))
 }
 
 fn read_corpus(path: &Path, limit: usize) -> anyhow::Result<Vec<(String, String)>> {
@@ -60,8 +99,38 @@ fn peak_rss_mib() -> Option<f64> {
 
 /// Runs the benchmark with `config`'s projection settings on a temporary data directory.
 pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Value> {
-    let documents = read_corpus(&bench.corpus, bench.docs)?;
-    anyhow::ensure!(!documents.is_empty(), "the corpus has no documents");
+    // What is projected: the corpus's text, or PDFs as accepted bytes; the raw embedder gets
+    // the same chunks (of the PDFs' extracted text, which the pipeline extracts again).
+    let (documents, pdfs) = match &bench.pdfs {
+        Some(folder) => {
+            anyhow::ensure!(
+                !bench.edits,
+                "--edits runs on the text corpus, not on --pdfs"
+            );
+            let (pdfs, refused) = read_pdfs(folder, bench.docs)?;
+            (Vec::new(), Some((pdfs, refused)))
+        }
+        None => (read_corpus(&bench.corpus, bench.docs)?, None),
+    };
+    let submissions: Vec<receipts::Submission> = match &pdfs {
+        Some((pdfs, _)) => pdfs
+            .iter()
+            .map(|(key, bytes, _)| {
+                receipts::Submission::document(
+                    "pdfs",
+                    key,
+                    "bench",
+                    bytes.clone(),
+                    "application/pdf",
+                )
+            })
+            .collect(),
+        None => documents
+            .iter()
+            .map(|(id, text)| receipts::Submission::text("scifact", id, "bench", text))
+            .collect(),
+    };
+    anyhow::ensure!(!submissions.is_empty(), "no documents to project");
     let directory = tempfile::tempdir().context("creating a temporary directory")?;
     let mut config = config.clone();
     config.data_dir = directory.path().to_path_buf();
@@ -77,11 +146,18 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     // The raw embedder on the same chunks, first.
     let chunker = Chunker::new(files.tokenizer()?, config.projection.chunker)?;
     let started = Instant::now();
-    let chunk_texts: Vec<String> = documents
-        .iter()
-        .flat_map(|(_, text)| chunker.chunk(text))
-        .map(|chunk| chunk.text)
-        .collect();
+    let chunk_texts: Vec<String> = match &pdfs {
+        Some((pdfs, _)) => pdfs
+            .iter()
+            .flat_map(|(_, _, extracted)| chunker.chunk_extracted(extracted))
+            .map(|chunk| chunk.text)
+            .collect(),
+        None => documents
+            .iter()
+            .flat_map(|(_, text)| chunker.chunk(text))
+            .map(|chunk| chunk.text)
+            .collect(),
+    };
     let chunk_seconds = started.elapsed().as_secs_f64();
     let raw_model = LocalEmbedder::load(
         &files,
@@ -92,7 +168,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     eprintln!(
         "project: raw embedder on {} chunks of {} documents",
         chunk_texts.len(),
-        documents.len()
+        submissions.len()
     );
     let started = Instant::now();
     let raw_texts = chunk_texts.clone();
@@ -143,7 +219,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
 
     // The pipeline: accept every document, let leased workers project them all; with
     // `--graph`, again on a fresh ledger with the graph on (its jobs included).
-    let run = pipeline(&config, &documents, &bench).await?;
+    let run = pipeline(&config, &submissions, &bench).await?;
     let edits = if bench.edits {
         eprintln!("project: new revisions of every document (edits)");
         Some(edit_phase(&run, &documents, &bench).await?)
@@ -170,7 +246,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             vectors.collection_prefix = format!("{}graph-", vectors.collection_prefix);
         }
         eprintln!("project: the same documents with the graph on");
-        let graph = pipeline(&with_graph, &documents, &bench).await?;
+        let graph = pipeline(&with_graph, &submissions, &bench).await?;
         anyhow::ensure!(
             graph.chunk_rows == chunk_rows,
             "the graph run stored {} chunks, not {chunk_rows}",
@@ -198,8 +274,11 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     let pipeline_rate = chunk_texts.len() as f64 / pipeline_seconds;
     Ok(json!({
         "benchmark": "project",
-        "corpus": bench.corpus.display().to_string(),
-        "documents": documents.len(),
+        "corpus": bench.pdfs.as_ref().unwrap_or(&bench.corpus).display().to_string(),
+        "format": if pdfs.is_some() { "pdf" } else { "text" },
+        "pdf_pages": pdfs.as_ref().map(|(pdfs, _)| pdfs.iter().map(|(_, _, extracted)| extracted.pages.len()).sum::<usize>()),
+        "pdfs_left_out": pdfs.as_ref().map(|(_, refused)| refused.clone()),
+        "documents": submissions.len(),
         "chunks": chunk_texts.len(),
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "embed_batch": config.projection.embed_batch,
@@ -235,7 +314,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
                 "goal_at_least_0_9": rate / pipeline_rate >= 0.9,
                 "mean_stage_ms_per_job": stages
                     .into_iter()
-                    .map(|(key, total)| (key, json!(total / documents.len() as f64)))
+                    .map(|(key, total)| (key, json!(total / submissions.len() as f64)))
                     .collect::<serde_json::Map<String, Value>>(),
                 "note": "the same documents on a fresh ledger with the graph on: every revision also gets a graph job (chunks, links, read-back); timed until every job has ended",
             })
@@ -250,7 +329,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
 /// time of each receipt's stages per job, and the acceptances.
 async fn pipeline(
     config: &Config,
-    documents: &[(String, String)],
+    submissions: &[receipts::Submission],
     bench: &ProjectBench,
 ) -> anyhow::Result<Run> {
     let ledger: Arc<dyn Ledger> = crate::open_ledger(config).await?;
@@ -262,12 +341,8 @@ async fn pipeline(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
     let mut jobs = Vec::new();
-    for batch in documents.chunks(500) {
-        let submissions = batch
-            .iter()
-            .map(|(id, text)| receipts::Submission::text("scifact", id, "bench", text))
-            .collect();
-        for result in ledger.accept(submissions).await {
+    for batch in submissions.chunks(500) {
+        for result in ledger.accept(batch.to_vec()).await {
             jobs.push(result?);
         }
     }

@@ -293,6 +293,10 @@ enum BenchCommand {
         /// rest with a new tag) and compare with the first projection (chunk reuse).
         #[arg(long)]
         edits: bool,
+        /// Project the PDFs of this folder that have a text layer (at most `--docs`) instead
+        /// of the corpus, e.g. pdf.js's `test/pdfs`: the pipeline extracts them again.
+        #[arg(long)]
+        pdfs: Option<PathBuf>,
         /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
         /// collection of this run's own.
         #[arg(long)]
@@ -330,6 +334,16 @@ enum BenchCommand {
         config: Option<PathBuf>,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-search.json")]
+        out: PathBuf,
+    },
+    /// Extraction throughput per format (PDF, DOCX, HTML, Markdown) on the files of the
+    /// given folders, one document at a time.
+    Extract {
+        /// Folders to read (recursively); files are chosen by extension.
+        #[arg(long = "dir", default_value = "receipts/tests/fixtures")]
+        dirs: Vec<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-extract.json")]
         out: PathBuf,
     },
     /// Durable receipts per second through the API against a raw sqlx loop.
@@ -1243,6 +1257,7 @@ impl BenchArgs {
                 concurrency,
                 graph,
                 edits,
+                pdfs,
                 vectors,
                 config,
                 out,
@@ -1268,9 +1283,16 @@ impl BenchArgs {
                         concurrency: concurrency.max(1),
                         graph,
                         edits,
+                        pdfs,
                     },
                 )
                 .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Extract { dirs, out } => {
+                let report = tokio::task::spawn_blocking(move || crate::bench::extract(&dirs))
+                    .await
+                    .context("the extraction benchmark")??;
                 write_report(&out, &report)?;
             }
             BenchCommand::Accept {

@@ -906,3 +906,50 @@ async fn markdown_chunks_carry_their_section_paths() {
     );
     assert!(rows.iter().all(|row| row.page.is_none()));
 }
+
+/// A real five-page PDF (pdf.js's test corpus): every chunk row names the page it lies on,
+/// and its text is on that page as poppler reads the page alone.
+#[tokio::test]
+async fn pdf_chunks_lie_on_the_page_they_name() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../receipts/tests/fixtures/pdfjs/file_pdfjs_test.pdf");
+    let bytes = std::fs::read(&path).expect("fixture");
+    let submission =
+        receipts::Submission::document("docs", "testing.pdf", "test", bytes, "application/pdf");
+    let accepted = accept(&world.ledger, vec![submission]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![accepted[0].1], JobState::Completed),
+        )
+        .await;
+    let rows = world
+        .ledger
+        .chunks(accepted[0].0, &world.generation.id)
+        .await
+        .expect("rows");
+    let pages: Vec<i64> = rows.iter().filter_map(|row| row.page).collect();
+    assert_eq!(pages.len(), rows.len(), "a row without a page: {rows:?}");
+    assert!(pages.windows(2).all(|pair| pair[0] <= pair[1]), "{pages:?}");
+    assert_eq!(pages.first(), Some(&1));
+    assert_eq!(pages.last(), Some(&5));
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for row in &rows {
+        let page = row.page.expect("page").to_string();
+        let output = std::process::Command::new("pdftotext")
+            .args(["-q", "-f", &page, "-l", &page])
+            .arg(&path)
+            .arg("-")
+            .output()
+            .expect("pdftotext");
+        let alone = words(&String::from_utf8_lossy(&output.stdout));
+        assert!(
+            alone.contains(&words(&row.text)),
+            "chunk {} is not on page {page}: {:?}",
+            row.chunk_index,
+            row.text
+        );
+    }
+}
