@@ -66,9 +66,8 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                     format,
                     &crate::extract::Limits::default(),
                 )
-                .map_err(extraction_refused)?
-                .text;
-                if let Some(finding) = crate::secrets::scan(extracted.as_bytes()) {
+                .map_err(extraction_refused)?;
+                if let Some(finding) = crate::secrets::scan(extracted.text.as_bytes()) {
                     return Err(LedgerError::invalid(
                         "secret_detected",
                         format!(
@@ -78,15 +77,25 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                         ),
                     ));
                 }
-                (passages::split(&extracted), Some(extracted))
+                let passages = passages::split_structured(
+                    &extracted.text,
+                    &extracted.sections,
+                    &extracted.pages,
+                );
+                (passages, Some(extracted.text))
             } else {
                 match std::str::from_utf8(&document.bytes) {
                     Ok(text) if format.extracts() => {
                         // Bounded: a page nested too deep is refused before it is parsed.
                         let extracted = crate::extract::Extracted::new(text.to_owned(), format)
-                            .map_err(extraction_refused)?
-                            .text;
-                        (passages::split(&extracted), Some(extracted))
+                            .map_err(extraction_refused)?;
+                        let passages =
+                            passages::split_structured(&extracted.text, &extracted.sections, &[]);
+                        (passages, Some(extracted.text))
+                    }
+                    Ok(text) if format == crate::extract::Format::Markdown => {
+                        let sections = crate::extract::markdown::sections(text);
+                        (passages::split_structured(text, &sections, &[]), None)
                     }
                     Ok(text) => (passages::split(text), None),
                     Err(_) => (Vec::new(), None),

@@ -1899,6 +1899,105 @@ pub async fn html_is_indexed_as_its_text(harness: Harness) {
     );
     assert!(must(harness.ledger.source("notes", "deep.html").await, "source").is_none());
 }
+/// Binary documents are indexed as their extracted text: a PDF's passages name their page
+/// and a DOCX's or Markdown document's passages the section they start in; a superseding
+/// revision replaces them; a PDF that needs a password is refused before anything is written.
+pub async fn documents_are_indexed_with_their_structure(harness: Harness) {
+    let fixture = |path: &str| {
+        std::fs::read(format!(
+            "{}/tests/fixtures/{path}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap_or_else(|error| panic!("fixture {path}: {error}"))
+    };
+    let pdf = Submission::document(
+        "papers",
+        "testing.pdf",
+        "conformance",
+        fixture("pdfjs/file_pdfjs_test.pdf"),
+        "application/pdf",
+    );
+    must_accept(&harness, pdf).await;
+    let hits = must(
+        harness
+            .ledger
+            .lexical_search("Robocop trobopan", &[], 10, None)
+            .await,
+        "lexical search",
+    );
+    assert_eq!(hits.first().and_then(|hit| hit.page), Some(3), "{hits:?}");
+    assert!(
+        hits.iter().all(|hit| !hit.text.contains("%PDF")),
+        "{hits:?}"
+    );
+    let markdown = "# Guide\n\nIntro words.\n\n## Install\n\nRun the zebrafish installer.\n";
+    let mut submission = put("papers", "guide.md", markdown);
+    if let Change::Put(document) = &mut submission.change {
+        document.media_type = "text/markdown".to_owned();
+    }
+    must_accept(&harness, submission).await;
+    let docx = Submission::document(
+        "papers",
+        "styles.docx",
+        "conformance",
+        fixture("docx/par-known-styles.docx"),
+        crate::extract::DOCX_MEDIA_TYPE,
+    );
+    must_accept(&harness, docx).await;
+    let hits = must(
+        harness
+            .ledger
+            .lexical_search("body text", &[], 10, None)
+            .await,
+        "lexical search",
+    );
+    assert_eq!(
+        hits.first().map(|hit| hit.source_key.as_str()),
+        Some("styles.docx")
+    );
+    let hits = must(
+        harness
+            .ledger
+            .lexical_search("zebrafish", &[], 10, None)
+            .await,
+        "lexical search",
+    );
+    assert_eq!(
+        hits.first().and_then(|hit| hit.section.as_deref()),
+        Some("# Guide > ## Install"),
+        "a passage lies in one section and names it: {hits:?}"
+    );
+    // A new revision replaces the PDF's passages.
+    let next = Submission::document(
+        "papers",
+        "testing.pdf",
+        "conformance",
+        fixture("pdfjs/issue1002.pdf"),
+        "application/pdf",
+    );
+    must_accept(&harness, next).await;
+    assert_eq!(lexical_hits(&harness, "trobopan").await, 0);
+    assert_eq!(lexical_hits(&harness, "unstoppable").await, 1);
+    // A password: refused, nothing written.
+    let locked = Submission::document(
+        "papers",
+        "locked.pdf",
+        "conformance",
+        fixture("pdfjs/issue6010_1.pdf"),
+        "application/pdf",
+    );
+    let refused = accept_one(&harness, locked).await;
+    assert_eq!(
+        refused.map_err(|error| error.code()).err(),
+        Some("encrypted")
+    );
+    assert!(must(
+        harness.ledger.source("papers", "locked.pdf").await,
+        "source"
+    )
+    .is_none());
+}
+
 pub use erasure::erasure_removes_every_trace;
 pub use generations::generations_build_switch_and_retire;
 
@@ -1934,6 +2033,7 @@ macro_rules! ledger_conformance {
             generations_build_switch_and_retire,
             erasure_removes_every_trace,
             html_is_indexed_as_its_text,
+            documents_are_indexed_with_their_structure,
             projection_writes_are_fenced_and_read_back,
             chunks_are_found_by_text_hash_within_a_dataset,
             hits_bind_to_current_searchable_revisions,

@@ -511,6 +511,10 @@ pub struct LexicalHit {
     pub passage_index: i64,
     /// Passage text.
     pub text: String,
+    /// The section the passage starts in, for formats with headings.
+    pub section: Option<String>,
+    /// The passage's page (1-based), for paged formats.
+    pub page: Option<i64>,
     /// BM25 score (higher is better).
     pub score: f64,
 }

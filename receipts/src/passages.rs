@@ -7,13 +7,58 @@
 /// 0.699. BM25 does best on whole abstracts; longer documents still split.
 pub const PASSAGE_TARGET_BYTES: usize = 4000;
 
-/// A passage of a text with its byte range.
+/// A passage of a text with its byte range, and where it lies in its document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Passage {
     /// Offset of the first byte in the text.
     pub byte_start: usize,
     /// Offset one past the last byte.
     pub byte_end: usize,
+    /// The section it starts in (`# A > ## B`), for formats with headings.
+    pub section: Option<String>,
+    /// Its page (1-based), for paged formats: a passage never spans two pages.
+    pub page: Option<u32>,
+}
+
+/// The passages of a document's text with its structure: cut at every page and every heading
+/// first, so that each passage lies on one page and in one section, and names them.
+pub fn split_structured(
+    text: &str,
+    sections: &[crate::extract::Section],
+    pages: &[usize],
+) -> Vec<Passage> {
+    if sections.is_empty() && pages.is_empty() {
+        return split(text);
+    }
+    let mut starts: Vec<usize> = pages
+        .iter()
+        .copied()
+        .chain(sections.iter().map(|section| section.start))
+        .chain([0])
+        .filter(|start| *start < text.len())
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let ends = starts.iter().skip(1).copied().chain([text.len()]);
+    let mut passages = Vec::new();
+    for (&start, end) in starts.iter().zip(ends) {
+        let segment = text.get(start..end).unwrap_or_default();
+        let section = sections
+            .partition_point(|section| section.start <= start)
+            .checked_sub(1)
+            .and_then(|index| sections.get(index))
+            .map(|section| section.path.clone());
+        let page = u32::try_from(pages.partition_point(|page| *page <= start))
+            .ok()
+            .filter(|page| *page > 0);
+        passages.extend(split(segment).into_iter().map(|passage| Passage {
+            byte_start: start + passage.byte_start,
+            byte_end: start + passage.byte_end,
+            section: section.clone(),
+            page,
+        }));
+    }
+    passages
 }
 
 impl Passage {
@@ -43,6 +88,8 @@ pub fn split(text: &str) -> Vec<Passage> {
             passages.push(Passage {
                 byte_start: trimmed_start,
                 byte_end: trimmed_start + trimmed.len(),
+                section: None,
+                page: None,
             });
         }
         start = end;
@@ -191,6 +238,37 @@ fn stemmer() -> &'static qdrant_rust_stemmers::Stemmer {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn structured_passages_lie_on_one_page_and_in_one_section() {
+        let text = "Cover page.\n\n# One\n\nFirst words.\n\nSecond page words.\n\n## Two\n\nLast.";
+        let sections = vec![
+            crate::extract::Section {
+                start: text.find("# One").expect("one"),
+                path: "# One".to_owned(),
+            },
+            crate::extract::Section {
+                start: text.find("## Two").expect("two"),
+                path: "# One > ## Two".to_owned(),
+            },
+        ];
+        let pages = vec![0, text.find("Second page").expect("page")];
+        let passages = split_structured(text, &sections, &pages);
+        let described: Vec<(&str, Option<&str>, Option<u32>)> = passages
+            .iter()
+            .map(|passage| (passage.text(text), passage.section.as_deref(), passage.page))
+            .collect();
+        assert_eq!(
+            described,
+            vec![
+                ("Cover page.", None, Some(1)),
+                ("# One\n\nFirst words.", Some("# One"), Some(1)),
+                ("Second page words.", Some("# One"), Some(2)),
+                ("## Two\n\nLast.", Some("# One > ## Two"), Some(2)),
+            ]
+        );
+        assert_eq!(split_structured(text, &[], &[]), split(text));
+    }
+
     #[test]
     fn tsvector_literals_stem_and_position_every_word() {
         assert_eq!(

@@ -929,8 +929,8 @@ impl Searcher {
                     chunk_index: None,
                     passage_index: Some(hit.passage_index),
                     text: hit.text,
-                    section: None,
-                    page: None,
+                    section: hit.section,
+                    page: hit.page,
                     score: hit.score,
                 })
             })

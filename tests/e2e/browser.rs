@@ -220,7 +220,11 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     let seeded = seed(crate::common::Engine::Sqlite).await;
     let app = &seeded.app;
     let operator = app
-        .token("night-shift", &[Scope::OpsRead, Scope::OpsWrite], None)
+        .token(
+            "night-shift",
+            &[Scope::OpsRead, Scope::OpsWrite, Scope::Search],
+            None,
+        )
         .await;
     let generation = receipts::Generation::new(
         "test-model",
@@ -357,6 +361,39 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     let last = history.last().expect("entry");
     assert_eq!(last.actor, "token:night-shift");
     assert!(last.cause.contains("fixed the encoding"), "{last:?}");
+
+    // Search documents: a hit names the section of its document it lies in.
+    let mut guide = receipts::Submission::text(
+        "alpha",
+        "guide.md",
+        "test",
+        "# Guide\n\nIntro words.\n\n## Install\n\nRun the zebrafish installer.\n",
+    );
+    if let receipts::Change::Put(document) = &mut guide.change {
+        document.media_type = "text/markdown".to_owned();
+    }
+    for result in app.ledger.accept(vec![guide]).await {
+        result.expect("accepted");
+    }
+    driver
+        .script(
+            "document.getElementById('query-q').value = 'zebrafish installer'; \
+             document.getElementById('query-mode').value = 'lexical'; \
+             document.getElementById('query-form').requestSubmit(); return true;",
+            json!([]),
+        )
+        .await;
+    let hit = driver
+        .wait_for(
+            "the search hit",
+            "const body = document.getElementById('query-body').innerText; \
+             return body.includes('guide.md') ? body : null;",
+            json!([]),
+        )
+        .await;
+    let hit = hit.as_str().expect("hit text");
+    assert!(hit.contains("alpha/guide.md"), "{hit}");
+    assert!(hit.contains("# Guide > ## Install"), "{hit}");
 
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ops-dashboard.png");
     std::fs::write(&path, &screenshot).expect("screenshot");

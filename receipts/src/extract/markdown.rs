@@ -16,7 +16,7 @@ fn depth(level: HeadingLevel) -> usize {
 }
 
 /// The sections of a Markdown text: one per heading, named by its path.
-pub(super) fn sections(text: &str) -> Vec<Section> {
+pub(crate) fn sections(text: &str) -> Vec<Section> {
     let mut outline = Outline::default();
     // The heading being read: its depth, start and text so far.
     let mut heading: Option<(usize, usize, String)> = None;

@@ -30,7 +30,7 @@
 
 pub mod docx;
 pub mod html;
-mod markdown;
+pub(crate) mod markdown;
 pub mod pdf;
 
 use std::time::Duration;

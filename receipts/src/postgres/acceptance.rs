@@ -470,12 +470,13 @@ impl PostgresLedger {
             // only parses the literal, never runs its text parser.
             sqlx::query(&format!(
                 "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
-                   byte_start, byte_end, words, text) \
+                   byte_start, byte_end, words, text, section, page) \
                  SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
-                   p.byte_end, p.words::tsvector, p.text \
+                   p.byte_end, p.words::tsvector, p.text, p.section, p.page \
                  FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], \
-                             $7::text[]) \
-                        AS p(position, passage_index, byte_start, byte_end, words, text) \
+                             $7::text[], $8::text[], $9::bigint[]) \
+                        AS p(position, passage_index, byte_start, byte_end, words, text, \
+                             section, page) \
                  JOIN {WAVE} ON w.position = p.position \
                  WHERE NOT w.tombstone"
             ))
@@ -486,6 +487,8 @@ impl PostgresLedger {
             .bind(&staged.passage_ends)
             .bind(&staged.passage_words)
             .bind(&staged.passage_texts)
+            .bind(&staged.passage_sections)
+            .bind(&staged.passage_pages)
             .execute(&mut *tx)
             .await?;
         }
@@ -574,6 +577,9 @@ struct Staged {
     passage_words: Vec<String>,
     /// Each passage's text when it is extracted (HTML); `None` when it is cut from the bytes.
     passage_texts: Vec<Option<String>>,
+    /// Each passage's section path and page, when its format has them.
+    passage_sections: Vec<Option<String>>,
+    passage_pages: Vec<Option<i64>>,
 }
 
 impl Staged {
@@ -604,6 +610,8 @@ impl Staged {
                         .push(crate::passages::tsvector_literal(passage.text(text)));
                     self.passage_texts
                         .push(extracted.as_ref().map(|_| passage.text(text).to_owned()));
+                    self.passage_sections.push(passage.section.clone());
+                    self.passage_pages.push(passage.page.map(i64::from));
                 }
                 if write.new_revision {
                     self.content_sha256.push(sha256.clone());

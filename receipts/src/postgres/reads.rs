@@ -199,14 +199,15 @@ impl Reader for PostgresLedger {
                  SELECT count(*)::float8 AS n FROM passages p WHERE p.words @@ terms.query) df), \
              matched AS MATERIALIZED ( \
                SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
-                 p.byte_start, p.byte_end, p.text, p.words, length(p.words)::float8 AS dl \
+                 p.byte_start, p.byte_end, p.text, p.section, p.page, p.words, \
+                 length(p.words)::float8 AS dl \
                FROM passages p \
                WHERE p.words @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM terms) \
                  AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2))), \
              mean AS MATERIALIZED (SELECT greatest(avg(dl), 1) AS dl FROM matched), \
              ranked AS ( \
                SELECT m.dataset, m.source_key, m.revision_id, m.passage_index, m.byte_start, \
-                 m.byte_end, m.text, \
+                 m.byte_end, m.text, m.section, m.page, \
                  sum(w.idf * (tf.n * 2.2) / (tf.n + 1.2 * (0.25 + 0.75 * m.dl / mean.dl))) AS rank \
                FROM matched m CROSS JOIN mean \
                CROSS JOIN LATERAL ( \
@@ -214,12 +215,12 @@ impl Reader for PostgresLedger {
                  FROM unnest(m.words) AS u) tf \
                JOIN weights w ON w.lexeme = tf.lexeme \
                GROUP BY m.id, m.dataset, m.source_key, m.revision_id, m.passage_index, \
-                 m.byte_start, m.byte_end, m.text \
+                 m.byte_start, m.byte_end, m.text, m.section, m.page \
                ORDER BY rank DESC, m.id LIMIT $3) \
              SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
                coalesce(k.text, convert_from(substring(c.bytes FROM k.byte_start::int + 1 \
                  FOR (k.byte_end - k.byte_start)::int), 'UTF8')) AS text, \
-               k.rank::float8 AS score \
+               k.section, k.page, k.rank::float8 AS score \
              FROM ranked k \
              JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
                AND s.head_revision_id = k.revision_id \
@@ -253,6 +254,8 @@ impl Reader for PostgresLedger {
                     revision_id: row.try_get("revision_id")?,
                     passage_index: row.try_get("passage_index")?,
                     text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
                     score: row.try_get("score")?,
                 })
             })

@@ -176,13 +176,15 @@ impl Reader for SqliteLedger {
         let sql = if slow {
             "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000000) \
              SELECT '' AS dataset, '' AS source_key, '' AS revision_id, 0 AS passage_index, \
-             '' AS text, 0.0 AS score FROM n WHERE x = -?3 AND ?1 <> ?2"
+             '' AS text, NULL AS section, NULL AS page, 0.0 AS score \
+             FROM n WHERE x = -?3 AND ?1 <> ?2"
         } else {
             // Rank first (passage ids and positions only), then read the text of the page:
             // reading every match's bytes before the LIMIT made common-word queries slow.
             "WITH ranked AS ( \
                SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
-                 p.byte_start, p.byte_end, p.text, bm25(passages_fts) AS rank \
+                 p.byte_start, p.byte_end, p.text, p.section, p.page, \
+                 bm25(passages_fts) AS rank \
                FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
                WHERE passages_fts MATCH ?1 \
                  AND (json_array_length(?2) = 0 \
@@ -191,7 +193,7 @@ impl Reader for SqliteLedger {
              SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
                coalesce(k.text, CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) \
                  AS TEXT)) AS text, \
-               -k.rank AS score \
+               k.section, k.page, -k.rank AS score \
              FROM ranked k \
              JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
                 AND s.head_revision_id = k.revision_id \
@@ -227,6 +229,8 @@ impl Reader for SqliteLedger {
                     revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
                     passage_index: row.try_get("passage_index")?,
                     text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
                     score: row.try_get("score")?,
                 })
             })

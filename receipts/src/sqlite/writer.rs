@@ -670,8 +670,8 @@ impl WaveParameters<'_> {
 pub(super) struct Staged {
     /// Rows of `temp.wave`.
     rows: Vec<serde_json::Value>,
-    /// `[position, passage_index, byte_start, byte_end, text]` per passage (`text` only for
-    /// formats that extract; `null` otherwise).
+    /// `[position, passage_index, byte_start, byte_end, text, section, page]` per passage
+    /// (`text` only for formats that extract; `null` otherwise).
     passages: Vec<serde_json::Value>,
     /// `(sha256, byte_length, offset in bytes)` per content.
     contents: Vec<(String, usize, usize)>,
@@ -707,7 +707,9 @@ impl Staged {
                         index,
                         passage.byte_start,
                         passage.byte_end,
-                        text
+                        text,
+                        passage.section,
+                        passage.page
                     ]));
                 }
                 self.contents

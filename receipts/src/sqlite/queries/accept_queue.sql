@@ -61,9 +61,9 @@ FROM wave WHERE graph_job_id IS NOT NULL;
 DELETE FROM passages
 WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave);
 INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end,
-    text)
+    text, section, page)
 SELECT wave.dataset, wave.source_key, wave.revision_id, passage.passage_index, passage.byte_start,
-       passage.byte_end, passage.text
+       passage.byte_end, passage.text, passage.section, passage.page
 FROM wave_passages AS passage
 JOIN wave ON wave.position = passage.position;
 INSERT INTO passages_fts (rowid, text)

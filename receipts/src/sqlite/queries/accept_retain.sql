@@ -12,8 +12,8 @@ SELECT value ->> 'position', value ->> 'dataset', value ->> 'source_key', value 
        value ->> 'previous_revision_id', value ->> 'actor', value ->> 'reason', value ->> 'cause',
        value ->> 'job_id', value ->> 'kind', value ->> 'graph_job_id'
 FROM json_each((SELECT rows FROM wave_params));
-INSERT INTO wave_passages (position, passage_index, byte_start, byte_end, text)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4
+INSERT INTO wave_passages (position, passage_index, byte_start, byte_end, text, section, page)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6
 FROM json_each((SELECT passages FROM wave_params));
 INSERT INTO contents (sha256, byte_length, bytes, created_at)
 SELECT value ->> 0, value ->> 1, substr((SELECT bytes FROM wave_params), (value ->> 2) + 1, value ->> 1),

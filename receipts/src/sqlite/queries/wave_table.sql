@@ -26,6 +26,8 @@ CREATE TEMP TABLE IF NOT EXISTS wave_passages (
     byte_start    INTEGER NOT NULL,
     byte_end      INTEGER NOT NULL,
     text          TEXT,
+    section       TEXT,
+    page          INTEGER,
     PRIMARY KEY (position, passage_index)
 );
 -- Small columns first: reading one never walks the overflow pages of the large JSON ones.
