@@ -340,31 +340,50 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
     assert_eq!(evidence["chunk_rows"], 0);
     assert!(!shard.exists(), "the retired shard is still on disk");
 
-    // A revert in the new generation reuses its vectors instead of embedding them again.
-    let reverted = put(&http, &base, &token, &written, "doc-3", &document(3, 0)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let vector = loop {
-        let detail: Value = http
-            .get(format!("{base}/v1/revisions/{reverted}"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .expect("revision")
-            .json()
-            .await
-            .expect("json");
-        if detail["job"]["state"] == "completed" {
-            break detail["receipts"]
-                .as_array()
-                .expect("receipts")
-                .iter()
-                .find(|receipt| receipt["backend"] == "vector")
-                .cloned()
-                .expect("vector receipt");
+    // A revert in the new generation reuses its vectors instead of embedding them again. It
+    // is made on a source the traffic never writes, so no later revision supersedes it.
+    let vector_receipt = |id: String| {
+        let (http, base, token) = (http.clone(), base.clone(), token.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let detail: Value = http
+                    .get(format!("{base}/v1/revisions/{id}"))
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                    .expect("revision")
+                    .json()
+                    .await
+                    .expect("json");
+                if detail["job"]["state"] == "completed" {
+                    break detail["receipts"]
+                        .as_array()
+                        .expect("receipts")
+                        .iter()
+                        .find(|receipt| receipt["backend"] == "vector")
+                        .cloned()
+                        .expect("vector receipt");
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{detail}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        assert!(tokio::time::Instant::now() < deadline, "{detail}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    for version in [0, 1] {
+        let id = put(
+            &http,
+            &base,
+            &token,
+            &written,
+            "pinned",
+            &document(3, version),
+        )
+        .await;
+        vector_receipt(id).await;
+    }
+    let reverted = put(&http, &base, &token, &written, "pinned", &document(3, 0)).await;
+    let vector = vector_receipt(reverted).await;
     assert_eq!(vector["evidence"]["generation"], second.as_str());
     // Nothing is embedded again: either the reverted revision's own points are still there
     // (the new generation built it before the traffic changed it: `reconciled`), or only the
