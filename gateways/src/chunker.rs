@@ -200,22 +200,10 @@ impl Chunker {
             // Paged or sectioned text is cut at every page and heading first, so that each
             // chunk lies on the one page and in the one section it names.
             Format::Html | Format::Pdf | Format::Docx => {
-                let mut starts: Vec<usize> = extracted
-                    .pages
-                    .iter()
-                    .copied()
-                    .chain(extracted.sections.iter().map(|section| section.start))
-                    .chain([0])
-                    .filter(|start| *start < text.len())
-                    .collect();
-                starts.sort_unstable();
-                starts.dedup();
-                let ends = starts.iter().skip(1).copied().chain([text.len()]);
                 let splitter = TextSplitter::new(config);
-                starts
-                    .iter()
-                    .zip(ends)
-                    .flat_map(|(&start, end)| {
+                receipts::extract::segments(text.len(), &extracted.sections, &extracted.pages)
+                    .into_iter()
+                    .flat_map(|(start, end)| {
                         let segment = text.get(start..end).unwrap_or_default();
                         splitter
                             .chunk_indices(segment)

@@ -30,27 +30,11 @@ pub fn split_structured(
     if sections.is_empty() && pages.is_empty() {
         return split(text);
     }
-    let mut starts: Vec<usize> = pages
-        .iter()
-        .copied()
-        .chain(sections.iter().map(|section| section.start))
-        .chain([0])
-        .filter(|start| *start < text.len())
-        .collect();
-    starts.sort_unstable();
-    starts.dedup();
-    let ends = starts.iter().skip(1).copied().chain([text.len()]);
     let mut passages = Vec::new();
-    for (&start, end) in starts.iter().zip(ends) {
+    for (start, end) in crate::extract::segments(text.len(), sections, pages) {
         let segment = text.get(start..end).unwrap_or_default();
-        let section = sections
-            .partition_point(|section| section.start <= start)
-            .checked_sub(1)
-            .and_then(|index| sections.get(index))
-            .map(|section| section.path.clone());
-        let page = u32::try_from(pages.partition_point(|page| *page <= start))
-            .ok()
-            .filter(|page| *page > 0);
+        let section = crate::extract::section_at(sections, start).map(str::to_owned);
+        let page = crate::extract::page_at(pages, start);
         passages.extend(split(segment).into_iter().map(|passage| Passage {
             byte_start: start + passage.byte_start,
             byte_end: start + passage.byte_end,

@@ -41,6 +41,33 @@ pub(crate) async fn wait_for_job(
     }
 }
 
+/// One search in one dataset, each hit on its own (not grouped by source), as JSON.
+fn search_in(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    dataset: &str,
+    query: &str,
+    mode: &str,
+) -> impl std::future::Future<Output = Value> {
+    let request = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(token)
+        .json(
+            &json!({ "query": query, "mode": mode, "datasets": [dataset],
+            "group_by_source": false, "top_k": 5 }),
+        );
+    async move {
+        request
+            .send()
+            .await
+            .expect("search")
+            .json::<Value>()
+            .await
+            .expect("json")
+    }
+}
+
 fn receipt_states(detail: &Value) -> Vec<(String, String)> {
     detail["receipts"]
         .as_array()
@@ -293,23 +320,7 @@ async fn markdown_and_html_results_name_their_section() {
     });
     let id = crate::common::post_source(&http, &base, &token, &body).await;
     wait_for_job(&http, &base, &token, &id, "completed").await;
-    let search = |query: &str, mode: &str| {
-        let http = http.clone();
-        let (base, token) = (base.clone(), token.clone());
-        let body =
-            json!({ "query": query, "mode": mode, "datasets": ["docs"], "group_by_source": false });
-        async move {
-            http.post(format!("{base}/v1/search"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .expect("search")
-                .json::<Value>()
-                .await
-                .expect("json")
-        }
-    };
+    let search = |query: &str, mode: &str| search_in(&http, &base, &token, "docs", query, mode);
     let answer = search("high water at full moon", "vector").await;
     assert_eq!(answer["results"][0]["source_key"], "tides.html", "{answer}");
     assert_eq!(
@@ -353,21 +364,7 @@ async fn pdf_and_docx_become_searchable_with_their_page_and_section() {
     let token = crate::common::admin_token(data.path());
     let http = reqwest::Client::new();
     let search = |query: &str, mode: &str, dataset: &str| {
-        let http = http.clone();
-        let (base, token) = (base.clone(), token.clone());
-        let body = json!({ "query": query, "mode": mode, "datasets": [dataset],
-            "group_by_source": false, "top_k": 5 });
-        async move {
-            http.post(format!("{base}/v1/search"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .expect("search")
-                .json::<Value>()
-                .await
-                .expect("json")
-        }
+        search_in(&http, &base, &token, dataset, query, mode)
     };
     let post = |dataset: &str, key: &str, path: &str, media_type: &str| {
         json!({ "dataset": dataset, "source_key": key, "content_base64": fixture(path),

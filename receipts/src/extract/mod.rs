@@ -253,6 +253,38 @@ impl Outline {
     }
 }
 
+/// The path of the section (of `sections`, sorted by start) the byte at `offset` belongs to.
+pub fn section_at(sections: &[Section], offset: usize) -> Option<&str> {
+    sections
+        .partition_point(|section| section.start <= offset)
+        .checked_sub(1)
+        .and_then(|index| sections.get(index))
+        .map(|section| section.path.as_str())
+}
+
+/// The page (1-based; `pages` holds each page's start) the byte at `offset` is on.
+pub fn page_at(pages: &[usize], offset: usize) -> Option<u32> {
+    let after = pages.partition_point(|start| *start <= offset);
+    u32::try_from(after).ok().filter(|page| *page > 0)
+}
+
+/// The byte ranges a text of `len` bytes is cut into before it is split further: at every
+/// page start and every section start, so that no piece spans two pages or two sections.
+/// One range for a text without structure; none for an empty one.
+pub fn segments(len: usize, sections: &[Section], pages: &[usize]) -> Vec<(usize, usize)> {
+    let mut starts: Vec<usize> = pages
+        .iter()
+        .copied()
+        .chain(sections.iter().map(|section| section.start))
+        .chain([0])
+        .filter(|start| *start < len)
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let ends = starts.iter().skip(1).copied().chain([len]);
+    starts.iter().copied().zip(ends).collect()
+}
+
 /// What projection chunks: the text and its structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Extracted {
@@ -355,19 +387,12 @@ impl Extracted {
 
     /// The path of the section the byte at `offset` belongs to.
     pub fn section_at(&self, offset: usize) -> Option<&str> {
-        let after = self
-            .sections
-            .partition_point(|section| section.start <= offset);
-        after
-            .checked_sub(1)
-            .and_then(|index| self.sections.get(index))
-            .map(|section| section.path.as_str())
+        section_at(&self.sections, offset)
     }
 
     /// The page (1-based) the byte at `offset` is on, for paged formats.
     pub fn page_at(&self, offset: usize) -> Option<u32> {
-        let after = self.pages.partition_point(|start| *start <= offset);
-        u32::try_from(after).ok().filter(|page| *page > 0)
+        page_at(&self.pages, offset)
     }
 }
 
