@@ -297,6 +297,10 @@ enum BenchCommand {
         /// of the corpus, e.g. pdf.js's `test/pdfs`: the pipeline extracts them again.
         #[arg(long)]
         pdfs: Option<PathBuf>,
+        /// With `--pdfs`: only the PDFs whose text makes at least this many chunks (pdf.js's
+        /// corpus is mostly one-line test files; documents people have are longer).
+        #[arg(long, default_value_t = 1)]
+        min_chunks: usize,
         /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
         /// collection of this run's own.
         #[arg(long)]
@@ -1258,6 +1262,7 @@ impl BenchArgs {
                 graph,
                 edits,
                 pdfs,
+                min_chunks,
                 vectors,
                 config,
                 out,
@@ -1284,6 +1289,7 @@ impl BenchArgs {
                         graph,
                         edits,
                         pdfs,
+                        min_chunks,
                     },
                 )
                 .await?;
