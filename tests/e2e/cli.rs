@@ -23,6 +23,16 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
     )
     .expect("write");
     std::fs::write(corpus.path().join("blob.bin"), [0u8, 255, 254, 1]).expect("write");
+    // Documents as people have them: a PDF and a DOCX are sent as bytes with their media
+    // types and read; a PDF that needs a password is refused, typed.
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("receipts/tests/fixtures");
+    for (from, to) in [
+        ("pdfjs/file_pdfjs_test.pdf", "report.pdf"),
+        ("docx/par-known-styles.docx", "notes/styles.docx"),
+        ("pdfjs/issue6010_1.pdf", "locked.pdf"),
+    ] {
+        std::fs::copy(fixtures.join(from), corpus.path().join(to)).expect("copy fixture");
+    }
 
     let (mut server, base) = start(data.path()).await;
     let mode = std::os::unix::fs::PermissionsExt::mode(
@@ -69,9 +79,13 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
         Some(2),
         "rejected files make the exit status 2:\n{stdout}"
     );
-    assert!(stdout.contains("accepted  2"), "{stdout}");
+    assert!(stdout.contains("accepted  4"), "{stdout}");
     assert!(stdout.contains("duplicate 0"), "{stdout}");
-    assert!(stdout.contains("rejected  3"), "{stdout}");
+    assert!(stdout.contains("rejected  4"), "{stdout}");
+    assert!(
+        stdout.contains("encrypted (1)") && stdout.contains("locked.pdf"),
+        "{stdout}"
+    );
     // Bytes that are not UTF-8 are refused at admission, not accepted to fail later.
     assert!(
         stdout.contains("not_text (1)") && stdout.contains("blob.bin"),
@@ -94,7 +108,7 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
         .await
         .expect("ingest");
     assert!(
-        again.contains("accepted  0") && again.contains("duplicate 2"),
+        again.contains("accepted  0") && again.contains("duplicate 4"),
         "{again}"
     );
 
@@ -117,7 +131,7 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
     .expect("status");
     assert!(status.status.success());
     let report: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
-    assert_eq!(report["status"]["counts"]["sources"], 2);
+    assert_eq!(report["status"]["counts"]["sources"], 4);
     assert_eq!(report["ready"]["status"], "ready");
 
     let pid = server.id().expect("pid").to_string();
