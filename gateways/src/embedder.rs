@@ -286,6 +286,18 @@ impl Embedder for LocalEmbedder {
     }
 }
 
+/// Vectors embedded in `order` (`order[k]` is the original index of the `k`-th text) put back
+/// in the original order.
+fn unsort(vectors: Vec<Vec<f32>>, order: &[usize]) -> Vec<Vec<f32>> {
+    let mut placed: Vec<Vec<f32>> = vec![Vec::new(); vectors.len()];
+    for (vector, &index) in vectors.into_iter().zip(order) {
+        if let Some(slot) = placed.get_mut(index) {
+            *slot = vector;
+        }
+    }
+    placed
+}
+
 struct EmbedRequest {
     texts: Vec<String>,
     reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, GatewayError>>,
@@ -343,9 +355,22 @@ impl BatchingEmbedder {
                     .iter_mut()
                     .flat_map(|request| std::mem::take(&mut request.texts))
                     .collect();
+                // Embedded sorted by length, so that the model's sub-batches do not pad a short
+                // chunk to the length of a long one; answered in request order.
+                let mut order: Vec<usize> = (0..all.len()).collect();
+                order.sort_by_key(|&index| all[index].len());
+                let mut slots: Vec<Option<String>> = all.into_iter().map(Some).collect();
+                let sorted: Vec<String> = order
+                    .iter()
+                    .filter_map(|&index| slots.get_mut(index).and_then(Option::take))
+                    .collect();
                 let inner = inner.clone();
                 tokio::spawn(async move {
-                    match inner.embed(all).await {
+                    match inner
+                        .embed(sorted)
+                        .await
+                        .map(|vectors| unsort(vectors, &order))
+                    {
                         Ok(vectors) => {
                             let mut vectors = vectors.into_iter();
                             for (request, size) in batch.into_iter().zip(sizes) {

@@ -79,6 +79,42 @@ async fn embeddings_match_the_reference_run() {
     assert!(drift <= 1e-5, "batching changed a vector by {drift}");
 }
 
+/// Concurrent requests through the batcher (one model call for several jobs, sorted by
+/// length inside) each get their own texts' vectors, in their own order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batcher_answers_each_request_with_its_own_vectors_in_order() {
+    let local = std::sync::Arc::new(LocalEmbedder::load(&files(), 1, Some(1)).expect("load model"));
+    let batcher = std::sync::Arc::new(gateways::BatchingEmbedder::start(local.clone(), 32, 1));
+    // Lengths that sorting reorders, across and within requests.
+    let requests: Vec<Vec<String>> = (0..6)
+        .map(|request| {
+            (0..3)
+                .map(|text| {
+                    let words = 1 + (request * 7 + text * 13) % 40;
+                    format!("request {request} text {text} ")
+                        + &"herons wade in the reeds ".repeat(words)
+                })
+                .collect()
+        })
+        .collect();
+    let answers = futures::future::join_all(requests.iter().map(|texts| {
+        let batcher = batcher.clone();
+        let texts = texts.clone();
+        async move { batcher.embed(texts).await.expect("batched") }
+    }))
+    .await;
+    for (texts, answer) in requests.iter().zip(answers) {
+        let alone = local.embed(texts.clone()).await.expect("alone");
+        assert_eq!(answer.len(), alone.len());
+        for (got, want) in answer.iter().zip(&alone) {
+            assert!(
+                cosine(got, want) > 0.9999,
+                "a vector came back for another text"
+            );
+        }
+    }
+}
+
 #[test]
 fn chunks_fit_the_window_cover_the_text_and_are_deterministic() {
     let files = files();
