@@ -166,6 +166,10 @@ async fn chaos(data_dir: &std::path::Path, ledger_url: Option<&str>, at_once: us
             .status()
             .expect("kill -STOP")
             .success());
+        // A statement it sent just before it stopped still runs on the server (a batch of
+        // completions, say): let those land before the snapshot. A stopped process sends
+        // nothing new.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let frozen_at = receipts::Operations::clock_now(ledger);
         let running = receipts::Operations::find_jobs(
             ledger,
