@@ -178,8 +178,22 @@ fn append(to: &mut String, separator: &str, piece: &str) {
     to.push_str(piece);
 }
 
+/// DOCX through `zip` and `quick-xml`, bounded as the module says.
+#[derive(Debug, Clone, Copy)]
+pub struct DocxExtractor;
+
+impl super::Extractor for DocxExtractor {
+    fn format(&self) -> Format {
+        Format::Docx
+    }
+
+    fn extract(&self, bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+        extract(bytes, limits)
+    }
+}
+
 /// The text, sections and tables of a DOCX, within `limits`.
-pub(crate) fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
     let started = Instant::now();
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|error| {
         ExtractError::new(

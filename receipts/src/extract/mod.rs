@@ -5,6 +5,7 @@
 //! ## Model
 //! The format comes from the media type ([`Format::of`]) and, for binary formats, is checked
 //! against the bytes' signature ([`Format::admit`]); a mismatch is refused, never guessed.
+//! Each format has one [`Extractor`] ([`Format::extractor`]):
 //! - Plain text is its own extraction.
 //! - Markdown keeps its source as the text (so byte offsets still point into the retained
 //!   bytes) and adds the heading structure: every byte belongs to the section of the nearest
@@ -161,6 +162,78 @@ impl Format {
                 self.name()
             ),
         ))
+    }
+}
+
+/// One format's reader: a document's bytes in, its text and structure out, within [`Limits`].
+/// [`Format::extractor`] names the one for each format; [`Extracted::from_bytes`] runs it after
+/// admission's checks, with any panic contained.
+pub trait Extractor: Send + Sync {
+    /// The format it reads.
+    fn format(&self) -> Format;
+    /// The text and structure of `bytes` (which passed [`Format::admit`] for this format).
+    fn extract(&self, bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError>;
+}
+
+/// UTF-8 text as a text format: plain text, Markdown or HTML (all bounded by their parse).
+fn text_extract(bytes: &[u8], format: Format) -> Result<Extracted, ExtractError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| ExtractError::new("not_text", "content is not UTF-8 text"))?;
+    Extracted::new(text.to_owned(), format)
+}
+
+/// Plain text: itself.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainTextExtractor;
+
+impl Extractor for PlainTextExtractor {
+    fn format(&self) -> Format {
+        Format::PlainText
+    }
+
+    fn extract(&self, bytes: &[u8], _limits: &Limits) -> Result<Extracted, ExtractError> {
+        text_extract(bytes, Format::PlainText)
+    }
+}
+
+/// Markdown: itself, with its headings as sections.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkdownExtractor;
+
+impl Extractor for MarkdownExtractor {
+    fn format(&self) -> Format {
+        Format::Markdown
+    }
+
+    fn extract(&self, bytes: &[u8], _limits: &Limits) -> Result<Extracted, ExtractError> {
+        text_extract(bytes, Format::Markdown)
+    }
+}
+
+/// HTML: the readable text ([`html`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HtmlExtractor;
+
+impl Extractor for HtmlExtractor {
+    fn format(&self) -> Format {
+        Format::Html
+    }
+
+    fn extract(&self, bytes: &[u8], _limits: &Limits) -> Result<Extracted, ExtractError> {
+        text_extract(bytes, Format::Html)
+    }
+}
+
+impl Format {
+    /// The extractor that reads this format.
+    pub fn extractor(self) -> &'static dyn Extractor {
+        match self {
+            Format::PlainText => &PlainTextExtractor,
+            Format::Markdown => &MarkdownExtractor,
+            Format::Html => &HtmlExtractor,
+            Format::Pdf => &pdf::PdfExtractor,
+            Format::Docx => &docx::DocxExtractor,
+        }
     }
 }
 
@@ -348,14 +421,9 @@ impl Extracted {
         limits: &Limits,
     ) -> Result<Extracted, ExtractError> {
         format.admit(bytes)?;
-        let contained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match format {
-            Format::Pdf => pdf::extract(bytes, limits),
-            Format::Docx => docx::extract(bytes, limits),
-            Format::PlainText | Format::Markdown | Format::Html => {
-                let text = std::str::from_utf8(bytes)
-                    .map_err(|_| ExtractError::new("not_text", "content is not UTF-8 text"))?;
-                Extracted::new(text.to_owned(), format)
-            }
+        let extractor = format.extractor();
+        let contained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            extractor.extract(bytes, limits)
         }));
         let extracted = contained.unwrap_or_else(|_| {
             Err(ExtractError::new(
@@ -409,6 +477,21 @@ mod tests {
         assert_eq!(Format::of("application/json"), Format::PlainText);
         assert_eq!(Format::of("text/html; charset=utf-8"), Format::Html);
         assert!(Format::Html.extracts() && !Format::Markdown.extracts());
+        assert_eq!(Format::of("application/pdf"), Format::Pdf);
+        assert_eq!(Format::of(DOCX_MEDIA_TYPE), Format::Docx);
+        for format in [
+            Format::PlainText,
+            Format::Markdown,
+            Format::Html,
+            Format::Pdf,
+            Format::Docx,
+        ] {
+            assert_eq!(format.extractor().format(), format);
+            assert_eq!(
+                format.binary(),
+                matches!(format, Format::Pdf | Format::Docx)
+            );
+        }
     }
 
     #[test]

@@ -239,8 +239,22 @@ fn complaint(stderr: &[u8]) -> String {
     line.chars().take(200).collect()
 }
 
+/// PDF through `pdftotext`, bounded as the module says.
+#[derive(Debug, Clone, Copy)]
+pub struct PdfExtractor;
+
+impl super::Extractor for PdfExtractor {
+    fn format(&self) -> Format {
+        Format::Pdf
+    }
+
+    fn extract(&self, bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+        extract(bytes, limits)
+    }
+}
+
 /// The text of a PDF, page by page, within `limits`.
-pub(crate) fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
     let run = run(bytes, limits)?;
     if let Some(reason) = run.stopped {
         return Err(ExtractError::new("extraction_limit", reason));
