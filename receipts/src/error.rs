@@ -171,6 +171,10 @@ impl LedgerError {
                                      unreachable); retry shortly"
                 .to_owned(),
             "internal_error" => "internal error in the ledger; see the server log".to_owned(),
+            "extractor_unavailable" => "this server cannot read this document format right now \
+                                        (its extractor is missing; see the server log); retry \
+                                        later"
+                .to_owned(),
             _ => self.to_string(),
         }
     }
@@ -271,3 +275,32 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
 
 /// The crate's result type.
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extraction_codes_map_to_their_status_and_keep_the_machine_out_of_the_message() {
+        let missing = LedgerError::invalid(
+            "extractor_unavailable",
+            "cannot start pdftotext (No such file or directory); install poppler-utils",
+        );
+        assert_eq!(missing.http_status(), 503);
+        assert!(missing.is_retryable());
+        assert!(!missing.public_message().contains("pdftotext"));
+        let large = LedgerError::invalid("document_too_large", "too large");
+        assert_eq!(large.http_status(), 413);
+        assert!(!large.is_retryable());
+        for code in [
+            "encrypted",
+            "no_text_layer",
+            "unextractable",
+            "extraction_limit",
+        ] {
+            let refused = LedgerError::invalid(code, "why");
+            assert_eq!(refused.http_status(), 422, "{code}");
+            assert_eq!(refused.public_message(), "why");
+        }
+    }
+}

@@ -277,6 +277,13 @@ fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
                 "encrypted",
                 "the PDF's permissions forbid extracting its text",
             ),
+            // `prlimit` could not start the extractor: missing (127) or not executable (126).
+            Some(126 | 127) => ExtractError::new(
+                "extractor_unavailable",
+                format!(
+                    "cannot start {PROGRAM} ({complaint}); install poppler-utils (scripts/setup does)"
+                ),
+            ),
             Some(code) => ExtractError::new(
                 "unextractable",
                 format!("the PDF cannot be read ({complaint}; {PROGRAM} exit {code})"),
