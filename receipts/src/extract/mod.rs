@@ -34,7 +34,44 @@ pub mod html;
 pub(crate) mod markdown;
 pub mod pdf;
 
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
+
+/// How many binary documents (PDF, DOCX) one process extracts at once; the rest wait their
+/// turn. Each may hold [`Limits::max_text_bytes`] of text and decompressed XML (a PDF also a
+/// child process), so this bounds extraction's memory however many requests arrive.
+pub const MAX_CONCURRENT: usize = 4;
+
+static RUNNING: Mutex<usize> = Mutex::new(0);
+static FREED: Condvar = Condvar::new();
+
+/// One of the [`MAX_CONCURRENT`] places, held while a binary document is extracted.
+struct Slot;
+
+impl Slot {
+    fn take() -> Slot {
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        while *running >= MAX_CONCURRENT {
+            running = FREED
+                .wait(running)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        *running += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *running = running.saturating_sub(1);
+        FREED.notify_one();
+    }
+}
 
 /// How a revision's bytes are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,6 +459,8 @@ impl Extracted {
     ) -> Result<Extracted, ExtractError> {
         format.admit(bytes)?;
         let extractor = format.extractor();
+        // Blocking: callers run binary extraction on the blocking pool.
+        let _slot = format.binary().then(Slot::take);
         let contained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             extractor.extract(bytes, limits)
         }));
@@ -467,6 +506,47 @@ impl Extracted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_more_than_max_concurrent_binary_documents_are_extracted_at_once() {
+        let pdf = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/pdfjs/file_pdfjs_test.pdf"
+        ))
+        .expect("fixture");
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let most = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                let mut most = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    most = most.max(*RUNNING.lock().unwrap_or_else(|p| p.into_inner()));
+                    std::thread::yield_now();
+                }
+                most
+            });
+            let workers: Vec<_> = (0..12)
+                .map(|_| {
+                    scope.spawn(|| {
+                        for _ in 0..3 {
+                            let extracted =
+                                Extracted::from_bytes(&pdf, Format::Pdf, &Limits::default())
+                                    .expect("pdf");
+                            assert_eq!(extracted.pages.len(), 5);
+                        }
+                    })
+                })
+                .collect();
+            for worker in workers {
+                worker.join().expect("worker");
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            sampler.join().expect("sampler")
+        });
+        assert!(
+            (1..=MAX_CONCURRENT).contains(&most),
+            "{most} extractions ran at once"
+        );
+    }
 
     #[test]
     fn media_types_choose_the_format() {

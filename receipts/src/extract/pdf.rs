@@ -12,54 +12,19 @@
 //! - its address space and CPU time are capped with `prlimit` (where present);
 //! - the wall clock is capped by [`Limits::deadline`], after which it is killed;
 //! - its output is read up to [`Limits::max_text_bytes`], after which it is killed;
-//! - at most [`MAX_CONCURRENT`] run at once in a process; the rest wait their turn.
+//! - at most [`super::MAX_CONCURRENT`] binary extractions run at once in a process.
 //!
 //! The bytes go to the child through a pipe, never a temporary file, so an erased document
 //! leaves no copy behind.
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{ExtractError, Extracted, Format, Limits};
 
-/// How many extractions run at once in one process.
-pub const MAX_CONCURRENT: usize = 4;
-
 /// The extractor's program (poppler-utils).
 const PROGRAM: &str = "pdftotext";
-
-static RUNNING: Mutex<usize> = Mutex::new(0);
-static FREED: Condvar = Condvar::new();
-
-/// One of the [`MAX_CONCURRENT`] places, held while a child runs.
-struct Slot;
-
-impl Slot {
-    fn take() -> Slot {
-        let mut running = RUNNING
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        while *running >= MAX_CONCURRENT {
-            running = FREED
-                .wait(running)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        *running += 1;
-        Slot
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut running = RUNNING
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *running = running.saturating_sub(1);
-        FREED.notify_one();
-    }
-}
 
 /// Whether `prlimit` (util-linux) can cap the child's memory and CPU time.
 fn has_prlimit() -> bool {
@@ -111,7 +76,6 @@ fn run(bytes: &[u8], limits: &Limits) -> Result<Run, ExtractError> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let _slot = Slot::take();
     let mut child = command.spawn().map_err(|error| {
         ExtractError::new(
             "extractor_unavailable",
