@@ -58,16 +58,22 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                 &document,
             );
             let format = crate::extract::Format::of(&document.media_type);
-            let (passages, extracted) = if format.binary() {
-                // Bounded (a child process for PDF, capped decompression for DOCX); the
-                // caller runs this off the async runtime ([`accept_with`]).
+            let (passages, extracted) = if format.extracts() {
+                // Bounded (HTML by its nesting, a PDF in a child process, a DOCX by capped
+                // decompression); the caller runs binary formats off the async runtime
+                // ([`accept_with`]).
                 let extracted = crate::extract::Extracted::from_bytes(
                     &document.bytes,
                     format,
                     &crate::extract::Limits::default(),
                 )
                 .map_err(extraction_refused)?;
-                if let Some(finding) = crate::secrets::scan(extracted.text.as_bytes()) {
+                // Admission scanned text content itself; a binary document's is its extraction.
+                let finding = format
+                    .binary()
+                    .then(|| crate::secrets::scan(extracted.text.as_bytes()))
+                    .flatten();
+                if let Some(finding) = finding {
                     return Err(LedgerError::invalid(
                         "secret_detected",
                         format!(
@@ -85,14 +91,7 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                 (passages, Some(extracted.text))
             } else {
                 match std::str::from_utf8(&document.bytes) {
-                    Ok(text) if format.extracts() => {
-                        // Bounded: a page nested too deep is refused before it is parsed.
-                        let extracted = crate::extract::Extracted::new(text.to_owned(), format)
-                            .map_err(extraction_refused)?;
-                        let passages =
-                            passages::split_structured(&extracted.text, &extracted.sections, &[]);
-                        (passages, Some(extracted.text))
-                    }
+                    // Markdown is its own text: only its headings are read.
                     Ok(text) if format == crate::extract::Format::Markdown => {
                         let sections = crate::extract::markdown::sections(text);
                         (passages::split_structured(text, &sections, &[]), None)

@@ -64,12 +64,15 @@ async fn must_accept(harness: &Harness, submission: Submission) -> Acceptance {
     }
 }
 
-async fn lexical_hits(harness: &Harness, query: &str) -> usize {
+async fn lexical(harness: &Harness, query: &str) -> Vec<crate::LexicalHit> {
     must(
         harness.ledger.lexical_search(query, &[], 10, None).await,
         "lexical search",
     )
-    .len()
+}
+
+async fn lexical_hits(harness: &Harness, query: &str) -> usize {
+    lexical(harness, query).await.len()
 }
 
 async fn job_state(harness: &Harness, revision: Uuid) -> JobState {
@@ -1918,13 +1921,7 @@ pub async fn documents_are_indexed_with_their_structure(harness: Harness) {
         "application/pdf",
     );
     must_accept(&harness, pdf).await;
-    let hits = must(
-        harness
-            .ledger
-            .lexical_search("Robocop trobopan", &[], 10, None)
-            .await,
-        "lexical search",
-    );
+    let hits = lexical(&harness, "Robocop trobopan").await;
     assert_eq!(hits.first().and_then(|hit| hit.page), Some(3), "{hits:?}");
     assert!(
         hits.iter().all(|hit| !hit.text.contains("%PDF")),
@@ -1944,24 +1941,12 @@ pub async fn documents_are_indexed_with_their_structure(harness: Harness) {
         crate::extract::DOCX_MEDIA_TYPE,
     );
     must_accept(&harness, docx).await;
-    let hits = must(
-        harness
-            .ledger
-            .lexical_search("body text", &[], 10, None)
-            .await,
-        "lexical search",
-    );
+    let hits = lexical(&harness, "body text").await;
     assert_eq!(
         hits.first().map(|hit| hit.source_key.as_str()),
         Some("styles.docx")
     );
-    let hits = must(
-        harness
-            .ledger
-            .lexical_search("zebrafish", &[], 10, None)
-            .await,
-        "lexical search",
-    );
+    let hits = lexical(&harness, "zebrafish").await;
     assert_eq!(
         hits.first().and_then(|hit| hit.section.as_deref()),
         Some("# Guide > ## Install"),

@@ -39,9 +39,9 @@ pub struct ProjectBench {
 /// A PDF of the benchmark: its name, its bytes and its extraction.
 type Pdf = (String, Vec<u8>, gateways::Extracted);
 
-/// The PDFs of `folder` that have a text layer (at most `limit`), with their extraction;
-/// the others are counted by their code.
-fn read_pdfs(folder: &Path, limit: usize) -> anyhow::Result<(Vec<Pdf>, Value)> {
+/// The PDFs of `folder` that have a text layer, with their extraction; the others are
+/// counted by their code.
+fn read_pdfs(folder: &Path) -> anyhow::Result<(Vec<Pdf>, Value)> {
     let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(folder)
         .with_context(|| format!("reading {}", folder.display()))?
         .filter_map(|entry| entry.ok().map(|entry| entry.path()))
@@ -52,9 +52,6 @@ fn read_pdfs(folder: &Path, limit: usize) -> anyhow::Result<(Vec<Pdf>, Value)> {
     let mut refused = serde_json::Map::new();
     let limits = gateways::extract::Limits::default();
     for path in paths {
-        if documents.len() >= limit {
-            break;
-        }
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
         match gateways::Extracted::from_bytes(&bytes, gateways::Format::Pdf, &limits) {
             Ok(extracted) => {
@@ -109,7 +106,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
                 !bench.edits,
                 "--edits runs on the text corpus, not on --pdfs"
             );
-            let (pdfs, refused) = read_pdfs(folder, usize::MAX)?;
+            let (pdfs, refused) = read_pdfs(folder)?;
             let files = ModelFiles::locate(&config.projection.models_dir)?;
             let chunker = Chunker::new(files.tokenizer()?, config.projection.chunker)?;
             let pdfs: Vec<Pdf> = pdfs

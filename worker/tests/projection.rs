@@ -859,6 +859,27 @@ async fn a_tags_only_revision_copies_its_predecessors_chunks() {
     assert_eq!(vectors["reused"], vectors["points"], "{vectors}");
 }
 
+/// Accepts one document, runs the projector until its job completes, and returns its chunk
+/// rows in the world's generation.
+async fn project_one(
+    world: &World,
+    projector: &Arc<Projector>,
+    submission: receipts::Submission,
+) -> Vec<receipts::ChunkRow> {
+    let accepted = accept(&world.ledger, vec![submission]).await;
+    world
+        .run_until(
+            projector.clone(),
+            JobsIn(vec![accepted[0].1], JobState::Completed),
+        )
+        .await;
+    world
+        .ledger
+        .chunks(accepted[0].0, &world.generation.id)
+        .await
+        .expect("rows")
+}
+
 /// Markdown is chunked at its own structure: every chunk row records the heading path it
 /// starts in, and a code block that fits stays whole in one chunk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -872,22 +893,14 @@ async fn markdown_chunks_carry_their_section_paths() {
         "Install the binary and its model files first. ".repeat(40),
         "Send documents and search them by meaning. ".repeat(40),
     );
-    let mut submission = put("docs", "guide.md", &text);
-    if let receipts::Change::Put(document) = &mut submission.change {
-        document.media_type = "text/markdown".to_owned();
-    }
-    let accepted = accept(&world.ledger, vec![submission]).await;
-    world
-        .run_until(
-            projector.clone(),
-            JobsIn(vec![accepted[0].1], JobState::Completed),
-        )
-        .await;
-    let rows = world
-        .ledger
-        .chunks(accepted[0].0, &world.generation.id)
-        .await
-        .expect("rows");
+    let submission = receipts::Submission::document(
+        "docs",
+        "guide.md",
+        "test",
+        text.into_bytes(),
+        "text/markdown",
+    );
+    let rows = project_one(&world, &projector, submission).await;
     assert!(rows.len() >= 3, "{rows:?}");
     let sections: Vec<Option<&str>> = rows.iter().map(|row| row.section.as_deref()).collect();
     assert_eq!(sections.first(), Some(&Some("# Guide")), "{sections:?}");
@@ -918,18 +931,7 @@ async fn pdf_chunks_lie_on_the_page_they_name() {
     let bytes = std::fs::read(&path).expect("fixture");
     let submission =
         receipts::Submission::document("docs", "testing.pdf", "test", bytes, "application/pdf");
-    let accepted = accept(&world.ledger, vec![submission]).await;
-    world
-        .run_until(
-            projector.clone(),
-            JobsIn(vec![accepted[0].1], JobState::Completed),
-        )
-        .await;
-    let rows = world
-        .ledger
-        .chunks(accepted[0].0, &world.generation.id)
-        .await
-        .expect("rows");
+    let rows = project_one(&world, &projector, submission).await;
     let pages: Vec<i64> = rows.iter().filter_map(|row| row.page).collect();
     assert_eq!(pages.len(), rows.len(), "a row without a page: {rows:?}");
     assert!(pages.windows(2).all(|pair| pair[0] <= pair[1]), "{pages:?}");

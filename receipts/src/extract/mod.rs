@@ -212,52 +212,22 @@ pub trait Extractor: Send + Sync {
     fn extract(&self, bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError>;
 }
 
-/// UTF-8 text as a text format: plain text, Markdown or HTML (all bounded by their parse).
-fn text_extract(bytes: &[u8], format: Format) -> Result<Extracted, ExtractError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| ExtractError::new("not_text", "content is not UTF-8 text"))?;
-    Extracted::new(text.to_owned(), format)
+/// The text formats (plain text, Markdown, HTML): UTF-8 read as its format, bounded by
+/// its parse ([`Extracted::new`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TextExtractor {
+    format: Format,
 }
 
-/// Plain text: itself.
-#[derive(Debug, Clone, Copy)]
-pub struct PlainTextExtractor;
-
-impl Extractor for PlainTextExtractor {
+impl Extractor for TextExtractor {
     fn format(&self) -> Format {
-        Format::PlainText
+        self.format
     }
 
     fn extract(&self, bytes: &[u8], _limits: &Limits) -> Result<Extracted, ExtractError> {
-        text_extract(bytes, Format::PlainText)
-    }
-}
-
-/// Markdown: itself, with its headings as sections.
-#[derive(Debug, Clone, Copy)]
-pub struct MarkdownExtractor;
-
-impl Extractor for MarkdownExtractor {
-    fn format(&self) -> Format {
-        Format::Markdown
-    }
-
-    fn extract(&self, bytes: &[u8], _limits: &Limits) -> Result<Extracted, ExtractError> {
-        text_extract(bytes, Format::Markdown)
-    }
-}
-
-/// HTML: the readable text ([`html`]).
-#[derive(Debug, Clone, Copy)]
-pub struct HtmlExtractor;
-
-impl Extractor for HtmlExtractor {
-    fn format(&self) -> Format {
-        Format::Html
-    }
-
-    fn extract(&self, bytes: &[u8], _limits: &Limits) -> Result<Extracted, ExtractError> {
-        text_extract(bytes, Format::Html)
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| ExtractError::new("not_text", "content is not UTF-8 text"))?;
+        Extracted::new(text.to_owned(), self.format)
     }
 }
 
@@ -265,9 +235,15 @@ impl Format {
     /// The extractor that reads this format.
     pub fn extractor(self) -> &'static dyn Extractor {
         match self {
-            Format::PlainText => &PlainTextExtractor,
-            Format::Markdown => &MarkdownExtractor,
-            Format::Html => &HtmlExtractor,
+            Format::PlainText => &TextExtractor {
+                format: Format::PlainText,
+            },
+            Format::Markdown => &TextExtractor {
+                format: Format::Markdown,
+            },
+            Format::Html => &TextExtractor {
+                format: Format::Html,
+            },
             Format::Pdf => &pdf::PdfExtractor,
             Format::Docx => &docx::DocxExtractor,
         }

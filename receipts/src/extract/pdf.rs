@@ -40,16 +40,6 @@ fn has_prlimit() -> bool {
     })
 }
 
-/// Whether this machine can extract PDFs (`pdftotext` is installed).
-pub fn available() -> bool {
-    Command::new(PROGRAM)
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
 /// What the child left: its exit, its output, and why it was stopped, if it was.
 struct Run {
     status: Option<std::process::ExitStatus>,
@@ -132,7 +122,12 @@ fn run(bytes: &[u8], limits: &Limits) -> Result<Run, ExtractError> {
         if stopped.is_some() {
             let _ = child.kill();
         }
-        let (stdout, read) = output.join().unwrap_or_default_pair();
+        let (stdout, read) = output.join().unwrap_or_else(|_| {
+            (
+                Vec::new(),
+                Err(std::io::Error::other("the reader panicked")),
+            )
+        });
         if stopped.is_none() && stdout.len() > max {
             stopped = Some(format!("the document holds more than {max} bytes of text"));
             let _ = child.kill();
@@ -163,17 +158,6 @@ fn run(bytes: &[u8], limits: &Limits) -> Result<Run, ExtractError> {
             stopped,
         })
     })
-}
-
-/// A join result as (output, read result), an empty pair when the reader thread panicked.
-trait DefaultPair {
-    fn unwrap_or_default_pair(self) -> (Vec<u8>, std::io::Result<usize>);
-}
-
-impl DefaultPair for std::thread::Result<(Vec<u8>, std::io::Result<usize>)> {
-    fn unwrap_or_default_pair(self) -> (Vec<u8>, std::io::Result<usize>) {
-        self.unwrap_or_else(|_| (Vec::new(), Err(std::io::Error::other("reader panicked"))))
-    }
 }
 
 /// Waits for the child until `until`, then kills it; `None` when it had to be killed.
