@@ -127,6 +127,7 @@ struct FileLimits {
 struct FileLedger {
     url: Option<String>,
     pool_size: Option<u32>,
+    committers: Option<usize>,
     backends: Option<Vec<String>>,
     max_group: Option<usize>,
 }
@@ -232,6 +233,9 @@ pub struct Config {
     pub ledger_url: Option<String>,
     /// Connections in the PostgreSQL ledger's pool.
     pub ledger_pool_size: u32,
+    /// Tasks committing acceptances on the PostgreSQL ledger (`ledger.committers`,
+    /// `CAIRN_LEDGER_COMMITTERS`): each commits whatever is queued in one transaction.
+    pub ledger_committers: usize,
     /// Attempts, lease, deadline, retry and quarantine policy of each job kind.
     pub job_policies: policy::JobPolicies,
     /// Workers inside `cairn serve`.
@@ -546,6 +550,9 @@ impl Config {
             ledger_pool_size: env_number(env, "CAIRN_LEDGER_POOL_SIZE")?
                 .or(file.ledger.pool_size)
                 .unwrap_or(DEFAULT_LEDGER_POOL_SIZE),
+            ledger_committers: env_number(env, "CAIRN_LEDGER_COMMITTERS")?
+                .or(file.ledger.committers)
+                .unwrap_or(DEFAULT_LEDGER_COMMITTERS),
         };
         config.validate()?;
         Ok(config)
@@ -574,6 +581,15 @@ impl Config {
         }
         if self.ledger_pool_size < 2 || self.ledger_pool_size > 1000 {
             bail!("ledger.pool_size must be between 2 and 1000");
+        }
+        if self.ledger_committers == 0
+            || self.ledger_committers as u64 >= u64::from(self.ledger_pool_size)
+        {
+            bail!(
+                "ledger.committers must be at least 1 and below ledger.pool_size ({}): each \
+                 holds a connection while it commits",
+                self.ledger_pool_size
+            );
         }
         if self.max_group == 0 {
             bail!("ledger.max_group must be at least 1");
@@ -737,6 +753,7 @@ impl Config {
         options.max_wave = self.max_group;
         options.job_policies = self.job_policies;
         options.max_connections = self.ledger_pool_size;
+        options.committers = self.ledger_committers;
         options
     }
 
@@ -752,6 +769,9 @@ impl Config {
 
 /// Connections in the PostgreSQL ledger's pool by default.
 pub const DEFAULT_LEDGER_POOL_SIZE: u32 = 16;
+
+/// Acceptance committers per process on the PostgreSQL ledger.
+pub const DEFAULT_LEDGER_COMMITTERS: usize = 4;
 
 /// A database URL without its password: `postgres://user:secret@host/db` becomes
 /// `postgres://user:***@host/db`.

@@ -543,6 +543,59 @@ pub async fn batch_items_are_independent(harness: Harness) {
     assert_eq!(harness.ledger.counts().await.expect("counts").sources, 2);
 }
 
+/// A large batch (the PostgreSQL ledger commits one of 512 items or more in parts, side by
+/// side) keeps each source's items in order: 1,200 items over 400 sources, three each, spread
+/// through the batch. Every source's three receipts chain in batch order, and its head is the
+/// last one.
+pub async fn a_large_batch_keeps_each_sources_order(harness: Harness) {
+    harness.clock.advance(1_000);
+    let items: Vec<Submission> = (0..1200)
+        .map(|n| {
+            let source = n % 400;
+            put(
+                "docs",
+                &format!("s{source}"),
+                &format!("round {} of s{source}", n / 400),
+            )
+        })
+        .collect();
+    let results = harness.ledger.accept(items).await;
+    assert_eq!(results.len(), 1200);
+    let receipts: Vec<Acceptance> = results
+        .into_iter()
+        .map(|result| result.expect("accepted"))
+        .collect();
+    for source in 0..400 {
+        let chain = [
+            &receipts[source],
+            &receipts[source + 400],
+            &receipts[source + 800],
+        ];
+        assert_eq!(chain[0].previous_revision_id, None, "s{source}");
+        assert_eq!(
+            chain[1].previous_revision_id,
+            Some(chain[0].source_revision_id),
+            "s{source}"
+        );
+        assert_eq!(
+            chain[2].previous_revision_id,
+            Some(chain[1].source_revision_id),
+            "s{source}"
+        );
+    }
+    for source in [0, 199, 399] {
+        let view = harness
+            .ledger
+            .source("docs", &format!("s{source}"))
+            .await
+            .expect("read")
+            .expect("source");
+        assert_eq!(view.head.id, receipts[source + 800].source_revision_id);
+        assert_eq!(view.revisions.len(), 3);
+    }
+    assert_eq!(harness.ledger.counts().await.expect("counts").sources, 400);
+}
+
 /// Concurrent acceptances all succeed and each gets its own revision and job.
 pub async fn concurrent_acceptances_are_all_durable(harness: Harness) {
     let mut tasks = Vec::new();
@@ -2002,6 +2055,7 @@ macro_rules! ledger_conformance {
             lexical_index_holds_current_heads_only,
             faults_leave_no_partial_rows,
             batch_items_are_independent,
+            a_large_batch_keeps_each_sources_order,
             concurrent_acceptances_are_all_durable,
             tokens_authenticate,
             token_lifecycle,

@@ -150,28 +150,44 @@ pub fn query_words(text: &str) -> Vec<String> {
 /// query agree by construction, and the server's own text parser (the slowest step of an
 /// acceptance) is never run.
 pub fn tsvector_literal(text: &str) -> String {
-    use std::collections::BTreeMap;
+    use std::borrow::Cow;
+    use std::collections::{BTreeMap, HashMap};
     use std::fmt::Write as _;
-    let stemmer = stemmer();
-    let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // Each distinct word is stemmed once (stemming is most of the cost of an acceptance's
+    // CPU, and text repeats its words): positions are first grouped by lowercased word.
+    let mut by_word: HashMap<Cow<'_, str>, Vec<usize>> = HashMap::new();
     for (index, word) in text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|word| !word.is_empty())
         .take(16_383)
         .enumerate()
     {
-        let lower = word.to_lowercase();
+        let lower = if word
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            Cow::Borrowed(word)
+        } else {
+            Cow::Owned(word.to_lowercase())
+        };
         // A lexeme is at most 2 KiB in PostgreSQL; longer runs are not words.
         if lower.len() > 255 {
             continue;
         }
-        let entry = positions
-            .entry(stemmer.stem(&lower).into_owned())
-            .or_default();
-        // At most 256 positions per lexeme are kept by PostgreSQL.
-        if entry.len() < 256 {
-            entry.push(index + 1);
-        }
+        by_word.entry(lower).or_default().push(index + 1);
+    }
+    let stemmer = stemmer();
+    let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (word, at) in by_word {
+        positions
+            .entry(stemmer.stem(&word).into_owned())
+            .or_default()
+            .extend(at);
+    }
+    for at in positions.values_mut() {
+        at.sort_unstable();
+        // At most 256 positions per lexeme are kept by PostgreSQL: the first 256.
+        at.truncate(256);
     }
     let mut literal = String::with_capacity(text.len());
     for (lexeme, at) in positions {
@@ -261,6 +277,19 @@ mod tests {
         );
         assert_eq!(super::query_stems("the cells and cell"), vec!["cell"]);
         assert_eq!(super::tsvector_literal(" ... "), "");
+    }
+
+    /// Words that stem alike share a lexeme whose positions stay in order, and past 256 the
+    /// first 256 are kept, whichever word form they came from.
+    #[test]
+    fn a_lexeme_keeps_its_first_256_positions_across_word_forms() {
+        let text = (0..300)
+            .map(|n| if n % 3 == 0 { "Cells" } else { "cell" })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let literal = super::tsvector_literal(&text);
+        let expected = (1..=256).map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(literal, format!("'cell':{}", expected.join(",")));
     }
 
     use super::*;

@@ -111,7 +111,9 @@ pub async fn accept(
         ledger_url: ledger_url.clone(),
         ..Overrides::default()
     };
-    let config = Config::load(&overrides, &std::collections::HashMap::new())?;
+    // The environment's settings apply (`CAIRN_LEDGER_POOL_SIZE`, `CAIRN_LEDGER_COMMITTERS`...),
+    // so a run measures the configuration it names; the data directory and address are its own.
+    let config = Config::load(&overrides, &std::env::vars().collect())?;
     std::fs::create_dir_all(&config.data_dir)?;
     let ledger: Arc<dyn receipts::Ledger> = crate::open_ledger(&config).await?;
     crate::ensure_admin_token(ledger.as_ref(), &config.data_dir).await?;

@@ -193,13 +193,14 @@ impl Tokens for PostgresLedger {
     }
 
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
-        let now = self.read_now().await?;
+        // One round trip on every request: the clock is read in the query itself.
         let row = sqlx::query(
             "SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = $1 \
-             AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
+             AND revoked_at IS NULL \
+             AND (expires_at IS NULL OR expires_at > COALESCE($2, cairn_db_now()))",
         )
         .bind(secret_hash(secret))
-        .bind(now)
+        .bind(self.injected_now())
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
