@@ -210,6 +210,21 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
     }
 }
 
+/// The results of items answered slot by slot, in item order; a slot left unanswered (a bug)
+/// is an internal error for that item, never a panic.
+pub(crate) fn filled(slots: Vec<Option<Result<Acceptance>>>) -> Vec<Result<Acceptance>> {
+    slots
+        .into_iter()
+        .map(|slot| {
+            slot.unwrap_or_else(|| {
+                Err(LedgerError::Internal(
+                    "an item was left unanswered in acceptance".to_owned(),
+                ))
+            })
+        })
+        .collect()
+}
+
 /// Acceptance as every engine runs it: each submission is prepared on the caller's task, the
 /// valid ones go to the engine's `write` together, and the answers come back in submission
 /// order (a refused item does not fail the others; an engine that cannot answer at all
@@ -264,12 +279,7 @@ where
             results[slot] = Some(result);
         }
     }
-    results
-        .into_iter()
-        .map(|result| {
-            result.unwrap_or_else(|| Err(LedgerError::Unavailable("no answer".to_owned())))
-        })
-        .collect()
+    filled(results)
 }
 
 /// The answer to one item of a wave once its writes are done: the refusal, the receipt of

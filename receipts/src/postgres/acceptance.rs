@@ -144,14 +144,7 @@ impl Acceptor for PostgresLedger {
                     results[position] = Some(result);
                 }
             }
-            Ok(results
-                .into_iter()
-                .map(|result| {
-                    result.unwrap_or_else(|| {
-                        Err(LedgerError::Internal("item lost in acceptance".to_owned()))
-                    })
-                })
-                .collect())
+            Ok(acceptance::filled(results))
         })
         .await
     }
@@ -272,14 +265,7 @@ impl PostgresLedger {
         if queued {
             self.work_signal.notify_waiters();
         }
-        Ok(results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(LedgerError::Internal("item lost in acceptance".to_owned()))
-                })
-            })
-            .collect())
+        Ok(acceptance::filled(results))
     }
 
     async fn accept_wave(

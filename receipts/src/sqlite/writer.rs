@@ -399,14 +399,7 @@ impl Writer {
             }
             pending = later;
         }
-        results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(LedgerError::Internal("item lost in the writer".to_owned()))
-                })
-            })
-            .collect()
+        crate::acceptance::filled(results)
     }
 
     /// One wave: decide, then write every accepted item in four set-based steps with a fault
