@@ -89,6 +89,7 @@ pub mod generations;
 pub mod http;
 pub mod ids;
 mod ledger;
+mod migrations;
 pub mod model;
 pub mod operations;
 pub mod passages;

@@ -121,8 +121,6 @@ pub struct PostgresLedger {
     _listener: Arc<ListenerGuard>,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
 /// Applies the ledger's migrations to the database at `url` and says what it did. Safe to run
 /// from several processes at once (sqlx takes an advisory lock).
 pub async fn migrate(url: &str) -> Result<MigrationReport> {
@@ -136,11 +134,10 @@ pub async fn migrate(url: &str) -> Result<MigrationReport> {
             .fetch_all(&mut connection)
             .await
             .unwrap_or_default();
-    MIGRATOR
-        .run(&mut connection)
-        .await
-        .map_err(|error| LedgerError::Unavailable(format!("migrating the ledger: {error}")))?;
-    let applied = MIGRATOR
+    let failed = |error| LedgerError::Unavailable(format!("migrating the ledger: {error}"));
+    let migrator = crate::migrations::postgres().await.map_err(failed)?;
+    migrator.run(&mut connection).await.map_err(failed)?;
+    let applied = migrator
         .iter()
         .filter(|migration| !before.contains(&migration.version))
         .map(|migration| format!("{} {}", migration.version, migration.description))

@@ -141,9 +141,11 @@ impl SqliteLedger {
             .pragma("secure_delete", "ON")
             .connect()
             .await?;
-        MIGRATOR.run(&mut write_connection).await.map_err(|error| {
+        let failed = |error| {
             LedgerError::Unavailable(format!("migrating {}: {error}", options.path.display()))
-        })?;
+        };
+        let migrator = crate::migrations::sqlite().await.map_err(failed)?;
+        migrator.run(&mut write_connection).await.map_err(failed)?;
         sqlx::raw_sql(steps::TABLES)
             .execute(&mut write_connection)
             .await?;
@@ -317,8 +319,6 @@ async fn truncate_wal(reads: &SqlitePool, busy_timeout: Duration) -> Result<()> 
     }
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-
 /// Applies the ledger's migrations to the database file at `path` (created when missing) and
 /// says what it did.
 pub async fn migrate(path: &Path) -> Result<crate::MigrationReport> {
@@ -340,10 +340,10 @@ pub async fn migrate(path: &Path) -> Result<crate::MigrationReport> {
             .fetch_all(&mut connection)
             .await
             .unwrap_or_default();
-    MIGRATOR.run(&mut connection).await.map_err(|error| {
-        LedgerError::Unavailable(format!("migrating {}: {error}", path.display()))
-    })?;
-    let applied = MIGRATOR
+    let failed = |error| LedgerError::Unavailable(format!("migrating {}: {error}", path.display()));
+    let migrator = crate::migrations::sqlite().await.map_err(failed)?;
+    migrator.run(&mut connection).await.map_err(failed)?;
+    let applied = migrator
         .iter()
         .filter(|migration| !before.contains(&migration.version))
         .map(|migration| format!("{} {}", migration.version, migration.description))
