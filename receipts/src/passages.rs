@@ -145,21 +145,21 @@ pub fn query_words(text: &str) -> Vec<String> {
 
 /// The words of a text as the PostgreSQL lexical index stores them: the runs of letters and
 /// digits [`query_words`] cuts (lowercased, the first 16,383 positions), each stemmed with the
-/// English Snowball stemmer, as a `tsvector` literal (`'lexeme':1,4 'other':2`). The same
-/// stemmer turns a query's words into the stems it looks up ([`query_stems`]), so index and
-/// query agree by construction, and the server's own text parser (the slowest step of an
-/// acceptance) is never run.
-pub fn tsvector_literal(text: &str) -> String {
+/// English Snowball stemmer, with their 1-based positions. The same stemmer turns a query's
+/// words into the stems it looks up ([`query_stems`]), so index and query agree by
+/// construction, and the server's own text parser (the slowest step of an acceptance) is never
+/// run. The PostgreSQL ledger sends them in `tsvector`'s binary form; [`Lexemes`]'s `Display`
+/// is the text form (`'lexeme':1,4 'other':2`).
+pub fn lexemes(text: &str) -> Lexemes {
     use std::borrow::Cow;
     use std::collections::{BTreeMap, HashMap};
-    use std::fmt::Write as _;
     // Each distinct word is stemmed once (stemming is most of the cost of an acceptance's
     // CPU, and text repeats its words): positions are first grouped by lowercased word.
-    let mut by_word: HashMap<Cow<'_, str>, Vec<usize>> = HashMap::new();
+    let mut by_word: HashMap<Cow<'_, str>, Vec<u16>> = HashMap::new();
     for (index, word) in text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|word| !word.is_empty())
-        .take(16_383)
+        .take(MAX_POSITION as usize)
         .enumerate()
     {
         let lower = if word
@@ -174,46 +174,78 @@ pub fn tsvector_literal(text: &str) -> String {
         if lower.len() > 255 {
             continue;
         }
-        by_word.entry(lower).or_default().push(index + 1);
+        // At most MAX_POSITION words are taken, so the position fits.
+        by_word.entry(lower).or_default().push(index as u16 + 1);
     }
     let stemmer = stemmer();
-    let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut positions: BTreeMap<String, Vec<u16>> = BTreeMap::new();
     for (word, at) in by_word {
         positions
             .entry(stemmer.stem(&word).into_owned())
             .or_default()
             .extend(at);
     }
-    for at in positions.values_mut() {
-        at.sort_unstable();
-        // At most 256 positions per lexeme are kept by PostgreSQL: the first 256.
-        at.truncate(256);
+    let entries = positions
+        .into_iter()
+        .map(|(lexeme, mut at)| {
+            at.sort_unstable();
+            // At most 256 positions per lexeme are kept by PostgreSQL: the first 256.
+            at.truncate(MAX_POSITIONS_PER_LEXEME);
+            (lexeme, at)
+        })
+        .collect();
+    Lexemes { entries }
+}
+
+/// The highest word position PostgreSQL stores (later words are not indexed).
+const MAX_POSITION: u16 = 16_383;
+
+/// The most positions PostgreSQL keeps for one lexeme.
+const MAX_POSITIONS_PER_LEXEME: usize = 256;
+
+/// A text's stemmed words and their positions, as [`lexemes`] makes them: lexemes in byte
+/// order, without repeats, each with its positions ascending (1 to 16,383, at most 256 of
+/// them), which is the order and the bounds PostgreSQL's `tsvector` requires.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lexemes {
+    entries: Vec<(String, Vec<u16>)>,
+}
+
+impl Lexemes {
+    /// Each lexeme with its positions, in lexeme order.
+    pub fn entries(&self) -> &[(String, Vec<u16>)] {
+        &self.entries
     }
-    let mut literal = String::with_capacity(text.len());
-    for (lexeme, at) in positions {
-        if !literal.is_empty() {
-            literal.push(' ');
-        }
-        literal.push('\'');
-        for c in lexeme.chars() {
-            if c == '\'' || c == '\\' {
-                literal.push(c);
-            }
-            literal.push(c);
-        }
-        literal.push_str("':");
-        for (n, position) in at.iter().enumerate() {
+}
+
+impl std::fmt::Display for Lexemes {
+    /// The `tsvector` text form: `'lexeme':1,4 'other':2`, quotes and backslashes doubled.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, (lexeme, at)) in self.entries.iter().enumerate() {
             if n > 0 {
-                literal.push(',');
+                f.write_str(" ")?;
             }
-            let _ = write!(literal, "{position}");
+            f.write_str("'")?;
+            for c in lexeme.chars() {
+                if c == '\'' || c == '\\' {
+                    write!(f, "{c}")?;
+                }
+                write!(f, "{c}")?;
+            }
+            f.write_str("':")?;
+            for (n, position) in at.iter().enumerate() {
+                if n > 0 {
+                    f.write_str(",")?;
+                }
+                write!(f, "{position}")?;
+            }
         }
+        Ok(())
     }
-    literal
 }
 
 /// The stems a lexical query looks up in the PostgreSQL index: [`query_words`], stemmed as
-/// [`tsvector_literal`] stems, without repeats.
+/// [`lexemes`] stems, without repeats.
 pub fn query_stems(text: &str) -> Vec<String> {
     let stemmer = stemmer();
     let mut stems: Vec<String> = Vec::new();
@@ -272,11 +304,11 @@ mod tests {
     #[test]
     fn tsvector_literals_stem_and_position_every_word() {
         assert_eq!(
-            super::tsvector_literal("Cells, cell's DIFFERENTIATION; 42"),
+            super::lexemes("Cells, cell's DIFFERENTIATION; 42").to_string(),
             "'42':5 'cell':1,2 'differenti':4 's':3"
         );
         assert_eq!(super::query_stems("the cells and cell"), vec!["cell"]);
-        assert_eq!(super::tsvector_literal(" ... "), "");
+        assert_eq!(super::lexemes(" ... ").to_string(), "");
     }
 
     /// Words that stem alike share a lexeme whose positions stay in order, and past 256 the
@@ -287,7 +319,7 @@ mod tests {
             .map(|n| if n % 3 == 0 { "Cells" } else { "cell" })
             .collect::<Vec<_>>()
             .join(" ");
-        let literal = super::tsvector_literal(&text);
+        let literal = super::lexemes(&text).to_string();
         let expected = (1..=256).map(|n| n.to_string()).collect::<Vec<_>>();
         assert_eq!(literal, format!("'cell':{}", expected.join(",")));
     }

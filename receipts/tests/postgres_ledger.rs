@@ -116,3 +116,47 @@ async fn raw_psql_writes_are_recorded_unattributed_and_history_is_append_only() 
         .expect_err("a lease is whole, and only on a running job");
     assert!(error.to_string().contains("check constraint"), "{error}");
 }
+
+/// The lexemes an acceptance sends in `tsvector`'s binary form are what the server makes of
+/// their text form: Unicode words, digits, word forms that stem alike, and a lexeme past
+/// PostgreSQL's 256 positions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_lexemes_equal_their_text_form() {
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url))
+        .await
+        .expect("open ledger");
+    let many = (0..300)
+        .map(|n| if n % 3 == 0 { "Cells" } else { "cell" })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let texts = [
+        "Cells, cell's DIFFERENTIATION; 42 o'clock \\ back\\slash",
+        "Zürich naïve ΣΟΦΊΑ façade straße 東京 2024-12-01",
+        many.as_str(),
+    ];
+    let submissions = texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| put("docs", &format!("k{index}"), text))
+        .collect();
+    for result in receipts::Acceptor::accept(&ledger, submissions).await {
+        result.expect("accepted");
+    }
+    for (index, text) in texts.iter().enumerate() {
+        let literal = receipts::passages::lexemes(text)
+            .to_string()
+            .replace('\'', "''");
+        let answer = server
+            .psql(
+                "ledger",
+                &format!(
+                    "SELECT count(*) FILTER (WHERE words = '{literal}'::tsvector) || '/' || \
+                     count(*) FROM passages WHERE source_key = 'k{index}'"
+                ),
+            )
+            .expect("compare");
+        assert_eq!(answer.trim(), "1/1", "text {index}: {literal}");
+    }
+}

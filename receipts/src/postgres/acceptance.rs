@@ -15,6 +15,7 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::tsvector::TsVector;
 use super::PostgresLedger;
 use crate::acceptance::{self, classify, Decision, Outcome, Prepared, PreparedChange, Write};
 use crate::clock::Micros;
@@ -336,7 +337,7 @@ impl PostgresLedger {
                 );
             }
         }
-        if !staged.rows.is_empty() {
+        if !staged.wave.position.is_empty() {
             self.write_wave(tx, &staged, now).await?;
         }
 
@@ -350,8 +351,7 @@ impl PostgresLedger {
     /// Writes a wave's accepted items: bytes, revisions, heads, then supersession, jobs,
     /// receipts and lexical passages, with a fault point after each of the first three.
     async fn write_wave(&self, tx: &mut PgConnection, staged: &Staged, now: Micros) -> Result<()> {
-        let wave = wave_relation(staged.rows.len());
-        let rows = serde_json::Value::from(staged.rows.clone());
+        let wave = wave_relation(staged.wave.position.len());
         planned(
             "INSERT INTO contents (sha256, byte_length, bytes, created_at) \
              SELECT c.sha256, c.byte_length, c.bytes, $4 \
@@ -365,28 +365,46 @@ impl PostgresLedger {
         .execute(&mut *tx)
         .await?;
         self.fault(FaultPoint::AfterBytes)?;
-        planned(&format!(
-            "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
-               media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, accepted_at) \
-             SELECT revision_id, dataset, source_key, sha256, byte_length, media_type, tags, \
-               metadata, tombstone, previous_revision_id, actor, reason, $2 \
-             FROM {wave} WHERE new_revision"
-        ))
-        .bind(&rows)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        let revisions = &staged.revisions;
+        if !revisions.id.is_empty() {
+            planned(
+                "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
+                   media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
+                   accepted_at) \
+                 SELECT r.*, $13 \
+                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
+                             $6::text[], $7::jsonb[], $8::jsonb[], $9::boolean[], $10::uuid[], \
+                             $11::text[], $12::text[]) AS r",
+            )
+            .bind(&revisions.id)
+            .bind(&revisions.dataset)
+            .bind(&revisions.source_key)
+            .bind(&revisions.sha256)
+            .bind(&revisions.byte_length)
+            .bind(&revisions.media_type)
+            .bind(&revisions.tags)
+            .bind(&revisions.metadata)
+            .bind(&revisions.tombstone)
+            .bind(&revisions.previous)
+            .bind(&revisions.actor)
+            .bind(&revisions.reason)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
         self.fault(FaultPoint::AfterRevision)?;
-        planned(&format!(
-            "INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
+        bind_wave(
+            &staged.wave,
+            planned(&format!(
+                "INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
                changed_by, change_cause, changed_at, change_seq) \
-             SELECT dataset, source_key, revision_id, $2, actor, cause, $2, 1 FROM {wave} \
+             SELECT dataset, source_key, revision_id, $11, actor, cause, $11, 1 FROM {wave} \
              ON CONFLICT (dataset, source_key) DO UPDATE SET \
                head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
                change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
                change_seq = s.change_seq + 1"
-        ))
-        .bind(&rows)
+            )),
+        )
         .bind(now)
         .execute(&mut *tx)
         .await?;
@@ -398,7 +416,7 @@ impl PostgresLedger {
         // is checked again on the row it waited for). An erasure's jobs are never superseded:
         // they erase the stores whatever comes next.
         if staged.moves_heads {
-            planned(&format!(
+            bind_wave(&staged.wave, planned(&format!(
                 "WITH gone AS ( \
                    SELECT j.id, w.actor, 'superseded_by:' || w.revision_id AS cause \
                    FROM {wave} JOIN jobs j ON j.dataset = w.dataset AND j.source_key = w.source_key \
@@ -406,34 +424,35 @@ impl PostgresLedger {
                      AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.revision_id = j.revision_id)), \
                  receipts AS ( \
                    UPDATE projection_receipts r SET state = 'superseded', \
-                     updated_at = GREATEST($2, r.changed_at), \
+                     updated_at = GREATEST($11, r.changed_at), \
                      changed_by = gone.actor, change_cause = gone.cause, \
-                     changed_at = GREATEST($2, r.changed_at), \
+                     changed_at = GREATEST($11, r.changed_at), \
                      change_seq = r.change_seq + 1 \
                    FROM gone WHERE r.job_id = gone.id AND r.state IN ('pending', 'running', 'written')) \
                  UPDATE jobs j SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
                    lease_expires_at = NULL, changed_by = gone.actor, change_cause = gone.cause, \
-                   changed_at = GREATEST($2, j.changed_at), change_seq = j.change_seq + 1 \
+                   changed_at = GREATEST($11, j.changed_at), change_seq = j.change_seq + 1 \
                  FROM gone WHERE j.id = gone.id \
                    AND j.state IN ('pending', 'running', 'retry_wait')"
-            ))
-            .bind(&rows)
+            )))
             .bind(now)
             .execute(&mut *tx)
             .await?;
         }
-        planned(&format!(
-            // The job the receipt names writes the active generation; every other live
-            // generation (one being built, or a former active one kept for rollback) gets a
-            // job of its own, with a receipt per backend it holds.
-            "WITH policy AS (SELECT * FROM jsonb_to_recordset($3::jsonb) \
+        bind_wave(
+            &staged.wave,
+            planned(&format!(
+                // The job the receipt names writes the active generation; every other live
+                // generation (one being built, or a former active one kept for rollback) gets a
+                // job of its own, with a receipt per backend it holds.
+                "WITH policy AS (SELECT * FROM jsonb_to_recordset($12::jsonb) \
                                AS p(kind text, max_attempts bigint)), \
              queued AS ( \
                INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
                  max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
                  generation) \
                SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
-                 p.max_attempts, $2, $2, w.actor, w.cause, $2, \
+                 p.max_attempts, $11, $11, w.actor, w.cause, $11, \
                  (SELECT id FROM generations WHERE state = 'active') \
                FROM {wave} JOIN policy p ON p.kind = w.kind \
                RETURNING id, changed_by, change_cause), \
@@ -442,23 +461,23 @@ impl PostgresLedger {
                  max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
                  generation) \
                SELECT gen_random_uuid(), w.revision_id, w.dataset, w.source_key, w.kind, \
-                 'pending', 0, p.max_attempts, $2, $2, w.actor, w.cause, $2, g.id \
+                 'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11, g.id \
                FROM {wave} JOIN policy p ON p.kind = w.kind \
                CROSS JOIN generations g WHERE g.state IN ('building', 'standby') \
                RETURNING id, changed_by, change_cause, generation), \
              beside_receipts AS ( \
                INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
                  change_cause, changed_at) \
-               SELECT q.id, b.value, 'pending', $2, q.changed_by, q.change_cause, $2 \
+               SELECT q.id, b.value, 'pending', $11, q.changed_by, q.change_cause, $11 \
                FROM beside q JOIN generations g ON g.id = q.generation \
                CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
                WHERE b.value <> 'graph') \
              INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
                change_cause, changed_at) \
-             SELECT q.id, b.backend, 'pending', $2, q.changed_by, q.change_cause, $2 \
-             FROM queued q CROSS JOIN unnest($4::text[]) AS b(backend)"
-        ))
-        .bind(&rows)
+             SELECT q.id, b.backend, 'pending', $11, q.changed_by, q.change_cause, $11 \
+             FROM queued q CROSS JOIN unnest($13::text[]) AS b(backend)"
+            )),
+        )
         .bind(now)
         .bind(&*self.policies_json)
         .bind(
@@ -473,23 +492,25 @@ impl PostgresLedger {
         .execute(&mut *tx)
         .await?;
         if self.options.backends.contains(&Backend::Graph) {
-            planned(&format!(
-                "WITH policy AS (SELECT * FROM jsonb_to_recordset($3::jsonb) \
+            bind_wave(
+                &staged.wave,
+                planned(&format!(
+                    "WITH policy AS (SELECT * FROM jsonb_to_recordset($12::jsonb) \
                                    AS p(kind text, max_attempts bigint)), \
                  queued AS ( \
                    INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
                      max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
                    SELECT w.graph_job_id, w.revision_id, w.dataset, w.source_key, 'graph', \
-                     'pending', 0, p.max_attempts, $2, $2, w.actor, w.cause, $2 \
+                     'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11 \
                    FROM {wave} JOIN policy p ON p.kind = 'graph' \
                    WHERE w.graph_job_id IS NOT NULL \
                    RETURNING id, changed_by, change_cause) \
                  INSERT INTO projection_receipts (job_id, backend, state, updated_at, \
                    changed_by, change_cause, changed_at) \
-                 SELECT q.id, 'graph', 'pending', $2, q.changed_by, q.change_cause, $2 \
+                 SELECT q.id, 'graph', 'pending', $11, q.changed_by, q.change_cause, $11 \
                  FROM queued q"
-            ))
-            .bind(&rows)
+                )),
+            )
             .bind(now)
             .bind(&*self.policies_json)
             .execute(&mut *tx)
@@ -497,30 +518,34 @@ impl PostgresLedger {
         }
         // The lexical index follows the heads: a source's passages are replaced whole.
         if staged.moves_heads {
-            planned(&format!(
-                "DELETE FROM passages p USING {wave} \
+            bind_wave(
+                &staged.wave,
+                planned(&format!(
+                    "DELETE FROM passages p USING {wave} \
                  WHERE p.dataset = w.dataset AND p.source_key = w.source_key"
-            ))
-            .bind(&rows)
+                )),
+            )
             .execute(&mut *tx)
             .await?;
         }
         if !staged.passage_positions.is_empty() {
-            // The lexemes come stemmed from Rust (`passages::tsvector_literal`): the server
-            // only parses the literal, never runs its text parser.
-            planned(&format!(
-                "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
+            // The lexemes come stemmed from Rust (`passages::lexemes`), in `tsvector`'s
+            // binary form: the server never runs its text parser, nor parses a literal.
+            bind_wave(
+                &staged.wave,
+                planned(&format!(
+                    "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
                    byte_start, byte_end, words, text, section, page) \
                  SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
-                   p.byte_end, p.words::tsvector, p.text, p.section, p.page \
-                 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], \
-                             $7::text[], $8::text[], $9::bigint[]) \
+                   p.byte_end, p.words, p.text, p.section, p.page \
+                 FROM unnest($11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], \
+                             $15::tsvector[], $16::text[], $17::text[], $18::bigint[]) \
                         AS p(position, passage_index, byte_start, byte_end, words, text, \
                              section, page) \
                  JOIN {wave} ON w.position = p.position \
                  WHERE NOT w.tombstone"
-            ))
-            .bind(&rows)
+                )),
+            )
             .bind(&staged.passage_positions)
             .bind(&staged.passage_indexes)
             .bind(&staged.passage_starts)
@@ -536,19 +561,38 @@ impl PostgresLedger {
     }
 }
 
-/// The wave's rows (`$1`, a JSON array of `rows` objects) as a relation named `w`. The
-/// `LIMIT` (the exact row count, so it never cuts) is how the planner learns the count: a
-/// set-returning function is otherwise assumed to return 100 rows, and for 100 keys a hash join
-/// over a whole table (passages, jobs) looked cheaper than 100 index probes. Planned with the
-/// real count, a wave of a few items probes the indexes.
+/// The wave's rows (the ten arrays `$1` to `$10` that [`bind_wave`] binds) as a relation
+/// named `w`. Typed arrays arrive in binary and cost the server a copy (a JSON array of row
+/// objects was parsed again by every statement). The `LIMIT` (the exact row count, so it never
+/// cuts) is how the planner learns the count: a set-returning function is otherwise assumed
+/// to return 100 rows, and for 100 keys a hash join over a whole table (passages, jobs) looked
+/// cheaper than 100 index probes. Planned with the real count, a wave of a few items probes
+/// the indexes. A statement's own parameters start at `$11`.
 fn wave_relation(rows: usize) -> String {
     format!(
-        "(SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(position bigint, dataset text, \
-         source_key text, revision_id uuid, new_revision boolean, tombstone boolean, \
-         sha256 text, byte_length bigint, media_type text, tags jsonb, metadata jsonb, \
-         previous_revision_id uuid, actor text, reason text, cause text, job_id uuid, \
-         kind text, graph_job_id uuid) LIMIT {rows}) AS w"
+        "(SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[], \
+         $5::boolean[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::uuid[]) \
+         AS r(position, dataset, source_key, revision_id, tombstone, actor, cause, job_id, \
+         kind, graph_job_id) LIMIT {rows}) AS w"
     )
+}
+
+/// Binds the wave's columns as `$1` to `$10`, in [`wave_relation`]'s order.
+fn bind_wave<'q>(
+    wave: &'q WaveColumns,
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(&wave.position)
+        .bind(&wave.dataset)
+        .bind(&wave.source_key)
+        .bind(&wave.revision_id)
+        .bind(&wave.tombstone)
+        .bind(&wave.actor)
+        .bind(&wave.cause)
+        .bind(&wave.job_id)
+        .bind(&wave.kind)
+        .bind(&wave.graph_job_id)
 }
 
 /// What the ledger holds for each item of a wave, in wave order.
@@ -614,7 +658,10 @@ async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision
 /// The accepted items of a wave, as the parameters of the write statements.
 #[derive(Debug, Default)]
 struct Staged {
-    rows: Vec<serde_json::Value>,
+    /// Every accepted item: what each statement joins on.
+    wave: WaveColumns,
+    /// The items that make a new revision (a duplicate of the head makes none).
+    revisions: RevisionColumns,
     /// Whether any item moves an existing head. A source without a head (never accepted) has
     /// no jobs to supersede and no passages to replace, so a wave of new sources skips both
     /// statements.
@@ -626,13 +673,49 @@ struct Staged {
     passage_indexes: Vec<i64>,
     passage_starts: Vec<i64>,
     passage_ends: Vec<i64>,
-    /// Each passage's lexemes as a `tsvector` literal.
-    passage_words: Vec<String>,
+    /// Each passage's stemmed words, sent as a binary `tsvector`.
+    passage_words: Vec<TsVector>,
     /// Each passage's text when it is extracted (HTML); `None` when it is cut from the bytes.
     passage_texts: Vec<Option<String>>,
     /// Each passage's section path and page, when its format has them.
     passage_sections: Vec<Option<String>>,
     passage_pages: Vec<Option<i64>>,
+}
+
+/// One column per field of an accepted item ([`wave_relation`]).
+#[derive(Debug, Default)]
+struct WaveColumns {
+    /// The item's position in the wave.
+    position: Vec<i64>,
+    dataset: Vec<String>,
+    source_key: Vec<String>,
+    revision_id: Vec<Uuid>,
+    tombstone: Vec<bool>,
+    actor: Vec<String>,
+    /// The history cause of the head move and the jobs.
+    cause: Vec<&'static str>,
+    job_id: Vec<Uuid>,
+    /// The job's kind (`project` or `tombstone`).
+    kind: Vec<&'static str>,
+    /// The graph job's id, when the graph is a backend.
+    graph_job_id: Vec<Option<Uuid>>,
+}
+
+/// One column per field of a new revision, in the `revisions` statement's order.
+#[derive(Debug, Default)]
+struct RevisionColumns {
+    id: Vec<Uuid>,
+    dataset: Vec<String>,
+    source_key: Vec<String>,
+    sha256: Vec<Option<String>>,
+    byte_length: Vec<i64>,
+    media_type: Vec<String>,
+    tags: Vec<serde_json::Value>,
+    metadata: Vec<serde_json::Value>,
+    tombstone: Vec<bool>,
+    previous: Vec<Option<Uuid>>,
+    actor: Vec<String>,
+    reason: Vec<Option<String>>,
 }
 
 impl Staged {
@@ -661,7 +744,7 @@ impl Staged {
                     self.passage_starts.push(passage.byte_start as i64);
                     self.passage_ends.push(passage.byte_end as i64);
                     self.passage_words
-                        .push(crate::passages::tsvector_literal(passage.text(text)));
+                        .push(TsVector(crate::passages::lexemes(passage.text(text))));
                     self.passage_texts
                         .push(extracted.as_ref().map(|_| passage.text(text).to_owned()));
                     self.passage_sections.push(passage.section.clone());
@@ -673,9 +756,9 @@ impl Staged {
                     self.content_bytes.push(document.bytes.clone());
                 }
                 (
-                    Some(sha256.as_str()),
+                    Some(sha256.clone()),
                     document.bytes.len(),
-                    document.media_type.as_str(),
+                    document.media_type.clone(),
                     serde_json::json!(ids::canonical_tags(&document.tags)),
                     serde_json::Value::Object(document.metadata.clone()),
                     None,
@@ -684,32 +767,38 @@ impl Staged {
             PreparedChange::Delete { reason } => (
                 None,
                 0,
-                "application/x-tombstone",
+                "application/x-tombstone".to_owned(),
                 serde_json::json!([]),
                 serde_json::json!({}),
-                reason.as_deref(),
+                reason.clone(),
             ),
         };
-        self.rows.push(serde_json::json!({
-            "position": position,
-            "dataset": item.dataset,
-            "source_key": item.source_key,
-            "revision_id": write.revision_id,
-            "new_revision": write.new_revision,
-            "tombstone": write.tombstone,
-            "sha256": sha256,
-            "byte_length": byte_length,
-            "media_type": media_type,
-            "tags": tags,
-            "metadata": metadata,
-            "previous_revision_id": write.previous,
-            "actor": item.actor,
-            "reason": reason,
-            "cause": write.cause,
-            "job_id": write.job_id,
-            "kind": kind.as_str(),
-            "graph_job_id": graph.then(ids::new_v7),
-        }));
+        let wave = &mut self.wave;
+        wave.position.push(position as i64);
+        wave.dataset.push(item.dataset.clone());
+        wave.source_key.push(item.source_key.clone());
+        wave.revision_id.push(write.revision_id);
+        wave.tombstone.push(write.tombstone);
+        wave.actor.push(item.actor.clone());
+        wave.cause.push(write.cause);
+        wave.job_id.push(write.job_id);
+        wave.kind.push(kind.as_str());
+        wave.graph_job_id.push(graph.then(ids::new_v7));
+        if write.new_revision {
+            let revisions = &mut self.revisions;
+            revisions.id.push(write.revision_id);
+            revisions.dataset.push(item.dataset.clone());
+            revisions.source_key.push(item.source_key.clone());
+            revisions.sha256.push(sha256);
+            revisions.byte_length.push(byte_length as i64);
+            revisions.media_type.push(media_type);
+            revisions.tags.push(tags);
+            revisions.metadata.push(metadata);
+            revisions.tombstone.push(write.tombstone);
+            revisions.previous.push(write.previous);
+            revisions.actor.push(item.actor.clone());
+            revisions.reason.push(reason);
+        }
     }
 }
 

@@ -40,6 +40,7 @@ mod operations;
 mod projection;
 mod reads;
 mod tokens;
+mod tsvector;
 
 use std::sync::Arc;
 use std::time::Duration;
