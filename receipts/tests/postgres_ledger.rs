@@ -160,3 +160,45 @@ async fn binary_lexemes_equal_their_text_form() {
         assert_eq!(answer.trim(), "1/1", "text {index}: {literal}");
     }
 }
+
+/// A commit that queues work notifies `cairn_work` once, whatever its size, and only once it
+/// has committed; a duplicate, which queues nothing, notifies nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_work_notifies_listeners_once_and_duplicates_do_not() {
+    use std::time::Duration;
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url.clone()))
+        .await
+        .expect("open ledger");
+    let mut listener = sqlx::postgres::PgListener::connect(&url)
+        .await
+        .expect("listener");
+    listener.listen("cairn_work").await.expect("listen");
+    let submissions = (0..3)
+        .map(|index| put("docs", &format!("k{index}"), &format!("text {index}")))
+        .collect();
+    for result in receipts::Acceptor::accept(&ledger, submissions).await {
+        result.expect("accepted");
+    }
+    let woken = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a notification for queued work")
+        .expect("notification");
+    assert_eq!(woken.channel(), "cairn_work");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.recv())
+            .await
+            .is_err(),
+        "one transaction notifies once"
+    );
+    let mut again = receipts::Acceptor::accept(&ledger, vec![put("docs", "k0", "text 0")]).await;
+    let duplicate = again.pop().expect("result").expect("accepted");
+    assert_eq!(duplicate.status, receipts::AcceptStatus::Duplicate);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), listener.recv())
+            .await
+            .is_err(),
+        "a duplicate queues nothing and wakes nobody"
+    );
+}

@@ -248,13 +248,8 @@ impl PostgresLedger {
             }
             pending = later;
         }
-        if queued {
-            // Delivered to every listening process when (and only if) this commits.
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(super::WORK_CHANNEL)
-                .execute(&mut *tx)
-                .await?;
-        }
+        // Every wave that queued a job notified `cairn_work` in its write statement ([`WRITE`]):
+        // delivered to every listening process when (and only if) this commits.
         if self.faults.fire(FaultPoint::BeforeCommit) {
             tx.rollback().await?;
             return Err(LedgerError::Injected(FaultPoint::BeforeCommit));
@@ -348,71 +343,15 @@ impl PostgresLedger {
             .collect())
     }
 
-    /// Writes a wave's accepted items: bytes, revisions, heads, then supersession, jobs,
-    /// receipts and lexical passages, with a fault point after each of the first three.
+    /// Writes a wave's accepted items. What the previous heads leave goes first (their
+    /// unfinished jobs are superseded, their passages deleted: statements planned for the
+    /// wave, since they read the tables by its keys); then one statement writes everything
+    /// new: bytes, revisions, heads, jobs and receipts, passages, and the wake-up. One
+    /// statement instead of five saves their round trips, executor start-ups and trigger
+    /// queues; the foreign keys between the rows it writes are checked at its end. The fault
+    /// points of the first three steps fire after it.
     async fn write_wave(&self, tx: &mut PgConnection, staged: &Staged, now: Micros) -> Result<()> {
-        // Inserts take their rows from the wave's arrays whatever the tables hold, so their
-        // plans are cached ([`cached`], over the wave without a row count); statements that
-        // read the tables by the wave's keys are planned for the wave ([`planned`]).
         let counted = wave_relation(Some(staged.wave.position.len()));
-        let wave = wave_relation(None);
-        cached(
-            "INSERT INTO contents (sha256, byte_length, bytes, created_at) \
-             SELECT c.sha256, c.byte_length, c.bytes, $4 \
-             FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS c(sha256, byte_length, bytes) \
-             ON CONFLICT (sha256) DO NOTHING",
-        )
-        .bind(&staged.content_sha256)
-        .bind(&staged.content_lengths)
-        .bind(&staged.content_bytes)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        self.fault(FaultPoint::AfterBytes)?;
-        let revisions = &staged.revisions;
-        if !revisions.id.is_empty() {
-            cached(
-                "INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
-                   media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
-                   accepted_at) \
-                 SELECT r.*, $13 \
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
-                             $6::text[], $7::jsonb[], $8::jsonb[], $9::boolean[], $10::uuid[], \
-                             $11::text[], $12::text[]) AS r",
-            )
-            .bind(&revisions.id)
-            .bind(&revisions.dataset)
-            .bind(&revisions.source_key)
-            .bind(&revisions.sha256)
-            .bind(&revisions.byte_length)
-            .bind(&revisions.media_type)
-            .bind(&revisions.tags)
-            .bind(&revisions.metadata)
-            .bind(&revisions.tombstone)
-            .bind(&revisions.previous)
-            .bind(&revisions.actor)
-            .bind(&revisions.reason)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
-        self.fault(FaultPoint::AfterRevision)?;
-        bind_wave(
-            &staged.wave,
-            cached(&format!(
-                "INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
-               changed_by, change_cause, changed_at, change_seq) \
-             SELECT dataset, source_key, revision_id, $11, actor, cause, $11, 1 FROM {wave} \
-             ON CONFLICT (dataset, source_key) DO UPDATE SET \
-               head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
-               change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
-               change_seq = s.change_seq + 1"
-            )),
-        )
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        self.fault(FaultPoint::AfterHeadMove)?;
         // Supersede the previous heads' unfinished jobs and their open receipts. A claim may
         // commit between this transaction's clock read and this statement (the row lock makes
         // it wait): the supersession is then stamped no earlier than the claim, so every job's
@@ -442,60 +381,60 @@ impl PostgresLedger {
             .bind(now)
             .execute(&mut *tx)
             .await?;
+            // The lexical index follows the heads: a source's passages are replaced whole.
+            bind_wave(
+                &staged.wave,
+                planned(&format!(
+                    "DELETE FROM passages p USING {counted} \
+                     WHERE p.dataset = w.dataset AND p.source_key = w.source_key"
+                )),
+            )
+            .execute(&mut *tx)
+            .await?;
         }
-        bind_wave(
-            &staged.wave,
-            cached(&format!(
-                // The job the receipt names writes the active generation; every other live
-                // generation (one being built, or a former active one kept for rollback) gets a
-                // job of its own, with a receipt per backend it holds.
-                "WITH policy AS (SELECT * FROM jsonb_to_recordset($12::jsonb) \
-                               AS p(kind text, max_attempts bigint)), \
-             queued AS ( \
-               INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-                 max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
-                 generation) \
-               SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
-                 p.max_attempts, $11, $11, w.actor, w.cause, $11, \
-                 (SELECT id FROM generations WHERE state = 'active') \
-               FROM {wave} JOIN policy p ON p.kind = w.kind \
-               RETURNING id, changed_by, change_cause), \
-             beside AS ( \
-               INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-                 max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
-                 generation) \
-               SELECT gen_random_uuid(), w.revision_id, w.dataset, w.source_key, w.kind, \
-                 'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11, g.id \
-               FROM {wave} JOIN policy p ON p.kind = w.kind \
-               CROSS JOIN generations g WHERE g.state IN ('building', 'standby') \
-               RETURNING id, changed_by, change_cause, generation), \
-             beside_receipts AS ( \
-               INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
-                 change_cause, changed_at) \
-               SELECT q.id, b.value, 'pending', $11, q.changed_by, q.change_cause, $11 \
-               FROM beside q JOIN generations g ON g.id = q.generation \
-               CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
-               WHERE b.value <> 'graph') \
-             INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
-               change_cause, changed_at) \
-             SELECT q.id, b.backend, 'pending', $11, q.changed_by, q.change_cause, $11 \
-             FROM queued q CROSS JOIN unnest($13::text[]) AS b(backend)"
-            )),
-        )
-        .bind(now)
-        .bind(&*self.policies_json)
-        .bind(
-            // A `project` or `tombstone` job's backends; the graph has jobs of its own.
-            self.options
-                .backends
-                .iter()
-                .filter(|backend| **backend != Backend::Graph)
-                .map(|backend| backend.as_str().to_owned())
-                .collect::<Vec<_>>(),
-        )
-        .execute(&mut *tx)
-        .await?;
+        let revisions = &staged.revisions;
+        bind_wave(&staged.wave, cached(&WRITE))
+            .bind(now)
+            .bind(&*self.policies_json)
+            .bind(
+                // A `project` or `tombstone` job's backends; the graph has jobs of its own.
+                self.options
+                    .backends
+                    .iter()
+                    .filter(|backend| **backend != Backend::Graph)
+                    .map(|backend| backend.as_str().to_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(&staged.content_sha256)
+            .bind(&staged.content_lengths)
+            .bind(&staged.content_bytes)
+            .bind(&revisions.id)
+            .bind(&revisions.dataset)
+            .bind(&revisions.source_key)
+            .bind(&revisions.sha256)
+            .bind(&revisions.byte_length)
+            .bind(&revisions.media_type)
+            .bind(&revisions.tags)
+            .bind(&revisions.metadata)
+            .bind(&revisions.tombstone)
+            .bind(&revisions.previous)
+            .bind(&revisions.actor)
+            .bind(&revisions.reason)
+            .bind(&staged.passage_positions)
+            .bind(&staged.passage_indexes)
+            .bind(&staged.passage_starts)
+            .bind(&staged.passage_ends)
+            .bind(&staged.passage_words)
+            .bind(&staged.passage_texts)
+            .bind(&staged.passage_sections)
+            .bind(&staged.passage_pages)
+            .execute(&mut *tx)
+            .await?;
+        self.fault(FaultPoint::AfterBytes)?;
+        self.fault(FaultPoint::AfterRevision)?;
+        self.fault(FaultPoint::AfterHeadMove)?;
         if self.options.backends.contains(&Backend::Graph) {
+            let wave = wave_relation(None);
             bind_wave(
                 &staged.wave,
                 cached(&format!(
@@ -520,50 +459,94 @@ impl PostgresLedger {
             .execute(&mut *tx)
             .await?;
         }
-        // The lexical index follows the heads: a source's passages are replaced whole.
-        if staged.moves_heads {
-            bind_wave(
-                &staged.wave,
-                planned(&format!(
-                    "DELETE FROM passages p USING {counted} \
-                 WHERE p.dataset = w.dataset AND p.source_key = w.source_key"
-                )),
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        if !staged.passage_positions.is_empty() {
-            // The lexemes come stemmed from Rust (`passages::lexemes`), in `tsvector`'s
-            // binary form: the server never runs its text parser, nor parses a literal.
-            bind_wave(
-                &staged.wave,
-                cached(&format!(
-                    "INSERT INTO passages (dataset, source_key, revision_id, passage_index, \
-                   byte_start, byte_end, words, text, section, page) \
-                 SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
-                   p.byte_end, p.words, p.text, p.section, p.page \
-                 FROM unnest($11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], \
-                             $15::tsvector[], $16::text[], $17::text[], $18::bigint[]) \
-                        AS p(position, passage_index, byte_start, byte_end, words, text, \
-                             section, page) \
-                 JOIN {wave} ON w.position = p.position \
-                 WHERE NOT w.tombstone"
-                )),
-            )
-            .bind(&staged.passage_positions)
-            .bind(&staged.passage_indexes)
-            .bind(&staged.passage_starts)
-            .bind(&staged.passage_ends)
-            .bind(&staged.passage_words)
-            .bind(&staged.passage_texts)
-            .bind(&staged.passage_sections)
-            .bind(&staged.passage_pages)
-            .execute(&mut *tx)
-            .await?;
-        }
         Ok(())
     }
 }
+
+/// Everything new a wave writes, in one statement (data-modifying CTEs; all of them run to
+/// completion whatever the main query reads): the wave is `$1` to `$10` ([`bind_wave`]), the
+/// clock `$11`, the job policies `$12`, a job's backends `$13`, the bytes `$14` to `$16`, the new
+/// revisions `$17` to `$28`, the passages `$29` to `$36`. The sub-statements share one snapshot,
+/// so the supersession and the passage deletion ran before, and none of them reads another's
+/// rows except through `RETURNING`; the foreign keys (revision to bytes, head, job and passage
+/// to revision, receipt to job) are checked at the statement's end, when every row is there.
+/// A job that is the receipt's names the active generation; every other live generation (one
+/// being built, or a former active one kept for rollback) gets a job of its own, with a
+/// receipt per backend it holds. The head move takes `sources` in ROW EXCLUSIVE mode before
+/// the statement's snapshot is taken, so the jobs see the generations as a concurrent
+/// generation change left them (`postgres::generations`). `pg_notify` runs once if any job is
+/// queued, and is delivered only if the transaction commits.
+static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let wave = wave_relation(None);
+    let channel = super::WORK_CHANNEL;
+    format!(
+        "WITH policy AS (SELECT * FROM jsonb_to_recordset($12::jsonb) \
+                         AS p(kind text, max_attempts bigint)), \
+         stored AS ( \
+           INSERT INTO contents (sha256, byte_length, bytes, created_at) \
+           SELECT c.sha256, c.byte_length, c.bytes, $11 \
+           FROM unnest($14::text[], $15::bigint[], $16::bytea[]) AS c(sha256, byte_length, bytes) \
+           ON CONFLICT (sha256) DO NOTHING), \
+         revised AS ( \
+           INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
+             media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
+             accepted_at) \
+           SELECT r.*, $11 \
+           FROM unnest($17::uuid[], $18::text[], $19::text[], $20::text[], $21::bigint[], \
+                       $22::text[], $23::jsonb[], $24::jsonb[], $25::boolean[], $26::uuid[], \
+                       $27::text[], $28::text[]) AS r), \
+         moved AS ( \
+           INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
+             changed_by, change_cause, changed_at, change_seq) \
+           SELECT dataset, source_key, revision_id, $11, actor, cause, $11, 1 FROM {wave} \
+           ON CONFLICT (dataset, source_key) DO UPDATE SET \
+             head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
+             change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
+             change_seq = s.change_seq + 1), \
+         indexed AS ( \
+           INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, \
+             byte_end, words, text, section, page) \
+           SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
+             p.byte_end, p.words, p.text, p.section, p.page \
+           FROM unnest($29::bigint[], $30::bigint[], $31::bigint[], $32::bigint[], \
+                       $33::tsvector[], $34::text[], $35::text[], $36::bigint[]) \
+                  AS p(position, passage_index, byte_start, byte_end, words, text, section, \
+                       page) \
+           JOIN {wave} ON w.position = p.position \
+           WHERE NOT w.tombstone), \
+         queued AS ( \
+           INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+             max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+             generation) \
+           SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
+             p.max_attempts, $11, $11, w.actor, w.cause, $11, \
+             (SELECT id FROM generations WHERE state = 'active') \
+           FROM {wave} JOIN policy p ON p.kind = w.kind \
+           RETURNING id, changed_by, change_cause), \
+         beside AS ( \
+           INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+             max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+             generation) \
+           SELECT gen_random_uuid(), w.revision_id, w.dataset, w.source_key, w.kind, \
+             'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11, g.id \
+           FROM {wave} JOIN policy p ON p.kind = w.kind \
+           CROSS JOIN generations g WHERE g.state IN ('building', 'standby') \
+           RETURNING id, changed_by, change_cause, generation), \
+         beside_receipts AS ( \
+           INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+             change_cause, changed_at) \
+           SELECT q.id, b.value, 'pending', $11, q.changed_by, q.change_cause, $11 \
+           FROM beside q JOIN generations g ON g.id = q.generation \
+           CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
+           WHERE b.value <> 'graph'), \
+         woken AS (SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM queued LIMIT 1) AS one) \
+         INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+           change_cause, changed_at) \
+         SELECT q.id, b.backend, 'pending', $11, q.changed_by, q.change_cause, $11 \
+         FROM queued q CROSS JOIN unnest($13::text[]) AS b(backend) \
+         WHERE (SELECT count(*) FROM woken) >= 0"
+    )
+});
 
 /// The wave's rows (the ten arrays `$1` to `$10` that [`bind_wave`] binds) as a relation
 /// named `w`. Typed arrays arrive in binary and cost the server a copy (a JSON array of row
