@@ -225,11 +225,18 @@ pub(super) async fn queue(bench: &QueueBench, url: &str) -> anyhow::Result<Value
                 "name": "apalis 0.7.4 + apalis-sql 0.7.3 (PostgreSQL, LISTEN/NOTIFY), workers as tasks, buffer = concurrency",
                 "throughput": peer,
                 "cairn_over_peer": ratios,
+                // Each side at its best worker count: the goal is 1.5x.
+                "best_over_best": best(&throughput) / best(&peer),
             })
         } else {
             json!("not measured: build with --features peer-apalis")
         },
     }))
+}
+
+/// The highest `per_second` among a scenario's worker counts (0 when none ran).
+fn best(reports: &serde_json::Map<String, Value>) -> f64 {
+    reports.values().map(per_second).fold(0.0, f64::max)
 }
 
 async fn peer_throughput(
