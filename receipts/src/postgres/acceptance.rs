@@ -346,10 +346,10 @@ impl PostgresLedger {
     /// Writes a wave's accepted items. What the previous heads leave goes first (their
     /// unfinished jobs are superseded, their passages deleted: statements planned for the
     /// wave, since they read the tables by its keys); then one statement writes everything
-    /// new: bytes, revisions, heads, jobs and receipts, passages, and the wake-up. One
-    /// statement instead of five saves their round trips, executor start-ups and trigger
-    /// queues; the foreign keys between the rows it writes are checked at its end. The fault
-    /// points of the first three steps fire after it.
+    /// new: bytes, revisions, heads, jobs (graph jobs too) and receipts, passages, and the
+    /// wake-up ([`WRITE`]). One statement instead of six saves their round trips, executor
+    /// start-ups and trigger queues; the foreign keys between the rows it writes are checked
+    /// at its end. The fault points of the first three steps fire after it.
     async fn write_wave(&self, tx: &mut PgConnection, staged: &Staged, now: Micros) -> Result<()> {
         let counted = wave_relation(Some(staged.wave.position.len()));
         // Supersede the previous heads' unfinished jobs and their open receipts. A claim may
@@ -433,32 +433,6 @@ impl PostgresLedger {
         self.fault(FaultPoint::AfterBytes)?;
         self.fault(FaultPoint::AfterRevision)?;
         self.fault(FaultPoint::AfterHeadMove)?;
-        if self.options.backends.contains(&Backend::Graph) {
-            let wave = wave_relation(None);
-            bind_wave(
-                &staged.wave,
-                cached(&format!(
-                    "WITH policy AS (SELECT * FROM jsonb_to_recordset($12::jsonb) \
-                                   AS p(kind text, max_attempts bigint)), \
-                 queued AS ( \
-                   INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-                     max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
-                   SELECT w.graph_job_id, w.revision_id, w.dataset, w.source_key, 'graph', \
-                     'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11 \
-                   FROM {wave} JOIN policy p ON p.kind = 'graph' \
-                   WHERE w.graph_job_id IS NOT NULL \
-                   RETURNING id, changed_by, change_cause) \
-                 INSERT INTO projection_receipts (job_id, backend, state, updated_at, \
-                   changed_by, change_cause, changed_at) \
-                 SELECT q.id, 'graph', 'pending', $11, q.changed_by, q.change_cause, $11 \
-                 FROM queued q"
-                )),
-            )
-            .bind(now)
-            .bind(&*self.policies_json)
-            .execute(&mut *tx)
-            .await?;
-        }
         Ok(())
     }
 }
@@ -472,7 +446,8 @@ impl PostgresLedger {
 /// to revision, receipt to job) are checked at the statement's end, when every row is there.
 /// A job that is the receipt's names the active generation; every other live generation (one
 /// being built, or a former active one kept for rollback) gets a job of its own, with a
-/// receipt per backend it holds. The head move takes `sources` in ROW EXCLUSIVE mode before
+/// receipt per backend it holds; with the graph as a backend, an item's graph job (its
+/// `graph_job_id`, NULL otherwise) has a receipt of its own. The head move takes `sources` in ROW EXCLUSIVE mode before
 /// the statement's snapshot is taken, so the jobs see the generations as a concurrent
 /// generation change left them (`postgres::generations`). `pg_notify` runs once if any job is
 /// queued, and is delivered only if the transaction commits.
@@ -539,6 +514,19 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
            FROM beside q JOIN generations g ON g.id = q.generation \
            CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
            WHERE b.value <> 'graph'), \
+         graphed AS ( \
+           INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+             max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+           SELECT w.graph_job_id, w.revision_id, w.dataset, w.source_key, 'graph', \
+             'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11 \
+           FROM {wave} JOIN policy p ON p.kind = 'graph' \
+           WHERE w.graph_job_id IS NOT NULL \
+           RETURNING id, changed_by, change_cause), \
+         graph_receipts AS ( \
+           INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+             change_cause, changed_at) \
+           SELECT q.id, 'graph', 'pending', $11, q.changed_by, q.change_cause, $11 \
+           FROM graphed q), \
          woken AS (SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM queued LIMIT 1) AS one) \
          INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
            change_cause, changed_at) \
