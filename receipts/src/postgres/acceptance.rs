@@ -45,13 +45,36 @@ pub(super) type AcceptRequest = (
     oneshot::Sender<Result<Vec<Result<Acceptance>>>>,
 );
 
+/// The acceptance groups in flight, shared by the committers.
+#[derive(Default)]
+pub(super) struct Flight {
+    /// Submissions in groups being written now.
+    items: std::sync::atomic::AtomicUsize,
+    /// Signalled whenever a group ends.
+    ended: tokio::sync::Notify,
+}
+
+/// The longest a committer holds a group back to let it grow (see [`commit_acceptances`]).
+/// Measured with `cairn bench accept --ledger postgres://...` (16 clients): 2 ms gave 1.06x
+/// the groups' old rate, 5 ms 1.1x to 1.2x, 10 ms no more than 5 ms.
+const MAX_GATHER: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// A committer: takes everything queued (up to `max_wave` submissions), commits it in one
 /// transaction and answers each caller with its own items' results. Stops when every sender
 /// is gone.
+///
+/// While another group is being written, a group smaller than that one waits (up to
+/// [`MAX_GATHER`]) for more requests, or for that group to end: groups of many concurrent
+/// single-document requests then come out about half the requests in flight each, two at a
+/// time, instead of one or two documents each, and every group pays the fixed cost of a
+/// transaction (five round trips, statement start-ups, triggers, the commit) once for more
+/// documents. A lone request, with nothing being written, goes at once.
 pub(super) async fn commit_acceptances(
     ledger: PostgresLedger,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<AcceptRequest>>>,
+    flight: Arc<Flight>,
 ) {
+    use std::sync::atomic::Ordering;
     // A group stops growing at a part's worth of items, so under a heavy load (or a large
     // batch cut into parts) the next committer takes the rest and commits beside this one.
     let limit = ledger.options.max_wave.clamp(1, PARALLEL_PART);
@@ -61,19 +84,43 @@ pub(super) async fn commit_acceptances(
             let Some(first) = receiver.recv().await else {
                 break;
             };
+            let deadline = tokio::time::Instant::now() + MAX_GATHER;
             let mut weight = first.0.len();
             let mut group = vec![first];
-            while weight < limit {
-                match receiver.try_recv() {
-                    Ok(request) => {
-                        weight += request.0.len();
-                        group.push(request);
+            let mut open = true;
+            loop {
+                while weight < limit {
+                    match receiver.try_recv() {
+                        Ok(request) => {
+                            weight += request.0.len();
+                            group.push(request);
+                        }
+                        Err(_) => break,
                     }
-                    Err(_) => break,
+                }
+                let ended = flight.ended.notified();
+                tokio::pin!(ended);
+                ended.as_mut().enable();
+                let writing = flight.items.load(Ordering::Acquire);
+                if !open || weight >= limit || weight >= writing {
+                    break;
+                }
+                tokio::select! {
+                    request = receiver.recv() => match request {
+                        Some(request) => {
+                            weight += request.0.len();
+                            group.push(request);
+                        }
+                        None => open = false,
+                    },
+                    () = &mut ended => {}
+                    () = tokio::time::sleep_until(deadline) => break,
                 }
             }
-            group
+            flight.items.fetch_add(weight, Ordering::AcqRel);
+            (group, weight)
         };
+        let (group, weight) = group;
         let mut items = Vec::new();
         let mut shapes = Vec::with_capacity(group.len());
         for (prepared, reply) in group {
@@ -96,6 +143,8 @@ pub(super) async fn commit_acceptances(
                 }
             }
         }
+        flight.items.fetch_sub(weight, Ordering::AcqRel);
+        flight.ended.notify_waiters();
         tracing::debug!(
             requests,
             submissions,

@@ -227,10 +227,12 @@ impl PostgresLedger {
         // dropped the channel closes and they stop.
         let (sender, receiver) = mpsc::channel(4096);
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+        let flight = Arc::new(acceptance::Flight::default());
         for _ in 0..committers {
             tokio::spawn(acceptance::commit_acceptances(
                 ledger.clone(),
                 receiver.clone(),
+                flight.clone(),
             ));
         }
         let (completions, completing) = mpsc::channel(4096);
