@@ -14,6 +14,8 @@
 --   (first claims and completions), found through a BRIN index on `history.at`: history is
 --   append-only and written in time order, and BRIN costs nothing on insert into the range
 --   still being filled.
+-- - The job activity counter is sharded by transaction, over 64 shards instead of 16 by
+--   backend (below).
 
 DROP INDEX jobs_by_first_start;
 DROP INDEX jobs_completed;
@@ -120,4 +122,31 @@ BEGIN
         WHERE jobs.id = ANY (ARRAY(SELECT chosen.id FROM chosen)) AND policy.kind = jobs.kind
         RETURNING jobs.*)
     SELECT * FROM claimed;
+END $$;
+
+-- The job activity per minute: a transaction adds to one of 64 shards of its minutes, picked by
+-- its transaction id. With 16 picked by backend, two backends on one shard (likely with eight
+-- or more connections) always queued on each other's row until commit.
+CREATE OR REPLACE FUNCTION job_minutes_add(p_at bigint[], p_from text[], p_to text[])
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    touched bigint;
+BEGIN
+    INSERT INTO job_minutes AS m (minute, shard, claimed, completed, retried, failed,
+                                  queued_delta)
+    SELECT e.at / 60000000, (pg_current_xact_id()::text::bigint % 64)::smallint,
+           count(*) FILTER (WHERE e.to_state = 'running'),
+           count(*) FILTER (WHERE e.to_state = 'completed'),
+           count(*) FILTER (WHERE e.to_state = 'retry_wait'),
+           count(*) FILTER (WHERE e.to_state IN ('dead', 'quarantined')),
+           count(*) FILTER (WHERE e.to_state IN ('pending', 'retry_wait'))
+             - count(*) FILTER (WHERE e.from_state IN ('pending', 'retry_wait'))
+    FROM unnest(p_at, p_from, p_to) AS e(at, from_state, to_state)
+    GROUP BY e.at / 60000000
+    ON CONFLICT (minute, shard) DO UPDATE SET
+        claimed = m.claimed + excluded.claimed, completed = m.completed + excluded.completed,
+        retried = m.retried + excluded.retried, failed = m.failed + excluded.failed,
+        queued_delta = m.queued_delta + excluded.queued_delta;
+    GET DIAGNOSTICS touched = ROW_COUNT;
+    RETURN touched;
 END $$;
