@@ -649,23 +649,14 @@ async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision
             }
         }
     }
-    let rows = planned(
-        "SELECT item.position, s.head_revision_id AS head, h.tombstone AS head_tombstone, \
-           (SELECT b.reason FROM content_blocks b \
-             WHERE b.dataset = item.dataset AND b.sha256 = item.sha256) AS blocked_reason, \
-           (SELECT r.accepted_at FROM revisions r WHERE r.id = item.revision_id) AS existing_accepted_at \
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) WITH ORDINALITY \
-              AS item(dataset, source_key, sha256, revision_id, position) \
-         LEFT JOIN sources s ON s.dataset = item.dataset AND s.source_key = item.source_key \
-         LEFT JOIN revisions h ON h.id = s.head_revision_id \
-         ORDER BY item.position",
-    )
-    .bind(&datasets)
-    .bind(&keys)
-    .bind(&hashes)
-    .bind(&revisions)
-    .fetch_all(&mut *tx)
-    .await?;
+    // `cairn_decide` (migration 11) keeps its plan, one that cannot go stale.
+    let rows = cached("SELECT * FROM cairn_decide($1, $2, $3, $4)")
+        .bind(&datasets)
+        .bind(&keys)
+        .bind(&hashes)
+        .bind(&revisions)
+        .fetch_all(&mut *tx)
+        .await?;
     if rows.len() != wave.len() {
         return Err(LedgerError::Internal(format!(
             "decided {} of {} items",
