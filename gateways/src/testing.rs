@@ -45,10 +45,24 @@ pub fn server_binary() -> io::Result<PathBuf> {
     })
 }
 
-fn free_port() -> io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// `N` free loopback ports, all different: the listeners are held until every port is picked
+/// (ports picked one at a time, each listener dropped before the next bind, can come back
+/// equal, and a server given the same port twice answers on one of them only).
+fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// Whether something accepts TCP connections on the loopback `port`.
+fn listens(port: u16) -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).is_ok()
 }
 
 /// Whether `GET http://127.0.0.1:port/path` answers `status`.
@@ -84,15 +98,26 @@ impl QdrantServer {
     /// Starts a server that requires `api_key` (when given).
     pub fn start_with_key(api_key: Option<&str>) -> io::Result<QdrantServer> {
         let directory = tempfile::Builder::new().prefix("cairn-qdrant-").tempdir()?;
+        let [http_port, grpc_port] = free_ports()?;
         let mut server = QdrantServer {
             directory,
-            http_port: free_port()?,
-            grpc_port: free_port()?,
+            http_port,
+            grpc_port,
             api_key: api_key.map(str::to_owned),
             child: None,
         };
-        server.start_again()?;
-        Ok(server)
+        // A free port can be taken by another process (a server another test starts) before
+        // qdrant binds it: qdrant then serves HTTP without gRPC. Start again on new ports.
+        let mut attempts = 0;
+        loop {
+            match server.start_again() {
+                Err(error) if error.kind() == io::ErrorKind::AddrInUse && attempts < 4 => {
+                    attempts += 1;
+                    [server.http_port, server.grpc_port] = free_ports()?;
+                }
+                result => return result.map(|()| server),
+            }
+        }
     }
 
     /// Starts the server again on the same ports and storage (after [`QdrantServer::stop`] or
@@ -103,6 +128,8 @@ impl QdrantServer {
             .create(true)
             .append(true)
             .open(root.join("qdrant.log"))?;
+        // What this start writes to the log comes after what earlier starts wrote.
+        let logged_before = log.metadata()?.len();
         let mut command = Command::new(server_binary()?);
         command
             .current_dir(root)
@@ -134,6 +161,16 @@ impl QdrantServer {
             if self.ready() {
                 return Ok(());
             }
+            if self
+                .log_since(logged_before)
+                .contains("Error while starting gRPC server")
+            {
+                self.kill();
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("qdrant could not serve gRPC on port {}", self.grpc_port),
+                ));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
         Err(io::Error::other(format!(
@@ -142,9 +179,10 @@ impl QdrantServer {
         )))
     }
 
-    /// Whether `GET /readyz` answers 200.
+    /// Whether `GET /readyz` answers 200 and the gRPC port (the one the store uses) accepts
+    /// connections.
     pub fn ready(&self) -> bool {
-        answers(self.http_port, "/readyz", 200)
+        answers(self.http_port, "/readyz", 200) && listens(self.grpc_port)
     }
 
     /// Stops the server by PID (`SIGTERM`, a clean stop; `SIGKILL` after 20 s) and waits.
@@ -193,7 +231,16 @@ impl QdrantServer {
 
     /// The server's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.directory.path().join("qdrant.log")).unwrap_or_default()
+        self.log_since(0)
+    }
+
+    /// The server's log from byte `offset` on.
+    fn log_since(&self, offset: u64) -> String {
+        let bytes = std::fs::read(self.directory.path().join("qdrant.log")).unwrap_or_default();
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 }
 
@@ -210,6 +257,7 @@ pub struct GraphServer {
     directory: tempfile::TempDir,
     http_port: u16,
     bolt_port: u16,
+    https_port: u16,
     child: Option<Child>,
 }
 
@@ -248,10 +296,12 @@ impl GraphServer {
     /// Starts a server with an empty database; returns once it is ready.
     pub fn start() -> io::Result<GraphServer> {
         let directory = tempfile::Builder::new().prefix("cairn-graph-").tempdir()?;
+        let [http_port, bolt_port, https_port] = free_ports()?;
         let mut server = GraphServer {
             directory,
-            http_port: free_port()?,
-            bolt_port: free_port()?,
+            http_port,
+            bolt_port,
+            https_port,
             child: None,
         };
         server.start_again()?;
@@ -298,7 +348,7 @@ impl GraphServer {
             ))
             .arg(property(
                 "server.httpsIncomingPort",
-                &free_port()?.to_string(),
+                &self.https_port.to_string(),
             ))
             .arg("com.arcadedb.server.ArcadeDBServer")
             .stdin(Stdio::null())
