@@ -132,12 +132,32 @@ impl PostgresServer {
                 String::from_utf8_lossy(&output.stderr)
             )));
         }
-        server.start_again()?;
-        Ok(server)
+        // A free port can be taken by another process (a server another test starts) before
+        // postgres binds it: postgres then exits. Start again on a new port.
+        let mut attempts = 0;
+        loop {
+            match server.start_again() {
+                Err(_) if server.log().contains("Address already in use") && attempts < 4 => {
+                    attempts += 1;
+                    server.port = free_port()?;
+                }
+                result => return result.map(|()| server),
+            }
+        }
     }
 
     fn data_dir(&self) -> PathBuf {
         self.directory.path().join("data")
+    }
+
+    /// Whether this server's `postmaster.pid` names its port and says `ready` (its 4th and 8th
+    /// lines).
+    fn postmaster_ready(&self) -> bool {
+        let Ok(text) = std::fs::read_to_string(self.data_dir().join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        lines.get(3) == Some(&self.port.to_string().as_str()) && lines.get(7) == Some(&"ready")
     }
 
     fn command(&self, program: &str) -> Command {
@@ -189,11 +209,14 @@ impl PostgresServer {
                     )));
                 }
             }
-            let ready = Command::new(self.bin.join("pg_isready"))
-                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
-                .status()
-                .map(|status| status.success())
-                .unwrap_or(false);
+            // Ready is this server's own word (its `postmaster.pid` says `ready` on this
+            // port), not just an answer on the port, which could come from another server.
+            let ready = self.postmaster_ready()
+                && Command::new(self.bin.join("pg_isready"))
+                    .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                    .status()
+                    .map(|status| status.success())
+                    .unwrap_or(false);
             if ready {
                 return Ok(());
             }
