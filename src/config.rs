@@ -128,6 +128,7 @@ struct FileLedger {
     url: Option<String>,
     pool_size: Option<u32>,
     committers: Option<usize>,
+    token_cache_ms: Option<u64>,
     backends: Option<Vec<String>>,
     max_group: Option<usize>,
 }
@@ -236,6 +237,10 @@ pub struct Config {
     /// Tasks committing acceptances on the PostgreSQL ledger (`ledger.committers`,
     /// `CAIRN_LEDGER_COMMITTERS`): each commits whatever is queued in one transaction.
     pub ledger_committers: usize,
+    /// How long a PostgreSQL ledger process keeps an authenticated token's answer at most
+    /// (`ledger.token_cache_ms`, `CAIRN_LEDGER_TOKEN_CACHE_MS`; 0: never); any change of the
+    /// tokens, in any process, clears it sooner.
+    pub ledger_token_cache: std::time::Duration,
     /// Attempts, lease, deadline, retry and quarantine policy of each job kind.
     pub job_policies: policy::JobPolicies,
     /// Workers inside `cairn serve`.
@@ -553,6 +558,11 @@ impl Config {
             ledger_committers: env_number(env, "CAIRN_LEDGER_COMMITTERS")?
                 .or(file.ledger.committers)
                 .unwrap_or(DEFAULT_LEDGER_COMMITTERS),
+            ledger_token_cache: std::time::Duration::from_millis(
+                env_number(env, "CAIRN_LEDGER_TOKEN_CACHE_MS")?
+                    .or(file.ledger.token_cache_ms)
+                    .unwrap_or(DEFAULT_LEDGER_TOKEN_CACHE_MS),
+            ),
         };
         config.validate()?;
         Ok(config)
@@ -754,6 +764,7 @@ impl Config {
         options.job_policies = self.job_policies;
         options.max_connections = self.ledger_pool_size;
         options.committers = self.ledger_committers;
+        options.token_cache = self.ledger_token_cache;
         options
     }
 
@@ -772,6 +783,9 @@ pub const DEFAULT_LEDGER_POOL_SIZE: u32 = 16;
 
 /// Acceptance committers per process on the PostgreSQL ledger.
 pub const DEFAULT_LEDGER_COMMITTERS: usize = 4;
+
+/// Milliseconds a PostgreSQL ledger process keeps an authenticated token's answer at most.
+pub const DEFAULT_LEDGER_TOKEN_CACHE_MS: u64 = 1000;
 
 /// A database URL without its password: `postgres://user:secret@host/db` becomes
 /// `postgres://user:***@host/db`.

@@ -202,3 +202,91 @@ async fn queued_work_notifies_listeners_once_and_duplicates_do_not() {
         "a duplicate queues nothing and wakes nobody"
     );
 }
+
+/// A token revoked in one process, or by raw SQL from psql, stops authenticating in every
+/// other process that had it cached, long before the cache's own age limit (set to 10 minutes
+/// here, so only the `cairn_tokens` notification can clear it); its own process forgets it at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_changed_anywhere_is_forgotten_by_every_process() {
+    use receipts::auth::{NewToken, Scope, TokenChange};
+    use receipts::Tokens;
+    use std::time::Duration;
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    let open = || async {
+        let mut options = PostgresOptions::new(url.clone());
+        options.token_cache = Duration::from_secs(600);
+        PostgresLedger::open(options).await.expect("open ledger")
+    };
+    let (here, there) = (open().await, open().await);
+    let create = |name: &str| {
+        TokenChange::Create(NewToken {
+            name: name.to_owned(),
+            scopes: vec![Scope::Search],
+            datasets: None,
+            created_by: "test".to_owned(),
+            expires_at: None,
+        })
+    };
+    let authenticates = |ledger: &PostgresLedger, secret: String| {
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .authenticate(&secret)
+                .await
+                .expect("authenticate")
+                .is_some()
+        }
+    };
+    // Waits (up to 10 s) until `secret` no longer authenticates on `ledger`.
+    let forgotten = |ledger: &PostgresLedger, secret: String| {
+        let ledger = ledger.clone();
+        async move {
+            for _ in 0..200 {
+                if !authenticates(&ledger, secret.clone()).await {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }
+    };
+
+    // Revoked through the other process.
+    let first = here.change_token(create("first")).await.expect("create");
+    let secret = first.secret.expect("a new secret");
+    assert!(authenticates(&here, secret.clone()).await);
+    assert!(authenticates(&there, secret.clone()).await);
+    there
+        .change_token(TokenChange::Revoke {
+            id: first.token.id,
+            actor: "test".to_owned(),
+            reason: Some("leaked".to_owned()),
+        })
+        .await
+        .expect("revoke");
+    assert!(
+        !authenticates(&there, secret.clone()).await,
+        "the revoking process forgets it at once"
+    );
+    assert!(
+        forgotten(&here, secret).await,
+        "a token revoked elsewhere still authenticated here after 10 s"
+    );
+
+    // Revoked by raw SQL.
+    let second = here.change_token(create("second")).await.expect("create");
+    let secret = second.secret.expect("a new secret");
+    assert!(authenticates(&here, secret.clone()).await);
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    sqlx::query("UPDATE tokens SET revoked_at = 1 WHERE id = $1")
+        .bind(second.token.id)
+        .execute(&pool)
+        .await
+        .expect("raw revoke");
+    assert!(
+        forgotten(&here, secret).await,
+        "a token revoked from psql still authenticated after 10 s"
+    );
+}

@@ -60,6 +60,10 @@ use crate::policy::{self, JobPolicies};
 /// The channel that carries wake-ups between processes.
 pub const WORK_CHANNEL: &str = "cairn_work";
 
+/// The channel on which every change of `tokens` is announced (the `tokens_changed` trigger):
+/// each process then forgets the tokens it authenticated.
+const TOKENS_CHANNEL: &str = "cairn_tokens";
+
 /// Where the ledger's `now` comes from.
 #[derive(Debug, Clone)]
 pub enum LedgerClock {
@@ -87,6 +91,9 @@ pub struct PostgresOptions {
     /// Tasks that commit acceptances: each takes whatever acceptances are queued and commits
     /// them in one transaction (group commit) while the others gather the next group.
     pub committers: usize,
+    /// How long an authenticated token's answer is kept at most (`Duration::ZERO`: never).
+    /// Any change of `tokens`, in any process, clears it sooner (`postgres::tokens`).
+    pub token_cache: Duration,
 }
 
 impl PostgresOptions {
@@ -100,6 +107,7 @@ impl PostgresOptions {
             job_policies: JobPolicies::default(),
             max_wave: policy::DEFAULT_MAX_GROUP,
             committers: 4,
+            token_cache: Duration::from_secs(1),
         }
     }
 }
@@ -118,6 +126,8 @@ pub struct PostgresLedger {
     accepts: Option<mpsc::Sender<acceptance::AcceptRequest>>,
     /// Hands completions to the completer (`None` in the completer's own copy).
     completions: Option<mpsc::Sender<leases::CompleteRequest>>,
+    /// Recently authenticated tokens (`postgres::tokens`).
+    token_cache: Arc<tokens::TokenCache>,
     /// Stops the listener when the last clone of the ledger is dropped.
     _listener: Arc<ListenerGuard>,
 }
@@ -210,13 +220,19 @@ impl PostgresLedger {
             })
             .collect();
         let work_signal = Arc::new(tokio::sync::Notify::new());
-        let listener = tokio::spawn(listen(pool.clone(), work_signal.clone()));
+        let token_cache = Arc::new(tokens::TokenCache::default());
+        let listener = tokio::spawn(listen(
+            pool.clone(),
+            work_signal.clone(),
+            token_cache.clone(),
+        ));
         let committers = options.committers.max(1);
         let mut ledger = Self {
             pool,
             clock,
             faults,
             work_signal,
+            token_cache,
             policies_json: serde_json::Value::from(policies).to_string().into(),
             options: Arc::new(options),
             accepts: None,
@@ -295,10 +311,12 @@ impl Drop for ListenerGuard {
     }
 }
 
-/// Listens on [`WORK_CHANNEL`] and wakes this process's workers on every notification. Its
-/// connection reconnects by itself after a server restart (sqlx's listener); a notification
-/// sent while it was away is missed, which the workers' polling covers.
-async fn listen(pool: PgPool, signal: Arc<tokio::sync::Notify>) {
+/// Listens on [`WORK_CHANNEL`] and wakes this process's workers on every notification, and on
+/// [`TOKENS_CHANNEL`], clearing the token cache on every notification. Its connection
+/// reconnects by itself after a server restart (sqlx's listener); a notification sent while it
+/// was away is missed, which the workers' polling covers, and the token cache is cleared each
+/// time the connection is (re)established or lost.
+async fn listen(pool: PgPool, signal: Arc<tokio::sync::Notify>, tokens: Arc<tokens::TokenCache>) {
     loop {
         let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
@@ -308,19 +326,27 @@ async fn listen(pool: PgPool, signal: Arc<tokio::sync::Notify>) {
                 continue;
             }
         };
-        if let Err(error) = listener.listen(WORK_CHANNEL).await {
+        if let Err(error) = listener.listen_all([WORK_CHANNEL, TOKENS_CHANNEL]).await {
             tracing::debug!(%error, "LISTEN failed; retrying");
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
+        tokens.clear();
         loop {
             match listener.try_recv().await {
+                Ok(Some(notification)) if notification.channel() == TOKENS_CHANNEL => {
+                    tokens.clear();
+                }
                 Ok(Some(_)) => signal.notify_waiters(),
                 // The connection dropped: sqlx reconnects on the next call; wake the
-                // workers, since notifications may have been missed meanwhile.
-                Ok(None) => signal.notify_waiters(),
+                // workers and forget the tokens, since notifications may have been missed.
+                Ok(None) => {
+                    tokens.clear();
+                    signal.notify_waiters();
+                }
                 Err(error) => {
                     tracing::debug!(%error, "work listener lost its connection");
+                    tokens.clear();
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     break;
                 }

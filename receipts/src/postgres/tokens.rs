@@ -1,7 +1,21 @@
 //! Tokens on PostgreSQL: creation, revocation and rotation in one transaction each (history by
 //! the `token_history` trigger, with the actor and reason carried on the row), listing and
-//! authentication (one indexed lookup, no cache). The secret is returned once and stored only
-//! as its SHA-256.
+//! authentication. The secret is returned once and stored only as its SHA-256.
+//!
+//! Authentication is an indexed lookup whose positive answers are kept for a moment
+//! ([`TokenCache`]): a lookup on every request was a round trip and a pooled connection per
+//! request, which 16 clients' single-document acceptances paid beside their group's
+//! transaction. A change of `tokens` by anyone (this process, another one, psql) clears every
+//! process's cache: this process's own changes clear it when they commit, and the
+//! `tokens_changed` trigger (migration 12) notifies `cairn_tokens`, which every process
+//! listens on (`postgres::listen`, which also clears the cache whenever its connection was
+//! lost, since notifications may have been missed). An answer is kept at most
+//! [`PostgresOptions::token_cache`](super::PostgresOptions) (1 s by default) in any case, and
+//! never past the token's expiry by the ledger's clock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
@@ -17,6 +31,59 @@ use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::ids;
 use crate::ledger::Tokens;
+
+/// Recently authenticated secrets (by their SHA-256) and their principals, shared by the
+/// clones of a ledger. Only positive answers are kept: an unknown secret is looked up every
+/// time, as before.
+#[derive(Debug, Default)]
+pub(super) struct TokenCache {
+    entries: std::sync::Mutex<HashMap<String, Cached>>,
+    /// Bumped by every clearing: a lookup that began before one does not keep its answer.
+    generation: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Cached {
+    principal: Principal,
+    expires_at: Option<Micros>,
+    fetched: Instant,
+}
+
+/// Most secrets kept; the cache is emptied when it is full.
+const CACHED_SECRETS: usize = 4096;
+
+impl TokenCache {
+    /// Forgets every kept answer.
+    pub(super) fn clear(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.clear();
+        }
+    }
+
+    fn get(&self, hash: &str, now: Micros, max_age: Duration) -> Option<Principal> {
+        let entries = self.entries.lock().ok()?;
+        let cached = entries.get(hash)?;
+        let fresh = cached.fetched.elapsed() < max_age
+            && cached.expires_at.is_none_or(|expires_at| expires_at > now);
+        fresh.then(|| cached.principal.clone())
+    }
+
+    fn keep(&self, hash: String, cached: Cached, generation: u64) {
+        let Ok(mut entries) = self.entries.lock() else {
+            return;
+        };
+        // Checked under the lock that `clear` takes after bumping the generation: an answer
+        // read before a clearing is either cleared with the rest or not kept at all.
+        if self.generation.load(Ordering::Acquire) != generation {
+            return;
+        }
+        if entries.len() >= CACHED_SECRETS {
+            entries.clear();
+        }
+        entries.insert(hash, cached);
+    }
+}
 
 const COLUMNS: &str = "id, name, scopes, datasets, created_by, created_at, expires_at, \
                        revoked_at, revoked_by, replaced_by";
@@ -189,22 +256,35 @@ impl Tokens for PostgresLedger {
             }
         };
         tx.commit().await?;
+        // Other processes clear theirs on the trigger's notification.
+        self.token_cache.clear();
         Ok(changed)
     }
 
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
-        // One round trip on every request: the clock is read in the query itself.
+        let hash = secret_hash(secret);
+        let max_age = self.options.token_cache;
+        let now = match self.injected_now() {
+            Some(now) => now,
+            None => crate::clock::Clock::now_micros(&crate::clock::SystemClock),
+        };
+        if let Some(principal) = self.token_cache.get(&hash, now, max_age) {
+            return Ok(Some(principal));
+        }
+        let generation = self.token_cache.generation.load(Ordering::Acquire);
+        let fetched = Instant::now();
+        // The clock is read in the query itself.
         let row = sqlx::query(
-            "SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = $1 \
+            "SELECT id, name, scopes, datasets, expires_at FROM tokens WHERE sha256 = $1 \
              AND revoked_at IS NULL \
              AND (expires_at IS NULL OR expires_at > COALESCE($2, cairn_db_now()))",
         )
-        .bind(secret_hash(secret))
+        .bind(&hash)
         .bind(self.injected_now())
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
-        Ok(Some(Principal {
+        let principal = Principal {
             token_id: row.try_get("id")?,
             name: row.try_get("name")?,
             scopes: json(row.try_get("scopes")?)?,
@@ -212,7 +292,16 @@ impl Tokens for PostgresLedger {
                 .try_get::<Option<serde_json::Value>, _>("datasets")?
                 .map(json)
                 .transpose()?,
-        }))
+        };
+        if !max_age.is_zero() {
+            let cached = Cached {
+                principal: principal.clone(),
+                expires_at: row.try_get("expires_at")?,
+                fetched,
+            };
+            self.token_cache.keep(hash, cached, generation);
+        }
+        Ok(Some(principal))
     }
 
     async fn token_count(&self) -> Result<i64> {
