@@ -494,7 +494,7 @@ pub struct QueueBench {
     pub concurrency: usize,
 }
 
-/// `cairn bench queue`: no-op jobs claimed and completed per second with 1, 2 and 4 workers,
+/// `cairn bench queue`: no-op jobs claimed and completed per second with 1, 2, 4 and 8 workers,
 /// and enqueue-to-start latency of jobs accepted one by one while a worker waits. Built with
 /// the `peer-apalis` feature, the same run measures apalis (SQLite) on the same workload.
 pub async fn queue(bench: QueueBench) -> anyhow::Result<Value> {

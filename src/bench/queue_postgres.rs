@@ -32,6 +32,10 @@ async fn start_worker(
         .arg("--data-dir")
         .arg(data_dir)
         .env("CAIRN_LOG", "error")
+        // A worker process needs few connections (its claims, its grouped completions); 8
+        // processes then hold 40 with their listeners, well within PostgreSQL's default 100.
+        .env("CAIRN_LEDGER_POOL_SIZE", "4")
+        .env("CAIRN_LEDGER_COMMITTERS", "1")
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
