@@ -2,10 +2,11 @@
 //! workers as separate `cairn worker` processes (not tasks), as they run across machines.
 //!
 //! Per worker count: claims are paused, the jobs are accepted, the worker processes start and
-//! report ready, then claims resume (one `NOTIFY` wakes them) and the clock runs until the
-//! ledger counts every job of the scenario completed (each completion committed). The latency
-//! scenario accepts jobs one by one while one worker process waits on `LISTEN`; enqueue to
-//! start is the job's first claim minus its acceptance, both on the database's clock.
+//! report ready, the database is vacuumed ([`vacuum`]), then claims resume (one `NOTIFY`
+//! wakes them) and the clock runs until the ledger counts every job of the scenario completed
+//! (each completion committed). The latency scenario accepts jobs one by one while one worker
+//! process waits on `LISTEN`; enqueue to start is the job's first claim minus its acceptance,
+//! both on the database's clock.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -18,6 +19,21 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use super::{per_second, percentile, QueueBench};
+
+/// `VACUUM (ANALYZE)` of the whole database at `url`, before a scenario's clock starts (as
+/// `pgbench` does before its runs): each scenario, cairn's and apalis's alike, starts without
+/// the dead rows and the autovacuum work the previous ones left.
+pub(super) async fn vacuum(url: &str) -> anyhow::Result<()> {
+    use sqlx::{ConnectOptions as _, Connection as _};
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let mut connection = options.connect().await?;
+    sqlx::query("VACUUM (ANALYZE)")
+        .execute(&mut connection)
+        .await
+        .context("VACUUM before a scenario")?;
+    connection.close().await?;
+    Ok(())
+}
 
 /// Starts one `cairn worker` process and waits until it says it runs.
 async fn start_worker(
@@ -141,6 +157,7 @@ pub(super) async fn queue(bench: &QueueBench, url: &str) -> anyhow::Result<Value
             "queue (PostgreSQL): {} no-op jobs with {workers} worker process(es)",
             bench.jobs
         );
+        vacuum(url).await?;
         let started = Instant::now();
         ledger
             .resume(None, "cairn:bench", "measuring the queue benchmark")
@@ -215,7 +232,8 @@ pub(super) async fn queue(bench: &QueueBench, url: &str) -> anyhow::Result<Value
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "jobs": bench.jobs,
         "concurrency_per_worker": bench.concurrency,
-        "workers": "separate `cairn worker` processes, woken by LISTEN/NOTIFY, polling every 500 ms as the fallback",
+        "workers": "separate `cairn worker` processes (4 pooled connections each), woken by LISTEN/NOTIFY, polling every 500 ms as the fallback",
+        "scenarios": "each starts after VACUUM (ANALYZE) of the database, cairn's and the peer's alike",
         "work": "no-op; claim and completion are durable (synchronous_commit = on)",
         "throughput": throughput,
         "enqueue_to_start_ms": {
