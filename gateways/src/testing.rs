@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use receipts::testing::free_ports;
+
 /// A Qdrant server owned by a test. Dropping it stops the server and removes its storage.
 #[derive(Debug)]
 pub struct QdrantServer {
@@ -43,20 +45,6 @@ pub fn server_binary() -> io::Result<PathBuf> {
              CAIRN_QDRANT_SERVER",
         )
     })
-}
-
-/// `N` free loopback ports, all different: the listeners are held until every port is picked
-/// (ports picked one at a time, each listener dropped before the next bind, can come back
-/// equal, and a server given the same port twice answers on one of them only).
-fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<io::Result<Vec<_>>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
 }
 
 /// Whether something accepts TCP connections on the loopback `port`.

@@ -65,10 +65,20 @@ fn server_user() -> String {
     if postgres { "postgres" } else { "nobody" }.to_owned()
 }
 
-fn free_port() -> io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// `N` free loopback ports, all different: the listeners are held until every port is picked
+/// (ports picked one at a time, each listener dropped before the next bind, can come back
+/// equal, and a server given the same port twice answers on one of them only). Another
+/// process can still take one before the server binds it, so the servers here start again on
+/// new ports when that happens.
+pub fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// Stops a test server by PID: sends `signal` (`INT`, `TERM`; a paused process is resumed
@@ -107,7 +117,7 @@ impl PostgresServer {
         let mut server = PostgresServer {
             bin: bin_dir(),
             user,
-            port: free_port()?,
+            port: free_ports::<1>()?[0],
             child: None,
             directory,
         };
@@ -139,7 +149,7 @@ impl PostgresServer {
             match server.start_again() {
                 Err(_) if server.log().contains("Address already in use") && attempts < 4 => {
                     attempts += 1;
-                    server.port = free_port()?;
+                    [server.port] = free_ports()?;
                 }
                 result => return result.map(|()| server),
             }

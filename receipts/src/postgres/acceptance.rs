@@ -79,7 +79,7 @@ pub(super) async fn commit_acceptances(
     // batch cut into parts) the next committer takes the rest and commits beside this one.
     let limit = ledger.options.max_wave.clamp(1, PARALLEL_PART);
     loop {
-        let group = {
+        let (group, weight) = {
             let mut receiver = receiver.lock().await;
             let Some(first) = receiver.recv().await else {
                 break;
@@ -120,7 +120,6 @@ pub(super) async fn commit_acceptances(
             flight.items.fetch_add(weight, Ordering::AcqRel);
             (group, weight)
         };
-        let (group, weight) = group;
         let mut items = Vec::new();
         let mut shapes = Vec::with_capacity(group.len());
         for (prepared, reply) in group {

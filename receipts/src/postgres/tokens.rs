@@ -264,10 +264,7 @@ impl Tokens for PostgresLedger {
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
         let hash = secret_hash(secret);
         let max_age = self.options.token_cache;
-        let now = match self.injected_now() {
-            Some(now) => now,
-            None => crate::clock::Clock::now_micros(&crate::clock::SystemClock),
-        };
+        let now = crate::operations::Operations::clock_now(self);
         if let Some(principal) = self.token_cache.get(&hash, now, max_age) {
             return Ok(Some(principal));
         }
