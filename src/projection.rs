@@ -279,7 +279,8 @@ impl Projection {
 }
 
 /// Loads the model, activates the generation in the ledger (refusing one the ledger does not
-/// project: [`receipts::Projections::activate_generation`]) and opens its vector store. Must run inside a tokio runtime (the embedding batcher is a task).
+/// project: [`receipts::Projections::activate_generation`]) and opens its vector store. Must run
+/// inside a tokio runtime (the embedding batcher is a task).
 pub async fn open_projector(
     config: &Config,
     ledger: Arc<dyn Ledger>,
@@ -353,7 +354,7 @@ pub async fn open_projection(
             ledger.clone(),
             chunker,
             Arc::new(store),
-            vec![Arc::new(gateways::graph::extract::LinkExtractor)],
+            vec![Arc::new(gateways::graph::links::LinkExtractor)],
             &generation.id,
         ));
     }

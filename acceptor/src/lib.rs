@@ -387,7 +387,7 @@ fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
     // The format decides how the bytes are read: text must be UTF-8, a binary document must
     // carry its format's signature, and each format has its size limit. Extraction itself
     // (and the credential scan of a binary document's text) runs in the ledger's acceptance.
-    let format = receipts::extract::Format::of(&media_type);
+    let format = extract::Format::of(&media_type);
     if let Err(error) = format.admit(&bytes) {
         let offset = std::str::from_utf8(&bytes)
             .err()

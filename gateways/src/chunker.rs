@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 use text_splitter::{ChunkConfig, MarkdownSplitter, TextSplitter};
 
-use receipts::extract::{Extracted, Format};
+use extract::{Extracted, Format};
 
 use crate::embedder::MODEL_MAX_TOKENS;
 use crate::GatewayError;
@@ -201,7 +201,7 @@ impl Chunker {
             // chunk lies on the one page and in the one section it names.
             Format::Html | Format::Pdf | Format::Docx => {
                 let splitter = TextSplitter::new(config);
-                receipts::extract::segments(text.len(), &extracted.sections, &extracted.pages)
+                extract::segments(text.len(), &extracted.sections, &extracted.pages)
                     .into_iter()
                     .flat_map(|(start, end)| {
                         let segment = text.get(start..end).unwrap_or_default();

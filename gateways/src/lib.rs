@@ -17,13 +17,11 @@ pub mod chunker;
 pub mod embedder;
 pub mod graph;
 mod retry;
-pub mod testing;
 pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
 pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
-pub use receipts::extract::{self, Extracted, Format};
 pub use vectors::{
     EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector, RevisionPoints,
     ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore, VectorStores,

@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use gateways::graph::{Direction, GraphChunk, RevisionGraph};
-use gateways::testing::GraphServer;
 use gateways::vectors::point_id;
 use gateways::{BoltGraphStore, GatewayError, GraphStore};
+use testkit::graph::GraphServer;
 use uuid::Uuid;
 
 fn revision(

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use gateways::testing::QdrantServer;
 use gateways::vectors::{point_id, INDEXED_FIELDS};
 use gateways::{
     EdgeVectorStore, GatewayError, ServerOptions, ServerVectorStore, VectorPoint, VectorStore,
 };
+use testkit::qdrant::QdrantServer;
 use uuid::Uuid;
 
 const DIMENSION: usize = 8;

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use gateways::testing::QdrantServer;
 use gateways::{GatewayError, ServerOptions, ServerVectorStore, VectorPoint, VectorStore};
+use testkit::qdrant::QdrantServer;
 use uuid::Uuid;
 
 const DIMENSION: usize = 4;

@@ -57,15 +57,15 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
                 &sha256,
                 &document,
             );
-            let format = crate::extract::Format::of(&document.media_type);
+            let format = extract::Format::of(&document.media_type);
             let (passages, extracted) = if format.extracts() {
                 // Bounded (HTML by its nesting, a PDF in a child process, a DOCX by capped
                 // decompression); the caller runs binary formats off the async runtime
                 // ([`accept_with`]).
-                let extracted = crate::extract::Extracted::from_bytes(
+                let extracted = extract::Extracted::from_bytes(
                     &document.bytes,
                     format,
-                    &crate::extract::Limits::default(),
+                    &extract::Limits::default(),
                 )
                 .map_err(extraction_refused)?;
                 // Admission scanned text content itself; a binary document's is its extraction.
@@ -92,8 +92,8 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
             } else {
                 match std::str::from_utf8(&document.bytes) {
                     // Markdown is its own text: only its headings are read.
-                    Ok(text) if format == crate::extract::Format::Markdown => {
-                        let sections = crate::extract::markdown::sections(text);
+                    Ok(text) if format == extract::Format::Markdown => {
+                        let sections = extract::markdown::sections(text);
                         (passages::split_structured(text, &sections, &[]), None)
                     }
                     Ok(text) => (passages::split(text), None),
@@ -121,14 +121,14 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
 /// An extraction's refusal as the ledger's: every code but `extractor_unavailable` is the
 /// document's fault (422, or 413 when it is too large); a missing extractor is this
 /// machine's, and answers 503 so that the client retries.
-fn extraction_refused(error: crate::extract::ExtractError) -> LedgerError {
+fn extraction_refused(error: extract::ExtractError) -> LedgerError {
     LedgerError::invalid(error.code, error.message)
 }
 
 /// Whether preparing `submission` runs an extractor that may take a while (a binary format).
 fn extracts_slowly(submission: &Submission) -> bool {
     matches!(&submission.change, Change::Put(document)
-        if crate::extract::Format::of(&document.media_type).binary())
+        if extract::Format::of(&document.media_type).binary())
 }
 
 /// What the ledger holds for one item before its wave is written.

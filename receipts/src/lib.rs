@@ -79,10 +79,7 @@
 mod acceptance;
 pub mod auth;
 pub mod clock;
-#[doc(hidden)]
-pub mod conformance;
 mod error;
-pub mod extract;
 pub mod faults;
 pub mod generations;
 #[cfg(feature = "http")]
@@ -98,8 +95,6 @@ pub mod postgres;
 mod runs;
 pub mod secrets;
 pub mod sqlite;
-#[doc(hidden)]
-pub mod testing;
 pub mod validate;
 
 pub use auth::{Principal, Scope};

@@ -24,17 +24,17 @@ pub struct Passage {
 /// first, so that each passage lies on one page and in one section, and names them.
 pub fn split_structured(
     text: &str,
-    sections: &[crate::extract::Section],
+    sections: &[extract::Section],
     pages: &[usize],
 ) -> Vec<Passage> {
     if sections.is_empty() && pages.is_empty() {
         return split(text);
     }
     let mut passages = Vec::new();
-    for (start, end) in crate::extract::segments(text.len(), sections, pages) {
+    for (start, end) in extract::segments(text.len(), sections, pages) {
         let segment = text.get(start..end).unwrap_or_default();
-        let section = crate::extract::section_at(sections, start).map(str::to_owned);
-        let page = crate::extract::page_at(pages, start);
+        let section = extract::section_at(sections, start).map(str::to_owned);
+        let page = extract::page_at(pages, start);
         passages.extend(split(segment).into_iter().map(|passage| Passage {
             byte_start: start + passage.byte_start,
             byte_end: start + passage.byte_end,
@@ -274,11 +274,11 @@ mod tests {
     fn structured_passages_lie_on_one_page_and_in_one_section() {
         let text = "Cover page.\n\n# One\n\nFirst words.\n\nSecond page words.\n\n## Two\n\nLast.";
         let sections = vec![
-            crate::extract::Section {
+            extract::Section {
                 start: text.find("# One").expect("one"),
                 path: "# One".to_owned(),
             },
-            crate::extract::Section {
+            extract::Section {
                 start: text.find("## Two").expect("two"),
                 path: "# One > ## Two".to_owned(),
             },

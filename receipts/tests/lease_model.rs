@@ -24,13 +24,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use receipts::conformance::{put, START};
 use receipts::policy::{JobPolicy, BACKOFF_JITTER};
-use receipts::testing::PostgresServer;
 use receipts::{
     Clock, Failure, FailureClass, Job, JobState, LeaseToken, Ledger, LedgerClock, LedgerError,
     ManualClock, Micros, PostgresLedger, PostgresOptions, SqliteLedger, SqliteOptions,
 };
+use testkit::conformance::{put, START};
+use testkit::postgres::PostgresServer;
 
 const JOBS: usize = 3;
 const WORKERS: usize = 2;

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use receipts::conformance::{put, Harness, START};
 use receipts::faults::FaultPlan;
-use receipts::testing::PostgresServer;
 use receipts::{LedgerClock, ManualClock, PostgresLedger, PostgresOptions};
+use testkit::conformance::{put, Harness, START};
+use testkit::postgres::PostgresServer;
 
 async fn postgres_harness(backends: &[receipts::Backend]) -> Harness {
     let server = PostgresServer::start().expect("start PostgreSQL");
@@ -31,7 +31,7 @@ async fn postgres_harness(backends: &[receipts::Backend]) -> Harness {
     }
 }
 
-receipts::ledger_conformance!(postgres_harness);
+testkit::ledger_conformance!(postgres_harness);
 
 /// A raw `UPDATE jobs SET state = ...` from psql lands in history as `unattributed`; history
 /// refuses UPDATE, DELETE and TRUNCATE; CHECK constraints refuse unknown states.

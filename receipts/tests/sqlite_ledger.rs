@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use receipts::conformance::{put, Harness, START};
 use receipts::faults::FaultPlan;
 use receipts::{ManualClock, SqliteLedger, SqliteOptions};
+use testkit::conformance::{put, Harness, START};
 
 async fn sqlite_harness(backends: &[receipts::Backend]) -> Harness {
     let directory = tempfile::tempdir().expect("tempdir");
@@ -24,7 +24,7 @@ async fn sqlite_harness(backends: &[receipts::Backend]) -> Harness {
     }
 }
 
-receipts::ledger_conformance!(sqlite_harness);
+testkit::ledger_conformance!(sqlite_harness);
 
 async fn open(path: &std::path::Path) -> SqliteLedger {
     SqliteLedger::open(SqliteOptions::new(path), Arc::new(ManualClock::new(START)))
@@ -186,7 +186,7 @@ async fn each_job_kind_gets_its_own_policy() {
     assert_eq!(project.max_attempts, 9);
     assert_eq!(project.lease_expires_at, Some(START + 5_000_000));
     // The tombstone supersedes the running project job and queues its own.
-    receipts::Acceptor::accept(&ledger, vec![receipts::conformance::delete("docs", "a")])
+    receipts::Acceptor::accept(&ledger, vec![testkit::conformance::delete("docs", "a")])
         .await
         .pop()
         .expect("result")

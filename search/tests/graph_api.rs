@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
-use gateways::graph::extract::LinkExtractor;
-use gateways::testing::GraphServer;
+use gateways::graph::links::LinkExtractor;
 use gateways::{BoltGraphStore, Chunker, ChunkerSettings};
-use receipts::conformance::put;
 use receipts::{Backend, Generation, Ledger, Scope, SqliteLedger, SqliteOptions, SystemClock};
 use search::{SearchSettings, Searcher};
 use serde_json::{json, Value};
+use testkit::conformance::put;
+use testkit::graph::GraphServer;
 use worker::{GraphStage, Projector, Worker, WorkerConfig};
 
 fn models_dir() -> PathBuf {

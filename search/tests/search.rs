@@ -10,15 +10,15 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
-use gateways::testing::QdrantServer;
 use gateways::{
     Chunker, ChunkerSettings, EdgeVectorStore, Embedder, GatewayError, RevisionPoints,
     ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore,
 };
-use receipts::conformance::{delete, put};
 use receipts::faults::{FaultPlan, FaultPoint};
 use receipts::{Backend, Generation, JobState, Ledger, SqliteLedger, SqliteOptions, SystemClock};
 use search::{Answered, Mode, Query, SearchError, SearchSettings, Searcher, VectorSide};
+use testkit::conformance::{delete, put};
+use testkit::qdrant::QdrantServer;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 use worker::{Projector, Worker, WorkerConfig};

@@ -422,8 +422,8 @@ impl worker::Work for NoOp {
 #[cfg(feature = "peer-apalis")]
 mod apalis_peer;
 
-mod extract;
-pub use extract::extract;
+mod extraction;
+pub use extraction::extract;
 mod project;
 pub use project::{project, ProjectBench};
 

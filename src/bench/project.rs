@@ -37,7 +37,7 @@ pub struct ProjectBench {
 }
 
 /// A PDF of the benchmark: its name, its bytes and its extraction.
-type Pdf = (String, Vec<u8>, gateways::Extracted);
+type Pdf = (String, Vec<u8>, extract::Extracted);
 
 /// The PDFs of `folder` that have a text layer, with their extraction; the others are
 /// counted by their code.
@@ -50,10 +50,10 @@ fn read_pdfs(folder: &Path) -> anyhow::Result<(Vec<Pdf>, Value)> {
     paths.sort();
     let mut documents = Vec::new();
     let mut refused = serde_json::Map::new();
-    let limits = gateways::extract::Limits::default();
+    let limits = extract::Limits::default();
     for path in paths {
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        match gateways::Extracted::from_bytes(&bytes, gateways::Format::Pdf, &limits) {
+        match extract::Extracted::from_bytes(&bytes, extract::Format::Pdf, &limits) {
             Ok(extracted) => {
                 let key = path
                     .file_name()

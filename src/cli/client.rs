@@ -161,7 +161,7 @@ fn media_type_for(path: &Path) -> &'static str {
         Some("md" | "markdown") => "text/markdown",
         Some("html" | "htm") => "text/html",
         Some("xhtml") => "application/xhtml+xml",
-        Some("docx") => receipts::extract::DOCX_MEDIA_TYPE,
+        Some("docx") => extract::DOCX_MEDIA_TYPE,
         Some("json") => "application/json",
         Some("csv") => "text/csv",
         Some("xml") => "application/xml",

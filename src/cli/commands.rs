@@ -345,7 +345,7 @@ enum BenchCommand {
     /// given folders, one document at a time.
     Extract {
         /// Folders to read (recursively); files are chosen by extension.
-        #[arg(long = "dir", default_value = "receipts/tests/fixtures")]
+        #[arg(long = "dir", default_value = "extract/tests/fixtures")]
         dirs: Vec<PathBuf>,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-extract.json")]
@@ -753,7 +753,7 @@ impl ReconcileArgs {
             ledger,
             chunker,
             std::sync::Arc::new(store),
-            vec![std::sync::Arc::new(gateways::graph::extract::LinkExtractor)],
+            vec![std::sync::Arc::new(gateways::graph::links::LinkExtractor)],
             &crate::projection::generation(&config).id,
         );
         let report = stage

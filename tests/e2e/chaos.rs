@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use cairn::config::{Config, Overrides};
 use rand::{Rng, SeedableRng};
-use receipts::conformance::put;
 use receipts::JobState;
+use testkit::conformance::put;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -80,7 +80,7 @@ async fn sigkilled_workers_complete_every_job_exactly_once() {
 /// processes share the ledger while they are killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_worker_processes_on_postgres_complete_every_job_exactly_once() {
-    let server = receipts::testing::PostgresServer::start().expect("start PostgreSQL");
+    let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
     let url = server.create_database("chaos").expect("database");
     let directory = tempfile::tempdir().expect("tempdir");
     let api_dir = directory.path().join("api");

@@ -25,7 +25,7 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
     std::fs::write(corpus.path().join("blob.bin"), [0u8, 255, 254, 1]).expect("write");
     // Documents as people have them: a PDF and a DOCX are sent as bytes with their media
     // types and read; a PDF that needs a password is refused, typed.
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("receipts/tests/fixtures");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("extract/tests/fixtures");
     for (from, to) in [
         ("pdfjs/file_pdfjs_test.pdf", "report.pdf"),
         ("docx/par-known-styles.docx", "notes/styles.docx"),
@@ -151,7 +151,7 @@ async fn ingest_reports_accepted_duplicate_and_rejected_then_sigterm_stops() {
 /// in-process workers, and `cairn graph` prints them, bound to current revisions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
-    let graph = gateways::testing::GraphServer::start().expect("start ArcadeDB");
+    let graph = testkit::graph::GraphServer::start().expect("start ArcadeDB");
     let data = tempfile::tempdir().expect("tempdir");
     let bolt = graph.bolt_url();
     let (mut server, base) = crate::crash::spawn_serve_with(
@@ -160,8 +160,8 @@ async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
         &[
             ("CAIRN_GRAPH_URL", bolt.as_str()),
             ("CAIRN_GRAPH_USER", "root"),
-            ("CAIRN_GRAPH_PASSWORD", gateways::testing::GRAPH_PASSWORD),
-            ("CAIRN_GRAPH_DATABASE", gateways::testing::GRAPH_DATABASE),
+            ("CAIRN_GRAPH_PASSWORD", testkit::graph::GRAPH_PASSWORD),
+            ("CAIRN_GRAPH_DATABASE", testkit::graph::GRAPH_DATABASE),
         ],
         "warn",
         std::process::Stdio::inherit(),
@@ -260,8 +260,8 @@ async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
         .arg(data.path())
         .env("CAIRN_GRAPH_URL", &bolt)
         .env("CAIRN_GRAPH_USER", "root")
-        .env("CAIRN_GRAPH_PASSWORD", gateways::testing::GRAPH_PASSWORD)
-        .env("CAIRN_GRAPH_DATABASE", gateways::testing::GRAPH_DATABASE)
+        .env("CAIRN_GRAPH_PASSWORD", testkit::graph::GRAPH_PASSWORD)
+        .env("CAIRN_GRAPH_DATABASE", testkit::graph::GRAPH_DATABASE)
         .env(
             "CAIRN_MODELS_DIR",
             concat!(env!("CARGO_MANIFEST_DIR"), "/models"),
@@ -276,7 +276,7 @@ async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(printed.contains("2 current heads checked"), "{printed}");
-    assert!(!printed.contains(gateways::testing::GRAPH_PASSWORD));
+    assert!(!printed.contains(testkit::graph::GRAPH_PASSWORD));
     server.start_kill().expect("stop");
     let _ = server.wait().await;
 }

@@ -20,7 +20,7 @@ pub(crate) struct TestApp {
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) admin: String,
     _directory: tempfile::TempDir,
-    _server: Option<receipts::testing::PostgresServer>,
+    _server: Option<testkit::postgres::PostgresServer>,
 }
 
 /// The ledger engine an end-to-end test runs on.
@@ -42,7 +42,7 @@ pub(crate) async fn app_on(engine: Engine, env: &[(&str, &str)]) -> TestApp {
     let (server, ledger_url) = match engine {
         Engine::Sqlite => (None, None),
         Engine::Postgres => {
-            let server = receipts::testing::PostgresServer::start().expect("start PostgreSQL");
+            let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
             let url = server.create_database("ledger").expect("database");
             (Some(server), Some(url))
         }

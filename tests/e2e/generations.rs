@@ -454,7 +454,7 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
 /// the shard directory (embedded) or the collection (a real Qdrant server).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retiring_deletes_the_shard_or_the_collection_and_reads_it_back() {
-    let qdrant = gateways::testing::QdrantServer::start().expect("start Qdrant");
+    let qdrant = testkit::qdrant::QdrantServer::start().expect("start Qdrant");
     let data = tempfile::tempdir().expect("tempdir");
     for server in [None, Some(qdrant.grpc_url())] {
         let overrides = cairn::config::Overrides {

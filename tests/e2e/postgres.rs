@@ -7,8 +7,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use receipts::testing::PostgresServer;
 use serde_json::{json, Value};
+use testkit::postgres::PostgresServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 

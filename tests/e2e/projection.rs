@@ -353,7 +353,7 @@ async fn pdf_and_docx_become_searchable_with_their_page_and_section() {
     let fixture = |path: &str| {
         let bytes = std::fs::read(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("receipts/tests/fixtures")
+                .join("extract/tests/fixtures")
                 .join(path),
         )
         .expect("fixture");

@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn::config::{Config, Overrides};
-use gateways::testing::QdrantServer;
 use gateways::{ServerOptions, ServerVectorStore, VectorStore};
 use rand::{Rng, SeedableRng};
 use receipts::{JobState, ReceiptState};
 use serde_json::{json, Value};
+use testkit::qdrant::QdrantServer;
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
@@ -263,7 +263,7 @@ async fn search_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_topology_survives_worker_kills_and_a_qdrant_restart() {
-    let postgres = receipts::testing::PostgresServer::start().expect("start PostgreSQL");
+    let postgres = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
     let ledger_url = postgres.create_database("topology").expect("database");
     let mut qdrant = QdrantServer::start().expect("start Qdrant");
     let directory = tempfile::tempdir().expect("tempdir");

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gateways::graph::extract::Extractor;
+use gateways::graph::links::GraphExtractor;
 use gateways::graph::{GraphChunk, RevisionGraph};
 use gateways::{Chunker, GatewayError, GraphStore};
 use receipts::{Backend, Failure, Job, LeaseToken, Ledger, ReceiptState, ReceiptUpdate};
@@ -44,7 +44,7 @@ pub struct GraphStage {
     ledger: Arc<dyn Ledger>,
     chunker: Arc<Chunker>,
     store: Arc<dyn GraphStore>,
-    extractors: Vec<Arc<dyn Extractor>>,
+    extractors: Vec<Arc<dyn GraphExtractor>>,
     generation: String,
 }
 
@@ -63,7 +63,7 @@ impl GraphStage {
         ledger: Arc<dyn Ledger>,
         chunker: Arc<Chunker>,
         store: Arc<dyn GraphStore>,
-        extractors: Vec<Arc<dyn Extractor>>,
+        extractors: Vec<Arc<dyn GraphExtractor>>,
         generation: &str,
     ) -> GraphStage {
         GraphStage {

@@ -3,9 +3,11 @@
 //!
 //! ## Order (a `project` job)
 //! relational write -> read-back -> embed -> vector write (visible) -> read-back -> mark the
-//! source's other revisions not current (durable: it puts the points on disk too) -> receipts. Ledger writes (chunk rows, receipts) are fenced by
+//! source's other revisions not current (durable: it puts the points on disk too) -> receipts.
+//! Ledger writes (chunk rows, receipts) are fenced by
 //! the lease; each stage starts with a fenced heartbeat that names the stage (the dashboard's
-//! "stage" column), so a run that lost its lease stops before writing. A `tombstone` job marks every revision of the source not current,
+//! "stage" column), so a run that lost its lease stops before writing. A `tombstone` job marks
+//! every revision of the source not current,
 //! reads that back, and records `excluded` receipts; it writes no content. A `tombstone` job of
 //! an erasure deletes the points of the source's erased revisions instead, reads back none,
 //! and records `erased` receipts.
@@ -141,10 +143,10 @@ pub(crate) async fn revision_bytes(
 pub(crate) async fn extract(
     revision: &receipts::Revision,
     bytes: Vec<u8>,
-) -> Result<gateways::Extracted, Failure> {
-    let format = gateways::Format::of(&revision.media_type);
+) -> Result<extract::Extracted, Failure> {
+    let format = extract::Format::of(&revision.media_type);
     tokio::task::spawn_blocking(move || {
-        gateways::Extracted::from_bytes(&bytes, format, &gateways::extract::Limits::default())
+        extract::Extracted::from_bytes(&bytes, format, &extract::Limits::default())
     })
     .await
     .map_err(|error| permanent("unextractable", format!("extraction failed: {error}")))?
@@ -164,7 +166,7 @@ pub(crate) async fn revision_text(
     revision_id: uuid::Uuid,
 ) -> Result<(receipts::Revision, String), Failure> {
     let (revision, bytes) = revision_bytes(ledger, revision_id).await?;
-    if gateways::Format::of(&revision.media_type).binary() {
+    if extract::Format::of(&revision.media_type).binary() {
         let extracted = extract(&revision, bytes).await?;
         return Ok((revision, extracted.text));
     }

@@ -9,15 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
-use gateways::graph::extract::LinkExtractor;
-use gateways::testing::GraphServer;
+use gateways::graph::links::LinkExtractor;
 use gateways::{BoltGraphStore, Chunker, ChunkerSettings, EdgeVectorStore, GraphStore};
-use receipts::conformance::{delete, put};
 use receipts::policy::{JobPolicies, JobPolicy};
 use receipts::{
     Backend, Generation, JobKind, JobState, Ledger, ReceiptState, SqliteLedger, SqliteOptions,
     Submission, SystemClock,
 };
+use testkit::conformance::{delete, put};
+use testkit::graph::GraphServer;
 use uuid::Uuid;
 use worker::{GraphStage, Projector, Worker, WorkerConfig};
 

@@ -13,11 +13,11 @@ use gateways::{
     Chunker, ChunkerSettings, EdgeVectorStore, Embedder, GatewayError, RevisionPoints, VectorHit,
     VectorPoint, VectorStore,
 };
-use receipts::conformance::{delete, put};
 use receipts::policy::{JobPolicies, JobPolicy};
 use receipts::{
     Backend, Generation, JobState, Ledger, ReceiptState, SqliteLedger, SqliteOptions, SystemClock,
 };
+use testkit::conformance::{delete, put};
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 use worker::{Projector, Worker, WorkerConfig};
@@ -927,7 +927,7 @@ async fn pdf_chunks_lie_on_the_page_they_name() {
     let world = world_at(tempfile::tempdir().expect("tempdir")).await;
     let projector = world.projector(embedder().await, world.vectors.clone());
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../receipts/tests/fixtures/pdfjs/file_pdfjs_test.pdf");
+        .join("../extract/tests/fixtures/pdfjs/file_pdfjs_test.pdf");
     let bytes = std::fs::read(&path).expect("fixture");
     let submission =
         receipts::Submission::document("docs", "testing.pdf", "test", bytes, "application/pdf");

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use receipts::conformance::put;
 use receipts::policy::JobPolicy;
 use receipts::{
     Failure, FailureClass, Job, JobState, Ledger, SqliteLedger, SqliteOptions, SystemClock,
 };
+use testkit::conformance::put;
 use worker::{Work, Worker, WorkerConfig};
 
 /// What the scripted work does on a job's n-th run (0-based).

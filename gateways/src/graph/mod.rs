@@ -1,6 +1,6 @@
 //! The graph backend: a [`GraphStore`] trait free of vendor types, its Bolt implementation
 //! ([`BoltGraphStore`], through `neo4rs`: ArcadeDB's Bolt plugin in the tests, Neo4j alike),
-//! and the reference extractors ([`extract`]).
+//! and the reference extractors ([`links`]).
 //!
 //! ## Model
 //! - Nodes: `(:Dataset {name})`, `(:Source {dataset, key, head_at})`,
@@ -24,7 +24,7 @@
 //!   sent.
 
 mod bolt;
-pub mod extract;
+pub mod links;
 
 pub use bolt::{BoltGraphStore, BoltOptions};
 

@@ -1,4 +1,4 @@
-//! Markdown's heading structure, from CommonMark events with their byte ranges.
+//! Markdown: the heading structure of a text, as sections named by their path.
 
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
@@ -16,7 +16,7 @@ fn depth(level: HeadingLevel) -> usize {
 }
 
 /// The sections of a Markdown text: one per heading, named by its path.
-pub(crate) fn sections(text: &str) -> Vec<Section> {
+pub fn sections(text: &str) -> Vec<Section> {
     let mut outline = Outline::default();
     // The heading being read: its depth, start and text so far.
     let mut heading: Option<(usize, usize, String)> = None;

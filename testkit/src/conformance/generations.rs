@@ -1,10 +1,14 @@
 //! Conformance: generations built side by side, switched, rolled back and retired.
 
-use super::*;
-use crate::model::{
-    Backend, Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationState,
-    HitRef,
+use super::{
+    activate_test_generation, delete, must, must_accept, put, rows, test_generation,
+    verified_receipt, Harness,
 };
+use receipts::model::{
+    Backend, Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationState,
+    HitRef, Job, JobKind, LeaseToken,
+};
+use receipts::LedgerError;
 
 fn command(change: GenerationChange) -> GenerationCommand {
     GenerationCommand {
@@ -14,12 +18,15 @@ fn command(change: GenerationChange) -> GenerationCommand {
     }
 }
 
-async fn change(harness: &Harness, change: GenerationChange) -> crate::Result<GenerationChanged> {
+async fn change(
+    harness: &Harness,
+    change: GenerationChange,
+) -> receipts::Result<GenerationChanged> {
     harness.clock.advance(1_000);
     harness.ledger.change_generation(command(change)).await
 }
 
-fn refused<T: std::fmt::Debug>(result: crate::Result<T>, code: &str) -> String {
+fn refused<T: std::fmt::Debug>(result: receipts::Result<T>, code: &str) -> String {
     match result {
         Err(error) if error.code() == code => {
             assert_eq!(error.http_status(), 409, "{code} is a conflict");
@@ -88,7 +95,7 @@ pub async fn generations_build_switch_and_retire(harness: Harness) {
             &harness,
             GenerationChange::Create {
                 generation: second.clone(),
-                priority: crate::generations::REBUILD_PRIORITY,
+                priority: receipts::generations::REBUILD_PRIORITY,
             },
         )
         .await,
@@ -367,4 +374,35 @@ pub async fn generations_build_switch_and_retire(harness: Harness) {
     );
     assert_eq!(forced.missing, 5);
     assert_eq!(forced.missing_sample.len(), 5);
+}
+
+/// One generation at a time; a changed one is refused; activation is recorded in history.
+pub async fn generations_are_fixed_once_active(harness: Harness) {
+    let first = test_generation("chunker-a");
+    must(
+        harness.ledger.activate_generation(&first, "test").await,
+        "activate",
+    );
+    must(
+        harness.ledger.activate_generation(&first, "test").await,
+        "activate again",
+    );
+    let active = must(harness.ledger.active_generation().await, "active");
+    assert_eq!(active.as_ref(), Some(&first));
+    match harness
+        .ledger
+        .activate_generation(&test_generation("chunker-b"), "test")
+        .await
+    {
+        Err(error @ LedgerError::GenerationMismatch { .. }) => {
+            assert_eq!(error.code(), "generation_mismatch");
+        }
+        other => panic!("expected generation_mismatch, got {other:?}"),
+    }
+    let history = must(
+        harness.ledger.history("generation", &first.id).await,
+        "history",
+    );
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].actor, "test");
 }

@@ -191,7 +191,7 @@ fn complaint(stderr: &[u8]) -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct PdfExtractor;
 
-impl super::Extractor for PdfExtractor {
+impl super::FormatExtractor for PdfExtractor {
     fn format(&self) -> Format {
         Format::Pdf
     }

@@ -5,7 +5,7 @@
 //! ## Model
 //! The format comes from the media type ([`Format::of`]) and, for binary formats, is checked
 //! against the bytes' signature ([`Format::admit`]); a mismatch is refused, never guessed.
-//! Each format has one [`Extractor`] ([`Format::extractor`]):
+//! Each format has one [`FormatExtractor`] ([`Format::extractor`]):
 //! - Plain text is its own extraction.
 //! - Markdown keeps its source as the text (so byte offsets still point into the retained
 //!   bytes) and adds the heading structure: every byte belongs to the section of the nearest
@@ -31,7 +31,7 @@
 
 pub mod docx;
 pub mod html;
-pub(crate) mod markdown;
+pub mod markdown;
 pub mod pdf;
 
 use std::sync::{Condvar, Mutex};
@@ -205,7 +205,7 @@ impl Format {
 /// One format's reader: a document's bytes in, its text and structure out, within [`Limits`].
 /// [`Format::extractor`] names the one for each format; [`Extracted::from_bytes`] runs it after
 /// admission's checks, with any panic contained.
-pub trait Extractor: Send + Sync {
+pub trait FormatExtractor: Send + Sync {
     /// The format it reads.
     fn format(&self) -> Format;
     /// The text and structure of `bytes` (which passed [`Format::admit`] for this format).
@@ -219,7 +219,7 @@ pub struct TextExtractor {
     format: Format,
 }
 
-impl Extractor for TextExtractor {
+impl FormatExtractor for TextExtractor {
     fn format(&self) -> Format {
         self.format
     }
@@ -233,7 +233,7 @@ impl Extractor for TextExtractor {
 
 impl Format {
     /// The extractor that reads this format.
-    pub fn extractor(self) -> &'static dyn Extractor {
+    pub fn extractor(self) -> &'static dyn FormatExtractor {
         match self {
             Format::PlainText => &TextExtractor {
                 format: Format::PlainText,

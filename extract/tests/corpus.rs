@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use receipts::extract::{Extracted, Format, Limits};
+use extract::{Extracted, Format, Limits};
 
 /// Every code extraction may fail with.
 const TYPED: [&str; 8] = [

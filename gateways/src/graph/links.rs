@@ -1,5 +1,5 @@
 //! What a revision's text refers to, deterministically (no model): links to other sources and
-//! external URLs. Behind the small [`Extractor`] trait, so a later entity extractor (a model)
+//! external URLs. Behind the small [`GraphExtractor`] trait, so a later entity extractor (a model)
 //! can sit beside the link extractor.
 //!
 //! ## Invariants
@@ -26,7 +26,7 @@ pub struct References {
 }
 
 /// Finds references in a revision's text.
-pub trait Extractor: Send + Sync {
+pub trait GraphExtractor: Send + Sync {
     /// The extractor's name (recorded in receipts).
     fn name(&self) -> &'static str;
     /// The references in `text`, a revision of `source_key` of media type `media_type`.
@@ -151,7 +151,7 @@ fn candidates(source_key: &str, target: &str) -> Vec<String> {
     keys
 }
 
-impl Extractor for LinkExtractor {
+impl GraphExtractor for LinkExtractor {
     fn name(&self) -> &'static str {
         "links"
     }

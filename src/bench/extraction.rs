@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use receipts::extract::{Extracted, Format, Limits};
+use extract::{Extracted, Format, Limits};
 use serde_json::{json, Value};
 
 /// What one format's files gave.

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::ports::{free_ports, stop_child};
+
 /// A PostgreSQL server owned by a test. Dropping it stops the server and removes its files.
 #[derive(Debug)]
 pub struct PostgresServer {
@@ -63,41 +65,6 @@ fn server_user() -> String {
         .map(|status| status.success())
         .unwrap_or(false);
     if postgres { "postgres" } else { "nobody" }.to_owned()
-}
-
-/// `N` free loopback ports, all different: the listeners are held until every port is picked
-/// (ports picked one at a time, each listener dropped before the next bind, can come back
-/// equal, and a server given the same port twice answers on one of them only). Another
-/// process can still take one before the server binds it, so the servers here start again on
-/// new ports when that happens.
-pub fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<io::Result<Vec<_>>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
-}
-
-/// Stops a test server by PID: sends `signal` (`INT`, `TERM`; a paused process is resumed
-/// first so that it can act on it), waits up to 20 s for it to exit, then kills it.
-pub fn stop_child(child: &mut Child, signal: &str) {
-    let pid = child.id().to_string();
-    let _ = Command::new("kill").args(["-CONT", &pid]).status();
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), pid])
-        .status();
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(20) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 impl PostgresServer {

@@ -182,7 +182,7 @@ fn append(to: &mut String, separator: &str, piece: &str) {
 #[derive(Debug, Clone, Copy)]
 pub struct DocxExtractor;
 
-impl super::Extractor for DocxExtractor {
+impl super::FormatExtractor for DocxExtractor {
     fn format(&self) -> Format {
         Format::Docx
     }

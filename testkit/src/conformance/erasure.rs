@@ -2,8 +2,13 @@
 //! what another source shares, records the act (never the content), queues the store jobs, and
 //! lets the source be ingested again as new.
 
-use super::*;
-use crate::model::{ErasureRequest, HitRef, ReceiptUpdate};
+use super::{
+    activate_test_generation, claimed_token, job_of, lexical_hits, must, must_accept, put, rows,
+    verified_receipt, Harness,
+};
+use receipts::model::{
+    AcceptStatus, Backend, ErasureRequest, HitRef, JobKind, JobState, ReceiptState, ReceiptUpdate,
+};
 
 fn request(key: &str) -> ErasureRequest {
     ErasureRequest {
@@ -90,7 +95,10 @@ pub async fn erasure_removes_every_trace(harness: Harness) {
     let mut hashes = vec![alpha.clone(), beta.clone()];
     hashes.sort();
     assert_eq!(erasure.content_sha256, hashes);
-    assert_eq!(erasure.remaining, crate::model::ErasureRemaining::default());
+    assert_eq!(
+        erasure.remaining,
+        receipts::model::ErasureRemaining::default()
+    );
     assert!(must(
         harness.ledger.erasure(first.source_revision_id).await,
         "none"
@@ -153,7 +161,10 @@ pub async fn erasure_removes_every_trace(harness: Harness) {
     )
     .expect("an erasure");
     assert_eq!(erasure.revisions_erased, 1);
-    assert_eq!(erasure.remaining, crate::model::ErasureRemaining::default());
+    assert_eq!(
+        erasure.remaining,
+        receipts::model::ErasureRemaining::default()
+    );
     let source = must(harness.ledger.source("notes", "a").await, "source").expect("source");
     assert_eq!(
         source.revisions.len(),

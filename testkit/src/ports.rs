@@ -1,0 +1,72 @@
+//! What every test server here shares: free loopback ports, readiness probes, signals, and
+//! stopping a server by PID.
+
+use std::io::{self, Read, Write};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// `N` free loopback ports, all different: the listeners are held until every port is picked
+/// (ports picked one at a time, each listener dropped before the next bind, can come back
+/// equal, and a server given the same port twice answers on one of them only). Another
+/// process can still take one before the server binds it, so the servers here start again on
+/// new ports when that happens.
+pub fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// Stops a test server by PID: sends `signal` (`INT`, `TERM`; a paused process is resumed
+/// first so that it can act on it), waits up to 20 s for it to exit, then kills it.
+pub fn stop_child(child: &mut Child, signal: &str) {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    let _ = Command::new("kill")
+        .args([format!("-{signal}"), pid])
+        .status();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Whether something accepts TCP connections on the loopback `port`.
+pub fn listens(port: u16) -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).is_ok()
+}
+
+/// Whether `GET http://127.0.0.1:port/path` answers `status`.
+pub fn answers(port: u16, path: &str, status: u16) -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(format!("HTTP/1.1 {status}").as_bytes())
+        || answer.starts_with(format!("HTTP/1.0 {status}").as_bytes())
+}
+
+/// Sends the signal `name` (`STOP`, `CONT`, ...) to the process `pid`.
+pub fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status();
+}
