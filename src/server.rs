@@ -102,7 +102,7 @@ async fn close_connection(mut response: Response) -> Response {
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains (see the module docs).
-pub async fn serve(
+pub async fn run(
     listener: TcpListener,
     app: Router,
     settings: HttpSettings,

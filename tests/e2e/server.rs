@@ -26,7 +26,7 @@ async fn start(settings: HttpSettings, env: &[(&str, &str)]) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("listener");
     let address = listener.local_addr().expect("address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(cairn::server::serve(
+    let task = tokio::spawn(cairn::server::run(
         listener,
         app.app.clone(),
         settings,

@@ -1,0 +1,249 @@
+//! `cairn bench`: the benchmarks, each writing a JSON report.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use super::{file_config, write_report};
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// No-op jobs claimed and completed per second with 1, 2, 4 and 8 workers, and
+    /// enqueue-to-start latency.
+    Queue {
+        /// Jobs per throughput scenario.
+        #[arg(long, default_value_t = 5000)]
+        jobs: usize,
+        /// Jobs accepted one by one for the latency scenario.
+        #[arg(long, default_value_t = 300)]
+        latency_jobs: usize,
+        /// Jobs each worker runs at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Worker counts to measure (comma-separated). Each side's best count is compared: apalis
+        /// (tasks in one process) gains up to 8, so 8 is measured too.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8])]
+        workers: Vec<usize>,
+        /// Measure a PostgreSQL ledger, with workers as separate `cairn worker` processes.
+        #[arg(long)]
+        ledger: Option<String>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-queue.json")]
+        out: PathBuf,
+    },
+    /// Projection throughput (accepted to verified) against the raw embedder on the same
+    /// chunks, qdrant-edge upsert rate and peak RSS.
+    Project {
+        /// A BEIR corpus.jsonl.
+        #[arg(long, default_value = "../shared/eval/scifact/corpus.jsonl")]
+        corpus: PathBuf,
+        /// Documents to project (from the start of the corpus).
+        #[arg(long, default_value_t = 400)]
+        docs: usize,
+        /// Workers.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Jobs each worker runs at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Also run the pipeline with this graph (a Bolt URL; user, password and database
+        /// from CAIRN_GRAPH_USER, CAIRN_GRAPH_PASSWORD, CAIRN_GRAPH_DATABASE).
+        #[arg(long)]
+        graph: Option<String>,
+        /// Then project a new revision of every document (one in eight with changed text, the
+        /// rest with a new tag) and compare with the first projection (chunk reuse).
+        #[arg(long)]
+        edits: bool,
+        /// Project the PDFs of this folder that have a text layer (at most `--docs`) instead
+        /// of the corpus, e.g. pdf.js's `test/pdfs`: the pipeline extracts them again.
+        #[arg(long)]
+        pdfs: Option<PathBuf>,
+        /// With `--pdfs`: only the PDFs whose text makes at least this many chunks (pdf.js's
+        /// corpus is mostly one-line test files; documents people have are longer).
+        #[arg(long, default_value_t = 1)]
+        min_chunks: usize,
+        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
+        /// collection of this run's own.
+        #[arg(long)]
+        vectors: Option<String>,
+        /// TOML configuration file (projection settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-project.json")]
+        out: PathBuf,
+    },
+    /// Search latency per mode at each corpus size, against the raw embedder plus a bare
+    /// qdrant-edge search.
+    Search {
+        /// Corpus sizes in chunks (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
+        sizes: Vec<usize>,
+        /// Queries per mode (the overhead is a difference of two p50s of ~13 ms series, so
+        /// it needs several hundred samples; it still moves by about 0.25 ms between runs).
+        #[arg(long, default_value_t = 500)]
+        queries: usize,
+        /// Results per query.
+        #[arg(long, default_value_t = 10)]
+        top_k: usize,
+        /// Keep each loaded corpus under DIR/SIZE and reuse it on the next run (default: a
+        /// temporary directory per size).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
+        /// collection of this run's own.
+        #[arg(long)]
+        vectors: Option<String>,
+        /// TOML configuration file (model and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-search.json")]
+        out: PathBuf,
+    },
+    /// Extraction throughput per format (PDF, DOCX, HTML, Markdown) on the files of the
+    /// given folders, one document at a time.
+    Extract {
+        /// Folders to read (recursively); files are chosen by extension.
+        #[arg(long = "dir", default_value = "extract/tests/fixtures")]
+        dirs: Vec<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-extract.json")]
+        out: PathBuf,
+    },
+    /// Durable receipts per second through the API against a raw sqlx loop.
+    Accept {
+        /// Measure a PostgreSQL ledger (a database of its own) instead of SQLite.
+        #[arg(long)]
+        ledger: Option<String>,
+        /// Documents per round for the single-document scenarios.
+        #[arg(long, default_value_t = 1000)]
+        docs: usize,
+        /// Documents per round for the batch scenarios (multiple of 1000).
+        #[arg(long, default_value_t = 5000)]
+        batch_docs: usize,
+        /// Rounds; every scenario runs once per round and reports its median.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-accept.json")]
+        out: PathBuf,
+    },
+}
+
+/// Benchmarks that write JSON.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+impl BenchArgs {
+    /// Runs the command.
+    pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
+        match self.command {
+            BenchCommand::Queue {
+                jobs,
+                latency_jobs,
+                concurrency,
+                workers,
+                ledger,
+                out,
+            } => {
+                let report = crate::bench::queue(crate::bench::QueueBench {
+                    jobs,
+                    latency_jobs,
+                    concurrency: concurrency.max(1),
+                    worker_counts: workers,
+                    ledger_url: ledger.or_else(|| env.get("CAIRN_LEDGER_URL").cloned()),
+                })
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Search {
+                sizes,
+                queries,
+                top_k,
+                data_dir,
+                vectors,
+                config,
+                out,
+            } => {
+                let config = file_config(config, vectors, env)?;
+                let report = crate::bench::search(
+                    &config,
+                    crate::bench::SearchBench {
+                        sizes,
+                        queries: queries.max(1),
+                        top_k: top_k.clamp(1, search::MAX_TOP_K),
+                        data_dir,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Project {
+                corpus,
+                docs,
+                workers,
+                concurrency,
+                graph,
+                edits,
+                pdfs,
+                min_chunks,
+                vectors,
+                config,
+                out,
+            } => {
+                let config = file_config(config, vectors, env)?;
+                let graph = graph.map(|url| {
+                    let variable = |name: &str, default: &str| {
+                        env.get(name).cloned().unwrap_or_else(|| default.to_owned())
+                    };
+                    gateways::BoltOptions::new(
+                        &url,
+                        &variable("CAIRN_GRAPH_USER", "neo4j"),
+                        &variable("CAIRN_GRAPH_PASSWORD", ""),
+                        &variable("CAIRN_GRAPH_DATABASE", "neo4j"),
+                    )
+                });
+                let report = crate::bench::project(
+                    &config,
+                    crate::bench::ProjectBench {
+                        corpus,
+                        docs,
+                        workers: workers.max(1),
+                        concurrency: concurrency.max(1),
+                        graph,
+                        edits,
+                        pdfs,
+                        min_chunks,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Extract { dirs, out } => {
+                let report = tokio::task::spawn_blocking(move || crate::bench::extract(&dirs))
+                    .await
+                    .context("the extraction benchmark")??;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Accept {
+                docs,
+                batch_docs,
+                rounds,
+                ledger,
+                out,
+            } => {
+                let ledger = ledger.or_else(|| env.get("CAIRN_LEDGER_URL").cloned());
+                let report = crate::bench::accept(docs, batch_docs, rounds, ledger).await?;
+                write_report(&out, &report)?;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
