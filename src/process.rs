@@ -18,7 +18,7 @@ use crate::{datadir, projection, server};
 /// Opens the ledger of a configuration: PostgreSQL when a ledger URL is configured (running
 /// its migrations, on the database's clock), else the embedded SQLite ledger.
 pub async fn open_ledger(config: &Config) -> anyhow::Result<Arc<dyn Ledger>> {
-    let ledger: Arc<dyn Ledger> = match &config.ledger_url {
+    let ledger: Arc<dyn Ledger> = match &config.ledger.url {
         Some(url) => Arc::new(
             receipts::PostgresLedger::open(config.postgres_options(url))
                 .await

@@ -10,7 +10,7 @@ pub mod tokens;
 /// `cairn migrate`: applies the configured ledger's migrations and says what it did.
 pub async fn migrate(config: &crate::config::Config) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let report = match &config.ledger_url {
+    let report = match &config.ledger.url {
         Some(url) => receipts::postgres::migrate(url).await,
         None => receipts::sqlite::migrate(&config.ledger_path()).await,
     }

@@ -1,0 +1,182 @@
+//! The configuration file's schema, as written: every section and key `cairn.toml` may hold.
+//! Unknown keys are refused (`deny_unknown_fields`), so a misspelt setting is an error, never
+//! a silent default.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use receipts::policy;
+use serde::Deserialize;
+
+/// The configuration file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    pub(super) data_dir: Option<PathBuf>,
+    pub(super) bind: Option<String>,
+    #[serde(default)]
+    pub(super) limits: FileLimits,
+    #[serde(default)]
+    pub(super) ledger: FileLedger,
+    #[serde(default)]
+    pub(super) jobs: FileJobs,
+    #[serde(default)]
+    pub(super) workers: FileWorkers,
+    #[serde(default)]
+    pub(super) projection: FileProjection,
+    #[serde(default)]
+    pub(super) search: FileSearch,
+    #[serde(default)]
+    pub(super) http: FileHttp,
+    #[serde(default)]
+    pub(super) vectors: FileVectors,
+    #[serde(default)]
+    pub(super) graph: FileGraph,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileGraph {
+    pub(super) url: Option<String>,
+    pub(super) user: Option<String>,
+    pub(super) database: Option<String>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) retry_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileVectors {
+    pub(super) url: Option<String>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) connect_timeout_ms: Option<u64>,
+    pub(super) retry_ms: Option<u64>,
+    pub(super) collection_prefix: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileHttp {
+    pub(super) max_connections: Option<usize>,
+    pub(super) header_read_timeout_ms: Option<u64>,
+    pub(super) request_timeout_ms: Option<u64>,
+    pub(super) shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileSearch {
+    pub(super) max_in_flight: Option<usize>,
+    pub(super) max_queued: Option<usize>,
+    pub(super) default_budget_ms: Option<u64>,
+    pub(super) max_budget_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileProjection {
+    pub(super) models_dir: Option<PathBuf>,
+    pub(super) chunk_max_tokens: Option<usize>,
+    pub(super) chunk_overlap_tokens: Option<usize>,
+    pub(super) embed_batch: Option<usize>,
+    pub(super) embed_sessions: Option<usize>,
+    pub(super) embed_threads: Option<usize>,
+    pub(super) optimize_min_new_points: Option<u64>,
+    pub(super) optimize_max_new_points: Option<u64>,
+    pub(super) optimize_quiet_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLimits {
+    pub(super) max_body_bytes: Option<usize>,
+    pub(super) max_batch_body_bytes: Option<usize>,
+    pub(super) max_batch_items: Option<usize>,
+    pub(super) max_body_bytes_in_flight: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLedger {
+    pub(super) url: Option<String>,
+    pub(super) pool_size: Option<u32>,
+    pub(super) committers: Option<usize>,
+    pub(super) token_cache_ms: Option<u64>,
+    pub(super) backends: Option<Vec<String>>,
+    pub(super) max_group: Option<usize>,
+}
+
+/// One job kind's policy as written; every field is optional.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FilePolicy {
+    pub(super) max_attempts: Option<i64>,
+    pub(super) lease_ms: Option<i64>,
+    pub(super) max_run_ms: Option<i64>,
+    pub(super) quarantine_after_crashes: Option<i64>,
+    pub(super) backoff_base_ms: Option<i64>,
+    pub(super) backoff_cap_ms: Option<i64>,
+}
+
+impl FilePolicy {
+    /// Fields set here win over `under`'s.
+    pub(super) fn over(self, under: FilePolicy) -> FilePolicy {
+        FilePolicy {
+            max_attempts: self.max_attempts.or(under.max_attempts),
+            lease_ms: self.lease_ms.or(under.lease_ms),
+            max_run_ms: self.max_run_ms.or(under.max_run_ms),
+            quarantine_after_crashes: self
+                .quarantine_after_crashes
+                .or(under.quarantine_after_crashes),
+            backoff_base_ms: self.backoff_base_ms.or(under.backoff_base_ms),
+            backoff_cap_ms: self.backoff_cap_ms.or(under.backoff_cap_ms),
+        }
+    }
+
+    pub(super) fn resolve(self) -> policy::JobPolicy {
+        let defaults = policy::JobPolicy::default();
+        let micros =
+            |ms: Option<i64>, default: i64| ms.map_or(default, |ms| ms.saturating_mul(1000));
+        policy::JobPolicy {
+            max_attempts: self.max_attempts.unwrap_or(defaults.max_attempts),
+            lease_micros: micros(self.lease_ms, defaults.lease_micros),
+            max_run_micros: micros(self.max_run_ms, defaults.max_run_micros),
+            quarantine_after_crashes: self
+                .quarantine_after_crashes
+                .unwrap_or(defaults.quarantine_after_crashes),
+            backoff_base_micros: micros(self.backoff_base_ms, defaults.backoff_base_micros),
+            backoff_cap_micros: micros(self.backoff_cap_ms, defaults.backoff_cap_micros),
+        }
+    }
+}
+
+/// `[jobs]`: a policy for every kind, and `[jobs.project]` / `[jobs.tombstone]` per kind.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileJobs {
+    pub(super) max_attempts: Option<i64>,
+    pub(super) lease_ms: Option<i64>,
+    pub(super) max_run_ms: Option<i64>,
+    pub(super) quarantine_after_crashes: Option<i64>,
+    pub(super) backoff_base_ms: Option<i64>,
+    pub(super) backoff_cap_ms: Option<i64>,
+    #[serde(default)]
+    pub(super) project: FilePolicy,
+    #[serde(default)]
+    pub(super) tombstone: FilePolicy,
+    #[serde(default)]
+    pub(super) graph: FilePolicy,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileWorkers {
+    pub(super) count: Option<usize>,
+    pub(super) concurrency: Option<usize>,
+}
+
+pub(super) fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+}

@@ -1,0 +1,402 @@
+//! Loading: each section of [`Config`] from its sources, strongest first: command-line flags,
+//! environment variables, the file, defaults. One function per section; every environment
+//! variable is read through [`Env`], which records the names asked for (the configuration
+//! table's test reads that record).
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use receipts::{policy, Backend};
+
+use super::file::{read_file, FileConfig, FilePolicy};
+use super::{
+    redact_url, Config, LedgerSettings, Overrides, ProjectionSettings, WorkerSettings,
+    DEFAULT_BIND, DEFAULT_DATA_DIR, DEFAULT_LEDGER_COMMITTERS, DEFAULT_LEDGER_POOL_SIZE,
+    DEFAULT_LEDGER_TOKEN_CACHE_MS, DEFAULT_MODELS_DIR, DEFAULT_WORKERS, DEFAULT_WORKER_CONCURRENCY,
+};
+
+/// The process environment as the loader sees it: a map (so tests control it) and the names
+/// looked up so far.
+pub(super) struct Env<'a> {
+    map: &'a HashMap<String, String>,
+    read: RefCell<BTreeSet<String>>,
+}
+
+impl<'a> Env<'a> {
+    pub(super) fn new(map: &'a HashMap<String, String>) -> Env<'a> {
+        Env {
+            map,
+            read: RefCell::new(BTreeSet::new()),
+        }
+    }
+
+    /// The variable's text, if set.
+    pub(super) fn get(&self, name: &str) -> Option<&'a String> {
+        self.read.borrow_mut().insert(name.to_owned());
+        self.map.get(name)
+    }
+
+    /// The variable's text, if set, owned.
+    fn text(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+
+    /// The variable as a number, if set; a value that is not one is an error naming it.
+    pub(super) fn number<T: std::str::FromStr>(&self, name: &str) -> anyhow::Result<Option<T>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(text) => text.trim().parse::<T>().map(Some).map_err(|_| {
+                anyhow::anyhow!("environment variable {name}=`{text}` is not a valid number")
+            }),
+        }
+    }
+
+    /// Every name looked up so far.
+    #[cfg(test)]
+    pub(super) fn names_read(&self) -> BTreeSet<String> {
+        self.read.borrow().clone()
+    }
+}
+
+impl Config {
+    /// Builds the configuration from flags, environment and file.
+    pub fn load(overrides: &Overrides, env: &HashMap<String, String>) -> anyhow::Result<Config> {
+        Config::load_from(overrides, &Env::new(env))
+    }
+
+    pub(super) fn load_from(overrides: &Overrides, env: &Env<'_>) -> anyhow::Result<Config> {
+        let file_path = overrides
+            .config_file
+            .clone()
+            .or_else(|| env.get("CAIRN_CONFIG").map(PathBuf::from));
+        let file = match &file_path {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let data_dir = overrides
+            .data_dir
+            .clone()
+            .or_else(|| env.get("CAIRN_DATA_DIR").map(PathBuf::from))
+            .or(file.data_dir.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let bind_text = overrides
+            .bind
+            .clone()
+            .or_else(|| env.text("CAIRN_BIND"))
+            .or(file.bind.clone())
+            .unwrap_or_else(|| DEFAULT_BIND.to_owned());
+        let bind: SocketAddr = bind_text.parse().with_context(|| {
+            format!("bind address `{bind_text}` is not IP:PORT (e.g. {DEFAULT_BIND})")
+        })?;
+        let graph = graph(env, &file);
+        let mut backends = backends(env, &file)?;
+        // A configured graph is a backend: its jobs and receipts follow.
+        if graph.is_some() && !backends.contains(&Backend::Graph) {
+            backends.push(Backend::Graph);
+        }
+        let config = Config {
+            graph,
+            vectors: vectors(overrides, env, &file),
+            http: http(env, &file)?,
+            search: search(env, &file)?,
+            projection: projection(env, &file)?,
+            job_policies: job_policies(env, &file)?,
+            workers: workers(env, &file)?,
+            data_dir,
+            bind,
+            acceptor: acceptor(env, &file)?,
+            backends,
+            ledger: ledger(overrides, env, &file)?,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// `[ledger]`: where the ledger is and how a process uses it.
+fn ledger(
+    overrides: &Overrides,
+    env: &Env<'_>,
+    file: &FileConfig,
+) -> anyhow::Result<LedgerSettings> {
+    let url = overrides
+        .ledger_url
+        .clone()
+        .or_else(|| env.text("CAIRN_LEDGER_URL"))
+        .or(file.ledger.url.clone())
+        .filter(|url| !url.trim().is_empty());
+    if let Some(url) = &url {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            bail!(
+                "ledger URL `{}` is not a PostgreSQL URL (postgres://user@host:port/database); \
+                 leave it unset for the embedded SQLite ledger in the data directory",
+                redact_url(url)
+            );
+        }
+    }
+    Ok(LedgerSettings {
+        url,
+        max_group: file.ledger.max_group.unwrap_or(policy::DEFAULT_MAX_GROUP),
+        pool_size: env
+            .number("CAIRN_LEDGER_POOL_SIZE")?
+            .or(file.ledger.pool_size)
+            .unwrap_or(DEFAULT_LEDGER_POOL_SIZE),
+        committers: env
+            .number("CAIRN_LEDGER_COMMITTERS")?
+            .or(file.ledger.committers)
+            .unwrap_or(DEFAULT_LEDGER_COMMITTERS),
+        token_cache: Duration::from_millis(
+            env.number("CAIRN_LEDGER_TOKEN_CACHE_MS")?
+                .or(file.ledger.token_cache_ms)
+                .unwrap_or(DEFAULT_LEDGER_TOKEN_CACHE_MS),
+        ),
+    })
+}
+
+/// `[limits]`: ingest limits.
+fn acceptor(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<acceptor::AcceptorConfig> {
+    let defaults = acceptor::AcceptorConfig::default();
+    let max_body_bytes = env
+        .number("CAIRN_MAX_BODY_BYTES")?
+        .or(file.limits.max_body_bytes)
+        .unwrap_or(defaults.max_body_bytes);
+    let max_batch_body_bytes = env
+        .number("CAIRN_MAX_BATCH_BODY_BYTES")?
+        .or(file.limits.max_batch_body_bytes)
+        .unwrap_or(defaults.max_batch_body_bytes);
+    Ok(acceptor::AcceptorConfig {
+        max_body_bytes,
+        max_batch_body_bytes,
+        max_batch_items: env
+            .number("CAIRN_MAX_BATCH_ITEMS")?
+            .or(file.limits.max_batch_items)
+            .unwrap_or(defaults.max_batch_items),
+        // Unless set, room for the larger of the two body limits (the default: one maximal
+        // batch at a time).
+        max_body_bytes_in_flight: env
+            .number("CAIRN_MAX_BODY_BYTES_IN_FLIGHT")?
+            .or(file.limits.max_body_bytes_in_flight)
+            .unwrap_or(
+                defaults
+                    .max_body_bytes_in_flight
+                    .max(max_body_bytes)
+                    .max(max_batch_body_bytes),
+            ),
+    })
+}
+
+/// `ledger.backends` (`CAIRN_BACKENDS`): the backends that get a receipt per job.
+fn backends(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<Vec<Backend>> {
+    let names: Option<Vec<String>> = env
+        .get("CAIRN_BACKENDS")
+        .map(|text| {
+            text.split(',')
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+                .collect()
+        })
+        .or(file.ledger.backends.clone());
+    match names {
+        None => Ok(policy::DEFAULT_BACKENDS.to_vec()),
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                name.parse::<Backend>()
+                    .map_err(|error| anyhow::anyhow!("backends: {error}"))
+            })
+            .collect(),
+    }
+}
+
+/// `[jobs]` and `[jobs.KIND]`: per kind, the environment (every kind), then `[jobs.KIND]`,
+/// then `[jobs]`, then the defaults.
+fn job_policies(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<policy::JobPolicies> {
+    let from_env = FilePolicy {
+        max_attempts: env.number("CAIRN_MAX_ATTEMPTS")?,
+        lease_ms: env.number("CAIRN_LEASE_MS")?,
+        max_run_ms: env.number("CAIRN_MAX_RUN_MS")?,
+        quarantine_after_crashes: env.number("CAIRN_QUARANTINE_AFTER_CRASHES")?,
+        backoff_base_ms: env.number("CAIRN_BACKOFF_BASE_MS")?,
+        backoff_cap_ms: env.number("CAIRN_BACKOFF_CAP_MS")?,
+    };
+    let jobs = &file.jobs;
+    let every_kind = FilePolicy {
+        max_attempts: jobs.max_attempts,
+        lease_ms: jobs.lease_ms,
+        max_run_ms: jobs.max_run_ms,
+        quarantine_after_crashes: jobs.quarantine_after_crashes,
+        backoff_base_ms: jobs.backoff_base_ms,
+        backoff_cap_ms: jobs.backoff_cap_ms,
+    };
+    Ok(policy::JobPolicies {
+        project: from_env.over(jobs.project.over(every_kind)).resolve(),
+        tombstone: from_env.over(jobs.tombstone.over(every_kind)).resolve(),
+        graph: from_env.over(jobs.graph.over(every_kind)).resolve(),
+    })
+}
+
+/// `[workers]`: the workers inside `cairn serve`.
+fn workers(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<WorkerSettings> {
+    Ok(WorkerSettings {
+        count: env
+            .number("CAIRN_WORKERS")?
+            .or(file.workers.count)
+            .unwrap_or(DEFAULT_WORKERS),
+        concurrency: env
+            .number("CAIRN_WORKER_CONCURRENCY")?
+            .or(file.workers.concurrency)
+            .unwrap_or(DEFAULT_WORKER_CONCURRENCY),
+    })
+}
+
+/// `[projection]`: the model, the chunker and the vector store's optimiser.
+fn projection(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<ProjectionSettings> {
+    let chunker_defaults = gateways::ChunkerSettings::default();
+    let optimize_defaults = gateways::OptimizePolicy::default();
+    let projection = &file.projection;
+    Ok(ProjectionSettings {
+        models_dir: env
+            .get("CAIRN_MODELS_DIR")
+            .map(PathBuf::from)
+            .or(projection.models_dir.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_MODELS_DIR)),
+        chunker: gateways::ChunkerSettings {
+            max_tokens: projection
+                .chunk_max_tokens
+                .unwrap_or(chunker_defaults.max_tokens),
+            overlap_tokens: projection
+                .chunk_overlap_tokens
+                .unwrap_or(chunker_defaults.overlap_tokens),
+        },
+        embed_batch: env
+            .number("CAIRN_EMBED_BATCH")?
+            .or(projection.embed_batch)
+            .unwrap_or(gateways::embedder::DEFAULT_EMBED_BATCH),
+        embed_sessions: env
+            .number("CAIRN_EMBED_SESSIONS")?
+            .or(projection.embed_sessions)
+            .unwrap_or(1),
+        embed_threads: env
+            .number("CAIRN_EMBED_THREADS")?
+            .or(projection.embed_threads),
+        optimize: gateways::OptimizePolicy {
+            min_new_points: projection
+                .optimize_min_new_points
+                .unwrap_or(optimize_defaults.min_new_points),
+            max_new_points: projection
+                .optimize_max_new_points
+                .unwrap_or(optimize_defaults.max_new_points),
+            quiet: projection
+                .optimize_quiet_ms
+                .map_or(optimize_defaults.quiet, Duration::from_millis),
+            check_every: optimize_defaults.check_every,
+        },
+    })
+}
+
+/// `[search]`: admission and budgets.
+fn search(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<search::SearchSettings> {
+    let defaults = search::SearchSettings::default();
+    Ok(search::SearchSettings {
+        max_in_flight: env
+            .number("CAIRN_SEARCH_MAX_IN_FLIGHT")?
+            .or(file.search.max_in_flight)
+            .unwrap_or(defaults.max_in_flight),
+        max_queued: env
+            .number("CAIRN_SEARCH_MAX_QUEUED")?
+            .or(file.search.max_queued)
+            .unwrap_or(defaults.max_queued),
+        default_budget: env
+            .number("CAIRN_SEARCH_BUDGET_MS")?
+            .or(file.search.default_budget_ms)
+            .map_or(defaults.default_budget, Duration::from_millis),
+        max_budget: file
+            .search
+            .max_budget_ms
+            .map_or(defaults.max_budget, Duration::from_millis),
+    })
+}
+
+/// `[http]`: the server's connection cap and timeouts.
+fn http(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<crate::server::HttpSettings> {
+    let defaults = crate::server::HttpSettings::default();
+    Ok(crate::server::HttpSettings {
+        max_connections: env
+            .number("CAIRN_HTTP_MAX_CONNECTIONS")?
+            .or(file.http.max_connections)
+            .unwrap_or(defaults.max_connections),
+        header_read_timeout: env
+            .number("CAIRN_HTTP_HEADER_READ_TIMEOUT_MS")?
+            .or(file.http.header_read_timeout_ms)
+            .map_or(defaults.header_read_timeout, Duration::from_millis),
+        request_timeout: env
+            .number("CAIRN_HTTP_REQUEST_TIMEOUT_MS")?
+            .or(file.http.request_timeout_ms)
+            .map_or(defaults.request_timeout, Duration::from_millis),
+        shutdown_grace: env
+            .number("CAIRN_HTTP_SHUTDOWN_GRACE_MS")?
+            .or(file.http.shutdown_grace_ms)
+            .map_or(defaults.shutdown_grace, Duration::from_millis),
+    })
+}
+
+/// `[vectors]`: a Qdrant server, or `None` for the embedded qdrant-edge shard.
+fn vectors(
+    overrides: &Overrides,
+    env: &Env<'_>,
+    file: &FileConfig,
+) -> Option<gateways::ServerOptions> {
+    let url = overrides
+        .vectors_url
+        .clone()
+        .or_else(|| env.text("CAIRN_VECTORS_URL"))
+        .or(file.vectors.url.clone())
+        .filter(|url| !url.trim().is_empty())?;
+    let mut options = gateways::ServerOptions::new(url.trim());
+    options.api_key = env
+        .get("CAIRN_VECTORS_API_KEY")
+        .filter(|key| !key.is_empty())
+        .cloned();
+    if let Some(ms) = file.vectors.timeout_ms {
+        options.timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = file.vectors.connect_timeout_ms {
+        options.connect_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = file.vectors.retry_ms {
+        options.retry_budget = Duration::from_millis(ms);
+    }
+    if let Some(prefix) = &file.vectors.collection_prefix {
+        options.collection_prefix = prefix.clone();
+    }
+    Some(options)
+}
+
+/// `[graph]`: a Bolt server, or `None` for no graph backend.
+fn graph(env: &Env<'_>, file: &FileConfig) -> Option<gateways::BoltOptions> {
+    let url = env
+        .text("CAIRN_GRAPH_URL")
+        .or(file.graph.url.clone())
+        .filter(|url| !url.trim().is_empty())?;
+    let mut options = gateways::BoltOptions::new(
+        url.trim(),
+        env.get("CAIRN_GRAPH_USER")
+            .or(file.graph.user.as_ref())
+            .map_or("neo4j", String::as_str),
+        env.get("CAIRN_GRAPH_PASSWORD").map_or("", String::as_str),
+        env.get("CAIRN_GRAPH_DATABASE")
+            .or(file.graph.database.as_ref())
+            .map_or("neo4j", String::as_str),
+    );
+    if let Some(ms) = file.graph.timeout_ms {
+        options.timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = file.graph.retry_ms {
+        options.retry_budget = Duration::from_millis(ms);
+    }
+    Some(options)
+}

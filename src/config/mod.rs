@@ -1,0 +1,231 @@
+//! Configuration: typed, unknown keys refused, validated once. Sources, strongest first:
+//! command-line flags, environment variables (`CAIRN_*`), the TOML file, defaults from
+//! [`receipts::policy`]. The environment is passed in as a map so that tests control it.
+//!
+//! - `file.rs`: the file's schema (every section and key);
+//! - `load.rs`: each section from its sources ([`Config::load`]);
+//! - `validate.rs`: settings that cannot work together, refused at start.
+//!
+//! Every setting, its environment variable and its default are listed in
+//! `docs/configuration.md`; a test keeps that table equal to what the code reads.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use receipts::{policy, Backend};
+
+mod file;
+mod load;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+/// The default address of `cairn serve`.
+pub const DEFAULT_BIND: &str = "127.0.0.1:7171";
+/// The default data directory.
+pub const DEFAULT_DATA_DIR: &str = "./cairn-data";
+
+/// How revisions are projected: where the model is, how text is cut, how the model runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionSettings {
+    /// The directory `scripts/setup-model` fills.
+    pub models_dir: PathBuf,
+    /// Chunk size and overlap, in tokens.
+    pub chunker: gateways::ChunkerSettings,
+    /// Texts per ONNX Runtime call.
+    pub embed_batch: usize,
+    /// ONNX Runtime intra-op threads (`None`: every core).
+    pub embed_threads: Option<usize>,
+    /// Model sessions that embed batches in parallel.
+    pub embed_sessions: usize,
+    /// When the vector store's background optimiser builds indexes.
+    pub optimize: gateways::OptimizePolicy,
+}
+
+/// Default directory of the model files (relative to the working directory).
+pub const DEFAULT_MODELS_DIR: &str = "./models";
+
+/// Workers that `cairn serve` runs in its own process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerSettings {
+    /// Claim loops (0: none; run `cairn worker` beside it instead).
+    pub count: usize,
+    /// Jobs each one runs at once.
+    pub concurrency: usize,
+}
+
+/// Default number of in-process workers of `cairn serve`.
+pub const DEFAULT_WORKERS: usize = 1;
+/// Default jobs per worker at once.
+pub const DEFAULT_WORKER_CONCURRENCY: usize = 4;
+
+/// `[ledger]`: where the ledger is and how a process uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerSettings {
+    /// The PostgreSQL ledger's URL (`--ledger`, `CAIRN_LEDGER_URL`, `ledger.url`); `None`:
+    /// the embedded SQLite ledger in the data directory.
+    pub url: Option<String>,
+    /// Most submissions per group commit (`ledger.max_group`).
+    pub max_group: usize,
+    /// Connections in the PostgreSQL ledger's pool.
+    pub pool_size: u32,
+    /// Tasks committing acceptances on the PostgreSQL ledger (`ledger.committers`,
+    /// `CAIRN_LEDGER_COMMITTERS`): each commits whatever is queued in one transaction.
+    pub committers: usize,
+    /// How long a PostgreSQL ledger process keeps an authenticated token's answer at most
+    /// (`ledger.token_cache_ms`, `CAIRN_LEDGER_TOKEN_CACHE_MS`; 0: never); any change of the
+    /// tokens, in any process, clears it sooner.
+    pub token_cache: std::time::Duration,
+}
+
+/// Validated configuration of a cairn node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where the ledger and the admin token live.
+    pub data_dir: PathBuf,
+    /// Address of the HTTP API.
+    pub bind: SocketAddr,
+    /// Ingest limits.
+    pub acceptor: acceptor::AcceptorConfig,
+    /// Backends that get a projection receipt per job.
+    pub backends: Vec<Backend>,
+    /// The ledger: which engine, and how this process uses it.
+    pub ledger: LedgerSettings,
+    /// Attempts, lease, deadline, retry and quarantine policy of each job kind.
+    pub job_policies: policy::JobPolicies,
+    /// Workers inside `cairn serve`.
+    pub workers: WorkerSettings,
+    /// Chunking and embedding.
+    pub projection: ProjectionSettings,
+    /// Search admission and budgets.
+    pub search: search::SearchSettings,
+    /// Connection cap and timeouts of the HTTP server.
+    pub http: crate::server::HttpSettings,
+    /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
+    /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
+    /// directory.
+    pub vectors: Option<gateways::ServerOptions>,
+    /// The graph store (`CAIRN_GRAPH_URL`, `graph.url`, with the password from
+    /// `CAIRN_GRAPH_PASSWORD`); `None`: no graph backend.
+    pub graph: Option<gateways::BoltOptions>,
+}
+
+/// Flags that override the file and the environment.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--bind`.
+    pub bind: Option<String>,
+    /// `--config`.
+    pub config_file: Option<PathBuf>,
+    /// `--ledger`.
+    pub ledger_url: Option<String>,
+    /// `--vectors`.
+    pub vectors_url: Option<String>,
+}
+
+impl Config {
+    /// The ledger database file.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.data_dir.join("ledger.db")
+    }
+
+    /// The admin token file.
+    pub fn admin_token_path(&self) -> PathBuf {
+        admin_token_path(&self.data_dir)
+    }
+
+    /// Where the ledger is, for logs and messages (never a password).
+    pub fn ledger_description(&self) -> String {
+        match &self.ledger.url {
+            Some(url) => format!("PostgreSQL at {}", redact_url(url)),
+            None => format!("SQLite at {}", self.ledger_path().display()),
+        }
+    }
+
+    /// Where the vectors are, for logs and messages (never the API key).
+    pub fn vectors_description(&self) -> String {
+        match &self.vectors {
+            Some(options) => format!(
+                "Qdrant server at {}{}",
+                options.url,
+                if options.api_key.is_some() {
+                    " (with an API key)"
+                } else {
+                    ""
+                }
+            ),
+            None => format!(
+                "qdrant-edge under {}",
+                self.data_dir.join("vectors").display()
+            ),
+        }
+    }
+
+    /// Where the graph is, for logs and messages (never the password).
+    pub fn graph_description(&self) -> String {
+        match &self.graph {
+            Some(options) => format!(
+                "Bolt server at {} (database {}, user {})",
+                options.url, options.database, options.user
+            ),
+            None => "none".to_owned(),
+        }
+    }
+
+    /// PostgreSQL ledger options derived from this configuration (with a ledger URL).
+    pub fn postgres_options(&self, url: &str) -> receipts::PostgresOptions {
+        let mut options = receipts::PostgresOptions::new(url);
+        options.backends = self.backends.clone();
+        options.max_wave = self.ledger.max_group;
+        options.job_policies = self.job_policies;
+        options.max_connections = self.ledger.pool_size;
+        options.committers = self.ledger.committers;
+        options.token_cache = self.ledger.token_cache;
+        options
+    }
+
+    /// SQLite ledger options derived from this configuration.
+    pub fn ledger_options(&self) -> receipts::SqliteOptions {
+        let mut options = receipts::SqliteOptions::new(self.ledger_path());
+        options.backends = self.backends.clone();
+        options.max_group = self.ledger.max_group;
+        options.job_policies = self.job_policies;
+        options
+    }
+}
+/// Connections in the PostgreSQL ledger's pool by default.
+pub const DEFAULT_LEDGER_POOL_SIZE: u32 = 16;
+
+/// Acceptance committers per process on the PostgreSQL ledger.
+pub const DEFAULT_LEDGER_COMMITTERS: usize = 4;
+
+/// Milliseconds a PostgreSQL ledger process keeps an authenticated token's answer at most.
+pub const DEFAULT_LEDGER_TOKEN_CACHE_MS: u64 = 1000;
+
+/// A database URL without its password: `postgres://user:secret@host/db` becomes
+/// `postgres://user:***@host/db`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split(':').next().unwrap_or("");
+            let hidden = if credentials.contains(':') {
+                ":***"
+            } else {
+                ""
+            };
+            format!("{scheme}://{user}{hidden}@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Where the admin token of a data directory is written.
+pub fn admin_token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("admin.token")
+}

@@ -1,0 +1,375 @@
+//! Loading and validation, from flags, environment and file.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use receipts::{policy, Backend};
+
+use super::{Config, Overrides, DEFAULT_BIND};
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_qdrant_server_from_the_environment_with_its_key_kept_out_of_sight() {
+    let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
+    assert_eq!(config.vectors, None, "qdrant-edge by default");
+    let config = Config::load(
+        &Overrides::default(),
+        &env(&[
+            ("CAIRN_VECTORS_URL", "http://10.0.0.5:6334"),
+            ("CAIRN_VECTORS_API_KEY", "k3y-never-shown"),
+        ]),
+    )
+    .expect("config");
+    let vectors = config.vectors.clone().expect("server");
+    assert_eq!(vectors.url, "http://10.0.0.5:6334");
+    assert_eq!(vectors.api_key.as_deref(), Some("k3y-never-shown"));
+    assert!(!format!("{config:?}").contains("k3y-never-shown"));
+    assert!(!config.vectors_description().contains("k3y-never-shown"));
+    // The flag beats the environment.
+    let config = Config::load(
+        &Overrides {
+            vectors_url: Some("https://q.example:6334".to_owned()),
+            ..Overrides::default()
+        },
+        &env(&[("CAIRN_VECTORS_URL", "http://10.0.0.5:6334")]),
+    )
+    .expect("config");
+    assert_eq!(
+        config.vectors.expect("server").url,
+        "https://q.example:6334"
+    );
+}
+
+#[test]
+fn a_graph_from_the_environment_turns_the_graph_backend_on() {
+    let config = Config::load(
+        &Overrides::default(),
+        &env(&[
+            ("CAIRN_GRAPH_URL", "bolt://10.0.0.7:7687"),
+            ("CAIRN_GRAPH_USER", "root"),
+            ("CAIRN_GRAPH_PASSWORD", "gr4ph-secret"),
+            ("CAIRN_GRAPH_DATABASE", "cairn"),
+        ]),
+    )
+    .expect("config");
+    let graph = config.graph.clone().expect("graph");
+    assert_eq!(
+        (
+            graph.url.as_str(),
+            graph.user.as_str(),
+            graph.database.as_str()
+        ),
+        ("bolt://10.0.0.7:7687", "root", "cairn")
+    );
+    assert!(config.backends.contains(&Backend::Graph));
+    assert!(!format!("{config:?}").contains("gr4ph-secret"));
+    assert!(!config.graph_description().contains("gr4ph-secret"));
+    // The graph backend without a graph cannot work.
+    let error = Config::load(
+        &Overrides::default(),
+        &env(&[("CAIRN_BACKENDS", "relational,vector,graph")]),
+    )
+    .expect_err("no graph");
+    assert!(format!("{error:#}").contains("graph.url"), "{error:#}");
+}
+
+#[test]
+fn qdrant_settings_that_cannot_work_are_refused() {
+    for (url, file, wanted) in [
+        ("127.0.0.1:6334", "", "not a Qdrant gRPC URL"),
+        (
+            "http://q:6334",
+            "[vectors]\ncollection_prefix = \"a/b\"\n",
+            "collection_prefix",
+        ),
+        (
+            "http://q:6334",
+            "[jobs]\nlease_ms = 4000\n[vectors]\nretry_ms = 3000\n",
+            "half the shortest job lease",
+        ),
+        ("http://q:6334", "[vectors]\ntimeout_ms = 0\n", "timeout_ms"),
+    ] {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = directory.path().join("cairn.toml");
+        std::fs::write(&path, file).expect("write");
+        let error = Config::load(
+            &Overrides {
+                config_file: Some(path),
+                vectors_url: Some(url.to_owned()),
+                ..Overrides::default()
+            },
+            &HashMap::new(),
+        )
+        .expect_err("refused");
+        assert!(
+            format!("{error:#}").contains(wanted),
+            "{url} {file}: {error:#}"
+        );
+    }
+}
+
+#[test]
+fn defaults_without_anything() {
+    let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
+    assert_eq!(config.bind.to_string(), DEFAULT_BIND);
+    assert_eq!(config.backends, policy::DEFAULT_BACKENDS.to_vec());
+    assert_eq!(
+        config.acceptor.max_batch_items,
+        policy::DEFAULT_MAX_BATCH_ITEMS
+    );
+}
+
+#[test]
+fn flags_beat_env_beat_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cairn.toml");
+    std::fs::write(&file, "bind = \"127.0.0.1:1\"\ndata_dir = \"/file\"\n[limits]\nmax_batch_items = 7\n[ledger]\nbackends = [\"relational\", \"vector\", \"graph\"]\n[graph]\nurl = \"bolt://127.0.0.1:7687\"\n").expect("write");
+    let overrides = Overrides {
+        config_file: Some(file),
+        bind: Some("127.0.0.1:3".into()),
+        ..Overrides::default()
+    };
+    let config = Config::load(
+        &overrides,
+        &env(&[("CAIRN_BIND", "127.0.0.1:2"), ("CAIRN_DATA_DIR", "/env")]),
+    )
+    .expect("config");
+    assert_eq!(config.bind.port(), 3);
+    assert_eq!(config.data_dir, PathBuf::from("/env"));
+    assert_eq!(config.acceptor.max_batch_items, 7);
+    assert_eq!(config.backends.len(), 3);
+}
+
+#[test]
+fn job_policy_per_kind_env_beats_kind_beats_every_kind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cairn.toml");
+    std::fs::write(
+        &file,
+        "[jobs]\nmax_attempts = 7\nlease_ms = 5000\n[jobs.tombstone]\nmax_attempts = 2\nbackoff_base_ms = 10\n",
+    )
+    .expect("write");
+    let overrides = Overrides {
+        config_file: Some(file),
+        ..Overrides::default()
+    };
+    let config = Config::load(&overrides, &env(&[("CAIRN_LEASE_MS", "2000")])).expect("config");
+    let project = config.job_policies.project;
+    let tombstone = config.job_policies.tombstone;
+    assert_eq!(project.max_attempts, 7);
+    assert_eq!(tombstone.max_attempts, 2);
+    assert_eq!(project.lease_micros, 2_000_000);
+    assert_eq!(tombstone.lease_micros, 2_000_000);
+    assert_eq!(tombstone.backoff_base_micros, 10_000);
+    assert_eq!(
+        project.backoff_base_micros,
+        policy::DEFAULT_BACKOFF_BASE_MICROS
+    );
+    let error = Config::load(
+        &Overrides::default(),
+        &env(&[("CAIRN_LEASE_MS", "2000"), ("CAIRN_MAX_RUN_MS", "1000")]),
+    )
+    .expect_err("max run below lease");
+    assert!(format!("{error:#}").contains("jobs.project"), "{error:#}");
+}
+
+#[test]
+fn unknown_keys_and_bad_values_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cairn.toml");
+    std::fs::write(&file, "bnd = \"x\"\n").expect("write");
+    let overrides = Overrides {
+        config_file: Some(file),
+        ..Overrides::default()
+    };
+    let error = Config::load(&overrides, &HashMap::new()).expect_err("unknown key");
+    assert!(
+        format!("{error:#}").contains("unknown field `bnd`"),
+        "{error:#}"
+    );
+    let error = Config::load(
+        &Overrides::default(),
+        &env(&[("CAIRN_BACKENDS", "vector,elastic")]),
+    )
+    .expect_err("bad backend");
+    assert!(format!("{error:#}").contains("elastic"));
+    let error = Config::load(
+        &Overrides::default(),
+        &env(&[("CAIRN_MAX_BATCH_ITEMS", "lots")]),
+    )
+    .expect_err("bad number");
+    assert!(format!("{error:#}").contains("CAIRN_MAX_BATCH_ITEMS"));
+}
+
+/// The rows of the tables in `docs/configuration.md`: (file key, environment variable), `—`
+/// or empty for none.
+fn documented_settings() -> Vec<(Option<String>, Option<String>)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+    let text = std::fs::read_to_string(path).expect("docs/configuration.md");
+    let cell = |text: &str| {
+        let text = text.trim().trim_matches('`');
+        (!text.is_empty() && text != "—").then(|| text.to_owned())
+    };
+    text.lines()
+        .filter(|line| line.starts_with("| `") || line.starts_with("| —"))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
+            (cell(cells[0]), cells.get(1).and_then(|text| cell(text)))
+        })
+        .collect()
+}
+
+/// The names in backticks after "expected" in a serde error about an unknown field.
+fn expected_fields(message: &str) -> Vec<String> {
+    let Some((_, expected)) = message.split_once("expected") else {
+        return Vec::new();
+    };
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every leaf key the file's schema accepts, found by asking the real parser: a section
+/// refuses an unknown key by listing the ones it knows, and a key is a table when a key
+/// inside it is refused as unknown too.
+fn file_keys(prefix: &[String]) -> Vec<String> {
+    let probe = |path: &[String]| {
+        let mut table = toml::Table::new();
+        table.insert("zz_not_a_setting".to_owned(), toml::Value::Integer(1));
+        for segment in path.iter().rev() {
+            let mut outer = toml::Table::new();
+            outer.insert(segment.clone(), toml::Value::Table(table));
+            table = outer;
+        }
+        let text = toml::to_string(&table).expect("probe");
+        match toml::from_str::<super::file::FileConfig>(&text) {
+            Ok(_) => None,
+            Err(error) => Some(error.to_string()),
+        }
+    };
+    let Some(message) = probe(prefix) else {
+        return Vec::new();
+    };
+    if !message.contains("unknown field `zz_not_a_setting`") {
+        return Vec::new();
+    }
+    let mut keys = Vec::new();
+    for field in expected_fields(&message) {
+        let mut path = prefix.to_vec();
+        path.push(field);
+        match probe(&path) {
+            Some(inner) if inner.contains("unknown field `zz_not_a_setting`") => {
+                keys.extend(file_keys(&path));
+            }
+            _ => keys.push(path.join(".")),
+        }
+    }
+    keys
+}
+
+#[test]
+fn the_configuration_table_lists_every_setting_the_code_reads() {
+    use std::collections::BTreeSet;
+    let rows = documented_settings();
+    assert!(rows.len() > 40, "the table was not found: {rows:?}");
+
+    // File keys: the schema's, with `KIND` in the table standing for each job kind.
+    let from_code: BTreeSet<String> = file_keys(&[]).into_iter().collect();
+    let kinds: BTreeSet<String> = from_code
+        .iter()
+        .filter_map(|key| {
+            let parts: Vec<&str> = key.split('.').collect();
+            (parts.len() == 3 && parts[0] == "jobs").then(|| parts[1].to_owned())
+        })
+        .collect();
+    assert!(kinds.contains("project"), "job kinds: {kinds:?}");
+    let documented: BTreeSet<String> = rows
+        .iter()
+        .filter_map(|(key, _)| key.clone())
+        .flat_map(|key| {
+            if key.contains(".KIND.") {
+                kinds.iter().map(|kind| key.replace("KIND", kind)).collect()
+            } else {
+                vec![key]
+            }
+        })
+        .collect();
+    let undocumented: Vec<_> = from_code.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&from_code).collect();
+    assert!(
+        undocumented.is_empty(),
+        "file keys missing from docs/configuration.md: {undocumented:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "docs/configuration.md lists file keys the code does not know: {unknown:?}"
+    );
+
+    // Environment variables: those the loader reads (with a Qdrant server and a graph, so
+    // that their keys and passwords are read too), and those the command line reads.
+    let map = env(&[
+        ("CAIRN_VECTORS_URL", "http://127.0.0.1:6334"),
+        ("CAIRN_GRAPH_URL", "bolt://127.0.0.1:7687"),
+    ]);
+    let recording = super::load::Env::new(&map);
+    Config::load_from(&Overrides::default(), &recording).expect("config");
+    let read = recording.names_read();
+    let documented: BTreeSet<String> = rows.iter().filter_map(|(_, env)| env.clone()).collect();
+    let undocumented: Vec<_> = read.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "variables the loader reads, missing from docs/configuration.md: {undocumented:?}"
+    );
+    // Every documented variable is one the production code names, and every `CAIRN_*` name
+    // in the production code is documented.
+    let mut in_code = BTreeSet::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for crate_dir in [
+        "src",
+        "acceptor/src",
+        "worker/src",
+        "gateways/src",
+        "search/src",
+        "ops/src",
+        "receipts/src",
+        "extract/src",
+    ] {
+        for entry in walkdir::WalkDir::new(root.join(crate_dir)) {
+            let entry = entry.expect("walk");
+            if entry.path().extension().is_some_and(|ext| ext == "rs")
+                && !entry.path().ends_with("config/tests.rs")
+            {
+                let text = std::fs::read_to_string(entry.path()).expect("read");
+                for piece in text.split('"').skip(1).step_by(2) {
+                    if piece.starts_with("CAIRN_")
+                        && piece
+                            .chars()
+                            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                    {
+                        in_code.insert(piece.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    assert!(read.is_subset(&in_code));
+    let undocumented: Vec<_> = in_code.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&in_code).collect();
+    assert!(
+        undocumented.is_empty(),
+        "variables in the code, missing from docs/configuration.md: {undocumented:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "docs/configuration.md lists variables no code reads: {unknown:?}"
+    );
+}

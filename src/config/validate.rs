@@ -1,0 +1,148 @@
+//! Validation: settings that cannot work together are refused at start, with the setting named.
+
+use anyhow::bail;
+use receipts::Backend;
+
+use super::Config;
+
+impl Config {
+    pub(super) fn validate(&self) -> anyhow::Result<()> {
+        if self.backends.is_empty() {
+            bail!("at least one backend must be configured");
+        }
+        if self.acceptor.max_body_bytes < 1024 {
+            bail!("limits.max_body_bytes must be at least 1024");
+        }
+        let largest = self
+            .acceptor
+            .max_body_bytes
+            .max(self.acceptor.max_batch_body_bytes);
+        if self.acceptor.max_body_bytes_in_flight < largest {
+            bail!(
+                "limits.max_body_bytes_in_flight ({}) must be at least the largest body limit \
+                 ({largest}), or a request of that size could never be read",
+                self.acceptor.max_body_bytes_in_flight
+            );
+        }
+        if self.acceptor.max_batch_items == 0 || self.acceptor.max_batch_items > 100_000 {
+            bail!("limits.max_batch_items must be between 1 and 100000");
+        }
+        if self.ledger.pool_size < 2 || self.ledger.pool_size > 1000 {
+            bail!("ledger.pool_size must be between 2 and 1000");
+        }
+        if self.ledger.committers == 0
+            || self.ledger.committers as u64 >= u64::from(self.ledger.pool_size)
+        {
+            bail!(
+                "ledger.committers must be at least 1 and below ledger.pool_size ({}): each \
+                 holds a connection while it commits",
+                self.ledger.pool_size
+            );
+        }
+        if self.ledger.max_group == 0 {
+            bail!("ledger.max_group must be at least 1");
+        }
+        for (kind, policy) in self.job_policies.all() {
+            if let Err(problem) = policy.check() {
+                bail!("jobs.{kind}: {problem}");
+            }
+        }
+        if self.workers.concurrency == 0 || self.workers.concurrency > 1024 {
+            bail!("workers.concurrency must be between 1 and 1024");
+        }
+        if self.workers.count > 64 {
+            bail!("workers.count must be at most 64");
+        }
+        let chunker = &self.projection.chunker;
+        let window = gateways::embedder::MODEL_MAX_TOKENS - 2;
+        if chunker.max_tokens == 0 || chunker.max_tokens > window {
+            bail!("projection.chunk_max_tokens must be between 1 and {window}");
+        }
+        if chunker.overlap_tokens >= chunker.max_tokens {
+            bail!("projection.chunk_overlap_tokens must be below chunk_max_tokens");
+        }
+        if self.search.max_in_flight == 0 {
+            bail!("search.max_in_flight must be at least 1");
+        }
+        if self.search.max_queued > 100_000 {
+            bail!("search.max_queued must be at most 100000");
+        }
+        if self.search.default_budget.is_zero()
+            || self.search.default_budget > self.search.max_budget
+        {
+            bail!("search.default_budget_ms must be between 1 and search.max_budget_ms");
+        }
+        if self.projection.optimize.min_new_points > self.projection.optimize.max_new_points {
+            bail!("projection.optimize_min_new_points must not exceed optimize_max_new_points");
+        }
+        if self.projection.embed_sessions == 0 || self.projection.embed_sessions > 16 {
+            bail!("projection.embed_sessions must be between 1 and 16");
+        }
+        let http = &self.http;
+        if http.max_connections == 0 || http.max_connections > 1_000_000 {
+            bail!("http.max_connections must be between 1 and 1000000");
+        }
+        if http.header_read_timeout.is_zero() {
+            bail!("http.header_read_timeout_ms must be at least 1");
+        }
+        if http.request_timeout <= self.search.max_budget {
+            bail!(
+                "http.request_timeout_ms ({}) must be above search.max_budget_ms ({}): a search \
+                 within its budget must not be cut off",
+                http.request_timeout.as_millis(),
+                self.search.max_budget.as_millis()
+            );
+        }
+        if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
+            bail!("projection.embed_batch must be between 1 and 512");
+        }
+        match &self.graph {
+            None if self.backends.contains(&Backend::Graph) => bail!(
+                "the graph backend is listed but no graph is configured: set graph.url (or \
+                 CAIRN_GRAPH_URL), or remove `graph` from backends"
+            ),
+            Some(graph) => {
+                if graph.timeout.is_zero() {
+                    bail!("graph.timeout_ms must be at least 1");
+                }
+                self.check_retry_budget("graph.retry_ms", graph.retry_budget)?;
+            }
+            None => {}
+        }
+        if let Some(vectors) = &self.vectors {
+            if !(vectors.url.starts_with("http://") || vectors.url.starts_with("https://")) {
+                bail!(
+                    "vectors.url `{}` is not a Qdrant gRPC URL (http://host:6334, or https:// \
+                     for TLS); leave it unset for the embedded qdrant-edge store",
+                    vectors.url
+                );
+            }
+            if vectors.timeout.is_zero() || vectors.connect_timeout.is_zero() {
+                bail!("vectors.timeout_ms and vectors.connect_timeout_ms must be at least 1");
+            }
+            let valid_prefix = vectors
+                .collection_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid_prefix || vectors.collection_prefix.len() > 64 {
+                bail!("vectors.collection_prefix may hold only letters, digits, `-` and `_` (at most 64)");
+            }
+            self.check_retry_budget("vectors.retry_ms", vectors.retry_budget)?;
+        }
+        Ok(())
+    }
+
+    /// In-process retries of a store call must end well inside the lease (at most half the
+    /// shortest), so a retrying worker never outlives its own lease.
+    fn check_retry_budget(&self, setting: &str, budget: std::time::Duration) -> anyhow::Result<()> {
+        let lease_ms = self.job_policies.shortest_lease_micros() / 1000;
+        let retry_ms = i64::try_from(budget.as_millis()).unwrap_or(i64::MAX);
+        if retry_ms.saturating_mul(2) > lease_ms {
+            bail!(
+                "{setting} ({retry_ms}) must be at most half the shortest job lease \
+                 ({lease_ms} ms): in-process retries are bounded by the lease"
+            );
+        }
+        Ok(())
+    }
+}
