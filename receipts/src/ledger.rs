@@ -1,6 +1,9 @@
-//! The ledger's capability traits. Callers hold an `Arc<dyn Ledger>`; a Postgres ledger
-//! implements the same traits and passes the same conformance suite
-//! ([`crate::conformance`]).
+//! The ledger's capability traits, one per role: [`Acceptor`] (acceptance, blocks, erasure),
+//! [`Reader`] (reads, lexical search, binding), [`Tokens`], [`Leases`] (the job lifecycle),
+//! [`Projections`] (chunk rows, receipts, generations) and [`Operations`]. [`Ledger`] is all
+//! of them, for the code that composes a process; each role's crate holds only the bounds it
+//! uses. The SQLite and PostgreSQL ledgers implement every trait and pass one conformance
+//! suite (the dev-only `testkit` crate).
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -106,8 +109,11 @@ pub trait Tokens: Send + Sync {
         })
     }
 
-    /// The principal of a token that is neither revoked nor expired. Checked against the
-    /// ledger on every call: a revocation takes effect at the next request.
+    /// The principal of a token that is neither revoked nor expired. SQLite checks the ledger
+    /// on every call; a PostgreSQL process keeps an answer for at most
+    /// `ledger.token_cache_ms` (1 s) and never past the token's expiry, and any change of the
+    /// tokens, in any process, clears it at once: a revocation takes effect at the next
+    /// request everywhere.
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>>;
 
     /// Number of tokens that authenticate now.

@@ -10,7 +10,8 @@
 //!   **tombstone** that deletes the source.
 //! - Accepting a revision queues one **projection job**, with one **projection receipt** per
 //!   configured backend (`relational`, `vector`, `graph`). A receipt becomes `verified` only
-//!   after a worker reads its write back (later issues).
+//!   after a worker reads its write back (chunk rows by count and checksum, vectors by count,
+//!   dimension and model, graph presence).
 //! - **History** is append-only and written by the store itself (SQLite triggers, PL/pgSQL
 //!   triggers on PostgreSQL), for every
 //!   head move, job state change, receipt state change and content block, whoever issued the
@@ -45,7 +46,8 @@
 //! 3. A source has exactly one head. At most one unfinished job exists per source and live
 //!    generation: accepting a new head marks the previous unfinished jobs and receipts
 //!    `superseded` (an erasure's jobs excepted: they erase the stores whatever comes next).
-//! 4. The lexical index (FTS5) holds the passages of current, non-deleted heads only; it is
+//! 4. The lexical index (FTS5 on SQLite, a `tsvector` per passage under a GIN index on
+//!    PostgreSQL) holds the passages of current, non-deleted heads only; it is
 //!    updated in the same transaction as the head move, so lexical search never waits for a
 //!    worker and never returns a superseded or deleted revision.
 //! 5. Submitting bytes equal to the current head creates nothing (`duplicate`). Submitting the
@@ -59,9 +61,9 @@
 //!
 //! ## Engines
 //! The domain (model, traits, policy, auth, validation, ids, errors, the acceptance and
-//! run-ending rules, the conformance suite) imports no engine; [`sqlite`] and [`postgres`]
-//! implement the traits and import each other in no way. Both pass [`ledger_conformance!`]
-//! and the lease model.
+//! run-ending rules, the generation rules) imports no engine; [`sqlite`] and [`postgres`]
+//! implement the traits and import each other in no way. Both pass the ledger conformance
+//! suite and the lease model (the dev-only `testkit` crate).
 //!
 //! [`PostgresLedger`] runs each operation as a transaction on a pool (row locks, `SKIP
 //! LOCKED` claims, advisory locks per source for acceptance), groups concurrent acceptances
