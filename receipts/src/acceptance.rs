@@ -51,12 +51,14 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
             validate::tags(&document.tags)?;
             validate::metadata(&document.metadata)?;
             let sha256 = ids::sha256_hex(&document.bytes);
-            let revision_id = ids::revision_id(
-                &submission.dataset,
-                &submission.source_key,
-                &sha256,
-                &document,
-            );
+            let revision_id = ids::revision_id(ids::RevisionIdentity {
+                dataset: &submission.dataset,
+                source_key: &submission.source_key,
+                sha256: &sha256,
+                media_type: &document.media_type,
+                tags: &document.tags,
+                metadata: &document.metadata,
+            });
             let format = extract::Format::of(&document.media_type);
             let (passages, extracted) = if format.extracts() {
                 // Bounded (HTML by its nesting, a PDF in a child process, a DOCX by capped

@@ -11,8 +11,6 @@
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::model::Document;
-
 /// Namespace for revision ids (a fixed v4 uuid, never change it: ids would change).
 const REVISION_NAMESPACE: Uuid = Uuid::from_u128(0x6f0c_0f5b_3c1e_4f8e_9a44_8f61_2a9d_c0de);
 
@@ -29,16 +27,41 @@ pub fn canonical_tags(tags: &[String]) -> Vec<String> {
     sorted
 }
 
+/// What a content revision's id is derived from: everything that makes two revisions the same.
+#[derive(Debug, Clone, Copy)]
+pub struct RevisionIdentity<'a> {
+    /// The dataset.
+    pub dataset: &'a str,
+    /// The source key.
+    pub source_key: &'a str,
+    /// The content's SHA-256, lowercase hex.
+    pub sha256: &'a str,
+    /// The media type.
+    pub media_type: &'a str,
+    /// The tags, in any order.
+    pub tags: &'a [String],
+    /// The caller's metadata.
+    pub metadata: &'a serde_json::Map<String, serde_json::Value>,
+}
+
 /// The deterministic id of a content revision.
-pub fn revision_id(dataset: &str, source_key: &str, sha256: &str, document: &Document) -> Uuid {
+pub fn revision_id(identity: RevisionIdentity<'_>) -> Uuid {
+    let RevisionIdentity {
+        dataset,
+        source_key,
+        sha256,
+        media_type,
+        tags,
+        metadata,
+    } = identity;
     // serde_json's map is ordered by key, so the metadata serialises canonically.
     let identity = serde_json::json!([
         dataset,
         source_key,
         sha256,
-        document.media_type,
-        canonical_tags(&document.tags),
-        document.metadata,
+        media_type,
+        canonical_tags(tags),
+        metadata,
     ]);
     Uuid::new_v5(&REVISION_NAMESPACE, identity.to_string().as_bytes())
 }

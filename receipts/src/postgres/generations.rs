@@ -10,12 +10,13 @@
 //! change left them: no acceptance can miss a generation being built, or queue work for one
 //! being retired.
 
+use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::{parse_enum, PostgresLedger, WORK_CHANNEL};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::generations::{check, incomplete, refuse_second_build, MISSING_SAMPLE};
+use crate::generations::{GenerationWrites, MISSING_SAMPLE};
 use crate::model::{
     Backend, Generation, GenerationChange, GenerationChanged, GenerationCommand,
     GenerationProgress, GenerationState, GenerationView,
@@ -108,90 +109,6 @@ pub(crate) async fn insert(
     .execute(&mut *connection)
     .await?;
     Ok(())
-}
-
-async fn create(
-    connection: &mut PgConnection,
-    generation: &Generation,
-    priority: i64,
-    actor: &str,
-    reason: &str,
-    now: Micros,
-    max_attempts: i64,
-) -> Result<i64> {
-    let existing = state_of(connection, &generation.id).await?;
-    if let Some(state) = existing {
-        check(&generation.id, state, "create")?;
-    }
-    let building: Option<String> =
-        sqlx::query_scalar("SELECT id FROM generations WHERE state = 'building'")
-            .fetch_optional(&mut *connection)
-            .await?;
-    if let Some(building) = building.filter(|building| *building != generation.id) {
-        return Err(refuse_second_build(&building, &generation.id));
-    }
-    let cause = format!("create: {reason}");
-    match existing {
-        Some(_) => {
-            sqlx::query("UPDATE generations SET retired_evidence = NULL WHERE id = $1")
-                .bind(&generation.id)
-                .execute(&mut *connection)
-                .await?;
-            set_state(
-                connection,
-                &generation.id,
-                GenerationState::Building,
-                actor,
-                &cause,
-                now,
-            )
-            .await?;
-        }
-        None => {
-            insert(
-                connection,
-                generation,
-                GenerationState::Building,
-                actor,
-                &cause,
-                now,
-            )
-            .await?
-        }
-    }
-    let queued = sqlx::query(
-        "WITH queued AS ( \
-           INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, priority, \
-             attempt, max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
-             generation) \
-           SELECT gen_random_uuid(), s.head_revision_id, s.dataset, s.source_key, 'project', \
-             'pending', $2, 0, $6, $3, $3, $4, $5, $3, $1 \
-           FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE NOT r.tombstone \
-           RETURNING id), \
-         receipts AS ( \
-           INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
-             change_cause, changed_at) \
-           SELECT q.id, b.value, 'pending', $3, $4, $5, $3 \
-           FROM queued q, generations g, jsonb_array_elements_text(g.backends) AS b(value) \
-           WHERE g.id = $1 AND b.value <> 'graph') \
-         SELECT count(*) FROM queued",
-    )
-    .bind(&generation.id)
-    .bind(priority)
-    .bind(now)
-    .bind(actor)
-    .bind(format!("rebuild:{}", generation.id))
-    .bind(max_attempts)
-    .fetch_one(&mut *connection)
-    .await?
-    .try_get::<i64, _>(0)?;
-    if queued > 0 {
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(WORK_CHANNEL)
-            .execute(&mut *connection)
-            .await?;
-    }
-    Ok(queued)
 }
 
 /// Current heads not verified in `id`: their count and a sample.
@@ -351,156 +268,188 @@ impl PostgresLedger {
                 .await?;
         }
         let now = self.now(&mut tx).await?;
-        let mut jobs = 0;
-        let mut chunk_rows_deleted = 0;
-        let mut previous: Option<String> = None;
-        let mut missing_heads = (0, Vec::new());
-        let id = match change {
-            GenerationChange::Create {
-                generation,
-                priority,
-            } => {
-                let max_attempts = self.options.job_policies.project.max_attempts;
-                jobs = create(
-                    &mut tx,
-                    &generation,
-                    priority,
-                    &actor,
-                    &reason,
-                    now,
-                    max_attempts,
-                )
-                .await?;
-                generation.id
-            }
-            GenerationChange::Switch { id, force } => {
-                let state = state_of(&mut tx, &id)
-                    .await?
-                    .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
-                check(&id, state, "switch to")?;
-                missing_heads = missing(&mut tx, &id).await?;
-                if missing_heads.0 > 0 && !force {
-                    return Err(incomplete(&id, missing_heads.0, &missing_heads.1));
-                }
-                previous = sqlx::query_scalar("SELECT id FROM generations WHERE state = 'active'")
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if let Some(previous) = &previous {
-                    let cause = format!("switch to {id}: {reason}");
-                    set_state(
-                        &mut tx,
-                        previous,
-                        GenerationState::Standby,
-                        &actor,
-                        &cause,
-                        now,
-                    )
-                    .await?;
-                }
-                let cause = match missing_heads.0 {
-                    0 => format!("switch: {reason}"),
-                    missing => format!("forced switch with {missing} head(s) missing: {reason}"),
-                };
-                set_state(&mut tx, &id, GenerationState::Active, &actor, &cause, now).await?;
-                id
-            }
-            GenerationChange::Retire { id } => {
-                let state = state_of(&mut tx, &id)
-                    .await?
-                    .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
-                check(&id, state, "retire")?;
-                set_state(
-                    &mut tx,
-                    &id,
-                    GenerationState::Retiring,
-                    &actor,
-                    &format!("retire: {reason}"),
-                    now,
-                )
-                .await?;
-                let gone = format!("generation_retired:{id}");
-                sqlx::query(
-                    "UPDATE projection_receipts SET state = 'superseded', updated_at = $2, \
-                       changed_by = $3, change_cause = $4, changed_at = $2, \
-                       change_seq = change_seq + 1 \
-                     WHERE state IN ('pending', 'running', 'written', 'verified', 'excluded') \
-                       AND job_id IN (SELECT id FROM jobs WHERE generation = $1)",
-                )
-                .bind(&id)
-                .bind(now)
-                .bind(&actor)
-                .bind(&gone)
-                .execute(&mut *tx)
-                .await?;
-                jobs = sqlx::query(
-                    "UPDATE jobs SET state = 'cancelled', lease_id = NULL, lease_owner = NULL, \
-                       lease_expires_at = NULL, changed_by = $3, change_cause = $4, \
-                       changed_at = GREATEST($2, changed_at), change_seq = change_seq + 1 \
-                     WHERE generation = $1 AND state IN ('pending', 'running', 'retry_wait')",
-                )
-                .bind(&id)
-                .bind(now)
-                .bind(&actor)
-                .bind(&gone)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected() as i64;
-                chunk_rows_deleted = sqlx::query("DELETE FROM chunks WHERE generation = $1")
-                    .bind(&id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected() as i64;
-                sqlx::query("DELETE FROM searchable_revisions WHERE generation = $1")
-                    .bind(&id)
-                    .execute(&mut *tx)
-                    .await?;
-                id
-            }
-            GenerationChange::Retired { id, evidence } => {
-                let state = state_of(&mut tx, &id)
-                    .await?
-                    .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
-                check(&id, state, "finish retiring")?;
-                let rows: i64 =
-                    sqlx::query_scalar("SELECT count(*) FROM chunks WHERE generation = $1")
-                        .bind(&id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                if rows != 0 {
-                    return Err(LedgerError::Internal(format!(
-                        "generation {id} still has {rows} chunk rows after retiring"
-                    )));
-                }
-                let mut evidence = evidence;
-                if let Some(object) = evidence.as_object_mut() {
-                    object.insert("chunk_rows".to_owned(), rows.into());
-                }
-                sqlx::query("UPDATE generations SET retired_evidence = $2 WHERE id = $1")
-                    .bind(&id)
-                    .bind(&evidence)
-                    .execute(&mut *tx)
-                    .await?;
-                set_state(
-                    &mut tx,
-                    &id,
-                    GenerationState::Retired,
-                    &actor,
-                    &format!("retired: {reason}"),
-                    now,
-                )
-                .await?;
-                id
-            }
-        };
-        let generation = view(&mut tx, &id, now).await?;
+        let max_attempts = self.options.job_policies.project.max_attempts;
+        let changed = crate::generations::change(
+            &mut Writes {
+                connection: &mut tx,
+                max_attempts,
+            },
+            GenerationCommand {
+                change,
+                actor,
+                reason,
+            },
+            now,
+        )
+        .await?;
         tx.commit().await?;
-        Ok(GenerationChanged {
-            generation,
-            jobs,
-            chunk_rows_deleted,
-            previous,
-            missing: missing_heads.0,
-            missing_sample: missing_heads.1,
-        })
+        Ok(changed)
+    }
+}
+
+/// A generation change's reads and writes on PostgreSQL, in the change's transaction.
+struct Writes<'c> {
+    connection: &'c mut PgConnection,
+    /// Attempts of the `project` jobs a rebuild queues.
+    max_attempts: i64,
+}
+
+#[async_trait]
+impl GenerationWrites for Writes<'_> {
+    async fn state_of(&mut self, id: &str) -> Result<Option<GenerationState>> {
+        state_of(self.connection, id).await
+    }
+
+    async fn in_state(&mut self, state: GenerationState) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM generations WHERE state = $1")
+                .bind(state.as_str())
+                .fetch_optional(&mut *self.connection)
+                .await?,
+        )
+    }
+
+    async fn missing_heads(&mut self, id: &str) -> Result<(i64, Vec<String>)> {
+        missing(self.connection, id).await
+    }
+
+    async fn set_state(
+        &mut self,
+        id: &str,
+        state: GenerationState,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<()> {
+        set_state(self.connection, id, state, actor, cause, now).await
+    }
+
+    async fn insert(
+        &mut self,
+        generation: &Generation,
+        state: GenerationState,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<()> {
+        insert(self.connection, generation, state, actor, cause, now).await
+    }
+
+    async fn clear_retired_evidence(&mut self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE generations SET retired_evidence = NULL WHERE id = $1")
+            .bind(id)
+            .execute(&mut *self.connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn queue_rebuild(
+        &mut self,
+        generation: &Generation,
+        priority: i64,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<i64> {
+        let queued = sqlx::query(
+            "WITH queued AS ( \
+               INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, priority, \
+                 attempt, max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+                 generation) \
+               SELECT gen_random_uuid(), s.head_revision_id, s.dataset, s.source_key, 'project', \
+                 'pending', $2, 0, $6, $3, $3, $4, $5, $3, $1 \
+               FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE NOT r.tombstone \
+               RETURNING id), \
+             receipts AS ( \
+               INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+                 change_cause, changed_at) \
+               SELECT q.id, b.value, 'pending', $3, $4, $5, $3 \
+               FROM queued q, generations g, jsonb_array_elements_text(g.backends) AS b(value) \
+               WHERE g.id = $1 AND b.value <> 'graph') \
+             SELECT count(*) FROM queued",
+        )
+        .bind(&generation.id)
+        .bind(priority)
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .bind(self.max_attempts)
+        .fetch_one(&mut *self.connection)
+        .await?
+        .try_get::<i64, _>(0)?;
+        if queued > 0 {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(WORK_CHANNEL)
+                .execute(&mut *self.connection)
+                .await?;
+        }
+        Ok(queued)
+    }
+
+    async fn stop_work(
+        &mut self,
+        id: &str,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<(i64, i64)> {
+        sqlx::query(
+            "UPDATE projection_receipts SET state = 'superseded', updated_at = $2, \
+               changed_by = $3, change_cause = $4, changed_at = $2, \
+               change_seq = change_seq + 1 \
+             WHERE state IN ('pending', 'running', 'written', 'verified', 'excluded') \
+               AND job_id IN (SELECT id FROM jobs WHERE generation = $1)",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .execute(&mut *self.connection)
+        .await?;
+        let jobs = sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', lease_id = NULL, lease_owner = NULL, \
+               lease_expires_at = NULL, changed_by = $3, change_cause = $4, \
+               changed_at = GREATEST($2, changed_at), change_seq = change_seq + 1 \
+             WHERE generation = $1 AND state IN ('pending', 'running', 'retry_wait')",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .execute(&mut *self.connection)
+        .await?
+        .rows_affected() as i64;
+        let rows = sqlx::query("DELETE FROM chunks WHERE generation = $1")
+            .bind(id)
+            .execute(&mut *self.connection)
+            .await?
+            .rows_affected() as i64;
+        sqlx::query("DELETE FROM searchable_revisions WHERE generation = $1")
+            .bind(id)
+            .execute(&mut *self.connection)
+            .await?;
+        Ok((jobs, rows))
+    }
+
+    async fn chunk_rows(&mut self, id: &str) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM chunks WHERE generation = $1")
+                .bind(id)
+                .fetch_one(&mut *self.connection)
+                .await?,
+        )
+    }
+
+    async fn record_retired(&mut self, id: &str, evidence: &serde_json::Value) -> Result<()> {
+        sqlx::query("UPDATE generations SET retired_evidence = $2 WHERE id = $1")
+            .bind(id)
+            .bind(evidence)
+            .execute(&mut *self.connection)
+            .await?;
+        Ok(())
+    }
+
+    async fn view(&mut self, id: &str, now: Micros) -> Result<GenerationView> {
+        view(self.connection, id, now).await
     }
 }

@@ -2,17 +2,17 @@
 //! in its transaction, so a change and the jobs it queues or cancels commit together) and
 //! their progress. History is written by the `generations` triggers.
 
+use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;
 
-use super::projection::generation_from_row;
 use super::{json_text, parse_enum};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::generations::{check, incomplete, refuse_second_build, MISSING_SAMPLE};
+use crate::generations::{GenerationWrites, MISSING_SAMPLE};
 use crate::model::{
-    Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationProgress,
-    GenerationState, GenerationView,
+    Generation, GenerationChanged, GenerationCommand, GenerationProgress, GenerationState,
+    GenerationView,
 };
 
 /// A random version-4 UUID in SQL (job ids of jobs queued by a statement).
@@ -64,263 +64,174 @@ async fn set_state(
     Ok(())
 }
 
-/// Applies one generation change.
+/// Applies one generation change: the domain's state machine
+/// ([`crate::generations::change`]) over this connection's writes.
 pub(crate) async fn change(
     connection: &mut SqliteConnection,
     command: GenerationCommand,
     now: Micros,
 ) -> Result<GenerationChanged> {
-    let GenerationCommand {
-        change,
-        actor,
-        reason,
-    } = command;
-    let mut changed = GenerationChanged {
-        generation: placeholder(),
-        jobs: 0,
-        chunk_rows_deleted: 0,
-        previous: None,
-        missing: 0,
-        missing_sample: Vec::new(),
-    };
-    let id = match change {
-        GenerationChange::Create {
-            generation,
-            priority,
-        } => {
-            changed.jobs = create(connection, &generation, priority, &actor, &reason, now).await?;
-            generation.id
-        }
-        GenerationChange::Switch { id, force } => {
-            let state = state_of(connection, &id)
-                .await?
-                .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
-            check(&id, state, "switch to")?;
-            let (missing, sample) = missing(connection, &id).await?;
-            if missing > 0 && !force {
-                return Err(incomplete(&id, missing, &sample));
-            }
-            let previous: Option<String> =
-                sqlx::query_scalar("SELECT id FROM generations WHERE state = 'active'")
-                    .fetch_optional(&mut *connection)
-                    .await?;
-            let cause = format!("switch to {id}: {reason}");
-            if let Some(previous) = &previous {
-                set_state(
-                    connection,
-                    previous,
-                    GenerationState::Standby,
-                    &actor,
-                    &cause,
-                    now,
-                )
-                .await?;
-            }
-            let cause = match (missing, force) {
-                (0, _) => format!("switch: {reason}"),
-                _ => format!("forced switch with {missing} head(s) missing: {reason}"),
-            };
-            set_state(
-                connection,
-                &id,
-                GenerationState::Active,
-                &actor,
-                &cause,
-                now,
-            )
+    crate::generations::change(&mut Writes(connection), command, now).await
+}
+
+/// A generation change's reads and writes on SQLite, in the writer's transaction.
+struct Writes<'c>(&'c mut SqliteConnection);
+
+#[async_trait]
+impl GenerationWrites for Writes<'_> {
+    async fn state_of(&mut self, id: &str) -> Result<Option<GenerationState>> {
+        state_of(self.0, id).await
+    }
+
+    async fn in_state(&mut self, state: GenerationState) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM generations WHERE state = ?")
+                .bind(state.as_str())
+                .fetch_optional(&mut *self.0)
+                .await?,
+        )
+    }
+
+    async fn missing_heads(&mut self, id: &str) -> Result<(i64, Vec<String>)> {
+        missing(self.0, id).await
+    }
+
+    async fn set_state(
+        &mut self,
+        id: &str,
+        state: GenerationState,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<()> {
+        set_state(self.0, id, state, actor, cause, now).await
+    }
+
+    async fn insert(
+        &mut self,
+        generation: &Generation,
+        state: GenerationState,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<()> {
+        insert(self.0, generation, state, actor, cause, now).await
+    }
+
+    async fn clear_retired_evidence(&mut self, id: &str) -> Result<()> {
+        sqlx::query("UPDATE generations SET retired_evidence = NULL WHERE id = ?")
+            .bind(id)
+            .execute(&mut *self.0)
             .await?;
-            changed.previous = previous;
-            changed.missing = missing;
-            changed.missing_sample = sample;
-            id
-        }
-        GenerationChange::Retire { id } => {
-            let state = state_of(connection, &id)
-                .await?
-                .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
-            check(&id, state, "retire")?;
-            let cause = format!("retire: {reason}");
-            set_state(
-                connection,
-                &id,
-                GenerationState::Retiring,
-                &actor,
-                &cause,
-                now,
-            )
-            .await?;
-            let gone = format!("generation_retired:{id}");
-            sqlx::query(
-                "UPDATE projection_receipts SET state = 'superseded', updated_at = ?2, \
-                   changed_by = ?3, change_cause = ?4, changed_at = ?2, change_seq = change_seq + 1 \
-                 WHERE state IN ('pending', 'running', 'written', 'verified', 'excluded') \
-                   AND job_id IN (SELECT id FROM jobs WHERE generation = ?1)",
-            )
-            .bind(&id)
-            .bind(now)
-            .bind(&actor)
-            .bind(&gone)
-            .execute(&mut *connection)
-            .await?;
-            changed.jobs = sqlx::query(
-                "UPDATE jobs SET state = 'cancelled', lease_id = NULL, lease_owner = NULL, \
-                   lease_expires_at = NULL, changed_by = ?3, change_cause = ?4, changed_at = ?2, \
-                   change_seq = change_seq + 1 \
-                 WHERE generation = ?1 AND state IN ('pending', 'running', 'retry_wait')",
-            )
-            .bind(&id)
-            .bind(now)
-            .bind(&actor)
-            .bind(&gone)
-            .execute(&mut *connection)
+        Ok(())
+    }
+
+    async fn queue_rebuild(
+        &mut self,
+        generation: &Generation,
+        priority: i64,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<i64> {
+        let queued = sqlx::query(&format!(
+            "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, priority, \
+               attempt, max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+               generation) \
+             SELECT {SQL_UUID}, s.head_revision_id, s.dataset, s.source_key, 'project', \
+               'pending', ?2, 0, (SELECT max_attempts FROM job_policies WHERE kind = 'project'), \
+               ?3, ?3, ?4, ?5, ?3, ?1 \
+             FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE r.tombstone = 0"
+        ))
+        .bind(&generation.id)
+        .bind(priority)
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .execute(&mut *self.0)
+        .await?
+        .rows_affected() as i64;
+        sqlx::query(
+            "INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+               change_cause, changed_at) \
+             SELECT j.id, b.value, 'pending', ?2, j.changed_by, j.change_cause, ?2 \
+             FROM jobs j JOIN generations g ON g.id = j.generation, json_each(g.backends) AS b \
+             WHERE j.generation = ?1 AND j.state = 'pending' AND b.value <> 'graph' \
+               AND NOT EXISTS (SELECT 1 FROM projection_receipts p WHERE p.job_id = j.id)",
+        )
+        .bind(&generation.id)
+        .bind(now)
+        .execute(&mut *self.0)
+        .await?;
+        // The writer wakes the workers after its commit.
+        Ok(queued)
+    }
+
+    async fn stop_work(
+        &mut self,
+        id: &str,
+        actor: &str,
+        cause: &str,
+        now: Micros,
+    ) -> Result<(i64, i64)> {
+        sqlx::query(
+            "UPDATE projection_receipts SET state = 'superseded', updated_at = ?2, \
+               changed_by = ?3, change_cause = ?4, changed_at = ?2, change_seq = change_seq + 1 \
+             WHERE state IN ('pending', 'running', 'written', 'verified', 'excluded') \
+               AND job_id IN (SELECT id FROM jobs WHERE generation = ?1)",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .execute(&mut *self.0)
+        .await?;
+        let jobs = sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', lease_id = NULL, lease_owner = NULL, \
+               lease_expires_at = NULL, changed_by = ?3, change_cause = ?4, changed_at = ?2, \
+               change_seq = change_seq + 1 \
+             WHERE generation = ?1 AND state IN ('pending', 'running', 'retry_wait')",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(actor)
+        .bind(cause)
+        .execute(&mut *self.0)
+        .await?
+        .rows_affected() as i64;
+        let rows = sqlx::query("DELETE FROM chunks WHERE generation = ?")
+            .bind(id)
+            .execute(&mut *self.0)
             .await?
             .rows_affected() as i64;
-            changed.chunk_rows_deleted = sqlx::query("DELETE FROM chunks WHERE generation = ?")
-                .bind(&id)
-                .execute(&mut *connection)
-                .await?
-                .rows_affected() as i64;
-            sqlx::query("DELETE FROM searchable_revisions WHERE generation = ?")
-                .bind(&id)
-                .execute(&mut *connection)
-                .await?;
-            id
-        }
-        GenerationChange::Retired { id, evidence } => {
-            let state = state_of(connection, &id)
-                .await?
-                .ok_or_else(|| LedgerError::GenerationNotFound(id.clone()))?;
-            check(&id, state, "finish retiring")?;
-            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE generation = ?")
-                .bind(&id)
-                .fetch_one(&mut *connection)
-                .await?;
-            let mut evidence = evidence;
-            if let Some(object) = evidence.as_object_mut() {
-                object.insert("chunk_rows".to_owned(), rows.into());
-            }
-            if rows != 0 {
-                return Err(LedgerError::Internal(format!(
-                    "generation {id} still has {rows} chunk rows after retiring"
-                )));
-            }
-            sqlx::query("UPDATE generations SET retired_evidence = ?2 WHERE id = ?1")
-                .bind(&id)
-                .bind(json_text(&evidence))
-                .execute(&mut *connection)
-                .await?;
-            let cause = format!("retired: {reason}");
-            set_state(
-                connection,
-                &id,
-                GenerationState::Retired,
-                &actor,
-                &cause,
-                now,
-            )
+        sqlx::query("DELETE FROM searchable_revisions WHERE generation = ?")
+            .bind(id)
+            .execute(&mut *self.0)
             .await?;
-            id
-        }
-    };
-    changed.generation = view(connection, &id, now).await?;
-    Ok(changed)
-}
+        Ok((jobs, rows))
+    }
 
-fn placeholder() -> GenerationView {
-    GenerationView {
-        id: String::new(),
-        model: String::new(),
-        dimension: 0,
-        chunker: String::new(),
-        backends: Vec::new(),
-        state: GenerationState::Building,
-        created_at: 0,
-        created_by: String::new(),
-        changed_at: 0,
-        changed_by: String::new(),
-        change_cause: String::new(),
-        progress: GenerationProgress::default(),
-        retired_evidence: None,
+    async fn chunk_rows(&mut self, id: &str) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM chunks WHERE generation = ?")
+                .bind(id)
+                .fetch_one(&mut *self.0)
+                .await?,
+        )
     }
-}
 
-async fn create(
-    connection: &mut SqliteConnection,
-    generation: &Generation,
-    priority: i64,
-    actor: &str,
-    reason: &str,
-    now: Micros,
-) -> Result<i64> {
-    let existing = state_of(connection, &generation.id).await?;
-    if let Some(state) = existing {
-        check(&generation.id, state, "create")?;
-    }
-    let building: Option<String> =
-        sqlx::query_scalar("SELECT id FROM generations WHERE state = 'building'")
-            .fetch_optional(&mut *connection)
+    async fn record_retired(&mut self, id: &str, evidence: &serde_json::Value) -> Result<()> {
+        sqlx::query("UPDATE generations SET retired_evidence = ?2 WHERE id = ?1")
+            .bind(id)
+            .bind(json_text(evidence))
+            .execute(&mut *self.0)
             .await?;
-    if let Some(building) = building.filter(|building| *building != generation.id) {
-        return Err(refuse_second_build(&building, &generation.id));
+        Ok(())
     }
-    let cause = format!("create: {reason}");
-    match existing {
-        Some(_) => {
-            sqlx::query("UPDATE generations SET retired_evidence = NULL WHERE id = ?")
-                .bind(&generation.id)
-                .execute(&mut *connection)
-                .await?;
-            set_state(
-                connection,
-                &generation.id,
-                GenerationState::Building,
-                actor,
-                &cause,
-                now,
-            )
-            .await?;
-        }
-        None => {
-            insert(
-                connection,
-                generation,
-                GenerationState::Building,
-                actor,
-                &cause,
-                now,
-            )
-            .await?
-        }
+
+    async fn view(&mut self, id: &str, now: Micros) -> Result<GenerationView> {
+        view(self.0, id, now).await
     }
-    let rebuild = format!("rebuild:{}", generation.id);
-    let queued = sqlx::query(&format!(
-        "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, priority, attempt, \
-           max_attempts, run_at, created_at, changed_by, change_cause, changed_at, generation) \
-         SELECT {SQL_UUID}, s.head_revision_id, s.dataset, s.source_key, 'project', 'pending', ?2, 0, \
-           (SELECT max_attempts FROM job_policies WHERE kind = 'project'), ?3, ?3, ?4, ?5, ?3, ?1 \
-         FROM sources s JOIN revisions r ON r.id = s.head_revision_id WHERE r.tombstone = 0"
-    ))
-    .bind(&generation.id)
-    .bind(priority)
-    .bind(now)
-    .bind(actor)
-    .bind(&rebuild)
-    .execute(&mut *connection)
-    .await?
-    .rows_affected() as i64;
-    sqlx::query(
-        "INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
-           change_cause, changed_at) \
-         SELECT j.id, b.value, 'pending', ?2, j.changed_by, j.change_cause, ?2 \
-         FROM jobs j JOIN generations g ON g.id = j.generation, json_each(g.backends) AS b \
-         WHERE j.generation = ?1 AND j.state = 'pending' AND b.value <> 'graph' \
-           AND NOT EXISTS (SELECT 1 FROM projection_receipts p WHERE p.job_id = j.id)",
-    )
-    .bind(&generation.id)
-    .bind(now)
-    .execute(&mut *connection)
-    .await?;
-    Ok(queued)
 }
 
 /// Records a generation row (a new build, or the first generation of a new ledger).
@@ -455,4 +366,25 @@ pub(crate) async fn list(
         views.push(view(connection, &id, now).await?);
     }
     Ok(views)
+}
+
+/// A generation from its `generations` row.
+pub(crate) fn generation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Generation> {
+    let backends: String = row.try_get("backends")?;
+    let names: Vec<String> = serde_json::from_str(&backends)
+        .map_err(|error| LedgerError::Corrupt(format!("generation backends: {error}")))?;
+    let backends = names
+        .iter()
+        .map(|name| {
+            name.parse()
+                .map_err(|error| LedgerError::Corrupt(format!("generation backend: {error}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Generation {
+        id: row.try_get("id")?,
+        model: row.try_get("model")?,
+        dimension: row.try_get("dimension")?,
+        chunker: row.try_get("chunker")?,
+        backends,
+    })
 }

@@ -225,27 +225,6 @@ async fn receipt(
     Ok(())
 }
 
-/// The active generation, if any (read side).
-pub(crate) fn generation_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Generation> {
-    let backends: String = row.try_get("backends")?;
-    let names: Vec<String> = serde_json::from_str(&backends)
-        .map_err(|error| LedgerError::Corrupt(format!("generation backends: {error}")))?;
-    let backends = names
-        .iter()
-        .map(|name| {
-            name.parse()
-                .map_err(|error| LedgerError::Corrupt(format!("generation backend: {error}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Generation {
-        id: row.try_get("id")?,
-        model: row.try_get("model")?,
-        dimension: row.try_get("dimension")?,
-        chunker: row.try_get("chunker")?,
-        backends,
-    })
-}
-
 #[async_trait]
 impl Projections for SqliteLedger {
     async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()> {
@@ -261,7 +240,7 @@ impl Projections for SqliteLedger {
             .fetch_optional(&self.reads)
             .await?
             .as_ref()
-            .map(projection::generation_from_row)
+            .map(generations::generation_from_row)
             .transpose()
     }
 
