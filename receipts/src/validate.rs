@@ -191,3 +191,17 @@ pub fn reason(text: &str) -> Result<(), LedgerError> {
     }
     Ok(())
 }
+
+/// An erasure request, as both ledgers check it before anything is read or written.
+pub fn erasure_request(request: &crate::model::ErasureRequest) -> Result<(), LedgerError> {
+    dataset(&request.dataset)?;
+    source_key(&request.source_key)?;
+    reason(&request.reason)
+}
+
+/// A content block, as both ledgers check it before anything is written.
+pub fn content_block(block: &crate::model::ContentBlock) -> Result<(), LedgerError> {
+    dataset(&block.dataset)?;
+    sha256_hex(&block.sha256)?;
+    reason(&block.reason)
+}

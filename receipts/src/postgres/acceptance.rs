@@ -203,9 +203,7 @@ impl Acceptor for PostgresLedger {
     }
 
     async fn block_content(&self, block: ContentBlock) -> Result<()> {
-        validate::dataset(&block.dataset)?;
-        validate::sha256_hex(&block.sha256)?;
-        validate::reason(&block.reason)?;
+        validate::content_block(&block)?;
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
         sqlx::query(

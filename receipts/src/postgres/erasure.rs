@@ -17,9 +17,7 @@ use crate::model::{AcceptStatus, Acceptance, Backend, Erasure, ErasureRemaining,
 impl PostgresLedger {
     /// [`crate::Acceptor::erase`].
     pub(crate) async fn erase_source(&self, request: ErasureRequest) -> Result<Acceptance> {
-        crate::validate::dataset(&request.dataset)?;
-        crate::validate::source_key(&request.source_key)?;
-        crate::validate::reason(&request.reason)?;
+        crate::validate::erasure_request(&request)?;
         let (dataset, key) = (&request.dataset, &request.source_key);
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")

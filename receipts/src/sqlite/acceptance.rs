@@ -2,7 +2,16 @@
 //! ([`crate::acceptance::prepare`]), then handed to the writer, which answers once they are
 //! committed.
 
-use super::*;
+use super::writer::WriteOp;
+use super::SqliteLedger;
+use crate::error::Result;
+use crate::ledger::Acceptor;
+use crate::model::Acceptance;
+use crate::model::ContentBlock;
+use crate::model::ErasureRequest;
+use crate::model::Submission;
+use crate::validate;
+use async_trait::async_trait;
 
 #[async_trait]
 impl Acceptor for SqliteLedger {
@@ -14,14 +23,12 @@ impl Acceptor for SqliteLedger {
     }
 
     async fn block_content(&self, block: ContentBlock) -> Result<()> {
-        validate::dataset(&block.dataset)?;
-        validate::sha256_hex(&block.sha256)?;
-        validate::reason(&block.reason)?;
+        validate::content_block(&block)?;
         self.submit(|reply| WriteOp::Block(block, reply)).await?
     }
 
     async fn erase(&self, request: ErasureRequest) -> Result<Acceptance> {
-        erasure::check(&request)?;
+        validate::erasure_request(&request)?;
         self.submit(|reply| WriteOp::Erase(request, reply)).await?
     }
 }

@@ -14,15 +14,6 @@ use super::{json_text, parse_uuid};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::{AcceptStatus, Acceptance, Backend, Erasure, ErasureRemaining, ErasureRequest};
-use crate::validate;
-
-/// Checks a request before it reaches the writer.
-pub(crate) fn check(request: &ErasureRequest) -> Result<()> {
-    validate::dataset(&request.dataset)?;
-    validate::source_key(&request.source_key)?;
-    validate::reason(&request.reason)?;
-    Ok(())
-}
 
 /// Erases the source; `backends` are the ledger's (a graph job when it includes the graph).
 pub(crate) async fn erase(

@@ -17,7 +17,11 @@
 //! - `attempt` counts failures the job caused; a snooze (retry-after) and a release cost none;
 //!   at `max_attempts` a retryable failure makes the job `dead`.
 
-use super::*;
+use super::SqliteLedger;
+use crate::ledger::Leases;
+use crate::validate;
+use async_trait::async_trait;
+use std::sync::Arc;
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;

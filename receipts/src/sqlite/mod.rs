@@ -22,18 +22,13 @@ mod reads;
 mod tokens;
 mod writer;
 
-use self::writer::*;
-use crate::acceptance::{classify, Decision, Outcome, Prepared, PreparedChange};
-
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, Row};
 use tokio::sync::{mpsc, oneshot};
@@ -41,21 +36,14 @@ use uuid::Uuid;
 
 use self::leases::{JobAnswer, JobCommand};
 use self::projection::ProjectCommand;
-use crate::auth::{TokenChange, TokenChanged};
-use crate::clock::{Clock, Micros};
+use self::writer::{steps, WriteOp, Writer};
+use crate::clock::Clock;
 use crate::error::{LedgerError, Result};
-use crate::faults::{FaultInjector, FaultPoint, NoFaults};
-use crate::ids;
-use crate::ledger::{Acceptor, Leases, Projections, Reader, Tokens};
+use crate::faults::{FaultInjector, NoFaults};
 use crate::model::{
-    AcceptStatus, Acceptance, Backend, BoundHit, ChunkSummary, ContentBlock, Heartbeat,
-    HistoryEntry, HitRef, Job, JobKind, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
-    ReceiptState, Revision, RevisionDetail, SourceView, Submission,
+    Backend, Heartbeat, HistoryEntry, Job, LeaseToken, ProjectionReceipt, ReceiptState, Revision,
 };
-use crate::model::{Erasure, ErasureRequest, GenerationChanged, GenerationCommand};
 use crate::policy;
-
-use crate::validate;
 
 /// How to open a SQLite ledger.
 #[derive(Debug, Clone)]

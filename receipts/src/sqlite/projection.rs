@@ -16,7 +16,16 @@
 //!   `superseded` (history records it): at most one revision per source is current in each
 //!   backend of each generation.
 
-use super::*;
+use super::generations;
+use super::writer::WriteOp;
+use super::SqliteLedger;
+use crate::ledger::Projections;
+use crate::model::ChunkSummary;
+use crate::model::GenerationChanged;
+use crate::model::GenerationCommand;
+use crate::model::ProjectionReceipt;
+use async_trait::async_trait;
+use uuid::Uuid;
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;

@@ -2,7 +2,31 @@
 //! (FTS5, with its query built from words only) and the binding of search hits to current,
 //! searchable revisions.
 
-use super::*;
+use super::erasure;
+use super::history_from_row;
+use super::job_from_row;
+use super::json_text;
+use super::parse_uuid;
+use super::revision_from_row;
+use super::SqliteLedger;
+use super::REVISION_COLUMNS;
+use crate::error::LedgerError;
+use crate::error::Result;
+use crate::faults::FaultPoint;
+use crate::ledger::Reader;
+use crate::model::BoundHit;
+use crate::model::ContentBlock;
+use crate::model::Erasure;
+use crate::model::HistoryEntry;
+use crate::model::HitRef;
+use crate::model::LedgerCounts;
+use crate::model::LexicalHit;
+use crate::model::RevisionDetail;
+use crate::model::SourceView;
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
 use crate::passages;
 
 /// Turns free text into an FTS5 query: the query's words ([`passages::query_words`]), each

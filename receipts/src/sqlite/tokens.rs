@@ -5,7 +5,10 @@
 //! (`token_created`, `token_revoked`) with the actor and reason carried on the row. The secret
 //! is generated here, returned once and stored only as its SHA-256.
 
-use super::*;
+use super::writer::WriteOp;
+use super::SqliteLedger;
+use crate::ledger::Tokens;
+use async_trait::async_trait;
 
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{Row, SqlitePool};
@@ -256,14 +259,14 @@ impl Tokens for SqliteLedger {
     }
 
     async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
-        tokens::authenticate(&self.reads, secret, self.clock.now_micros()).await
+        authenticate(&self.reads, secret, self.clock.now_micros()).await
     }
 
     async fn token_count(&self) -> Result<i64> {
-        tokens::active_count(&self.reads, self.clock.now_micros()).await
+        active_count(&self.reads, self.clock.now_micros()).await
     }
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
-        tokens::list(&self.reads, self.clock.now_micros()).await
+        list(&self.reads, self.clock.now_micros()).await
     }
 }

@@ -2,7 +2,49 @@
 //! transaction, each operation in its own savepoint, one fsync for all), and acceptance in
 //! waves (set-based statements over the submissions that touch distinct sources).
 
-use super::*;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::Connection;
+use sqlx::Row;
+
+use super::erasure;
+use super::generations;
+use super::json_text;
+use super::leases;
+use super::leases::JobAnswer;
+use super::leases::JobCommand;
+use super::optional_uuid;
+use super::parse_uuid;
+use super::projection;
+use super::projection::ProjectCommand;
+use super::tokens;
+use super::SqliteOptions;
+use crate::acceptance::classify;
+use crate::acceptance::Decision;
+use crate::acceptance::Outcome;
+use crate::acceptance::Prepared;
+use crate::acceptance::PreparedChange;
+use crate::auth::TokenChange;
+use crate::auth::TokenChanged;
+use crate::clock::Clock;
+use crate::clock::Micros;
+use crate::error::LedgerError;
+use crate::error::Result;
+use crate::faults::FaultInjector;
+use crate::faults::FaultPoint;
+use crate::ids;
+use crate::model::AcceptStatus;
+use crate::model::Acceptance;
+use crate::model::Backend;
+use crate::model::ContentBlock;
+use crate::model::ErasureRequest;
+use crate::model::GenerationChanged;
+use crate::model::GenerationCommand;
+use crate::model::JobKind;
+use std::collections::HashMap;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
 
 pub(super) enum WriteOp {
     Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
