@@ -33,7 +33,8 @@ use receipts::http::{
     PageParams,
 };
 use receipts::{
-    policy, validate, Change, ContentBlock, Document, Ledger, LedgerError, Scope, Submission,
+    policy, validate, AcceptLedger, Change, ContentBlock, Document, LedgerError, Scope, Submission,
+    Tokens,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -74,7 +75,7 @@ impl Default for AcceptorConfig {
 /// State shared by the acceptor's handlers.
 #[derive(Debug, Clone)]
 pub struct AcceptorState {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn AcceptLedger>,
     config: Arc<AcceptorConfig>,
     /// The in-flight body budget, in KiB.
     budget: Arc<tokio::sync::Semaphore>,
@@ -114,7 +115,7 @@ impl AcceptorState {
     }
 }
 
-impl FromRef<AcceptorState> for Arc<dyn Ledger> {
+impl FromRef<AcceptorState> for Arc<dyn Tokens> {
     fn from_ref(state: &AcceptorState) -> Self {
         state.ledger.clone()
     }
@@ -122,7 +123,7 @@ impl FromRef<AcceptorState> for Arc<dyn Ledger> {
 
 /// The ingest API's routes with their OpenAPI description: each route is registered from
 /// its handler's `#[utoipa::path]`, so the document cannot drift from the router.
-pub fn routes(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> OpenApiRouter {
+pub fn routes(ledger: Arc<dyn AcceptLedger>, config: AcceptorConfig) -> OpenApiRouter {
     let budget_kib = config.max_body_bytes_in_flight.div_ceil(1024).max(1);
     let state = AcceptorState {
         ledger,
@@ -182,7 +183,7 @@ fn exactly_one_content(document: &mut utoipa::openapi::OpenApi) {
 }
 
 /// The ingest API's routes, ready to merge into cairn's router.
-pub fn router(ledger: Arc<dyn Ledger>, config: AcceptorConfig) -> Router {
+pub fn router(ledger: Arc<dyn AcceptLedger>, config: AcceptorConfig) -> Router {
     routes(ledger, config).split_for_parts().0
 }
 

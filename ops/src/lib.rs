@@ -43,7 +43,7 @@ use axum::response::{Html, IntoResponse, Response};
 
 use axum::{Json, Router};
 use receipts::http::{ApiError, ApiErrors, Auth};
-use receipts::{Ledger, Scope};
+use receipts::{OpsLedger, Scope, Tokens};
 use serde_json::{json, Value};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -51,7 +51,7 @@ use utoipa_axum::routes;
 /// Shared state of the operations routes.
 #[derive(Clone)]
 pub struct OpsState {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn OpsLedger>,
     started_at: std::time::Instant,
     cursor: Arc<metrics::EventCursor>,
     generations: Option<Arc<dyn generations::GenerationSetup>>,
@@ -67,7 +67,7 @@ impl std::fmt::Debug for OpsState {
     }
 }
 
-impl FromRef<OpsState> for Arc<dyn Ledger> {
+impl FromRef<OpsState> for Arc<dyn Tokens> {
     fn from_ref(state: &OpsState) -> Self {
         state.ledger.clone()
     }
@@ -78,7 +78,7 @@ impl FromRef<OpsState> for Arc<dyn Ledger> {
 /// process's Prometheus recorder on first use. `generations` is the serving process's
 /// projection setup (`None` where it runs no projection: generation changes are refused).
 pub fn routes(
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn OpsLedger>,
     generations: Option<Arc<dyn generations::GenerationSetup>>,
 ) -> OpenApiRouter {
     metrics::recorder();
@@ -115,7 +115,7 @@ pub fn routes(
 
 /// The operations routes, ready to merge into cairn's router.
 pub fn router(
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn OpsLedger>,
     generations: Option<Arc<dyn generations::GenerationSetup>>,
 ) -> Router {
     routes(ledger, generations).split_for_parts().0

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use receipts::{JobKind, JobState, Ledger, LedgerError};
+use receipts::{JobKind, JobState, LedgerError, OpsLedger};
 use tokio::sync::Mutex;
 
 /// Histogram buckets, in seconds: 1 ms to 1 hour.
@@ -261,7 +261,7 @@ fn seconds(micros: i64) -> f64 {
 
 impl EventCursor {
     /// Counts the job events added since the last call.
-    async fn catch_up(&self, ledger: &dyn Ledger) -> Result<(), LedgerError> {
+    async fn catch_up(&self, ledger: &dyn OpsLedger) -> Result<(), LedgerError> {
         let mut seq = self.seq.lock().await;
         let mut read = 0;
         while read < EVENTS_PER_SCRAPE {
@@ -322,7 +322,7 @@ impl EventCursor {
 }
 
 /// Reads the gauges and the new job events, then renders every metric.
-pub async fn render(ledger: &dyn Ledger, cursor: &EventCursor) -> Result<String, LedgerError> {
+pub async fn render(ledger: &dyn OpsLedger, cursor: &EventCursor) -> Result<String, LedgerError> {
     let Some(handle) = recorder() else {
         return Ok(String::from(
             "# cairn: another metrics recorder is installed in this process\n",

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::auth::{Denied, Principal, Scope};
 use crate::error::LedgerError;
-use crate::ledger::Ledger;
+use crate::ledger::Tokens;
 
 /// A typed API error: `{code, message, details?}` with an HTTP status.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,7 +162,7 @@ impl Auth {
 
 impl<S> FromRequestParts<S> for Auth
 where
-    Arc<dyn Ledger>: FromRef<S>,
+    Arc<dyn Tokens>: FromRef<S>,
     S: Send + Sync,
 {
     type Rejection = ApiError;
@@ -185,7 +185,7 @@ where
             .map(str::trim)
             .filter(|secret| !secret.is_empty())
             .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
-        let ledger = <Arc<dyn Ledger>>::from_ref(state);
+        let ledger = <Arc<dyn Tokens>>::from_ref(state);
         match ledger.authenticate(secret).await? {
             Some(principal) => Ok(Auth(principal)),
             None => Err(unauthenticated("unknown or revoked token")),

@@ -226,9 +226,56 @@ pub trait Projections: Send + Sync {
     async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>>;
 }
 
-/// The whole ledger.
+/// The whole ledger, for the code that composes a process. Each role's crate holds a
+/// narrower bound: [`WorkLedger`], [`SearchLedger`], [`AcceptLedger`], [`OpsLedger`]; an
+/// `Arc<dyn Ledger>` converts to any of them (they are its supertraits).
 pub trait Ledger:
-    Acceptor + Reader + Tokens + Leases + Projections + Operations + std::fmt::Debug + 'static
+    Acceptor
+    + Reader
+    + Tokens
+    + Leases
+    + Projections
+    + Operations
+    + WorkLedger
+    + SearchLedger
+    + AcceptLedger
+    + OpsLedger
+    + std::fmt::Debug
+    + 'static
+{
+}
+
+/// What a projection worker may do: hold leases, write projections, read revisions and jobs
+/// ([`Operations`] is read-only; the graph's reconcile pages through completed jobs). It
+/// cannot accept, erase, block or change tokens.
+pub trait WorkLedger:
+    Leases + Projections + Reader + Operations + std::fmt::Debug + 'static
+{
+}
+
+impl<T: Leases + Projections + Reader + Operations + std::fmt::Debug + 'static> WorkLedger for T {}
+
+/// What search may do: read and bind revisions, read generations, authenticate tokens. It
+/// cannot write anything.
+pub trait SearchLedger: Reader + Projections + Tokens + std::fmt::Debug + 'static {}
+
+impl<T: Reader + Projections + Tokens + std::fmt::Debug + 'static> SearchLedger for T {}
+
+/// What the ingest API may do: accept, erase and block, read what it accepted, authenticate
+/// tokens. It cannot touch leases or projections.
+pub trait AcceptLedger: Acceptor + Reader + Tokens + std::fmt::Debug + 'static {}
+
+impl<T: Acceptor + Reader + Tokens + std::fmt::Debug + 'static> AcceptLedger for T {}
+
+/// What operators may do: read jobs, activity and history, cancel and requeue, change
+/// generations and tokens. It cannot accept content.
+pub trait OpsLedger:
+    Operations + Leases + Reader + Projections + Tokens + std::fmt::Debug + 'static
+{
+}
+
+impl<T: Operations + Leases + Reader + Projections + Tokens + std::fmt::Debug + 'static> OpsLedger
+    for T
 {
 }
 

@@ -103,7 +103,8 @@ pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{
-    Acceptor, Leases, Ledger, MigrationReport, Projections, Reader, Tokens, CANDIDATES_PER_HASH,
+    AcceptLedger, Acceptor, Leases, Ledger, MigrationReport, OpsLedger, Projections, Reader,
+    SearchLedger, Tokens, WorkLedger, CANDIDATES_PER_HASH,
 };
 pub use model::{
     AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow, ChunkSummary,

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use receipts::http::{read_json, ApiError, ApiErrors, Auth};
-use receipts::{validate, Ledger, Principal, Scope};
+use receipts::{validate, Principal, Scope, SearchLedger, Tokens};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -28,11 +28,11 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 /// State of the search routes.
 #[derive(Clone)]
 struct SearchState {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn SearchLedger>,
     searcher: Arc<Searcher>,
 }
 
-impl FromRef<SearchState> for Arc<dyn Ledger> {
+impl FromRef<SearchState> for Arc<dyn Tokens> {
     fn from_ref(state: &SearchState) -> Self {
         state.ledger.clone()
     }
@@ -40,7 +40,7 @@ impl FromRef<SearchState> for Arc<dyn Ledger> {
 
 /// The search API's routes with their OpenAPI description (registered from the handler's
 /// `#[utoipa::path]`).
-pub fn routes(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> OpenApiRouter {
+pub fn routes(ledger: Arc<dyn SearchLedger>, searcher: Arc<Searcher>) -> OpenApiRouter {
     let graph = crate::graph::GraphState {
         ledger: ledger.clone(),
         graph: searcher.graph().cloned(),
@@ -56,7 +56,7 @@ pub fn routes(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> OpenApiRouter
 }
 
 /// The search API's routes, ready to merge into cairn's router.
-pub fn router(ledger: Arc<dyn Ledger>, searcher: Arc<Searcher>) -> Router {
+pub fn router(ledger: Arc<dyn SearchLedger>, searcher: Arc<Searcher>) -> Router {
     routes(ledger, searcher).split_for_parts().0
 }
 
@@ -268,7 +268,7 @@ const LINKS_PER_RESULT: usize = 20;
 /// Adds each result's linked current sources, within what is left of the budget; a graph that
 /// is slow or down leaves the links out and says so (`graph_timeout`, `graph_error`).
 async fn expand_links(
-    ledger: &Arc<dyn Ledger>,
+    ledger: &Arc<dyn SearchLedger>,
     graph: &Arc<dyn gateways::GraphStore>,
     response: &mut crate::SearchResponse,
     deadline: std::time::Instant,

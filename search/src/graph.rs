@@ -18,7 +18,7 @@ use axum::Json;
 use gateways::graph::{Direction, LinkedSource};
 use gateways::{GatewayError, GraphStore};
 use receipts::http::{ApiError, ApiErrors, Auth};
-use receipts::{validate, Ledger, Scope};
+use receipts::{validate, Scope, SearchLedger};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -81,7 +81,7 @@ fn graph_error(error: GatewayError) -> ApiError {
 /// The sources linked to `dataset/source_key` (whose current head is `head`), bound to the
 /// ledger. Unknown or deleted sources have no links.
 pub async fn bound_links(
-    ledger: &dyn Ledger,
+    ledger: &dyn SearchLedger,
     graph: &dyn GraphStore,
     dataset: &str,
     source_key: &str,
@@ -134,11 +134,11 @@ pub async fn bound_links(
 /// State of the graph route.
 #[derive(Clone)]
 pub(crate) struct GraphState {
-    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) ledger: Arc<dyn SearchLedger>,
     pub(crate) graph: Option<Arc<dyn GraphStore>>,
 }
 
-impl axum::extract::FromRef<GraphState> for Arc<dyn Ledger> {
+impl axum::extract::FromRef<GraphState> for Arc<dyn receipts::Tokens> {
     fn from_ref(state: &GraphState) -> Self {
         state.ledger.clone()
     }

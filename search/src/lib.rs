@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateways::{Embedder, GatewayError, VectorHit, VectorStores};
-use receipts::{BoundHit, HitRef, Ledger, LedgerError, LexicalHit};
+use receipts::{BoundHit, HitRef, LedgerError, LexicalHit, SearchLedger};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -303,7 +303,7 @@ pub struct VectorSide {
 
 /// Runs searches.
 pub struct Searcher {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn SearchLedger>,
     vector: Option<VectorSide>,
     settings: SearchSettings,
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -459,7 +459,7 @@ fn ms(since: Instant) -> f64 {
 impl Searcher {
     /// A searcher over the ledger's lexical index and, when given, a vector side.
     pub fn new(
-        ledger: Arc<dyn Ledger>,
+        ledger: Arc<dyn SearchLedger>,
         vector: Option<VectorSide>,
         settings: SearchSettings,
     ) -> Searcher {

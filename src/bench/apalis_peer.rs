@@ -161,7 +161,7 @@ pub(crate) async fn postgres_throughput(
                 .context("apalis push")?;
         }
     }
-    super::queue_postgres::vacuum(url).await?;
+    super::database::vacuum(url).await?;
     let config = apalis_sql::Config::new(&namespace)
         .set_poll_interval(Duration::from_millis(10))
         .set_buffer_size(concurrency);

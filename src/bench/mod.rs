@@ -427,6 +427,7 @@ pub use extraction::extract;
 mod project;
 pub use project::{project, ProjectBench};
 
+mod database;
 mod queue_postgres;
 
 mod search_latency;

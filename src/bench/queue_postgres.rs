@@ -2,7 +2,7 @@
 //! workers as separate `cairn worker` processes (not tasks), as they run across machines.
 //!
 //! Per worker count: claims are paused, the jobs are accepted, the worker processes start and
-//! report ready, the database is vacuumed ([`vacuum`]), then claims resume (one `NOTIFY`
+//! report ready, the database is vacuumed (`vacuum`), then claims resume (one `NOTIFY`
 //! wakes them) and the clock runs until the ledger counts every job of the scenario completed
 //! (each completion committed). The latency scenario accepts jobs one by one while one worker
 //! process waits on `LISTEN`; enqueue to start is the job's first claim minus its acceptance,
@@ -18,22 +18,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use super::database::vacuum;
 use super::{per_second, percentile, QueueBench};
-
-/// `VACUUM (ANALYZE)` of the whole database at `url`, before a scenario's clock starts (as
-/// `pgbench` does before its runs): each scenario, cairn's and apalis's alike, starts without
-/// the dead rows and the autovacuum work the previous ones left.
-pub(super) async fn vacuum(url: &str) -> anyhow::Result<()> {
-    use sqlx::{ConnectOptions as _, Connection as _};
-    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-    let mut connection = options.connect().await?;
-    sqlx::query("VACUUM (ANALYZE)")
-        .execute(&mut connection)
-        .await
-        .context("VACUUM before a scenario")?;
-    connection.close().await?;
-    Ok(())
-}
 
 /// Starts one `cairn worker` process and waits until it says it runs.
 async fn start_worker(

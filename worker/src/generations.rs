@@ -22,15 +22,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use gateways::{Chunker, ChunkerSettings, VectorStores};
-use receipts::{Backend, Failure, Generation, Job, Ledger};
+use receipts::{Backend, Failure, Generation, Job, WorkLedger};
 use tokio::sync::Mutex;
 
-use crate::projection::{backend_failure, ledger_failure, permanent};
+use crate::job::{backend_failure, ledger_failure, permanent};
 use crate::{Projector, Work};
 
 /// Runs each job with the projector of its generation.
 pub struct GenerationRouter {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
     own: Arc<Projector>,
     stores: Option<Arc<dyn VectorStores>>,
     /// Chunkers by settings fingerprint (a tokenizer copy each).
@@ -57,7 +57,7 @@ impl GenerationRouter {
     /// Routes to `own` by default, and to other generations through `stores` (required when
     /// a generation holds vectors).
     pub fn new(
-        ledger: Arc<dyn Ledger>,
+        ledger: Arc<dyn WorkLedger>,
         own: Arc<Projector>,
         stores: Option<Arc<dyn VectorStores>>,
     ) -> GenerationRouter {

@@ -23,10 +23,10 @@ use std::time::Instant;
 use gateways::graph::links::GraphExtractor;
 use gateways::graph::{GraphChunk, RevisionGraph};
 use gateways::{Chunker, GatewayError, GraphStore};
-use receipts::{Backend, Failure, Job, LeaseToken, Ledger, ReceiptState, ReceiptUpdate};
+use receipts::{Backend, Failure, Job, LeaseToken, ReceiptState, ReceiptUpdate, WorkLedger};
 use serde_json::json;
 
-use crate::projection::{
+use crate::job::{
     backend_failure, ledger_failure, millis, permanent, record_receipt, revision_text, Stages,
 };
 
@@ -41,7 +41,7 @@ const MAX_LINK_LOOKUPS: usize = 1000;
 
 /// What a graph job needs: the ledger, the chunker, the store and the extractors.
 pub struct GraphStage {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
     chunker: Arc<Chunker>,
     store: Arc<dyn GraphStore>,
     extractors: Vec<Arc<dyn GraphExtractor>>,
@@ -60,7 +60,7 @@ impl std::fmt::Debug for GraphStage {
 impl GraphStage {
     /// A graph stage writing into `store`; `generation` is recorded on its receipts.
     pub fn new(
-        ledger: Arc<dyn Ledger>,
+        ledger: Arc<dyn WorkLedger>,
         chunker: Arc<Chunker>,
         store: Arc<dyn GraphStore>,
         extractors: Vec<Arc<dyn GraphExtractor>>,

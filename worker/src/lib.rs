@@ -24,6 +24,7 @@
 
 pub mod generations;
 pub mod graph;
+mod job;
 pub mod projection;
 
 pub use generations::GenerationRouter;
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use receipts::{Failure, FailureClass, Job, LeaseToken, Ledger, LedgerError};
+use receipts::{Failure, FailureClass, Job, LeaseToken, LedgerError, WorkLedger};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -99,7 +100,7 @@ pub struct WorkerStats {
 
 /// A worker over a ledger.
 pub struct Worker {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
     work: Arc<dyn Work>,
     config: WorkerConfig,
     stats: Arc<WorkerStats>,
@@ -107,7 +108,7 @@ pub struct Worker {
 
 impl Worker {
     /// A worker that runs `work` for jobs claimed from `ledger`.
-    pub fn new(ledger: Arc<dyn Ledger>, work: Arc<dyn Work>, config: WorkerConfig) -> Self {
+    pub fn new(ledger: Arc<dyn WorkLedger>, work: Arc<dyn Work>, config: WorkerConfig) -> Self {
         Self {
             ledger,
             work,
@@ -202,7 +203,7 @@ impl Worker {
 }
 
 struct Run {
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
     work: Arc<dyn Work>,
     stats: Arc<WorkerStats>,
     stop: watch::Receiver<bool>,
