@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use receipts::auth::NewToken;
-use receipts::{Backend, Ledger, Scope, SqliteLedger, SystemClock};
+use receipts::{Backend, Ledger, Scope, SqliteLedger, SystemClock, Tokens, WorkLedger};
 
 use crate::app::app_with_graph;
 use crate::config::{self, Config};
@@ -35,7 +35,7 @@ pub async fn open_ledger(config: &Config) -> anyhow::Result<Arc<dyn Ledger>> {
 
 /// Creates the admin token when the ledger has no token yet; returns where it was written.
 pub async fn ensure_admin_token(
-    ledger: &dyn Ledger,
+    ledger: &dyn Tokens,
     data_dir: &Path,
 ) -> anyhow::Result<Option<std::path::PathBuf>> {
     if ledger.token_count().await? > 0 {
@@ -279,7 +279,7 @@ impl RunningWorkers {
 /// Starts `workers.count` projection workers (none when the count is 0).
 async fn start_workers(
     config: &Config,
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
     projection: Option<&projection::Projection>,
 ) -> anyhow::Result<RunningWorkers> {
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -12,7 +12,7 @@ use gateways::{
     BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, GatewayError, ServerVectorStore,
     VectorStore, VectorStores,
 };
-use receipts::{Backend, Generation, Ledger};
+use receipts::{Backend, Generation, WorkLedger};
 use worker::{GenerationRouter, Projector};
 
 use crate::Config;
@@ -283,7 +283,7 @@ impl Projection {
 /// inside a tokio runtime (the embedding batcher is a task).
 pub async fn open_projector(
     config: &Config,
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
 ) -> anyhow::Result<Arc<Projector>> {
     Ok(open_projection(config, ledger).await?.projector)
 }
@@ -301,7 +301,7 @@ pub async fn query_embedder(files: &ModelFiles) -> anyhow::Result<Arc<dyn Embedd
 /// [`open_projector`], keeping the stores for search.
 pub async fn open_projection(
     config: &Config,
-    ledger: Arc<dyn Ledger>,
+    ledger: Arc<dyn WorkLedger>,
 ) -> anyhow::Result<Projection> {
     let files = ModelFiles::locate(&config.projection.models_dir)?;
     let threads = config.projection.embed_threads;

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use receipts::auth::{NewToken, TokenChange, TokenInfo};
-use receipts::{Ledger, Scope};
+use receipts::{Scope, Tokens};
 use uuid::Uuid;
 
 /// Microseconds since the epoch, `text` from now: `90d`, `12h`, `30m`, `45s` or seconds.
@@ -31,7 +31,7 @@ pub fn expires_at(text: &str) -> anyhow::Result<i64> {
 
 /// Creates a token; prints its secret.
 pub async fn create(
-    ledger: &dyn Ledger,
+    ledger: &dyn Tokens,
     actor: String,
     name: String,
     scopes: &[String],
@@ -56,7 +56,7 @@ pub async fn create(
 
 /// Revokes a token.
 pub async fn revoke(
-    ledger: &dyn Ledger,
+    ledger: &dyn Tokens,
     actor: String,
     id: &str,
     reason: Option<String>,
@@ -78,7 +78,7 @@ pub async fn revoke(
 
 /// Rotates a token; prints the new secret.
 pub async fn rotate(
-    ledger: &dyn Ledger,
+    ledger: &dyn Tokens,
     actor: String,
     id: &str,
     reason: Option<String>,
@@ -101,7 +101,7 @@ pub async fn rotate(
 }
 
 /// Lists tokens (never secrets).
-pub async fn list(ledger: &dyn Ledger, json: bool) -> anyhow::Result<()> {
+pub async fn list(ledger: &dyn Tokens, json: bool) -> anyhow::Result<()> {
     let tokens = ledger.tokens().await?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
