@@ -2,8 +2,8 @@
 //! ([`crate::acceptance::prepare`]), then handed to the writer, which answers once they are
 //! committed.
 
+use super::ledger::SqliteLedger;
 use super::writer::WriteOp;
-use super::SqliteLedger;
 use crate::error::Result;
 use crate::ledger::Acceptor;
 use crate::model::Acceptance;

@@ -10,7 +10,8 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::generations::SQL_UUID;
-use super::{json_text, parse_uuid};
+use super::rows::json_text;
+use super::rows::parse_uuid;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::{AcceptStatus, Acceptance, Backend, Erasure, ErasureRemaining, ErasureRequest};

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;
 
-use super::{json_text, parse_enum};
+use super::rows::json_text;
+use super::rows::parse_enum;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::generations::{GenerationWrites, MISSING_SAMPLE};

@@ -17,17 +17,11 @@
 //! - `attempt` counts failures the job caused; a snooze (retry-after) and a release cost none;
 //!   at `max_attempts` a retryable failure makes the job `dead`.
 
-use super::SqliteLedger;
-use crate::ledger::Leases;
-use crate::validate;
-use async_trait::async_trait;
-use std::sync::Arc;
-
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::job_from_row;
+use super::rows::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::{Failure, Heartbeat, Job, LeaseToken};
@@ -453,101 +447,4 @@ async fn resume(
         .execute(&mut *connection)
         .await?;
     Ok(())
-}
-
-#[async_trait]
-impl Leases for SqliteLedger {
-    async fn claim(&self, owner: &str, limit: u32) -> Result<Vec<Job>> {
-        if owner.trim().is_empty() || owner.len() > 256 || owner.chars().any(char::is_control) {
-            return Err(LedgerError::invalid(
-                "invalid_owner",
-                "a worker id is 1-256 printable characters",
-            ));
-        }
-        let command = JobCommand::Claim {
-            owner: owner.to_owned(),
-            limit: limit.clamp(1, 10_000),
-        };
-        match self.job_command(command).await? {
-            JobAnswer::Claimed(jobs) => Ok(jobs),
-            other => Err(LedgerError::Internal(format!(
-                "unexpected answer {other:?}"
-            ))),
-        }
-    }
-
-    async fn heartbeat(&self, lease: &LeaseToken) -> Result<Heartbeat> {
-        self.beat(lease, None).await
-    }
-
-    async fn progress(&self, lease: &LeaseToken, stage: &str) -> Result<Heartbeat> {
-        crate::validate::stage(stage)?;
-        self.beat(lease, Some(stage.to_owned())).await
-    }
-
-    async fn complete(&self, lease: &LeaseToken) -> Result<Job> {
-        self.job_answer(JobCommand::Complete(lease.clone())).await
-    }
-
-    async fn fail(&self, lease: &LeaseToken, failure: Failure) -> Result<Job> {
-        self.job_answer(JobCommand::Fail(lease.clone(), failure))
-            .await
-    }
-
-    async fn release(&self, lease: &LeaseToken) -> Result<Job> {
-        self.job_answer(JobCommand::Release(lease.clone())).await
-    }
-
-    async fn cancel(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job> {
-        self.job_answer(JobCommand::Cancel {
-            job_id,
-            actor: actor.to_owned(),
-            reason: reason.to_owned(),
-        })
-        .await
-    }
-
-    async fn requeue(&self, job_id: Uuid, actor: &str, reason: &str) -> Result<Job> {
-        self.job_answer(JobCommand::Requeue {
-            job_id,
-            actor: actor.to_owned(),
-            reason: reason.to_owned(),
-        })
-        .await
-    }
-
-    async fn pause(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()> {
-        if let Some(dataset) = dataset {
-            validate::dataset(dataset)?;
-        }
-        let command = JobCommand::Pause {
-            dataset: dataset.map(str::to_owned),
-            actor: actor.to_owned(),
-            reason: reason.to_owned(),
-        };
-        self.job_command(command).await.map(|_| ())
-    }
-
-    async fn resume(&self, dataset: Option<&str>, actor: &str, reason: &str) -> Result<()> {
-        let command = JobCommand::Resume {
-            dataset: dataset.map(str::to_owned),
-            actor: actor.to_owned(),
-            reason: reason.to_owned(),
-        };
-        self.job_command(command).await.map(|_| ())
-    }
-
-    fn work_signal(&self) -> Option<Arc<tokio::sync::Notify>> {
-        Some(self.work_signal.clone())
-    }
-
-    async fn job(&self, id: Uuid) -> Result<Option<Job>> {
-        sqlx::query("SELECT * FROM jobs WHERE id = ?")
-            .bind(id.to_string())
-            .fetch_optional(&self.reads)
-            .await?
-            .as_ref()
-            .map(job_from_row)
-            .transpose()
-    }
 }

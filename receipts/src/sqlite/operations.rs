@@ -5,7 +5,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-use super::{job_from_row, parse_enum, parse_uuid, SqliteLedger};
+use super::ledger::SqliteLedger;
+use super::rows::job_from_row;
+use super::rows::parse_enum;
+use super::rows::parse_uuid;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::model::JobState;

@@ -16,27 +16,12 @@
 //!   `superseded` (history records it): at most one revision per source is current in each
 //!   backend of each generation.
 
-use super::generations;
-use super::writer::WriteOp;
-use super::SqliteLedger;
-use crate::ledger::Projections;
-use crate::model::ChunkSummary;
-use crate::model::GenerationChanged;
-use crate::model::GenerationCommand;
-use crate::model::ProjectionReceipt;
-use async_trait::async_trait;
-use uuid::Uuid;
-
 use sqlx::sqlite::SqliteConnection;
-use sqlx::Row;
 
-use super::job_from_row;
+use super::rows::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::ledger::CANDIDATES_PER_HASH;
-use crate::model::{
-    ChunkRef, ChunkRow, Generation, GenerationView, Job, LeaseToken, ReceiptState, ReceiptUpdate,
-};
+use crate::model::{ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
 
 /// A projection write, run by the writer.
 #[derive(Debug)]
@@ -125,7 +110,7 @@ async fn activate(
         .await?;
     let live = state
         .as_deref()
-        .map(super::parse_enum::<crate::model::GenerationState>)
+        .map(super::rows::parse_enum::<crate::model::GenerationState>)
         .transpose()?
         .is_some_and(|state| state.is_live());
     if live {
@@ -232,146 +217,4 @@ async fn receipt(
         .await?;
     }
     Ok(())
-}
-
-#[async_trait]
-impl Projections for SqliteLedger {
-    async fn activate_generation(&self, generation: &Generation, actor: &str) -> Result<()> {
-        self.project_command(ProjectCommand::Activate {
-            generation: generation.clone(),
-            actor: actor.to_owned(),
-        })
-        .await
-    }
-
-    async fn active_generation(&self) -> Result<Option<Generation>> {
-        sqlx::query("SELECT * FROM generations WHERE state = 'active'")
-            .fetch_optional(&self.reads)
-            .await?
-            .as_ref()
-            .map(generations::generation_from_row)
-            .transpose()
-    }
-
-    async fn change_generation(&self, command: GenerationCommand) -> Result<GenerationChanged> {
-        self.submit(|reply| WriteOp::Generation(command, reply))
-            .await?
-    }
-
-    async fn generations(&self) -> Result<Vec<GenerationView>> {
-        let mut connection = self.reads.acquire().await?;
-        super::generations::list(&mut connection, self.clock.now_micros()).await
-    }
-
-    async fn write_chunks(
-        &self,
-        lease: &LeaseToken,
-        generation: &str,
-        chunks: Vec<ChunkRow>,
-    ) -> Result<()> {
-        self.project_command(ProjectCommand::WriteChunks {
-            token: lease.clone(),
-            generation: generation.to_owned(),
-            chunks,
-        })
-        .await
-    }
-
-    async fn chunk_summary(&self, revision_id: Uuid, generation: &str) -> Result<ChunkSummary> {
-        let hashes: Vec<String> = sqlx::query_scalar(
-            "SELECT sha256 FROM chunks WHERE revision_id = ? AND generation = ? ORDER BY chunk_index",
-        )
-        .bind(revision_id.to_string())
-        .bind(generation)
-        .fetch_all(&self.reads)
-        .await?;
-        Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
-    }
-
-    async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>> {
-        let rows = sqlx::query(
-            "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256, section, page \
-             FROM chunks WHERE revision_id = ? AND generation = ? ORDER BY chunk_index",
-        )
-        .bind(revision_id.to_string())
-        .bind(generation)
-        .fetch_all(&self.reads)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ChunkRow {
-                    chunk_index: row.try_get("chunk_index")?,
-                    text: row.try_get("text")?,
-                    byte_start: row.try_get("byte_start")?,
-                    byte_end: row.try_get("byte_end")?,
-                    token_count: row.try_get("token_count")?,
-                    sha256: row.try_get("sha256")?,
-                    section: row.try_get("section")?,
-                    page: row.try_get("page")?,
-                })
-            })
-            .collect()
-    }
-
-    async fn chunks_with_hashes(
-        &self,
-        dataset: &str,
-        generation: &str,
-        hashes: &[String],
-        except_revision: Uuid,
-    ) -> Result<Vec<ChunkRef>> {
-        if hashes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(
-            "SELECT c.sha256, c.revision_id, MIN(c.chunk_index) AS chunk_index \
-             FROM chunks AS c JOIN revisions AS r ON r.id = c.revision_id \
-             WHERE c.sha256 IN (SELECT value FROM json_each(?1)) AND c.generation = ?2 \
-               AND r.dataset = ?3 AND c.revision_id <> ?4 \
-               AND EXISTS (SELECT 1 FROM jobs AS j JOIN projection_receipts AS p ON p.job_id = j.id \
-                           WHERE j.revision_id = c.revision_id AND p.backend = 'vector' \
-                             AND p.generation = ?2 AND p.state IN ('verified', 'superseded')) \
-             GROUP BY c.sha256, c.revision_id \
-             ORDER BY c.sha256, MAX(r.accepted_at) DESC, c.revision_id \
-             LIMIT ?5",
-        )
-        .bind(serde_json::Value::from(hashes.to_vec()).to_string())
-        .bind(generation)
-        .bind(dataset)
-        .bind(except_revision.to_string())
-        .bind(i64::try_from(hashes.len().saturating_mul(CANDIDATES_PER_HASH)).unwrap_or(i64::MAX))
-        .fetch_all(&self.reads)
-        .await?;
-        let mut found: Vec<ChunkRef> = Vec::new();
-        for row in &rows {
-            let sha256: String = row.try_get("sha256")?;
-            let same = found
-                .iter()
-                .rev()
-                .take_while(|known| known.sha256 == sha256)
-                .count();
-            if same >= CANDIDATES_PER_HASH {
-                continue;
-            }
-            found.push(ChunkRef {
-                sha256,
-                revision_id: super::parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
-                chunk_index: u32::try_from(row.try_get::<i64, _>("chunk_index")?)
-                    .map_err(|_| LedgerError::Corrupt("a negative chunk index".to_owned()))?,
-            });
-        }
-        Ok(found)
-    }
-
-    async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()> {
-        self.project_command(ProjectCommand::Receipt {
-            token: lease.clone(),
-            update,
-        })
-        .await
-    }
-
-    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
-        self.load_receipts(job_id).await
-    }
 }

@@ -3,13 +3,13 @@
 //! searchable revisions.
 
 use super::erasure;
-use super::history_from_row;
-use super::job_from_row;
-use super::json_text;
-use super::parse_uuid;
-use super::revision_from_row;
-use super::SqliteLedger;
-use super::REVISION_COLUMNS;
+use super::ledger::SqliteLedger;
+use super::rows::history_from_row;
+use super::rows::job_from_row;
+use super::rows::json_text;
+use super::rows::parse_uuid;
+use super::rows::revision_from_row;
+use super::rows::REVISION_COLUMNS;
 use crate::error::LedgerError;
 use crate::error::Result;
 use crate::faults::FaultPoint;
@@ -137,7 +137,7 @@ impl Reader for SqliteLedger {
         .fetch_optional(&self.reads)
         .await?;
         if let Some(graph_job) = graph_job {
-            let graph_job = super::parse_uuid(&graph_job)?;
+            let graph_job = super::rows::parse_uuid(&graph_job)?;
             receipts.extend(self.load_receipts(graph_job).await?);
         }
         // Every lookup goes through history's (entity, entity_id, seq) index.

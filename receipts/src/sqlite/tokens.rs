@@ -5,16 +5,12 @@
 //! (`token_created`, `token_revoked`) with the actor and reason carried on the row. The secret
 //! is generated here, returned once and stored only as its SHA-256.
 
-use super::writer::WriteOp;
-use super::SqliteLedger;
-use crate::ledger::Tokens;
-use async_trait::async_trait;
-
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
-use super::{json_text, parse_uuid};
+use super::rows::json_text;
+use super::rows::parse_uuid;
 use crate::auth::{
     self, generate_secret, secret_hash, NewToken, Principal, Scope, TokenChange, TokenChanged,
     TokenInfo, TokenState,
@@ -247,26 +243,4 @@ fn info(row: &SqliteRow, now: Micros) -> Result<TokenInfo> {
 
 fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|error| LedgerError::Corrupt(error.to_string()))
-}
-
-#[async_trait]
-impl Tokens for SqliteLedger {
-    async fn change_token(&self, change: TokenChange) -> Result<TokenChanged> {
-        if let TokenChange::Create(token) = &change {
-            auth::check_new(token, self.clock.now_micros())?;
-        }
-        self.submit(|reply| WriteOp::Token(change, reply)).await?
-    }
-
-    async fn authenticate(&self, secret: &str) -> Result<Option<Principal>> {
-        authenticate(&self.reads, secret, self.clock.now_micros()).await
-    }
-
-    async fn token_count(&self) -> Result<i64> {
-        active_count(&self.reads, self.clock.now_micros()).await
-    }
-
-    async fn tokens(&self) -> Result<Vec<TokenInfo>> {
-        list(&self.reads, self.clock.now_micros()).await
-    }
 }
