@@ -4,7 +4,8 @@
 //! implementation here: the local embedding model ([`Embedder`], fastembed), the chunker
 //! ([`Chunker`], the model's own tokenizer), relational chunk rows and vectors ([`VectorStore`]:
 //! qdrant-edge in process, or a Qdrant server through `qdrant-client`). Depends on
-//! `receipts` (the domain) and `extract` (format extraction) only; the worker composes these into the projection job.
+//! `receipts` (the domain) and `extract` (format extraction) only; the worker composes these into
+//! the projection job.
 //!
 //! ## Invariants
 //! - No trait here names a vendor type (fastembed, qdrant-edge, sqlx): other implementations
