@@ -21,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod datadir;
 pub mod eval;
+pub mod hook;
 pub mod openapi;
 mod process;
 pub mod projection;

@@ -55,6 +55,9 @@ enum Command {
     Migrate(commands::MigrateArgs),
     /// Benchmarks that write JSON.
     Bench(commands::BenchArgs),
+    /// Hooks for coding hosts: `prompt-submit` prints cairn's hits for a prompt as untrusted
+    /// context (never fails the host).
+    Hook(commands::HookArgs),
 }
 
 fn init_tracing(format: &str) {
@@ -97,6 +100,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Eval(command) => command.run(&env).await,
         Command::Migrate(command) => command.run(&env).await,
         Command::Bench(command) => command.run(&env).await,
+        Command::Hook(command) => command.run(&env).await,
     }
 }
 

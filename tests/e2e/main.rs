@@ -11,6 +11,7 @@ mod crash;
 mod erasure;
 mod eval;
 mod generations;
+mod hook;
 mod ops;
 mod postgres;
 mod projection;
