@@ -27,7 +27,8 @@ use receipts::{Backend, Failure, Job, LeaseToken, ReceiptState, ReceiptUpdate, W
 use serde_json::json;
 
 use crate::job::{
-    backend_failure, ledger_failure, millis, permanent, record_receipt, revision_text, Stages,
+    backend_failure, ledger_failure, millis, permanent, record_receipt, revision_detail,
+    revision_text, Stages,
 };
 
 /// A graph store error as a job failure (`graph_unavailable`, `graph_timeout`, ...).
@@ -153,17 +154,8 @@ impl GraphStage {
     }
 
     async fn is_tombstone(&self, job: &Job) -> Result<bool, Failure> {
-        Ok(self
-            .ledger
-            .revision(job.revision_id)
-            .await
-            .map_err(ledger_failure)?
-            .ok_or_else(|| {
-                permanent(
-                    "revision_missing",
-                    "the job's revision is not in the ledger",
-                )
-            })?
+        Ok(revision_detail(self.ledger.as_ref(), job.revision_id)
+            .await?
             .revision
             .tombstone)
     }

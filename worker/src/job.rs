@@ -60,12 +60,12 @@ pub(crate) fn ledger_failure(error: LedgerError) -> Failure {
     }
 }
 
-/// A revision and its retained bytes (a permanent failure when they are not there).
-pub(crate) async fn revision_bytes(
+/// The job's revision as the ledger holds it (a permanent failure when it is not there).
+pub(crate) async fn revision_detail(
     ledger: &dyn WorkLedger,
     revision_id: uuid::Uuid,
-) -> Result<(receipts::Revision, Vec<u8>), Failure> {
-    let detail = ledger
+) -> Result<receipts::RevisionDetail, Failure> {
+    ledger
         .revision(revision_id)
         .await
         .map_err(ledger_failure)?
@@ -74,7 +74,15 @@ pub(crate) async fn revision_bytes(
                 "revision_missing",
                 "the job's revision is not in the ledger",
             )
-        })?;
+        })
+}
+
+/// A revision and its retained bytes (a permanent failure when they are not there).
+pub(crate) async fn revision_bytes(
+    ledger: &dyn WorkLedger,
+    revision_id: uuid::Uuid,
+) -> Result<(receipts::Revision, Vec<u8>), Failure> {
+    let detail = revision_detail(ledger, revision_id).await?;
     let sha256 = detail
         .revision
         .content_sha256

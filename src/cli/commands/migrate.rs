@@ -3,8 +3,6 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use crate::config::{Config, Overrides};
-
 use super::StoreArgs;
 
 /// Apply the ledger's migrations and say what was done (`serve` and `worker` also run
@@ -18,13 +16,7 @@ pub struct MigrateArgs {
 impl MigrateArgs {
     /// Runs the command.
     pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
-        let MigrateArgs { store } = self;
-        let overrides = Overrides {
-            data_dir: Some(store.data_dir),
-            ledger_url: store.ledger,
-            ..Overrides::default()
-        };
-        let config = Config::load(&overrides, env)?;
+        let config = self.store.load(env)?;
         crate::cli::migrate(&config).await?;
 
         Ok(ExitCode::SUCCESS)

@@ -106,3 +106,55 @@ struct StoreArgs {
     #[arg(long)]
     ledger: Option<String>,
 }
+
+impl StoreArgs {
+    /// The configuration of a command that opens the ledger directly.
+    fn load(&self, env: &HashMap<String, String>) -> anyhow::Result<Config> {
+        Config::load(
+            &Overrides {
+                data_dir: Some(self.data_dir.clone()),
+                ledger_url: self.ledger.clone(),
+                ..Overrides::default()
+            },
+            env,
+        )
+    }
+}
+
+/// The flags of the two processes, `cairn serve` and `cairn worker`: where the data, the
+/// ledger, the vectors and the configuration file are.
+#[derive(Debug, clap::Args)]
+struct NodeArgs {
+    /// Data directory (the embedded SQLite ledger, the embedded vector shards, the admin
+    /// token).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// PostgreSQL ledger URL, shared by processes on any machine (also `CAIRN_LEDGER_URL`,
+    /// `ledger.url`). Unset: the embedded SQLite ledger.
+    #[arg(long)]
+    ledger: Option<String>,
+    /// Qdrant server gRPC URL, shared by processes on any machine (also `CAIRN_VECTORS_URL`,
+    /// `vectors.url`; the API key comes from `CAIRN_VECTORS_API_KEY`). Unset: the embedded
+    /// qdrant-edge store.
+    #[arg(long)]
+    vectors: Option<String>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl NodeArgs {
+    /// The process's configuration, listening on `bind` when given.
+    fn load(self, bind: Option<String>, env: &HashMap<String, String>) -> anyhow::Result<Config> {
+        Config::load(
+            &Overrides {
+                data_dir: self.data_dir,
+                bind,
+                config_file: self.config,
+                ledger_url: self.ledger,
+                vectors_url: self.vectors,
+            },
+            env,
+        )
+    }
+}

@@ -8,7 +8,6 @@ use clap::Subcommand;
 
 use super::whoami;
 use super::StoreArgs;
-use crate::config::{Config, Overrides};
 
 #[derive(Debug, Subcommand)]
 enum TokenCommand {
@@ -84,12 +83,7 @@ impl TokenArgs {
     /// Runs the command.
     pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
         let TokenArgs { command } = self;
-        let overrides = Overrides {
-            data_dir: Some(command.store().data_dir.clone()),
-            ledger_url: command.store().ledger.clone(),
-            ..Overrides::default()
-        };
-        let config = Config::load(&overrides, env)?;
+        let config = command.store().load(env)?;
         let ledger = crate::open_ledger(&config).await?;
         let actor = format!("cli:{}", whoami());
         match command {

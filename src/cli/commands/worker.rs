@@ -1,29 +1,17 @@
 //! `cairn worker`: projection workers in a process of their own.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{Config, Overrides};
+use super::NodeArgs;
 
 /// Run projection workers on the data directory in a process of their own (for a data
 /// directory whose `cairn serve` runs with workers.count = 0, or none running: one process
 /// owns the embedded vector store).
 #[derive(Debug, clap::Args)]
 pub struct WorkerArgs {
-    /// Data directory (the server's, with the embedded ledger; the vector shard).
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// PostgreSQL ledger URL: workers on any machine share it (also `CAIRN_LEDGER_URL`).
-    #[arg(long)]
-    ledger: Option<String>,
-    /// Qdrant server gRPC URL: workers on any machine share it (also `CAIRN_VECTORS_URL`; the
-    /// API key comes from `CAIRN_VECTORS_API_KEY`). Unset: the embedded qdrant-edge store.
-    #[arg(long)]
-    vectors: Option<String>,
-    /// TOML configuration file.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
     /// Jobs run at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -40,24 +28,12 @@ impl WorkerArgs {
     /// Runs the command.
     pub async fn run(self, env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
         let WorkerArgs {
-            data_dir,
-            ledger,
-            vectors,
-            config,
+            node,
             concurrency,
             owner,
             simulate_work_ms,
         } = self;
-        let config = Config::load(
-            &Overrides {
-                data_dir,
-                bind: None,
-                config_file: config,
-                ledger_url: ledger,
-                vectors_url: vectors,
-            },
-            env,
-        )?;
+        let config = node.load(None, env)?;
         // Signals are handled from here on, through the model's loading.
         let shutdown = crate::shutdown_signal();
         let options = crate::WorkOptions {
