@@ -1,5 +1,5 @@
 //! The HTTP application: the union of each crate's router (acceptor, search, ops, graph,
-//! the OpenAPI document) over one ledger, with request logging, route labels for metrics and a
+//! the MCP endpoint, the OpenAPI document) over one ledger, with request logging, route labels for metrics and a
 //! typed answer to a panic.
 
 use std::sync::Arc;
@@ -33,6 +33,7 @@ pub fn app_with_graph(
         searcher = searcher.with_graph(graph);
     }
     let searcher = Arc::new(searcher);
+    let mcp = agents::router(ledger.clone(), searcher.clone(), &config.mcp);
     let (routes, document) = utoipa_axum::router::OpenApiRouter::new()
         .merge(acceptor::routes(ledger.clone(), config.acceptor.clone()))
         .merge(search::routes(ledger.clone(), searcher))
@@ -41,6 +42,7 @@ pub fn app_with_graph(
     let document = Arc::new(openapi::complete(document));
     routes
         .merge(openapi::router(document))
+        .merge(mcp)
         .route_layer(middleware::from_fn(note_route))
         .fallback(receipts::http::not_found)
         .layer(middleware::map_response(receipts::http::typed_errors))

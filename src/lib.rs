@@ -3,7 +3,8 @@
 //! The `cairn` binary's library half: configuration (`config`), the assembled HTTP application
 //! and its contract (`openapi`), the server loop (`server`), the data directory (`datadir`),
 //! projection assembly (`projection`), the command-line client and its commands (`cli/`),
-//! the benchmarks (`bench/`) and the evaluation (`eval`). `main.rs` only parses flags, sets
+//! the benchmarks (`bench/`), the evaluation (`eval`), the coding-host hooks (`hook`) and the
+//! MCP stdio bridge (`mcp_stdio`). `main.rs` only parses flags, sets
 //! up logging and calls into here, so tests drive the same code without a socket ([`app`]) or
 //! with one ([`serve`]).
 //!
@@ -22,6 +23,7 @@ pub mod config;
 pub mod datadir;
 pub mod eval;
 pub mod hook;
+pub mod mcp_stdio;
 pub mod openapi;
 mod process;
 pub mod projection;

@@ -58,6 +58,9 @@ enum Command {
     /// Hooks for coding hosts: `prompt-submit` prints cairn's hits for a prompt as untrusted
     /// context (never fails the host).
     Hook(commands::HookArgs),
+    /// The MCP server over stdio for local hosts, through a running cairn (token in
+    /// `CAIRN_TOKEN`).
+    Mcp(commands::McpArgs),
 }
 
 fn init_tracing(format: &str) {
@@ -101,6 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(command) => command.run(&env).await,
         Command::Bench(command) => command.run(&env).await,
         Command::Hook(command) => command.run(&env).await,
+        Command::Mcp(command) => command.run(&env).await,
     }
 }
 

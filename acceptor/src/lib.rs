@@ -353,7 +353,50 @@ async fn readyz(State(state): State<AcceptorState>, _auth: Auth) -> Result<Json<
 /// Checks a request item and turns it into a submission. Everything that can refuse the
 /// request runs here, before the ledger sees it.
 fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
-    let principal = auth.require(Scope::Ingest)?;
+    admit_for(auth.require(Scope::Ingest)?, request)
+}
+
+/// A text document from a client that is not the HTTP API (an agent's MCP `ingest`).
+#[derive(Debug, Clone, Default)]
+pub struct TextDocument {
+    /// The dataset.
+    pub dataset: String,
+    /// The source key.
+    pub source_key: String,
+    /// The text (UTF-8, not empty).
+    pub content: String,
+    /// `type/subtype` (default `text/plain`).
+    pub media_type: Option<String>,
+    /// Tags.
+    pub tags: Option<Vec<String>>,
+}
+
+/// Checks a text document exactly as `POST /v1/sources` checks a body (scope `ingest`,
+/// allowlist, names, format, credentials, limits) and turns it into a submission for
+/// [`receipts::Acceptor::accept`].
+pub fn admit_text(
+    principal: &receipts::Principal,
+    document: TextDocument,
+) -> Result<Submission, ApiError> {
+    principal.require(Scope::Ingest)?;
+    admit_for(
+        principal,
+        SourceRequest {
+            dataset: document.dataset,
+            source_key: document.source_key,
+            content: Some(document.content),
+            content_base64: None,
+            media_type: document.media_type,
+            tags: document.tags,
+            metadata: None,
+        },
+    )
+}
+
+fn admit_for(
+    principal: &receipts::Principal,
+    request: SourceRequest,
+) -> Result<Submission, ApiError> {
     validate::dataset(&request.dataset)?;
     validate::source_key(&request.source_key)?;
     principal.require_dataset(&request.dataset)?;

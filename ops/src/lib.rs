@@ -108,6 +108,7 @@ pub fn routes(
         .routes(routes!(generations::switch))
         .routes(routes!(generations::retire))
         .routes(routes!(tokens::list, tokens::create))
+        .routes(routes!(tokens::own))
         .routes(routes!(tokens::revoke))
         .routes(routes!(tokens::rotate))
         .with_state(state)

@@ -136,6 +136,13 @@ pub async fn list(State(state): State<OpsState>, auth: Auth) -> Result<Json<Valu
     Ok(Json(json!({ "tokens": tokens })))
 }
 
+/// `GET /v1/tokens/self`: what the request's own token may do (any valid token may ask), so
+/// a client can check its scopes before it acts, as `cairn mcp` does.
+#[utoipa::path(get, path = "/v1/tokens/self", tag = "tokens", security(("bearer" = [])), responses((status = 200, description = "The token's id, name, scopes and dataset allowlist (`null`: every dataset).", body = receipts::Principal), ApiErrors))]
+pub async fn own(auth: Auth) -> Json<receipts::Principal> {
+    Json(auth.0)
+}
+
 /// `POST /v1/tokens`: a new token; its secret is in this answer only.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])), request_body(content = CreateBody, content_type = "application/json"), responses((status = 201, description = "Created; the secret is in this answer only.", body = TokenAnswer), ApiErrors))]
 pub async fn create(

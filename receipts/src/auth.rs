@@ -74,6 +74,7 @@ impl std::str::FromStr for Scope {
 
 /// What a verified token may do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 pub struct Principal {
     /// The token's id.
     pub token_id: Uuid,

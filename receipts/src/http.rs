@@ -130,6 +130,13 @@ impl From<Denied> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 6750: a 401 names the scheme it wants.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"cairn\""),
+            );
+        }
         if let Some(seconds) = self.retry_after {
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
                 response.headers_mut().insert(RETRY_AFTER, value);

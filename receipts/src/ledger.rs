@@ -11,9 +11,9 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, Erasure, ErasureRequest,
-    Failure, Generation, GenerationChanged, GenerationCommand, GenerationView, Heartbeat,
-    HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, DatasetSummary, Erasure,
+    ErasureRequest, Failure, Generation, GenerationChanged, GenerationCommand, GenerationView,
+    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
     ReceiptUpdate, RevisionDetail, SourceView, Submission,
 };
 use crate::operations::Operations;
@@ -83,6 +83,9 @@ pub trait Reader: Send + Sync {
 
     /// Ledger-wide counts.
     async fn counts(&self) -> Result<LedgerCounts>;
+
+    /// Every dataset that holds a source, by name, with its counts.
+    async fn datasets(&self) -> Result<Vec<DatasetSummary>>;
 
     /// Succeeds when the ledger answers a query.
     async fn ping(&self) -> Result<()>;

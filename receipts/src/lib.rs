@@ -108,11 +108,11 @@ pub use ledger::{
 };
 pub use model::{
     AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow, ChunkSummary,
-    ContentBlock, Document, Erasure, ErasureRemaining, ErasureRequest, Failure, FailureClass,
-    Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationProgress,
-    GenerationState, GenerationView, Heartbeat, HistoryEntry, HitRef, Job, JobKind, JobState,
-    LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState, ReceiptUpdate, Revision,
-    RevisionDetail, SourceView, Submission,
+    ContentBlock, DatasetSummary, Document, Erasure, ErasureRemaining, ErasureRequest, Failure,
+    FailureClass, Generation, GenerationChange, GenerationChanged, GenerationCommand,
+    GenerationProgress, GenerationState, GenerationView, Heartbeat, HistoryEntry, HitRef, Job,
+    JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState,
+    ReceiptUpdate, Revision, RevisionDetail, SourceView, Submission,
 };
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,

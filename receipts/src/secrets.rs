@@ -94,9 +94,56 @@ pub fn scan(content: &[u8]) -> Option<Finding> {
         .min_by_key(|finding| finding.offset)
 }
 
+/// `text` with every credential [`scan`] would find replaced by `[redacted:<kind>]`, and how
+/// many were replaced: for text on its way out (to a model's context, a log), where refusing
+/// is not an option.
+pub fn redact(text: &str) -> (String, usize) {
+    let Some(set) = any_pattern() else {
+        return (text.to_owned(), 0);
+    };
+    if !set.is_match(text.as_bytes()) {
+        return (text.to_owned(), 0);
+    }
+    let mut out = text.to_owned();
+    let mut replaced = 0;
+    for (kind, regex) in compiled() {
+        let Some(regex) = regex else { continue };
+        let mut next = String::with_capacity(out.len());
+        let mut last = 0;
+        for found in regex.find_iter(out.as_bytes()) {
+            // Matches of these ASCII patterns start and end on character boundaries; a match
+            // that does not (it cannot) is left as it is.
+            let (Some(before), Some(_)) = (out.get(last..found.start()), out.get(found.range()))
+            else {
+                continue;
+            };
+            next.push_str(before);
+            next.push_str(&format!("[redacted:{kind}]"));
+            last = found.end();
+            replaced += 1;
+        }
+        next.push_str(out.get(last..).unwrap_or_default());
+        out = next;
+    }
+    (out, replaced)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redact_replaces_every_credential_and_keeps_the_rest() {
+        let text = "one AKIAIOSFODNN7EXAMPLE two ghp_abcdefghijklmnopqrstuvwxyz0123456789 três";
+        let (out, replaced) = redact(text);
+        assert_eq!(replaced, 2);
+        assert_eq!(
+            out,
+            "one [redacted:aws_access_key_id] two [redacted:github_token] três"
+        );
+        assert_eq!(scan(out.as_bytes()), None);
+        assert_eq!(redact("nothing here"), ("nothing here".to_owned(), 0));
+    }
 
     #[test]
     fn every_pattern_compiles() {

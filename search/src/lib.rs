@@ -209,6 +209,10 @@ pub struct SearchResult {
     pub retrieval: Vec<&'static str>,
     /// `searchable` (vector-searchable) or `pending` (accepted, not yet projected).
     pub projection_state: &'static str,
+    /// When the revision was accepted (microseconds since the Unix epoch).
+    pub accepted_at: receipts::Micros,
+    /// Who submitted it (`token:<name>`).
+    pub accepted_by: String,
     /// With `"expand": "links"`: the current sources this result's source links to (bound
     /// to the ledger like every result).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -384,6 +388,8 @@ struct Candidate {
     /// The phase's own score (cosine or BM25).
     score: f64,
     vector_searchable: bool,
+    accepted_at: receipts::Micros,
+    actor: String,
 }
 
 impl Candidate {
@@ -858,6 +864,8 @@ impl Searcher {
                         page: bound.page,
                         score: f64::from(hit.score),
                         vector_searchable: true,
+                        accepted_at: bound.accepted_at,
+                        actor: bound.actor.clone(),
                     })
                 });
                 (reference, candidate)
@@ -923,6 +931,8 @@ impl Searcher {
                 }
                 Some(Candidate {
                     vector_searchable: bound.vector_searchable,
+                    accepted_at: bound.accepted_at,
+                    actor: bound.actor.clone(),
                     dataset: hit.dataset,
                     source_key: hit.source_key,
                     revision_id: hit.revision_id,
@@ -1049,6 +1059,8 @@ impl Searcher {
                     } else {
                         "pending"
                     },
+                    accepted_at: candidate.accepted_at,
+                    accepted_by: candidate.actor.clone(),
                     links: None,
                 });
             }

@@ -32,6 +32,15 @@ pub(super) struct FileConfig {
     pub(super) vectors: FileVectors,
     #[serde(default)]
     pub(super) graph: FileGraph,
+    #[serde(default)]
+    pub(super) mcp: FileMcp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileMcp {
+    pub(super) allowed_hosts: Option<Vec<String>>,
+    pub(super) allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

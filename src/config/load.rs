@@ -99,6 +99,7 @@ impl Config {
             backends.push(Backend::Graph);
         }
         let config = Config {
+            mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             graph,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,
@@ -374,6 +375,41 @@ fn vectors(
         options.collection_prefix = prefix.clone();
     }
     Some(options)
+}
+
+/// A comma-separated list from the environment.
+fn list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(|item| item.trim().to_owned())
+        .filter(|item| !item.is_empty())
+        .collect()
+}
+
+/// `[mcp]`: which `Host` and `Origin` values `/mcp` accepts. The hosts default to the
+/// loopback names and the bind address; the request body limit is the ingest limit.
+fn mcp(
+    env: &Env<'_>,
+    file: &FileConfig,
+    bind: SocketAddr,
+    acceptor: &acceptor::AcceptorConfig,
+) -> agents::McpSettings {
+    let mut defaults = agents::McpSettings::default();
+    if !bind.ip().is_unspecified() && !bind.ip().is_loopback() {
+        defaults.allowed_hosts.push(bind.ip().to_string());
+    }
+    agents::McpSettings {
+        allowed_hosts: env
+            .get("CAIRN_MCP_ALLOWED_HOSTS")
+            .map(|text| list(text))
+            .or(file.mcp.allowed_hosts.clone())
+            .unwrap_or(defaults.allowed_hosts),
+        allowed_origins: env
+            .get("CAIRN_MCP_ALLOWED_ORIGINS")
+            .map(|text| list(text))
+            .or(file.mcp.allowed_origins.clone())
+            .unwrap_or(defaults.allowed_origins),
+        max_body_bytes: acceptor.max_body_bytes,
+    }
 }
 
 /// `[graph]`: a Bolt server, or `None` for no graph backend.

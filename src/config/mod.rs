@@ -102,6 +102,8 @@ pub struct Config {
     pub search: search::SearchSettings,
     /// Connection cap and timeouts of the HTTP server.
     pub http: crate::server::HttpSettings,
+    /// The MCP endpoint's `Host` and `Origin` checks and body limit.
+    pub mcp: agents::McpSettings,
     /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.

@@ -12,6 +12,7 @@ mod erasure;
 mod eval;
 mod generations;
 mod hook;
+mod mcp;
 mod ops;
 mod postgres;
 mod projection;

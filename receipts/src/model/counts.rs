@@ -35,3 +35,17 @@ impl LedgerCounts {
             .sum()
     }
 }
+
+/// One dataset as its readers see it: how many sources it holds and when it last changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+pub struct DatasetSummary {
+    /// The dataset.
+    pub dataset: String,
+    /// Sources, deleted ones included.
+    pub sources: i64,
+    /// Sources whose head is a tombstone.
+    pub deleted_sources: i64,
+    /// When its newest head was accepted.
+    pub last_accepted_at: crate::Micros,
+}

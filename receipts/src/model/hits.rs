@@ -52,4 +52,8 @@ pub struct BoundHit {
     pub section: Option<String>,
     /// The chunk's first page, when its format has pages.
     pub page: Option<i64>,
+    /// When the revision was accepted (record time).
+    pub accepted_at: crate::Micros,
+    /// Who submitted it (`token:<name>`), as history records it.
+    pub actor: String,
 }

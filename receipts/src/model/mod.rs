@@ -61,7 +61,7 @@ mod projection;
 mod sources;
 
 pub use chunks::{ChunkRef, ChunkRow, ChunkSummary};
-pub use counts::LedgerCounts;
+pub use counts::{DatasetSummary, LedgerCounts};
 pub use erasure::{Erasure, ErasureRemaining, ErasureRequest};
 pub use generations::{
     Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationProgress,

@@ -12,8 +12,8 @@ use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
 use crate::ledger::Reader;
 use crate::model::{
-    BoundHit, ContentBlock, HistoryEntry, HitRef, LedgerCounts, LexicalHit, RevisionDetail,
-    SourceView,
+    BoundHit, ContentBlock, DatasetSummary, HistoryEntry, HitRef, LedgerCounts, LexicalHit,
+    RevisionDetail, SourceView,
 };
 use crate::passages;
 
@@ -276,7 +276,7 @@ impl Reader for PostgresLedger {
                coalesce(s.head_revision_id = r.id AND NOT r.tombstone, false) AS current, \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
                  AND sr.generation = $3) AS searchable, \
-               c.text, c.section, c.page \
+               c.text, c.section, c.page, r.accepted_at, r.actor \
              FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
              JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
@@ -307,6 +307,8 @@ impl Reader for PostgresLedger {
                     chunk_text: row.try_get("text")?,
                     section: row.try_get("section")?,
                     page: row.try_get("page")?,
+                    accepted_at: row.try_get("accepted_at")?,
+                    actor: row.try_get("actor")?,
                 })
             })
             .collect()
@@ -386,6 +388,27 @@ impl Reader for PostgresLedger {
                 .insert(row.try_get("key")?, row.try_get("n")?);
         }
         Ok(counts)
+    }
+
+    async fn datasets(&self) -> Result<Vec<DatasetSummary>> {
+        let rows = sqlx::query(
+            "SELECT s.dataset, count(*) AS sources, count(*) FILTER (WHERE r.tombstone) AS deleted, \
+               max(r.accepted_at) AS latest \
+             FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
+             GROUP BY s.dataset ORDER BY s.dataset",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DatasetSummary {
+                    dataset: row.try_get("dataset")?,
+                    sources: row.try_get("sources")?,
+                    deleted_sources: row.try_get("deleted")?,
+                    last_accepted_at: row.try_get("latest")?,
+                })
+            })
+            .collect()
     }
 
     async fn ping(&self) -> Result<()> {

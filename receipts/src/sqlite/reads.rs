@@ -16,6 +16,7 @@ use crate::faults::FaultPoint;
 use crate::ledger::Reader;
 use crate::model::BoundHit;
 use crate::model::ContentBlock;
+use crate::model::DatasetSummary;
 use crate::model::Erasure;
 use crate::model::HistoryEntry;
 use crate::model::HitRef;
@@ -25,6 +26,8 @@ use crate::model::RevisionDetail;
 use crate::model::SourceView;
 use async_trait::async_trait;
 use sqlx::Row;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::passages;
@@ -44,6 +47,15 @@ pub(super) fn fts_query(text: &str) -> Option<String> {
             .collect::<Vec<_>>()
             .join(" OR "),
     )
+}
+
+/// Tells a lexical query's task that its caller has gone (see `lexical_search`).
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 #[async_trait]
@@ -186,16 +198,6 @@ impl Reader for SqliteLedger {
         let Some(fts) = fts_query(query) else {
             return Ok(Vec::new());
         };
-        let mut connection = self.reads.acquire().await?;
-        // The progress handler runs every 1,000 SQLite VM steps and interrupts the query once
-        // the deadline passes. It is removed before the connection goes back to the pool; a
-        // caller must await this call to completion (it is bounded), never drop it mid-way.
-        if let Some(deadline) = deadline {
-            connection
-                .lock_handle()
-                .await?
-                .set_progress_handler(1_000, move || std::time::Instant::now() < deadline);
-        }
         let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
         let sql = if slow {
             "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000000) \
@@ -225,15 +227,39 @@ impl Reader for SqliteLedger {
              JOIN contents c ON c.sha256 = r.content_sha256 \
              ORDER BY k.rank"
         };
-        let result = sqlx::query(sql)
-            .bind(fts)
-            .bind(json_text(datasets))
-            .bind(i64::from(limit))
-            .fetch_all(&mut *connection)
-            .await;
-        if deadline.is_some() {
-            connection.lock_handle().await?.remove_progress_handler();
-        }
+        // The query runs in a task of its own, so a caller that stops waiting (a client that
+        // hung up, a cancelled tool call) cannot leave a connection behind with the progress
+        // handler still installed: the task always removes it before the connection goes back
+        // to the pool. The handler runs every 1,000 SQLite VM steps and interrupts the query
+        // once the deadline passes, or as soon as the caller has gone.
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
+        let pool = self.reads.clone();
+        let datasets = json_text(datasets);
+        let query = async move {
+            let mut connection = pool.acquire().await?;
+            if let Some(deadline) = deadline {
+                connection
+                    .lock_handle()
+                    .await?
+                    .set_progress_handler(1_000, move || {
+                        !abandoned.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
+                    });
+            }
+            let result = sqlx::query(sql)
+                .bind(fts)
+                .bind(datasets)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *connection)
+                .await;
+            if deadline.is_some() {
+                connection.lock_handle().await?.remove_progress_handler();
+            }
+            Ok::<_, LedgerError>(result)
+        };
+        let result = tokio::spawn(query)
+            .await
+            .map_err(|error| LedgerError::Internal(format!("lexical search task: {error}")))??;
         let rows = match result {
             Ok(rows) => rows,
             Err(error)
@@ -281,7 +307,7 @@ impl Reader for SqliteLedger {
                coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0), \
                EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
                  AND sr.generation = ?2), \
-               c.text, c.section, c.page)) \
+               c.text, c.section, c.page, r.accepted_at, r.actor)) \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
              LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
@@ -300,13 +326,26 @@ impl Reader for SqliteLedger {
             Option<String>,
             Option<String>,
             Option<i64>,
+            i64,
+            String,
         );
         let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
             .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
         rows.sort_unstable_by_key(|row| row.0);
         rows.into_iter()
             .map(
-                |(position, dataset, source_key, current, searchable, text, section, page)| {
+                |(
+                    position,
+                    dataset,
+                    source_key,
+                    current,
+                    searchable,
+                    text,
+                    section,
+                    page,
+                    accepted_at,
+                    actor,
+                )| {
                     let hit = *hits.get(position).ok_or_else(|| {
                         LedgerError::Internal(format!("bound hit {position} was not asked"))
                     })?;
@@ -319,6 +358,8 @@ impl Reader for SqliteLedger {
                         chunk_text: text,
                         section,
                         page,
+                        accepted_at,
+                        actor,
                     })
                 },
             )
@@ -390,6 +431,27 @@ impl Reader for SqliteLedger {
             counts.receipts.insert(row.try_get("key")?, row.try_get("n")?);
         }
         Ok(counts)
+    }
+
+    async fn datasets(&self) -> Result<Vec<DatasetSummary>> {
+        let rows = sqlx::query(
+            "SELECT s.dataset, count(*) AS sources, sum(r.tombstone) AS deleted, \
+               max(r.accepted_at) AS latest \
+             FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
+             GROUP BY s.dataset ORDER BY s.dataset",
+        )
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DatasetSummary {
+                    dataset: row.try_get("dataset")?,
+                    sources: row.try_get("sources")?,
+                    deleted_sources: row.try_get("deleted")?,
+                    last_accepted_at: row.try_get("latest")?,
+                })
+            })
+            .collect()
     }
 
     async fn ping(&self) -> Result<()> {

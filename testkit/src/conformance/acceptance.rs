@@ -7,7 +7,9 @@ use receipts::model::{
 };
 use receipts::LedgerError;
 
-use super::{accept_one, delete, job_state, lexical_hits, must, must_accept, put, Harness, START};
+use super::{
+    accept_one, delete, job_state, lexical_hits, must, must_accept, put, Harness, SECOND, START,
+};
 
 /// A receipt names the new head and a pending job with one pending receipt per backend.
 pub async fn accept_records_revision_job_and_receipts(harness: Harness) {
@@ -263,13 +265,31 @@ pub async fn counts_follow_acceptance(harness: Harness) {
         (0, 0, 0, 0)
     );
     assert_eq!(empty.retained_bytes, 0);
+    assert_eq!(harness.ledger.datasets().await.expect("datasets"), vec![]);
     must_accept(&harness, put("docs", "a", "alpha")).await;
     must_accept(&harness, put("docs", "b", "alpha")).await; // the same bytes: retained once
-    must_accept(&harness, put("docs", "a", "alpha two")).await;
+    harness.clock.advance(SECOND);
+    let newest_docs = must_accept(&harness, put("docs", "a", "alpha two")).await;
     must_accept(&harness, put("notes", "c", "gamma")).await;
     let before_delete = harness.ledger.counts().await.expect("counts");
-    must_accept(&harness, delete("notes", "c")).await;
+    harness.clock.advance(SECOND);
+    let deleted = must_accept(&harness, delete("notes", "c")).await;
     let counts = harness.ledger.counts().await.expect("counts");
+    let summary =
+        |dataset: &str, sources, deleted_sources, last_accepted_at| receipts::DatasetSummary {
+            dataset: dataset.to_owned(),
+            sources,
+            deleted_sources,
+            last_accepted_at,
+        };
+    assert_eq!(
+        harness.ledger.datasets().await.expect("datasets"),
+        vec![
+            summary("docs", 2, 0, newest_docs.accepted_at),
+            summary("notes", 1, 1, deleted.accepted_at),
+        ],
+        "datasets by name, counted by their heads"
+    );
     assert_eq!(counts.sources, 3, "{counts:?}");
     assert_eq!(counts.deleted_sources, 1, "{counts:?}");
     assert_eq!(

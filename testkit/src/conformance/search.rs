@@ -105,6 +105,13 @@ pub async fn hits_bind_to_current_searchable_revisions(harness: Harness) {
     );
     assert_eq!(bound[3].dataset, "notes");
     assert_eq!(bound[3].source_key, "c");
+    assert_eq!(
+        (bound[0].accepted_at, bound[3].accepted_at),
+        (new.accepted_at, pending.accepted_at),
+        "every bound hit says when its revision was accepted"
+    );
+    let submitter = put("docs", "a", "x").actor;
+    assert!(bound.iter().all(|b| b.actor == submitter), "and by whom");
     assert!(must(
         harness.ledger.bind_hits(&[], &generation.id).await,
         "bind nothing"

@@ -1,0 +1,135 @@
+//! # agents: cairn as a search client's tool, over the Model Context Protocol
+//!
+//! An MCP server ([`router`], mounted at `/mcp` on cairn's own listener) built on the official
+//! Rust SDK, `rmcp`. It offers six tools (`search`, `read_document`, `get_source`,
+//! `list_datasets`, `ingest`, `delete_source`) and two resource templates
+//! (`cairn://revision/{revision_id}`, `cairn://source/{dataset}/{+source_key}`), over the
+//! same ledger, searcher and acceptance path as the HTTP API.
+//!
+//! ## Model
+//! - **Transport**: Streamable HTTP, stateless, JSON responses: every request stands alone,
+//!   so any replica answers it. The current protocol (2026-07-28: no handshake, the version
+//!   in each request) and the legacy `initialize` handshake are both spoken. `Host` is checked
+//!   against [`McpSettings::allowed_hosts`] and any `Origin` against
+//!   [`McpSettings::allowed_origins`] (none by default: a browser page cannot call it).
+//! - **Auth**: cairn's bearer tokens, verified by the HTTP API's own extractor before the SDK
+//!   sees the request; a missing or bad token gets 401 with `WWW-Authenticate`. The
+//!   principal travels with the request; `tools/list` shows only the tools its scopes allow,
+//!   and every call checks the scope and the dataset allowlist again.
+//! - **Answers**: every answer opens with `trust: "untrusted"` and [`text::UNTRUSTED_NOTICE`]
+//!   inside `structuredContent` (the text block carries the same JSON), and names what it
+//!   searched and where each quoted text comes from (dataset, source key, revision,
+//!   generation, section, page, chunk or passage, receipt state, accepted when and by whom).
+//!
+//! ## Invariants
+//! - A hit is a current revision: the tools reach the index only through
+//!   [`search::Searcher`], which binds every hit to its source's head, and documents only
+//!   through the ledger's reads.
+//! - Quoted text holds no control, ANSI or bidirectional characters, and no credential the
+//!   scan finds ([`text`]).
+//! - No answer is over [`MAX_ANSWER_CHARS`] characters of JSON, whatever the arguments; every
+//!   cut says what it cut (`truncated`, `omitted`, `next_offset`).
+//! - Bad arguments, overload and timeouts are tool errors (`isError`) with a stable `code` and
+//!   the fix; internal details are logged, never sent.
+//! - Erasure, operations and token management are not offered.
+
+mod catalog;
+mod documents;
+mod envelope;
+mod handler;
+mod querying;
+pub mod text;
+mod writes;
+
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use receipts::{AcceptLedger, Tokens};
+
+pub use envelope::MAX_ANSWER_CHARS;
+
+/// Where and how the MCP endpoint answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpSettings {
+    /// `Host` values accepted (`name` or `name:port`); requests naming another host are
+    /// refused (DNS rebinding). Loopback names by default.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins accepted (`scheme://host:port`, `:*` for any port). Empty: a request
+    /// that carries any `Origin` is refused.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body, in bytes: the ingest limit, so `ingest` takes what
+    /// `POST /v1/sources` takes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: Vec::new(),
+            max_body_bytes: receipts::policy::DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// What the tools work on.
+pub(crate) struct Shared {
+    pub(crate) ledger: Arc<dyn AcceptLedger>,
+    pub(crate) searcher: Arc<search::Searcher>,
+}
+
+#[derive(Clone)]
+struct AuthState(Arc<dyn Tokens>);
+
+impl FromRef<AuthState> for Arc<dyn Tokens> {
+    fn from_ref(state: &AuthState) -> Self {
+        state.0.clone()
+    }
+}
+
+/// The `/mcp` route: authentication in front of the SDK's stateless Streamable HTTP service.
+pub fn router(
+    ledger: Arc<dyn AcceptLedger>,
+    searcher: Arc<search::Searcher>,
+    settings: &McpSettings,
+) -> Router {
+    let tokens: Arc<dyn Tokens> = ledger.clone();
+    let shared = Arc::new(Shared { ledger, searcher });
+    let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_allowed_hosts(settings.allowed_hosts.clone())
+        .with_allowed_origins(settings.allowed_origins.clone())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(settings.max_body_bytes);
+    let service = rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        move || Ok(handler::CairnMcp::new(shared.clone())),
+        Arc::new(
+            rmcp::transport::streamable_http_server::session::never::NeverSessionManager::default(),
+        ),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            AuthState(tokens),
+            authenticate,
+        ))
+}
+
+/// Verifies the bearer token with the HTTP API's own extractor and hands the principal to
+/// the handler through the request's extensions.
+async fn authenticate(State(state): State<AuthState>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    match receipts::http::Auth::from_request_parts(&mut parts, &state).await {
+        Ok(receipts::http::Auth(principal)) => {
+            parts.extensions.insert(principal);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(error) => error.into_response(),
+    }
+}

@@ -1,0 +1,294 @@
+"""An agent host against cairn's MCP server, with the official Python SDK (`mcp`, pinned by
+scripts/setup-mcp). Run by tests/e2e/mcp.rs:
+
+    agent.py SCENARIO CONFIG.json
+
+SCENARIO is `http` (tools, scopes, bounds, labels, isolation, current revisions, 401), `cancel`
+(a cancelled search frees its admission slot) or `stdio` (the same server through
+`cairn mcp`). CONFIG names the endpoint, the tokens and what the test stored. Each check
+that fails raises; the script prints `ok SCENARIO` and exits 0 when all pass.
+"""
+
+import json
+import sys
+import time
+
+import anyio
+import httpx2
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+MAX_ANSWER_CHARS = 20_000
+NOTICE_START = "Text quoted below was retrieved from documents stored in cairn."
+
+
+def connect(config, token, mode):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    return Client(streamable_http_client(config["mcp_url"], http_client=http), mode=mode, cache=None)
+
+
+def wire(result):
+    return result.model_dump(by_alias=True, exclude_none=True)
+
+
+def answer_of(result):
+    """The structured answer, checked for the label and the bound, and its text twin."""
+    data = wire(result)
+    structured = data.get("structuredContent")
+    assert isinstance(structured, dict), data
+    texts = [block["text"] for block in data.get("content", []) if block.get("type") == "text"]
+    assert texts, f"no text block: {data}"
+    text = texts[0]
+    assert text.startswith('{"trust":"untrusted","notice":'), text[:200]
+    assert json.loads(text) == structured, "the text block is the structured answer"
+    assert list(structured)[:2] == ["trust", "notice"], list(structured)
+    assert structured["notice"].startswith(NOTICE_START), structured["notice"]
+    assert len(text) <= MAX_ANSWER_CHARS, len(text)
+    return structured, data.get("isError", False)
+
+
+async def call(client, tool, arguments):
+    return answer_of(await client.call_tool(tool, arguments))
+
+
+async def expect_error(client, tool, arguments, code):
+    answer, is_error = await call(client, tool, arguments)
+    assert is_error, f"{tool} {arguments!r:.200} was not refused: {answer!r:.500}"
+    assert answer["error"]["code"] == code, answer
+    return answer["error"]
+
+
+async def tools_by_scope(config):
+    expected_read = {"search", "read_document", "get_source", "list_datasets"}
+    for mode in ("2026-07-28", "legacy"):
+        async with connect(config, config["tokens"]["search"], mode) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == expected_read, (mode, sorted(tools))
+            for tool in tools.values():
+                data = tool.model_dump(by_alias=True, exclude_none=True)
+                assert data["inputSchema"]["type"] == "object", data
+                assert data["outputSchema"]["required"] == ["trust", "notice"], data
+                notes = data["annotations"]
+                assert notes["readOnlyHint"] is True and notes["destructiveHint"] is False, data
+                assert notes["openWorldHint"] is False and notes["idempotentHint"] is True, data
+            search = tools["search"].model_dump(by_alias=True)["inputSchema"]["properties"]
+            assert search["top_k"]["maximum"] == 10 and search["top_k"]["default"] == 3, search
+            assert search["query"]["maxLength"] == 1000, search
+            # Not listed, and refused if called anyway.
+            error = await expect_error(
+                client, "ingest", {"dataset": "docs", "source_key": "x", "content": "x"}, "forbidden"
+            )
+            assert "ingest" in error["message"], error
+    async with connect(config, config["tokens"]["docs_rw"], "legacy") as client:
+        tools = {tool.name: tool.model_dump(by_alias=True, exclude_none=True) for tool in (await client.list_tools()).tools}
+        assert set(tools) == expected_read | {"ingest", "delete_source"}, sorted(tools)
+        assert tools["delete_source"]["annotations"]["destructiveHint"] is True
+        assert tools["ingest"]["annotations"]["readOnlyHint"] is False
+        assert "approval" in tools["ingest"]["description"], tools["ingest"]["description"]
+        assert "confirm" in tools["delete_source"]["inputSchema"]["required"]
+        templates = await client.list_resource_templates()
+        uris = sorted(t.uri_template for t in templates.resource_templates)
+        assert uris == ["cairn://revision/{revision_id}", "cairn://source/{dataset}/{+source_key}"], uris
+        listed = await client.list_resources()
+        assert listed.resources == [], "the corpus is never listed"
+
+
+async def bounds_hold_for_hostile_arguments(config):
+    async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
+        for arguments, code in [
+            ({"query": "lease", "top_k": 10_000}, "invalid_arguments"),
+            ({"query": "lease", "snippet_chars": 1_000_000}, "invalid_arguments"),
+            ({"query": "lease " * 20_000}, "invalid_arguments"),
+            ({"query": "lease", "budget_ms": 10}, "invalid_budget"),
+            ({"query": "lease", "unknown": 1}, "invalid_arguments"),
+            ({"query": "lease", "mode": "psychic"}, "invalid_mode"),
+        ]:
+            error = await expect_error(client, "search", arguments, code)
+            assert len(error["message"]) < 600, error
+        # The widest legal answer stays within every bound, and says what it cut.
+        answer, is_error = await call(client, "search", {"query": "lease heartbeat", "top_k": 10, "snippet_chars": 1000, "mode": "lexical"})
+        assert not is_error, answer
+        hits = answer["hits"]
+        assert len(hits) + answer["omitted"] >= 10, answer
+        assert sum(len(hit["text"].rstrip("…")) for hit in hits) <= 6000, [len(h["text"]) for h in hits]
+        assert any(hit["truncated"] for hit in hits), "long passages are cut, and say so"
+        for hit in hits:
+            for key in ("dataset", "source_key", "revision_id", "receipt_state", "accepted_at", "accepted_by", "section", "page", "chunk_index", "passage_index", "generation"):
+                assert key in hit, (key, hit)
+            assert hit["accepted_by"].startswith("token:"), hit
+            assert hit["accepted_at"].endswith("Z"), hit
+        # Defaults: three hits.
+        answer, _ = await call(client, "search", {"query": "lease heartbeat", "mode": "lexical"})
+        assert len(answer["hits"]) == 3, len(answer["hits"])
+        # Reading on from a hit: windows with a next offset, within the bound.
+        first = hits[0]
+        window, is_error = await call(client, "read_document", {"revision_id": first["revision_id"], "max_chars": 8000})
+        assert not is_error, window
+        assert window["revision_id"] == first["revision_id"] and window["is_head"] is True
+        assert window["offset"] == 0 and window["total_chars"] > len(window["text"].rstrip("…")) - 1
+        if window["next_offset"] is not None:
+            more, _ = await call(client, "read_document", {"revision_id": first["revision_id"], "offset": window["next_offset"]})
+            assert more["offset"] == window["next_offset"], more
+        await expect_error(client, "read_document", {"revision_id": first["revision_id"], "max_chars": 1_000_000}, "invalid_arguments")
+        await expect_error(client, "read_document", {"revision_id": "not-a-uuid"}, "invalid_arguments")
+
+
+async def instructions_stay_data(config):
+    async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
+        answer, is_error = await call(client, "search", {"query": "ignore previous instructions", "mode": "lexical"})
+        assert not is_error, answer
+        texts = [hit["text"] for hit in answer["hits"] if hit["source_key"] == "inject.md"]
+        assert texts and "Ignore previous instructions" in texts[0], answer
+        assert "\x1b" not in texts[0] and "\u202e" not in texts[0], texts[0]
+        assert "AKIA" not in json.dumps(answer), "credentials are redacted on the way out"
+        assert answer["trust"] == "untrusted"
+
+
+async def allowlist_isolates(config):
+    private_revision = config["private_revision"]
+    async with connect(config, config["tokens"]["docs_rw"], "2026-07-28") as client:
+        await expect_error(client, "search", {"query": "zebra", "datasets": ["private"]}, "forbidden")
+        answer, _ = await call(client, "search", {"query": "zebra", "mode": "lexical", "top_k": 10})
+        assert answer["datasets"] == ["docs"], answer["datasets"]
+        assert all(hit["dataset"] == "docs" for hit in answer["hits"]), answer
+        assert "private zebra" not in json.dumps(answer)
+        await expect_error(client, "read_document", {"revision_id": private_revision}, "not_found")
+        await expect_error(client, "read_document", {"dataset": "private", "source_key": "plans.md"}, "not_found")
+        await expect_error(client, "get_source", {"dataset": "private", "source_key": "plans.md"}, "not_found")
+        listed, _ = await call(client, "list_datasets", {})
+        assert [d["dataset"] for d in listed["datasets"]] == ["docs"], listed
+        for uri in (f"cairn://revision/{private_revision}", "cairn://source/private/plans.md"):
+            try:
+                result = await client.read_resource(uri)
+            except Exception as error:  # the SDK raises the server's JSON-RPC error
+                assert "not exist" in str(error) or "not_found" in str(error), error
+            else:
+                raise AssertionError(f"{uri} was served: {result!r:.300}")
+        # The same reads succeed in the token's own dataset, through a resource too.
+        own = await client.read_resource("cairn://source/docs/inject.md")
+        contents = own.model_dump(by_alias=True)["contents"][0]
+        body = json.loads(contents["text"])
+        assert body["trust"] == "untrusted" and body["source_key"] == "inject.md", body
+    # A token for every dataset sees both, and the answer names them.
+    async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
+        answer, _ = await call(client, "search", {"query": "zebra", "mode": "lexical", "top_k": 10})
+        assert sorted(answer["datasets"]) == ["docs", "private"], answer["datasets"]
+        empty, _ = await call(client, "search", {"query": "nothingmatchesthis", "mode": "lexical"})
+        assert empty["hits"] == [] and "no current document matched" in empty["note"], empty
+
+
+async def hits_are_current_while_sources_change(config):
+    """Supersede and delete a source through the API between searches: every hit is the head
+    accepted last, and after the deletion the source is gone."""
+    headers = {"Authorization": f"Bearer {config['tokens']['docs_rw']}"}
+    async with httpx2.AsyncClient(base_url=config["base_url"], headers=headers) as http, connect(
+        config, config["tokens"]["docs_rw"], "2026-07-28"
+    ) as client:
+        for version in range(6):
+            response = await http.post("/v1/sources", json={"dataset": "docs", "source_key": "churn.md", "content": f"churning quokka version {version} " + "filler " * version})
+            assert response.status_code == 202, response.text
+            head = response.json()["source_revision_id"]
+            answer, _ = await call(client, "search", {"query": "churning quokka", "mode": "lexical", "top_k": 10})
+            found = [hit["revision_id"] for hit in answer["hits"] if hit["source_key"] == "churn.md"]
+            assert found == [head], (version, found, head)
+            window, _ = await call(client, "read_document", {"dataset": "docs", "source_key": "churn.md"})
+            assert window["revision_id"] == head and f"version {version}" in window["text"], window
+            source, _ = await call(client, "get_source", {"dataset": "docs", "source_key": "churn.md"})
+            assert source["head"]["revision_id"] == head and source["job"]["state"], source
+        # An older revision: a search-only token may not read it; docs_rw (ingest) may.
+        await expect_error(client, "delete_source", {"dataset": "docs", "source_key": "churn.md", "confirm": "other.md", "reason": "test"}, "confirmation_mismatch")
+        deleted, is_error = await call(client, "delete_source", {"dataset": "docs", "source_key": "churn.md", "confirm": "churn.md", "reason": "the agent test deletes it"})
+        assert not is_error and deleted["receipt"]["tombstone"] is True, deleted
+        answer, _ = await call(client, "search", {"query": "churning quokka", "mode": "lexical", "top_k": 10})
+        assert not [hit for hit in answer["hits"] if hit["source_key"] == "churn.md"], answer
+        await expect_error(client, "read_document", {"dataset": "docs", "source_key": "churn.md"}, "source_deleted")
+        stored, is_error = await call(client, "ingest", {"dataset": "docs", "source_key": "agent-note.md", "content": "# Note\n\nStored by an agent.", "media_type": "text/markdown"})
+        assert not is_error and stored["receipt"]["status"] == "queued_not_confirmed", stored
+        await expect_error(client, "ingest", {"dataset": "private", "source_key": "x.md", "content": "x"}, "forbidden")
+        await expect_error(client, "ingest", {"dataset": "docs", "source_key": "k.md", "content": "key AKIAIOSFODNN7EXAMPLE"}, "secret_detected")
+    async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
+        old = config["superseded_revision"]
+        error = await expect_error(client, "read_document", {"revision_id": old}, "revision_not_current")
+        assert "dataset" in error["message"], error
+
+
+async def unauthenticated_is_401(config):
+    async with httpx2.AsyncClient() as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        for headers in ({}, {"Authorization": "Bearer cairn_nottherealtoken"}):
+            response = await http.post(config["mcp_url"], json=body, headers={"Accept": "application/json, text/event-stream", **headers})
+            assert response.status_code == 401, (response.status_code, response.text)
+            assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
+            assert response.json()["code"] == "unauthenticated"
+        # A browser page's request (it carries an Origin) is refused.
+        response = await http.post(config["mcp_url"], json=body, headers={"Accept": "application/json, text/event-stream", "Origin": "https://evil.example", "Authorization": f"Bearer {config['tokens']['search']}"})
+        assert response.status_code == 403, (response.status_code, response.text)
+
+
+async def scenario_http(config):
+    await tools_by_scope(config)
+    await bounds_hold_for_hostile_arguments(config)
+    await instructions_stay_data(config)
+    await allowlist_isolates(config)
+    await hits_are_current_while_sources_change(config)
+    await unauthenticated_is_401(config)
+
+
+async def scenario_cancel(config):
+    """The server admits one search at a time; the test armed a slow lexical query. Cancelling
+    the slow search must free the slot: the next search is admitted at once."""
+    async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
+        scope = anyio.CancelScope()
+        finished = []
+
+        async def slow():
+            with scope:
+                await client.call_tool("search", {"query": "zebra", "mode": "lexical", "budget_ms": 20_000})
+                finished.append(True)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            await anyio.sleep(1.0)
+            assert not finished, "the armed search should still hold its slot"
+            scope.cancel()
+        assert not finished, "the slow search was cancelled, not answered"
+        started = time.monotonic()
+        answer, is_error = await call(client, "search", {"query": "zebra", "mode": "lexical", "budget_ms": 4_000})
+        elapsed = time.monotonic() - started
+        assert not is_error, answer
+        assert elapsed < 2.0, f"the next search waited {elapsed:.2f} s for the cancelled one's slot"
+        print(f"next search answered {elapsed * 1000:.0f} ms after the cancellation")
+
+
+async def scenario_stdio(config):
+    params = StdioServerParameters(
+        command=config["cairn"],
+        args=["mcp", "--server", config["base_url"]],
+        env={"CAIRN_TOKEN": config["tokens"]["search"], "PATH": "/usr/bin:/bin"},
+    )
+    for mode in ("auto", "legacy"):
+        async with Client(params, mode=mode, cache=None) as client:
+            tools = sorted(tool.name for tool in (await client.list_tools()).tools)
+            assert tools == ["get_source", "list_datasets", "read_document", "search"], tools
+            answer, is_error = await call(client, "search", {"query": config["stdio_query"], "top_k": 3})
+            assert not is_error, answer
+            assert answer["hits"], answer
+            hit = answer["hits"][0]
+            assert hit["receipt_state"] == "searchable" and hit["generation"], hit
+            window, _ = await call(client, "read_document", {"revision_id": hit["revision_id"]})
+            assert window["revision_id"] == hit["revision_id"], window
+
+
+def main():
+    scenario, path = sys.argv[1], sys.argv[2]
+    with open(path) as handle:
+        config = json.load(handle)
+    runner = {"http": scenario_http, "cancel": scenario_cancel, "stdio": scenario_stdio}[scenario]
+    anyio.run(runner, config)
+    print(f"ok {scenario}")
+
+
+if __name__ == "__main__":
+    main()
