@@ -321,3 +321,65 @@ pub(crate) fn visible(principal: &Principal) -> Vec<Tool> {
         .map(ToolName::tool)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(scopes: &[Scope]) -> Principal {
+        Principal {
+            token_id: uuid::Uuid::nil(),
+            name: "t".to_owned(),
+            scopes: scopes.to_vec(),
+            datasets: None,
+        }
+    }
+
+    fn names(principal: &Principal) -> Vec<String> {
+        visible(principal)
+            .into_iter()
+            .map(|tool| tool.name.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn tools_follow_the_scopes() {
+        assert_eq!(
+            names(&principal(&[Scope::Search])),
+            ["search", "read_document", "get_source", "list_datasets"]
+        );
+        assert_eq!(
+            names(&principal(&[Scope::Ingest])),
+            [
+                "read_document",
+                "get_source",
+                "list_datasets",
+                "ingest",
+                "delete_source"
+            ]
+        );
+        assert_eq!(names(&principal(&[Scope::Admin])).len(), 6);
+        assert!(names(&principal(&[Scope::OpsWrite, Scope::Erase])).is_empty());
+    }
+
+    #[test]
+    fn every_tool_has_schemas_annotations_and_a_name_that_parses_back() {
+        for name in ToolName::ALL {
+            let tool = name.tool();
+            assert_eq!(ToolName::parse(&tool.name), Some(name));
+            assert_eq!(tool.input_schema.get("type"), Some(&json!("object")));
+            assert_eq!(
+                tool.input_schema.get("additionalProperties"),
+                Some(&json!(false)),
+                "{}: unknown arguments are refused, and the schema says so",
+                tool.name
+            );
+            let output = tool.output_schema.as_ref().expect("output schema");
+            assert_eq!(output.get("required"), Some(&json!(["trust", "notice"])));
+            let annotations = tool.annotations.as_ref().expect("annotations");
+            assert_eq!(annotations.open_world_hint, Some(false));
+            assert!(annotations.read_only_hint.is_some() && annotations.destructive_hint.is_some());
+        }
+        assert_eq!(ToolName::parse("erase"), None);
+    }
+}

@@ -42,10 +42,10 @@ const DATASET: &str = "bench";
 const VOCABULARY: usize = 5000;
 
 /// A deterministic generator (SplitMix64).
-struct Random(u64);
+pub(super) struct Random(pub(super) u64);
 
 impl Random {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -53,7 +53,7 @@ impl Random {
         z ^ (z >> 31)
     }
 
-    fn word(&mut self) -> String {
+    pub(super) fn word(&mut self) -> String {
         // Zipf-like: low ranks are common, as in real text.
         let rank = (self.next() % VOCABULARY as u64) * (self.next() % VOCABULARY as u64)
             / VOCABULARY as u64;
@@ -69,7 +69,7 @@ impl Random {
         word
     }
 
-    fn text(&mut self, words: usize) -> String {
+    pub(super) fn text(&mut self, words: usize) -> String {
         (0..words)
             .map(|_| self.word())
             .collect::<Vec<_>>()
@@ -174,7 +174,7 @@ async fn load(
     Ok(())
 }
 
-fn summary(mut samples: Vec<f64>) -> Value {
+pub(super) fn summary(mut samples: Vec<f64>) -> Value {
     samples.sort_by(f64::total_cmp);
     json!({
         "p50_ms": super::percentile_f64(&samples, 0.5),

@@ -104,6 +104,28 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-search.json")]
         out: PathBuf,
     },
+    /// The MCP `search` tool over HTTP against `POST /v1/search` on the same server and
+    /// queries: added latency, and throughput at each client count.
+    Mcp {
+        /// Documents in the synthetic corpus.
+        #[arg(long, default_value_t = 5000)]
+        docs: usize,
+        /// Queries per path in the latency series.
+        #[arg(long, default_value_t = 500)]
+        queries: usize,
+        /// Client counts for the throughput runs (comma-separated).
+        #[arg(long, value_delimiter = ',', default_values_t = [8usize, 64])]
+        concurrency: Vec<usize>,
+        /// Seconds per throughput run.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// TOML configuration file (search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-mcp.json")]
+        out: PathBuf,
+    },
     /// Extraction throughput per format (PDF, DOCX, HTML, Markdown) on the files of the
     /// given folders, one document at a time.
     Extract {
@@ -221,6 +243,27 @@ impl BenchArgs {
                         edits,
                         pdfs,
                         min_chunks,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Mcp {
+                docs,
+                queries,
+                concurrency,
+                seconds,
+                config,
+                out,
+            } => {
+                let config = file_config(config, None, env)?;
+                let report = crate::bench::mcp(
+                    &config,
+                    crate::bench::McpBench {
+                        docs: docs.max(1),
+                        queries,
+                        concurrency,
+                        seconds,
                     },
                 )
                 .await?;
