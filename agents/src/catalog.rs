@@ -299,8 +299,19 @@ impl ToolName {
         })
     }
 
-    /// The tool as `tools/list` shows it.
+    /// The tool as `tools/list` shows it (built once: the SDK asks for a tool's schema on
+    /// every call).
     pub(crate) fn tool(self) -> Tool {
+        static TOOLS: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
+        let all = TOOLS.get_or_init(|| ToolName::ALL.into_iter().map(ToolName::build).collect());
+        let index = ToolName::ALL
+            .iter()
+            .position(|tool| *tool == self)
+            .unwrap_or_default();
+        all.get(index).cloned().unwrap_or_else(|| self.build())
+    }
+
+    fn build(self) -> Tool {
         let object = |value: Value| Arc::new(value.as_object().cloned().unwrap_or_default());
         Tool::new(
             self.as_str(),

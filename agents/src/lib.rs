@@ -79,6 +79,37 @@ impl Default for McpSettings {
 pub(crate) struct Shared {
     pub(crate) ledger: Arc<dyn AcceptLedger>,
     pub(crate) searcher: Arc<search::Searcher>,
+    /// The datasets that hold sources, as last read, and when.
+    datasets: std::sync::Mutex<Option<(std::time::Instant, Arc<Vec<receipts::DatasetSummary>>)>>,
+}
+
+/// How long a read of the datasets serves `search` answers (which name the datasets they
+/// searched); `list_datasets` always reads afresh.
+const DATASETS_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Shared {
+    /// The datasets that hold sources, read at most [`DATASETS_FRESH_FOR`] ago.
+    pub(crate) async fn recent_datasets(
+        &self,
+    ) -> Result<Arc<Vec<receipts::DatasetSummary>>, receipts::LedgerError> {
+        let cached = self
+            .datasets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        if let Some((read_at, datasets)) = cached {
+            if read_at.elapsed() < DATASETS_FRESH_FOR {
+                return Ok(datasets);
+            }
+        }
+        let datasets = Arc::new(self.ledger.datasets().await?);
+        *self
+            .datasets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Some((std::time::Instant::now(), datasets.clone()));
+        Ok(datasets)
+    }
 }
 
 #[derive(Clone)]
@@ -97,7 +128,11 @@ pub fn router(
     settings: &McpSettings,
 ) -> Router {
     let tokens: Arc<dyn Tokens> = ledger.clone();
-    let shared = Arc::new(Shared { ledger, searcher });
+    let shared = Arc::new(Shared {
+        ledger,
+        searcher,
+        datasets: std::sync::Mutex::new(None),
+    });
     let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)

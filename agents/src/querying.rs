@@ -87,7 +87,7 @@ pub(crate) async fn search(
     })?;
     let named = query.datasets.clone();
     let searching = shared.searcher.search(query);
-    let summaries = shared.ledger.datasets();
+    let summaries = shared.recent_datasets();
     // A cancelled call (`notifications/cancelled`, or the client hung up) drops the search,
     // and with it its admission slot.
     let (outcome, summaries) = tokio::select! {
@@ -110,6 +110,7 @@ pub(crate) async fn search(
     })?;
     // The datasets searched, by name: those asked for, or every dataset the token may read.
     let summaries = summaries.unwrap_or_default();
+    let summaries = summaries.as_slice();
     let counts: HashMap<&str, i64> = summaries
         .iter()
         .map(|summary| {
