@@ -115,24 +115,35 @@ fn headers_for(message: &Value, negotiated: Option<&str>) -> Vec<(&'static str, 
     headers
 }
 
-/// The messages in an answer body: JSON (one message or a batch) or an event stream.
-fn messages_of(content_type: &str, body: &str) -> Vec<Value> {
+/// The messages in an answer body (JSON, one message or a batch, or an event stream), each
+/// as the server wrote it and as parsed: the text is passed on untouched (a number parsed and
+/// written again could change in its last digit).
+fn messages_of(content_type: &str, body: &str) -> Vec<(String, Value)> {
+    let parsed = |text: &str| {
+        let text = text.trim();
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .map(|value| (text.to_owned(), value))
+    };
     if content_type.starts_with("text/event-stream") {
         return body
             .lines()
             .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .filter_map(parsed)
             .collect();
     }
-    match serde_json::from_str::<Value>(body) {
-        Ok(Value::Array(items)) => items,
-        Ok(Value::Null) | Err(_) => Vec::new(),
-        Ok(message) => vec![message],
+    match parsed(body) {
+        Some((_, Value::Array(items))) => items
+            .into_iter()
+            .map(|item| (item.to_string(), item))
+            .collect(),
+        Some((_, Value::Null)) | None => Vec::new(),
+        Some(message) => vec![message],
     }
 }
 
 /// Posts one message to `/mcp`; the messages to write back.
-async fn forward(shared: &Shared, message: Value) -> Vec<Value> {
+async fn forward(shared: &Shared, message: Value) -> Vec<String> {
     let id = message.get("id").cloned();
     let negotiated = shared
         .negotiated
@@ -148,7 +159,7 @@ async fn forward(shared: &Shared, message: Value) -> Vec<Value> {
         request = request.header(name, value);
     }
     let fail = |code: i64, text: String| match &id {
-        Some(id) => vec![error_answer(id.clone(), code, text)],
+        Some(id) => vec![error_answer(id.clone(), code, text).to_string()],
         None => {
             eprintln!("cairn mcp: a notification was not delivered: {text}");
             Vec::new()
@@ -175,7 +186,7 @@ async fn forward(shared: &Shared, message: Value) -> Vec<Value> {
         Err(error) => return fail(-32000, format!("cairn's answer was cut off: {error}")),
     };
     let messages = messages_of(&content_type, &body);
-    let answered = messages.iter().any(|m| m.get("jsonrpc").is_some());
+    let answered = messages.iter().any(|(_, m)| m.get("jsonrpc").is_some());
     if !status.is_success() && !answered {
         // cairn's own errors are `{code, message}` JSON; say which.
         let detail = serde_json::from_str::<Value>(&body)
@@ -191,7 +202,7 @@ async fn forward(shared: &Shared, message: Value) -> Vec<Value> {
         return fail(-32001, format!("cairn answered {status}: {detail}"));
     }
     if message.get("method").and_then(Value::as_str) == Some("initialize") {
-        let version = messages.iter().find_map(|m| {
+        let version = messages.iter().find_map(|(_, m)| {
             m.pointer("/result/protocolVersion")?
                 .as_str()
                 .map(str::to_owned)
@@ -203,7 +214,7 @@ async fn forward(shared: &Shared, message: Value) -> Vec<Value> {
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(version);
         }
     }
-    messages
+    messages.into_iter().map(|(text, _)| text).collect()
 }
 
 /// Checks the token, then bridges stdin and stdout to `/mcp` until stdin ends.
@@ -252,11 +263,11 @@ pub async fn run(bridge: Bridge) -> anyhow::Result<()> {
         token: bridge.token,
         negotiated: Mutex::new(None),
     });
-    let (out, mut answers) = tokio::sync::mpsc::channel::<Value>(64);
+    let (out, mut answers) = tokio::sync::mpsc::channel::<String>(64);
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(answer) = answers.recv().await {
-            let mut line = answer.to_string();
+            let mut line = answer;
             line.push('\n');
             if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
                 break;
@@ -275,11 +286,14 @@ pub async fn run(bridge: Bridge) -> anyhow::Result<()> {
             Ok(line) => line,
             Err(LinesCodecError::MaxLineLengthExceeded) => {
                 let _ = out
-                    .send(error_answer(
-                        Value::Null,
-                        -32700,
-                        format!("a message is over {MAX_LINE_BYTES} bytes"),
-                    ))
+                    .send(
+                        error_answer(
+                            Value::Null,
+                            -32700,
+                            format!("a message is over {MAX_LINE_BYTES} bytes"),
+                        )
+                        .to_string(),
+                    )
                     .await;
                 continue;
             }
@@ -294,13 +308,8 @@ pub async fn run(bridge: Bridge) -> anyhow::Result<()> {
         let message: Value = match serde_json::from_str(&line) {
             Ok(message) => message,
             Err(error) => {
-                let _ = out
-                    .send(error_answer(
-                        Value::Null,
-                        -32700,
-                        format!("not JSON: {error}"),
-                    ))
-                    .await;
+                let answer = error_answer(Value::Null, -32700, format!("not JSON: {error}"));
+                let _ = out.send(answer.to_string()).await;
                 continue;
             }
         };
@@ -385,13 +394,18 @@ mod tests {
 
     #[test]
     fn answers_are_read_from_json_and_event_streams() {
+        let score = r#"{"id":1,"score":0.016393442622950817}"#;
         assert_eq!(
-            messages_of("application/json", r#"{"id":1}"#),
-            vec![json!({"id": 1})]
+            messages_of("application/json", score),
+            vec![(
+                score.to_owned(),
+                json!({"id": 1, "score": 0.016393442622950817})
+            )],
+            "the text passes untouched"
         );
         assert_eq!(
             messages_of("text/event-stream", "event: message\ndata: {\"id\":2}\n\n"),
-            vec![json!({"id": 2})]
+            vec![("{\"id\":2}".to_owned(), json!({"id": 2}))]
         );
         assert!(messages_of("application/json", "").is_empty());
     }

@@ -77,7 +77,10 @@ impl ToolError {
 
 impl From<ApiError> for ToolError {
     fn from(error: ApiError) -> Self {
-        if error.status.is_server_error() && error.status.as_u16() != 503 {
+        // 503 (unavailable) and 504 (a search's budget ran out) say what to do; any other
+        // server error is a fault whose detail stays in the log.
+        let actionable = matches!(error.status.as_u16(), 503 | 504);
+        if error.status.is_server_error() && !actionable {
             // Internal: logged here, never sent.
             tracing::error!(code = %error.code, message = %error.message, "mcp tool failed");
             return ToolError::new(

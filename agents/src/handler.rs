@@ -125,6 +125,11 @@ impl ServerHandler for CairnMcp {
         };
         let mut datasets: Vec<String> = Vec::new();
         let mut hits: Option<usize> = None;
+        let _in_flight = self.shared.in_flight(
+            principal.token_id,
+            serde_json::to_string(&context.id).unwrap_or_default(),
+            context.ct.clone(),
+        );
         let result = if !tool.allowed(&principal) {
             Err(ToolError::new(
                 "forbidden",

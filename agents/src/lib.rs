@@ -41,6 +41,7 @@ mod querying;
 pub mod text;
 mod writes;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts, Request, State};
@@ -48,6 +49,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use receipts::{AcceptLedger, Tokens};
+use tokio_util::sync::CancellationToken;
 
 pub use envelope::MAX_ANSWER_CHARS;
 
@@ -81,6 +83,25 @@ pub(crate) struct Shared {
     pub(crate) searcher: Arc<search::Searcher>,
     /// The datasets that hold sources, as last read, and when.
     datasets: std::sync::Mutex<Option<(std::time::Instant, Arc<Vec<receipts::DatasetSummary>>)>>,
+    /// Calls in flight, by token and JSON-RPC id, so that a `notifications/cancelled` posted
+    /// on its own request (the transport is stateless) reaches the call it names.
+    calls: std::sync::Mutex<HashMap<(uuid::Uuid, String), CancellationToken>>,
+}
+
+/// A call's place in [`Shared::calls`], left when the call ends.
+pub(crate) struct InFlight<'a> {
+    shared: &'a Shared,
+    key: (uuid::Uuid, String),
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&self.key);
+    }
 }
 
 /// How long a read of the datasets serves `search` answers (which name the datasets they
@@ -88,6 +109,32 @@ pub(crate) struct Shared {
 const DATASETS_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Shared {
+    /// Records a call of `token` with JSON-RPC `id` (as JSON text) until the guard drops.
+    pub(crate) fn in_flight(
+        &self,
+        token: uuid::Uuid,
+        id: String,
+        cancel: CancellationToken,
+    ) -> InFlight<'_> {
+        let key = (token, id);
+        self.calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(key.clone(), cancel);
+        InFlight { shared: self, key }
+    }
+
+    /// Cancels the call of `token` with JSON-RPC `id`, if it is in flight here.
+    fn cancel(&self, token: uuid::Uuid, id: &str) -> bool {
+        let cancel = self
+            .calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&(token, id.to_owned()))
+            .cloned();
+        cancel.map(|cancel| cancel.cancel()).is_some()
+    }
+
     /// The datasets that hold sources, read at most [`DATASETS_FRESH_FOR`] ago.
     pub(crate) async fn recent_datasets(
         &self,
@@ -113,11 +160,15 @@ impl Shared {
 }
 
 #[derive(Clone)]
-struct AuthState(Arc<dyn Tokens>);
+struct AuthState {
+    tokens: Arc<dyn Tokens>,
+    shared: Arc<Shared>,
+    max_body_bytes: usize,
+}
 
 impl FromRef<AuthState> for Arc<dyn Tokens> {
     fn from_ref(state: &AuthState) -> Self {
-        state.0.clone()
+        state.tokens.clone()
     }
 }
 
@@ -132,7 +183,13 @@ pub fn router(
         ledger,
         searcher,
         datasets: std::sync::Mutex::new(None),
+        calls: std::sync::Mutex::new(HashMap::new()),
     });
+    let auth = AuthState {
+        tokens,
+        shared: shared.clone(),
+        max_body_bytes: settings.max_body_bytes,
+    };
     let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -150,21 +207,63 @@ pub fn router(
     );
     Router::new()
         .route_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(
-            AuthState(tokens),
-            authenticate,
-        ))
+        .layer(axum::middleware::from_fn_with_state(auth, authenticate))
 }
+
+/// Bodies at most this long are looked at for a cancellation before the SDK sees them.
+const CANCELLATION_BYTES: usize = 4096;
 
 /// Verifies the bearer token with the HTTP API's own extractor and hands the principal to
 /// the handler through the request's extensions.
+///
+/// The SDK's stateless transport drops notifications, so a `notifications/cancelled` (a small
+/// body) is acted on here: it cancels the call it names, made with the same token, if that
+/// call runs on this server.
 async fn authenticate(State(state): State<AuthState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    match receipts::http::Auth::from_request_parts(&mut parts, &state).await {
-        Ok(receipts::http::Auth(principal)) => {
-            parts.extensions.insert(principal);
-            next.run(Request::from_parts(parts, body)).await
+    let principal = match receipts::http::Auth::from_request_parts(&mut parts, &state).await {
+        Ok(receipts::http::Auth(principal)) => principal,
+        Err(error) => return error.into_response(),
+    };
+    let small = parts
+        .headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok())
+        .is_some_and(|length| length <= CANCELLATION_BYTES);
+    let body = if small && parts.method == axum::http::Method::POST {
+        let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
+            return receipts::http::ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "invalid_body",
+                "the request body could not be read",
+            )
+            .into_response();
+        };
+        if let Some(id) = cancelled_request(&bytes) {
+            let cancelled = state.shared.cancel(principal.token_id, &id);
+            tracing::debug!(request = %id, cancelled, "mcp cancellation");
         }
-        Err(error) => error.into_response(),
+        axum::body::Body::from(bytes)
+    } else {
+        body
+    };
+    parts.extensions.insert(principal);
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// The request id a `notifications/cancelled` body names (as JSON text), if it is one.
+fn cancelled_request(body: &[u8]) -> Option<String> {
+    if !body
+        .windows(b"notifications/cancelled".len())
+        .any(|window| window == b"notifications/cancelled")
+    {
+        return None;
     }
+    let message: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if message.get("method")?.as_str()? != "notifications/cancelled" || message.get("id").is_some()
+    {
+        return None;
+    }
+    Some(message.pointer("/params/requestId")?.to_string())
 }

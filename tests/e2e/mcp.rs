@@ -169,9 +169,12 @@ async fn an_agent_gets_current_bounded_labelled_hits_within_its_scopes() {
         "superseded_revision": superseded,
     });
     agent("http", &config).await;
-    // The next lexical query runs until its budget: cancelling it must free the one slot.
+    // The next two lexical queries run until their budget: cancelling each (by a dropped
+    // request, then by `notifications/cancelled` alone) must free the one slot.
     faults.arm(FaultPoint::SlowLexical);
     agent("cancel", &config).await;
+    faults.arm(FaultPoint::SlowLexical);
+    agent("cancel_notification", &config).await;
     let metrics = http
         .get(format!("{base}/metrics"))
         .bearer_auth(&admin)

@@ -4,8 +4,8 @@ scripts/setup-mcp). Run by tests/e2e/mcp.rs:
     agent.py SCENARIO CONFIG.json
 
 SCENARIO is `http` (tools, scopes, bounds, labels, isolation, current revisions, 401), `cancel`
-(a cancelled search frees its admission slot) or `stdio` (the same server through
-`cairn mcp`). CONFIG names the endpoint, the tokens and what the test stored. Each check
+and `cancel_notification` (a search cancelled by the SDK, or by `notifications/cancelled`
+alone, frees its admission slot) or `stdio` (the same server through `cairn mcp`). CONFIG names the endpoint, the tokens and what the test stored. Each check
 that fails raises; the script prints `ok SCENARIO` and exits 0 when all pass.
 """
 
@@ -222,6 +222,9 @@ async def unauthenticated_is_401(config):
             assert response.status_code == 401, (response.status_code, response.text)
             assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
             assert response.json()["code"] == "unauthenticated"
+        # A request naming another host (DNS rebinding) is refused.
+        response = await http.post(config["mcp_url"], json=body, headers={"Accept": "application/json, text/event-stream", "Host": "evil.example", "Authorization": f"Bearer {config['tokens']['search']}"})
+        assert response.status_code == 403, (response.status_code, response.text)
         # A browser page's request (it carries an Origin) is refused.
         response = await http.post(config["mcp_url"], json=body, headers={"Accept": "application/json, text/event-stream", "Origin": "https://evil.example", "Authorization": f"Bearer {config['tokens']['search']}"})
         assert response.status_code == 403, (response.status_code, response.text)
@@ -262,6 +265,45 @@ async def scenario_cancel(config):
         print(f"next search answered {elapsed * 1000:.0f} ms after the cancellation")
 
 
+async def scenario_cancel_notification(config):
+    """As `cancel`, with the connection kept open: only `notifications/cancelled`, posted on
+    its own request, names the call."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {
+        "Authorization": f"Bearer {config['tokens']['search']}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+    }
+    slow_call = {"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "zebra", "mode": "lexical", "budget_ms": 20_000}, "_meta": meta}}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 77, "reason": "the user moved on"}}
+    timings = {}
+    async with httpx2.AsyncClient(timeout=30) as http:
+
+        async def slow_raw():
+            started = time.monotonic()
+            await http.post(config["mcp_url"], json=slow_call, headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": "search"})
+            timings["slow"] = time.monotonic() - started
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow_raw)
+            await anyio.sleep(1.0)
+            assert "slow" not in timings, "the armed search should still be running"
+            response = await http.post(config["mcp_url"], json=cancel, headers={**headers, "Mcp-Method": "notifications/cancelled"})
+            assert response.status_code == 202, (response.status_code, response.text)
+            async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
+                started = time.monotonic()
+                answer, is_error = await call_tool_answer(client)
+                elapsed = time.monotonic() - started
+        assert not is_error, answer
+        assert elapsed < 2.0, f"the next search waited {elapsed:.2f} s: the cancellation did not free the slot"
+        assert timings["slow"] < 5.0, f"the cancelled call ran on for {timings['slow']:.1f} s"
+        print(f"notifications/cancelled: next search in {elapsed * 1000:.0f} ms; the cancelled call ended after {timings['slow']:.1f} s")
+
+
+async def call_tool_answer(client):
+    return await call(client, "search", {"query": "zebra", "mode": "lexical", "budget_ms": 4_000})
+
+
 async def scenario_stdio(config):
     params = StdioServerParameters(
         command=config["cairn"],
@@ -285,7 +327,12 @@ def main():
     scenario, path = sys.argv[1], sys.argv[2]
     with open(path) as handle:
         config = json.load(handle)
-    runner = {"http": scenario_http, "cancel": scenario_cancel, "stdio": scenario_stdio}[scenario]
+    runner = {
+        "http": scenario_http,
+        "cancel": scenario_cancel,
+        "cancel_notification": scenario_cancel_notification,
+        "stdio": scenario_stdio,
+    }[scenario]
     anyio.run(runner, config)
     print(f"ok {scenario}")
 
