@@ -135,6 +135,7 @@ pub fn routes(ledger: Arc<dyn AcceptLedger>, config: AcceptorConfig) -> OpenApiR
         .routes(utoipa_axum::routes!(readyz))
         .routes(utoipa_axum::routes!(put_source, delete_source, get_source))
         .routes(utoipa_axum::routes!(put_batch))
+        .routes(utoipa_axum::routes!(list_sources))
         .routes(utoipa_axum::routes!(get_revision))
         .routes(utoipa_axum::routes!(get_content))
         .routes(utoipa_axum::routes!(block_content));
@@ -710,6 +711,89 @@ async fn get_source(
         }
         .into()),
     }
+}
+
+/// Which heads to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct ListQuery {
+    /// Only keys that start with this (default: every key).
+    #[param(max_length = 1024)]
+    prefix: Option<String>,
+    /// Only keys after this one, in byte order: the previous page's `next_after`.
+    #[param(max_length = 1024)]
+    after: Option<String>,
+    /// Heads per page, 1-1000 (default 500).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// A page of a dataset's heads.
+#[derive(Debug, serde::Serialize, ToSchema)]
+struct SourcePage {
+    dataset: String,
+    prefix: String,
+    /// By key, in byte order.
+    sources: Vec<receipts::SourceListing>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    next_after: Option<String>,
+}
+
+/// A dataset's sources under a key prefix, with each head's hash and size, paged by key: what
+/// a client needs to compare the dataset with its own copy (`cairn ingest DIR --prune`).
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/sources", tag = "ingest", security(("bearer" = [])),
+    params(("dataset" = String, Path, description = "The dataset."), ListQuery),
+    responses((status = 200, description = "Heads by key (tombstones marked), and the cursor of the next page.", body = SourcePage), ApiErrors))]
+async fn list_sources(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    Path(dataset): Path<String>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let Query(query) = query
+        .map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
+    validate::dataset(&dataset)?;
+    principal.require_dataset(&dataset)?;
+    let prefix = query.prefix.unwrap_or_default();
+    if !prefix.is_empty() {
+        validate::source_key(&prefix).map_err(|error| {
+            ApiError::unprocessable(
+                "invalid_prefix",
+                format!("`prefix` must be the start of a valid source key: {error}"),
+            )
+        })?;
+    }
+    if let Some(after) = &query.after {
+        validate::source_key(after).map_err(|error| {
+            ApiError::unprocessable("invalid_after", format!("`after`: {error}"))
+        })?;
+    }
+    let limit = query.limit.unwrap_or(500);
+    if !(1..=receipts::MAX_LISTING_PAGE).contains(&limit) {
+        return Err(ApiError::unprocessable(
+            "invalid_limit",
+            format!(
+                "`limit` must be between 1 and {} (got {limit})",
+                receipts::MAX_LISTING_PAGE
+            ),
+        ));
+    }
+    let sources = state
+        .ledger
+        .list_sources(&dataset, &prefix, query.after.as_deref(), limit)
+        .await?;
+    let next_after = (sources.len() == limit as usize)
+        .then(|| sources.last().map(|head| head.source_key.clone()))
+        .flatten();
+    Ok(Json(SourcePage {
+        dataset,
+        prefix,
+        sources,
+        next_after,
+    })
+    .into_response())
 }
 
 fn revision_id(text: &str) -> Result<Uuid, ApiError> {

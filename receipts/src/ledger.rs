@@ -14,7 +14,7 @@ use crate::model::{
     Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, DatasetSummary, Erasure,
     ErasureRequest, Failure, Generation, GenerationChanged, GenerationCommand, GenerationView,
     Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
-    ReceiptUpdate, RevisionDetail, SourceView, Submission,
+    ReceiptUpdate, RevisionDetail, SourceListing, SourceView, Submission,
 };
 use crate::operations::Operations;
 
@@ -86,6 +86,17 @@ pub trait Reader: Send + Sync {
 
     /// Every dataset that holds a source, by name, with its counts.
     async fn datasets(&self) -> Result<Vec<DatasetSummary>>;
+
+    /// The heads of `dataset`'s sources whose keys start with `prefix` and sort after `after`,
+    /// by key in byte order (the same on every engine), at most `limit` (capped at
+    /// [`crate::MAX_LISTING_PAGE`]). Tombstoned heads are listed, marked.
+    async fn list_sources(
+        &self,
+        dataset: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SourceListing>>;
 
     /// Succeeds when the ledger answers a query.
     async fn ping(&self) -> Result<()>;

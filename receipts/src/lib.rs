@@ -97,6 +97,7 @@ pub mod postgres;
 mod runs;
 pub mod secrets;
 pub mod sqlite;
+pub mod sync;
 pub mod validate;
 
 pub use auth::{Principal, Scope};
@@ -112,7 +113,8 @@ pub use model::{
     FailureClass, Generation, GenerationChange, GenerationChanged, GenerationCommand,
     GenerationProgress, GenerationState, GenerationView, Heartbeat, HistoryEntry, HitRef, Job,
     JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState,
-    ReceiptUpdate, Revision, RevisionDetail, SourceView, Submission,
+    ReceiptUpdate, Revision, RevisionDetail, SourceListing, SourceView, Submission,
+    MAX_LISTING_PAGE,
 };
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,

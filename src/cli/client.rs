@@ -182,7 +182,161 @@ pub async fn ingest(
     batch_size: usize,
     quiet: bool,
 ) -> anyhow::Result<IngestSummary> {
-    let files = collect_files(paths)?;
+    send_files(client, &collect_files(paths)?, dataset, batch_size, quiet).await
+}
+
+/// What `cairn ingest DIR --prune` found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PruneSummary {
+    /// The difference between the folder and the dataset, before anything was sent.
+    pub difference: receipts::sync::Difference,
+    /// What sending the added and changed files did.
+    pub sent: IngestSummary,
+    /// Sources tombstoned.
+    pub removed: usize,
+    /// Tombstones refused, with `(source_key, code, message)`.
+    pub refused: Vec<(String, String, String)>,
+}
+
+/// Every head of `dataset` under `prefix`, through the paged listing.
+pub async fn list_heads(
+    client: &Client,
+    dataset: &str,
+    prefix: &str,
+) -> anyhow::Result<Vec<receipts::SourceListing>> {
+    let mut heads = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = reqwest::Url::parse("http://cairn/")?;
+        url.path_segments_mut()
+            .map_err(|()| anyhow::anyhow!("cannot build the listing's URL"))?
+            .extend(["v1", "datasets", dataset, "sources"]);
+        url.query_pairs_mut()
+            .append_pair("prefix", prefix)
+            .append_pair("limit", &receipts::MAX_LISTING_PAGE.to_string());
+        if let Some(after) = &after {
+            url.query_pairs_mut().append_pair("after", after);
+        }
+        let path = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+        let page = client.get(&path).await?;
+        let sources: Vec<receipts::SourceListing> = serde_json::from_value(
+            page.get("sources")
+                .cloned()
+                .unwrap_or(Value::Array(Vec::new())),
+        )
+        .context("reading the listing of the dataset's sources")?;
+        heads.extend(sources);
+        match page.get("next_after").and_then(Value::as_str) {
+            Some(next) => after = Some(next.to_owned()),
+            None => return Ok(heads),
+        }
+    }
+}
+
+/// Makes `dataset`'s sources under `prefix` equal to the folder `root`: files the dataset
+/// lacks or holds other bytes for are sent, files it holds the same bytes for are not, and
+/// sources the folder no longer has are tombstoned (the difference is
+/// [`receipts::sync::difference`], the one the connectors use). With `dry_run`, only the
+/// difference.
+pub async fn prune(
+    client: &Client,
+    root: &Path,
+    dataset: &str,
+    prefix: &str,
+    batch_size: usize,
+    quiet: bool,
+    dry_run: bool,
+) -> anyhow::Result<PruneSummary> {
+    if !std::fs::metadata(root)
+        .with_context(|| format!("reading {}", root.display()))?
+        .is_dir()
+    {
+        bail!(
+            "--prune keeps a dataset equal to a folder: {} is not one",
+            root.display()
+        );
+    }
+    let mut files = collect_files(&[root.to_path_buf()])?;
+    for file in &mut files {
+        file.key = format!("{prefix}{}", file.key);
+    }
+    let mut hashes = Vec::with_capacity(files.len());
+    for file in &files {
+        let bytes = std::fs::read(&file.path)
+            .with_context(|| format!("reading {}", file.path.display()))?;
+        hashes.push(receipts::ids::sha256_hex(&bytes));
+    }
+    let heads = list_heads(client, dataset, prefix).await?;
+    let difference = receipts::sync::difference(
+        files
+            .iter()
+            .zip(&hashes)
+            .map(|(file, hash)| (file.key.as_str(), hash.as_str())),
+        &heads,
+    );
+    let mut summary = PruneSummary {
+        difference,
+        ..PruneSummary::default()
+    };
+    if dry_run {
+        return Ok(summary);
+    }
+    let wanted: std::collections::HashSet<&str> = summary
+        .difference
+        .added
+        .iter()
+        .chain(&summary.difference.changed)
+        .map(String::as_str)
+        .collect();
+    let sending: Vec<FileItem> = files
+        .into_iter()
+        .filter(|file| wanted.contains(file.key.as_str()))
+        .collect();
+    summary.sent = send_files(client, &sending, dataset, batch_size, quiet).await?;
+    let place: String = root.display().to_string().chars().take(300).collect();
+    let reason = format!("pruned by `cairn ingest --prune`: no longer in {place}");
+    let reason = if receipts::validate::reason(&reason).is_ok() {
+        reason
+    } else {
+        "pruned by `cairn ingest --prune`: no longer in the folder".to_owned()
+    };
+    for key in &summary.difference.removed {
+        let mut url = reqwest::Url::parse("http://cairn/v1/sources")?;
+        url.query_pairs_mut()
+            .append_pair("dataset", dataset)
+            .append_pair("source_key", key)
+            .append_pair("reason", &reason);
+        let path = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+        let (status, answer) = client.delete(&path).await?;
+        if (200..300).contains(&status) {
+            summary.removed += 1;
+        } else {
+            let text = |field: &str| {
+                answer
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            if matches!(status, 401 | 403 | 503) {
+                bail!("HTTP {status} {}: {}", text("code"), text("message"));
+            }
+            summary
+                .refused
+                .push((key.clone(), text("code"), text("message")));
+        }
+    }
+    Ok(summary)
+}
+
+/// Sends `files` through the batch API with a progress bar.
+async fn send_files(
+    client: &Client,
+    files: &[FileItem],
+    dataset: &str,
+    batch_size: usize,
+    quiet: bool,
+) -> anyhow::Result<IngestSummary> {
     let progress = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -289,6 +443,29 @@ pub async fn ingest(
     }
     progress.finish_and_clear();
     Ok(summary)
+}
+
+/// Prints what `--prune` found and did.
+pub fn print_prune(summary: &PruneSummary, dry_run: bool) {
+    let difference = &summary.difference;
+    let verb = if dry_run { "would " } else { "" };
+    println!("added     {} ({verb}sent)", difference.added.len());
+    println!("changed   {} ({verb}sent)", difference.changed.len());
+    println!("unchanged {} (not sent)", difference.unchanged.len());
+    println!("removed   {} ({verb}tombstoned)", difference.removed.len());
+    for key in difference.removed.iter().take(20) {
+        println!("    {key}");
+    }
+    if difference.removed.len() > 20 {
+        println!("    ... and {} more", difference.removed.len() - 20);
+    }
+    if dry_run {
+        return;
+    }
+    for (key, code, message) in summary.refused.iter().take(20) {
+        println!("  not tombstoned {key}: {code} {message}");
+    }
+    print_summary(&summary.sent);
 }
 
 /// Prints an ingest summary; rejected files are grouped by code.

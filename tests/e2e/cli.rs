@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde_json::json;
+
 use crate::crash::start;
 
 fn cairn() -> std::process::Command {
@@ -279,4 +281,135 @@ async fn serve_projects_links_into_the_graph_and_cairn_graph_prints_them() {
     assert!(!printed.contains(testkit::graph::GRAPH_PASSWORD));
     server.start_kill().expect("stop");
     let _ = server.wait().await;
+}
+
+/// `cairn ingest DIR --prune`: the dataset's sources under the prefix end equal to the folder
+/// (new and changed files sent, unchanged ones not, removed and renamed-away ones
+/// tombstoned), a key outside the prefix is left alone, and a second run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_prune_keeps_a_dataset_equal_to_a_folder() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let folder = tempfile::tempdir().expect("folder");
+    let write = |path: &str, text: &str| {
+        let path = folder.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        std::fs::write(path, text).expect("write");
+    };
+    write("a.md", "# Alpha\n\nwombat original text");
+    write("b.md", "# Bravo\n\nwombat to be deleted");
+    write("sub/c.txt", "wombat to be renamed");
+    let (mut server, base) = start(data.path()).await;
+    let token = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    crate::common::post_source(
+        &http,
+        &base,
+        &token,
+        &json!({"dataset": "docs", "source_key": "outside.md", "content": "wombat kept outside the prefix"}),
+    )
+    .await;
+    let prune = |extra: &[&str]| {
+        let output = cairn()
+            .args(["ingest", "--quiet", "--dataset", "docs", "--prune"])
+            .args(["--prefix", "notes/", "--server", &base, "--token", &token])
+            .args(extra)
+            .arg(folder.path())
+            .env("CAIRN_LOG", "warn")
+            .output()
+            .expect("run cairn ingest --prune");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let first = prune(&[]);
+    assert!(first.contains("added     3 (sent)"), "{first}");
+    assert!(first.contains("accepted  3"), "{first}");
+
+    write("a.md", "# Alpha\n\nwombat edited text");
+    std::fs::remove_file(folder.path().join("b.md")).expect("delete");
+    std::fs::rename(
+        folder.path().join("sub/c.txt"),
+        folder.path().join("sub/d.txt"),
+    )
+    .expect("rename");
+    let dry = prune(&["--dry-run"]);
+    assert!(
+        dry.contains("added     1 (would sent)") && dry.contains("removed   2 (would tombstoned)"),
+        "{dry}"
+    );
+    let second = prune(&[]);
+    assert!(second.contains("added     1 (sent)"), "{second}");
+    assert!(second.contains("changed   1 (sent)"), "{second}");
+    assert!(second.contains("unchanged 0 (not sent)"), "{second}");
+    assert!(second.contains("removed   2 (tombstoned)"), "{second}");
+    assert!(
+        second.contains("notes/b.md") && second.contains("notes/sub/c.txt"),
+        "{second}"
+    );
+
+    // Search finds exactly the folder's files (and the key outside the prefix).
+    let answer: serde_json::Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(&token)
+        .json(&json!({"query": "wombat", "mode": "lexical", "top_k": 20}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("answer");
+    let mut keys: Vec<&str> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|hit| hit["source_key"].as_str())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["notes/a.md", "notes/sub/d.txt", "outside.md"],
+        "{answer}"
+    );
+    let edited = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|hit| hit["source_key"] == "notes/a.md")
+        .expect("a.md");
+    assert!(edited["text"]
+        .as_str()
+        .is_some_and(|text| text.contains("edited")));
+
+    let third = prune(&[]);
+    assert!(third.contains("unchanged 2 (not sent)"), "{third}");
+    assert!(
+        third.contains("added     0")
+            && third.contains("removed   0")
+            && third.contains("accepted  0"),
+        "nothing is sent again: {third}"
+    );
+    // The listing the client compares against, paged and marked.
+    let listing: serde_json::Value = http
+        .get(format!(
+            "{base}/v1/datasets/docs/sources?prefix=notes/&limit=2"
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("listing")
+        .json()
+        .await
+        .expect("listing json");
+    assert_eq!(
+        listing["sources"].as_array().map(Vec::len),
+        Some(2),
+        "{listing}"
+    );
+    assert_eq!(listing["next_after"], "notes/b.md", "{listing}");
+    assert_eq!(listing["sources"][1]["tombstone"], true, "{listing}");
+    let _ = server.kill().await;
 }

@@ -72,8 +72,8 @@ pub use hits::{BoundHit, HitRef, LexicalHit};
 pub use jobs::{Failure, FailureClass, Heartbeat, Job, JobKind, JobState, LeaseToken};
 pub use projection::{Backend, ProjectionReceipt, ReceiptState, ReceiptUpdate};
 pub use sources::{
-    AcceptStatus, Acceptance, Change, ContentBlock, Document, Revision, RevisionDetail, SourceView,
-    Submission,
+    AcceptStatus, Acceptance, Change, ContentBlock, Document, Revision, RevisionDetail,
+    SourceListing, SourceView, Submission, MAX_LISTING_PAGE,
 };
 
 /// A text value that is not one of a closed enum's values.

@@ -185,6 +185,28 @@ pub struct SourceView {
     pub head_history: Vec<HistoryEntry>,
 }
 
+/// A source's head as a listing shows it: enough to compare the dataset with another copy
+/// (a folder, a repository) without reading any content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+pub struct SourceListing {
+    /// Source key.
+    pub source_key: String,
+    /// The head revision.
+    pub head_revision_id: Uuid,
+    /// SHA-256 of the head's bytes; `None` when the head is a tombstone.
+    pub content_sha256: Option<String>,
+    /// Byte length of the head's bytes.
+    pub byte_length: i64,
+    /// Whether the head deletes the source.
+    pub tombstone: bool,
+    /// When the head was accepted.
+    pub accepted_at: Micros,
+}
+
+/// Most sources one listing page holds.
+pub const MAX_LISTING_PAGE: u32 = 1000;
+
 /// An operator's block on exact content within a dataset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]

@@ -13,7 +13,7 @@ use crate::faults::FaultPoint;
 use crate::ledger::Reader;
 use crate::model::{
     BoundHit, ContentBlock, DatasetSummary, HistoryEntry, HitRef, LedgerCounts, LexicalHit,
-    RevisionDetail, SourceView,
+    RevisionDetail, SourceListing, SourceView,
 };
 use crate::passages;
 
@@ -406,6 +406,43 @@ impl Reader for PostgresLedger {
                     sources: row.try_get("sources")?,
                     deleted_sources: row.try_get("deleted")?,
                     last_accepted_at: row.try_get("latest")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn list_sources(
+        &self,
+        dataset: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SourceListing>> {
+        // Byte order (`COLLATE "C"`), as SQLite's BINARY, so a cursor pages the same way on
+        // both engines whatever the database's collation.
+        let rows = sqlx::query(
+            "SELECT s.source_key, r.id, r.content_sha256, r.byte_length, r.tombstone, \
+               r.accepted_at \
+             FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
+             WHERE s.dataset = $1 AND starts_with(s.source_key, $2) \
+               AND ($3::text IS NULL OR s.source_key COLLATE \"C\" > $3::text COLLATE \"C\") \
+             ORDER BY s.source_key COLLATE \"C\" LIMIT $4",
+        )
+        .bind(dataset)
+        .bind(prefix)
+        .bind(after)
+        .bind(i64::from(limit.min(crate::model::MAX_LISTING_PAGE)))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SourceListing {
+                    source_key: row.try_get("source_key")?,
+                    head_revision_id: row.try_get("id")?,
+                    content_sha256: row.try_get("content_sha256")?,
+                    byte_length: row.try_get("byte_length")?,
+                    tombstone: row.try_get("tombstone")?,
+                    accepted_at: row.try_get("accepted_at")?,
                 })
             })
             .collect()

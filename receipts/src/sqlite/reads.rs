@@ -23,6 +23,7 @@ use crate::model::HitRef;
 use crate::model::LedgerCounts;
 use crate::model::LexicalHit;
 use crate::model::RevisionDetail;
+use crate::model::SourceListing;
 use crate::model::SourceView;
 use async_trait::async_trait;
 use sqlx::Row;
@@ -449,6 +450,46 @@ impl Reader for SqliteLedger {
                     sources: row.try_get("sources")?,
                     deleted_sources: row.try_get("deleted")?,
                     last_accepted_at: row.try_get("latest")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn list_sources(
+        &self,
+        dataset: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SourceListing>> {
+        // `source_key >= prefix` starts the scan of the (dataset, source_key) key at the
+        // prefix; the `substr` test keeps the keys that start with it (BINARY collation: byte
+        // order, as PostgreSQL's `COLLATE "C"`).
+        let rows = sqlx::query(
+            "SELECT s.source_key, r.id, r.content_sha256, r.byte_length, r.tombstone, \
+               r.accepted_at \
+             FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
+             WHERE s.dataset = ?1 AND s.source_key >= ?2 \
+               AND substr(s.source_key, 1, length(?2)) = ?2 \
+               AND (?3 IS NULL OR s.source_key > ?3) \
+             ORDER BY s.source_key LIMIT ?4",
+        )
+        .bind(dataset)
+        .bind(prefix)
+        .bind(after)
+        .bind(i64::from(limit.min(crate::model::MAX_LISTING_PAGE)))
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("id")?;
+                Ok(SourceListing {
+                    source_key: row.try_get("source_key")?,
+                    head_revision_id: parse_uuid(&id)?,
+                    content_sha256: row.try_get("content_sha256")?,
+                    byte_length: row.try_get("byte_length")?,
+                    tombstone: row.try_get::<i64, _>("tombstone")? != 0,
+                    accepted_at: row.try_get("accepted_at")?,
                 })
             })
             .collect()

@@ -1,4 +1,5 @@
-//! `cairn ingest`: files and folders sent through the batch API.
+//! `cairn ingest`: files and folders sent through the batch API; with `--prune`, a dataset
+//! kept equal to a folder (only new and changed files sent, removed ones tombstoned).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,6 +22,17 @@ pub struct IngestArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Keep the dataset equal to the one folder given: send only files that are new or
+    /// changed, and tombstone sources under `--prefix` that the folder no longer has.
+    #[arg(long)]
+    prune: bool,
+    /// With `--prune`: the key prefix the folder's files go under, and the only keys pruned
+    /// (e.g. `docs/`; default: the whole dataset).
+    #[arg(long, default_value = "", requires = "prune")]
+    prefix: String,
+    /// With `--prune`: print the difference and change nothing.
+    #[arg(long, requires = "prune")]
+    dry_run: bool,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -33,9 +45,28 @@ impl IngestArgs {
             dataset,
             batch_size,
             quiet,
+            prune,
+            prefix,
+            dry_run,
             client,
         } = self;
         let api = client.connect()?;
+        if prune {
+            let [root] = paths.as_slice() else {
+                anyhow::bail!("--prune keeps a dataset equal to one folder: give exactly one");
+            };
+            let summary = crate::cli::client::prune(
+                &api, root, &dataset, &prefix, batch_size, quiet, dry_run,
+            )
+            .await?;
+            crate::cli::client::print_prune(&summary, dry_run);
+            let failed = !summary.sent.rejected.is_empty() || !summary.refused.is_empty();
+            return Ok(if failed {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            });
+        }
         let summary = crate::cli::client::ingest(&api, &paths, &dataset, batch_size, quiet).await?;
         crate::cli::client::print_summary(&summary);
         if !summary.rejected.is_empty() {

@@ -571,3 +571,57 @@ pub async fn concurrent_acceptances_are_all_durable(harness: Harness) {
     assert_eq!(counts.sources, 320);
     assert_eq!(counts.jobs.get("pending"), Some(&320));
 }
+
+/// A dataset's heads, listed under a key prefix in byte order, paged by cursor, tombstones
+/// marked; another dataset's sources never listed.
+pub async fn sources_are_listed_by_prefix_in_byte_order(harness: Harness) {
+    let ledger = &harness.ledger;
+    for key in [
+        "docs/b.md",
+        "docs/a.md",
+        "docs/é.md",
+        "docs/Z.md",
+        "docsx",
+        "other/a.md",
+    ] {
+        must_accept(&harness, put("set", key, &format!("text of {key}"))).await;
+    }
+    must_accept(&harness, put("elsewhere", "docs/a.md", "not this one")).await;
+    let deleted = must_accept(&harness, delete("set", "docs/b.md")).await;
+    let keys = |listing: &[receipts::SourceListing]| {
+        listing
+            .iter()
+            .map(|head| head.source_key.clone())
+            .collect::<Vec<_>>()
+    };
+    let all = must(ledger.list_sources("set", "docs/", None, 100).await, "list");
+    assert_eq!(
+        keys(&all),
+        ["docs/Z.md", "docs/a.md", "docs/b.md", "docs/é.md"],
+        "byte order: upper case first, then lower, then what UTF-8 encodes above ASCII"
+    );
+    let b = &all[2];
+    assert!(b.tombstone && b.content_sha256.is_none());
+    assert_eq!(b.head_revision_id, deleted.source_revision_id);
+    let a = &all[1];
+    assert_eq!(
+        a.content_sha256.as_deref(),
+        Some(receipts::ids::sha256_hex(b"text of docs/a.md").as_str())
+    );
+    assert_eq!(a.byte_length, "text of docs/a.md".len() as i64);
+    // Paged by cursor: two at a time, then from after the last key.
+    let first = must(ledger.list_sources("set", "docs/", None, 2).await, "page");
+    let second = must(
+        ledger
+            .list_sources("set", "docs/", Some("docs/a.md"), 2)
+            .await,
+        "page",
+    );
+    assert_eq!(keys(&first), ["docs/Z.md", "docs/a.md"]);
+    assert_eq!(keys(&second), ["docs/b.md", "docs/é.md"]);
+    let everything = must(ledger.list_sources("set", "", None, 100).await, "list");
+    assert_eq!(everything.len(), 6, "an empty prefix lists the dataset");
+    assert!(must(ledger.list_sources("none", "", None, 10).await, "list").is_empty());
+    // A prefix that is a pattern to SQL is a plain prefix here.
+    assert!(must(ledger.list_sources("set", "docs%", None, 10).await, "list").is_empty());
+}

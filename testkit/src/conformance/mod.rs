@@ -237,6 +237,7 @@ macro_rules! ledger_conformance {
             revert_reactivates_earlier_revision,
             tombstone_deletes_source,
             counts_follow_acceptance,
+            sources_are_listed_by_prefix_in_byte_order,
             blocked_content_is_refused,
             lexical_index_holds_current_heads_only,
             faults_leave_no_partial_rows,
