@@ -115,6 +115,15 @@ struct FileItem {
     path: PathBuf,
 }
 
+impl From<connectors::folder::Entry> for FileItem {
+    fn from(entry: connectors::folder::Entry) -> Self {
+        FileItem {
+            key: entry.key,
+            path: entry.path,
+        }
+    }
+}
+
 fn collect_files(paths: &[PathBuf]) -> anyhow::Result<Vec<FileItem>> {
     let mut files = Vec::new();
     for root in paths {
@@ -152,26 +161,10 @@ fn collect_files(paths: &[PathBuf]) -> anyhow::Result<Vec<FileItem>> {
 }
 
 fn media_type_for(path: &Path) -> &'static str {
-    match path
-        .extension()
-        .and_then(|ext| ext.to_str())
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        Some("md" | "markdown") => "text/markdown",
-        Some("html" | "htm") => "text/html",
-        Some("xhtml") => "application/xhtml+xml",
-        Some("docx") => extract::DOCX_MEDIA_TYPE,
-        Some("json") => "application/json",
-        Some("csv") => "text/csv",
-        Some("xml") => "application/xml",
-        Some("pdf") => "application/pdf",
-        Some(
-            "rs" | "py" | "go" | "js" | "ts" | "java" | "c" | "h" | "toml" | "yaml" | "yml" | "txt"
-            | "rst",
-        ) => "text/plain",
-        _ => "application/octet-stream",
-    }
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .and_then(connectors::media_type_for)
+        .unwrap_or("application/octet-stream")
 }
 
 /// Sends files and folders through the batch API with a progress bar.
@@ -196,6 +189,8 @@ pub struct PruneSummary {
     pub removed: usize,
     /// Tombstones refused, with `(source_key, code, message)`.
     pub refused: Vec<(String, String, String)>,
+    /// Files of the folder left out, and why.
+    pub skipped: Vec<connectors::folder::Skipped>,
 }
 
 /// Every head of `dataset` under `prefix`, through the paged listing.
@@ -238,11 +233,13 @@ pub async fn list_heads(
 /// sources the folder no longer has are tombstoned (the difference is
 /// [`receipts::sync::difference`], the one the connectors use). With `dry_run`, only the
 /// difference.
+#[allow(clippy::too_many_arguments)]
 pub async fn prune(
     client: &Client,
     root: &Path,
     dataset: &str,
     prefix: &str,
+    selection: &connectors::Selection,
     batch_size: usize,
     quiet: bool,
     dry_run: bool,
@@ -256,7 +253,9 @@ pub async fn prune(
             root.display()
         );
     }
-    let mut files = collect_files(&[root.to_path_buf()])?;
+    let listing = connectors::folder::list(root, selection)
+        .with_context(|| format!("listing {}", root.display()))?;
+    let mut files: Vec<FileItem> = listing.entries.into_iter().map(FileItem::from).collect();
     for file in &mut files {
         file.key = format!("{prefix}{}", file.key);
     }
@@ -276,6 +275,7 @@ pub async fn prune(
     );
     let mut summary = PruneSummary {
         difference,
+        skipped: listing.skipped,
         ..PruneSummary::default()
     };
     if dry_run {
@@ -453,6 +453,21 @@ pub fn print_prune(summary: &PruneSummary, dry_run: bool) {
     println!("changed   {} ({verb}sent)", difference.changed.len());
     println!("unchanged {} (not sent)", difference.unchanged.len());
     println!("removed   {} ({verb}tombstoned)", difference.removed.len());
+    println!(
+        "skipped   {} (left out of the folder's listing)",
+        summary.skipped.len()
+    );
+    for skipped in summary.skipped.iter().take(20) {
+        println!(
+            "    {}: {} ({})",
+            skipped.path,
+            skipped.reason.as_str(),
+            skipped.detail
+        );
+    }
+    if summary.skipped.len() > 20 {
+        println!("    ... and {} more", summary.skipped.len() - 20);
+    }
     for key in difference.removed.iter().take(20) {
         println!("    {key}");
     }

@@ -298,6 +298,14 @@ async fn ingest_prune_keeps_a_dataset_equal_to_a_folder() {
     write("a.md", "# Alpha\n\nwombat original text");
     write("b.md", "# Bravo\n\nwombat to be deleted");
     write("sub/c.txt", "wombat to be renamed");
+    write("photo.png", "not a format cairn reads");
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(outside.path().join("secret.md"), "wombat secret outside").expect("secret");
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.md"),
+        folder.path().join("leak.md"),
+    )
+    .expect("symlink");
     let (mut server, base) = start(data.path()).await;
     let token = crate::common::admin_token(data.path());
     let http = reqwest::Client::new();
@@ -327,6 +335,12 @@ async fn ingest_prune_keeps_a_dataset_equal_to_a_folder() {
     };
     let first = prune(&[]);
     assert!(first.contains("added     3 (sent)"), "{first}");
+    assert!(first.contains("skipped   2"), "{first}");
+    assert!(
+        first.contains("leak.md: link_leaves_root"),
+        "never followed: {first}"
+    );
+    assert!(first.contains("photo.png: unsupported_format"), "{first}");
     assert!(first.contains("accepted  3"), "{first}");
 
     write("a.md", "# Alpha\n\nwombat edited text");

@@ -33,6 +33,16 @@ pub struct IngestArgs {
     /// With `--prune`: print the difference and change nothing.
     #[arg(long, requires = "prune")]
     dry_run: bool,
+    /// With `--prune`: only files whose key matches one of these globs (repeat; `**` crosses
+    /// folders; default: every file).
+    #[arg(long = "include", requires = "prune")]
+    include: Vec<String>,
+    /// With `--prune`: leave out files whose key matches one of these globs (repeat).
+    #[arg(long = "exclude", requires = "prune")]
+    exclude: Vec<String>,
+    /// With `--prune`: largest file sent, in bytes (default: the ingest limit).
+    #[arg(long, requires = "prune")]
+    max_file_bytes: Option<u64>,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -48,6 +58,9 @@ impl IngestArgs {
             prune,
             prefix,
             dry_run,
+            include,
+            exclude,
+            max_file_bytes,
             client,
         } = self;
         let api = client.connect()?;
@@ -55,8 +68,11 @@ impl IngestArgs {
             let [root] = paths.as_slice() else {
                 anyhow::bail!("--prune keeps a dataset equal to one folder: give exactly one");
             };
+            let mut selection = connectors::Selection::new(&include, &exclude, u64::MAX)?;
+            selection.max_file_bytes =
+                max_file_bytes.unwrap_or(receipts::policy::DEFAULT_MAX_BODY_BYTES as u64);
             let summary = crate::cli::client::prune(
-                &api, root, &dataset, &prefix, batch_size, quiet, dry_run,
+                &api, root, &dataset, &prefix, &selection, batch_size, quiet, dry_run,
             )
             .await?;
             crate::cli::client::print_prune(&summary, dry_run);
