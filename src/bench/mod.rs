@@ -436,6 +436,9 @@ pub use search_latency::{search, SearchBench};
 mod mcp;
 pub use mcp::{mcp, McpBench};
 
+mod prune;
+pub use prune::{prune, PruneBench};
+
 /// The value at `fraction` (0..=1) of sorted samples (0 when there are none).
 pub(crate) fn percentile_f64(sorted: &[f64], fraction: f64) -> f64 {
     if sorted.is_empty() {

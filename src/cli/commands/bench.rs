@@ -126,6 +126,19 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-mcp.json")]
         out: PathBuf,
     },
+    /// `cairn ingest DIR --prune` over a folder of many files: the first run, a run with no
+    /// change, and a run after a few edits.
+    Prune {
+        /// Files in the folder.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// Edits before the last run (a third changed, a third deleted, a third new).
+        #[arg(long, default_value_t = 30)]
+        changes: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-prune.json")]
+        out: PathBuf,
+    },
     /// Extraction throughput per format (PDF, DOCX, HTML, Markdown) on the files of the
     /// given folders, one document at a time.
     Extract {
@@ -264,6 +277,22 @@ impl BenchArgs {
                         queries,
                         concurrency,
                         seconds,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Prune {
+                files,
+                changes,
+                out,
+            } => {
+                let config = file_config(None, None, env)?;
+                let report = crate::bench::prune(
+                    &config,
+                    crate::bench::PruneBench {
+                        files: files.max(1),
+                        changes,
                     },
                 )
                 .await?;
