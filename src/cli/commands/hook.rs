@@ -170,6 +170,11 @@ async fn session_end(
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         .take(128)
         .collect();
+    let session_key = if session_key.is_empty() {
+        "unknown".to_owned()
+    } else {
+        session_key
+    };
     let source_key = format!("session/{session_key}");
     let api = client.connect()?;
     let body = serde_json::json!({
