@@ -86,6 +86,8 @@ pub(crate) async fn search(
         error
     })?;
     let named = query.datasets.clone();
+    let asked = query.mode;
+    let started = std::time::Instant::now();
     let searching = shared.searcher.search(query);
     let summaries = shared.recent_datasets();
     // A cancelled call (`notifications/cancelled`, or the client hung up) drops the search,
@@ -97,6 +99,7 @@ pub(crate) async fn search(
         }
         both = async { tokio::join!(searching, summaries) } => both,
     };
+    search::api::record_metrics(asked, &outcome, started.elapsed());
     let response = outcome.map_err(|error| {
         let overloaded = matches!(error, search::SearchError::Overloaded { .. });
         let mut error = ToolError::from(receipts::http::ApiError::from(error));

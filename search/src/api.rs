@@ -309,8 +309,10 @@ async fn expand_links(
 }
 
 /// Search metrics: requests by the mode that answered (the mode asked for when none did) and
-/// HTTP status, latency by mode, degradations and stale hits dropped.
-fn record_metrics(
+/// HTTP status, latency by mode, degradations and stale hits dropped. Every client of the
+/// searcher records them (the HTTP route and the MCP `search` tool), so the search
+/// dashboards count every search.
+pub fn record_metrics(
     asked: Mode,
     outcome: &Result<crate::SearchResponse, SearchError>,
     took: Duration,
