@@ -215,7 +215,9 @@ impl Driver {
     }
 }
 
-#[tokio::test]
+// Multi-threaded: the seeded worker's heartbeat (every second, on a 4 s lease) must not wait
+// behind the test's own steps on a loaded machine, or the lease runs out mid-test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     let seeded = seed(crate::common::Engine::Sqlite).await;
     let app = &seeded.app;
