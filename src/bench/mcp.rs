@@ -10,12 +10,9 @@
 //! so the lexical index is the real one; vectors are left out because the embedder and the
 //! nearest-neighbour search cost the same on both paths.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use receipts::auth::NewToken;
-use receipts::{Ledger, Scope, SqliteLedger, Submission, SystemClock};
+use receipts::{Scope, Submission};
 use serde_json::{json, Value};
 
 use super::search_latency::{summary, Random};
@@ -107,21 +104,8 @@ async fn once(
 
 /// Runs the benchmark and returns its JSON report.
 pub async fn mcp(config: &Config, bench: McpBench) -> anyhow::Result<Value> {
-    let directory = tempfile::tempdir().context("temporary directory")?;
-    let mut options = config.ledger_options();
-    options.path = directory.path().join("ledger.db");
-    let ledger: Arc<dyn Ledger> =
-        Arc::new(SqliteLedger::open(options, Arc::new(SystemClock)).await?);
-    let token = ledger
-        .create_token(NewToken {
-            name: "bench".to_owned(),
-            scopes: vec![Scope::Search],
-            datasets: None,
-            created_by: "bench".to_owned(),
-            expires_at: None,
-        })
-        .await?
-        .secret;
+    let served = super::served::served(config, Scope::Search).await?;
+    let (ledger, token, base) = (&served.ledger, served.token.clone(), served.base.clone());
     let mut random = Random(7);
     for start in (0..bench.docs).step_by(1000) {
         let submissions: Vec<Submission> = (start..(start + 1000).min(bench.docs))
@@ -134,10 +118,6 @@ pub async fn mcp(config: &Config, bench: McpBench) -> anyhow::Result<Value> {
     let queries: Vec<String> = (0..bench.queries.max(1))
         .map(|_| format!("{} {}", random.word(), random.word()))
         .collect();
-    let app = crate::app(ledger.clone(), config, None);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(128)
         .build()?;
@@ -236,7 +216,6 @@ pub async fn mcp(config: &Config, bench: McpBench) -> anyhow::Result<Value> {
         }
         throughput.push(row);
     }
-    server.abort();
     Ok(json!({
         "benchmark": "mcp",
         "corpus": {"docs": bench.docs, "words_per_doc": 120},

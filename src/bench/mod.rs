@@ -433,6 +433,8 @@ mod queue_postgres;
 mod search_latency;
 pub use search_latency::{search, SearchBench};
 
+mod served;
+
 mod mcp;
 pub use mcp::{mcp, McpBench};
 

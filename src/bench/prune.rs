@@ -5,12 +5,10 @@
 //! 10,000 files within 1 s, and a run after 30 changes within the time to accept those 30
 //! plus 1 s.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use receipts::auth::NewToken;
-use receipts::{Ledger, Scope, SqliteLedger, SystemClock};
+use receipts::Scope;
 use serde_json::{json, Value};
 
 use super::search_latency::Random;
@@ -27,22 +25,8 @@ pub struct PruneBench {
 
 /// Runs the benchmark and returns its JSON report.
 pub async fn prune(config: &Config, bench: PruneBench) -> anyhow::Result<Value> {
-    let directory = tempfile::tempdir().context("temporary directory")?;
     let folder = tempfile::tempdir().context("temporary folder")?;
-    let mut options = config.ledger_options();
-    options.path = directory.path().join("ledger.db");
-    let ledger: Arc<dyn Ledger> =
-        Arc::new(SqliteLedger::open(options, Arc::new(SystemClock)).await?);
-    let token = ledger
-        .create_token(NewToken {
-            name: "bench".to_owned(),
-            scopes: vec![Scope::Ingest],
-            datasets: None,
-            created_by: "bench".to_owned(),
-            expires_at: None,
-        })
-        .await?
-        .secret;
+    let served = super::served::served(config, Scope::Ingest).await?;
     let mut random = Random(11);
     let path = |n: usize| folder.path().join(format!("d{:02}/file-{n}.md", n % 50));
     for n in 0..bench.files {
@@ -51,11 +35,7 @@ pub async fn prune(config: &Config, bench: PruneBench) -> anyhow::Result<Value> 
         std::fs::write(&file, format!("# File {n}\n\n{}", random.text(60)))?;
     }
     // The router alone: no workers, so the benchmark measures the comparison, not projection.
-    let app = crate::app(ledger.clone(), config, None);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let client = crate::cli::client::Client::new(&base, token)?;
+    let client = crate::cli::client::Client::new(&served.base, served.token.clone())?;
     let selection = connectors::Selection::default();
     let run = |label: &'static str| {
         let (client, selection, root) = (&client, &selection, folder.path().to_path_buf());
@@ -91,7 +71,6 @@ pub async fn prune(config: &Config, bench: PruneBench) -> anyhow::Result<Value> 
         std::fs::write(path(new), format!("# File {new}\n\n{}", random.text(60)))?;
     }
     let edited = run("after the edits").await?;
-    server.abort();
     Ok(json!({
         "benchmark": "prune",
         "files": bench.files,
