@@ -23,12 +23,29 @@ fn points(revision: Uuid, count: u32) -> Vec<VectorPoint> {
         .collect()
 }
 
+/// The defaults: what a deployment runs with. Creating a collection and its payload indexes can
+/// take seconds on a loaded machine, so every test that is not about a bound opens with these.
 fn options(server: &QdrantServer) -> ServerOptions {
-    let mut options = ServerOptions::new(&server.grpc_url());
+    ServerOptions::new(&server.grpc_url())
+}
+
+/// Tight bounds, for the tests that measure them. The collection is created first with the
+/// defaults, so only the fault itself meets these.
+async fn tight_store(
+    server: &QdrantServer,
+    generation: &str,
+) -> (ServerOptions, ServerVectorStore) {
+    ServerVectorStore::open(&options(server), generation, DIMENSION)
+        .await
+        .expect("create the collection");
+    let mut options = options(server);
     options.timeout = Duration::from_millis(800);
     options.connect_timeout = Duration::from_millis(500);
     options.retry_budget = Duration::from_millis(1500);
-    options
+    let store = ServerVectorStore::open(&options, generation, DIMENSION)
+        .await
+        .expect("open");
+    (options, store)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,10 +74,7 @@ async fn acknowledged_writes_survive_a_restart_and_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_a_retryable_error_within_the_retry_budget() {
     let mut server = QdrantServer::start().expect("start");
-    let options = options(&server);
-    let store = ServerVectorStore::open(&options, "g-s", DIMENSION)
-        .await
-        .expect("open");
+    let (options, store) = tight_store(&server, "g-s").await;
     server.stop();
     let started = Instant::now();
     let error = store
@@ -101,10 +115,7 @@ async fn a_stopped_server_is_a_retryable_error_within_the_retry_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_times_out_instead_of_hanging() {
     let server = QdrantServer::start().expect("start");
-    let options = options(&server);
-    let store = ServerVectorStore::open(&options, "g-p", DIMENSION)
-        .await
-        .expect("open");
+    let (options, store) = tight_store(&server, "g-p").await;
     let revision = Uuid::now_v7();
     store.upsert(points(revision, 2)).await.expect("upsert");
     server.pause();
