@@ -575,8 +575,14 @@ pub async fn job_detail(
             .await?;
         receipts.push(json!({ "receipt": receipt, "history": trail }));
     }
-    let source = ledger.source(&job.dataset, &job.source_key).await?;
-    let revision = ledger.revision(job.revision_id).await?;
+    // A sync run names a connector, not a source or a revision.
+    let (source, revision) = match job.revision_id {
+        Some(revision_id) => (
+            ledger.source(&job.dataset, &job.source_key).await?,
+            ledger.revision(revision_id).await?,
+        ),
+        None => (None, None),
+    };
     let now = ledger.clock_now();
     let mut detail = json!({
         "now": now,

@@ -115,6 +115,8 @@ pub struct JobPolicies {
     pub tombstone: JobPolicy,
     /// Jobs that project a revision into the graph store.
     pub graph: JobPolicy,
+    /// Connector runs.
+    pub sync: JobPolicy,
 }
 
 impl JobPolicies {
@@ -124,6 +126,7 @@ impl JobPolicies {
             project: policy,
             tombstone: policy,
             graph: policy,
+            sync: policy,
         }
     }
 
@@ -133,15 +136,17 @@ impl JobPolicies {
             JobKind::Project => &self.project,
             JobKind::Tombstone => &self.tombstone,
             JobKind::Graph => &self.graph,
+            JobKind::Sync => &self.sync,
         }
     }
 
     /// Every kind with its policy.
-    pub fn all(&self) -> [(JobKind, &JobPolicy); 3] {
+    pub fn all(&self) -> [(JobKind, &JobPolicy); 4] {
         [
             (JobKind::Project, &self.project),
             (JobKind::Tombstone, &self.tombstone),
             (JobKind::Graph, &self.graph),
+            (JobKind::Sync, &self.sync),
         ]
     }
 

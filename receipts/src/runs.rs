@@ -4,7 +4,7 @@
 
 use crate::clock::Micros;
 use crate::error::LedgerError;
-use crate::model::{Failure, FailureClass, Job, JobState, LeaseToken};
+use crate::model::{Failure, FailureClass, Job, JobKind, JobState, LeaseToken};
 use crate::policy::JobPolicy;
 
 /// How a run ends: the job's next state and why.
@@ -186,14 +186,20 @@ pub(crate) fn cancel_step(job: &Job) -> Result<CancelStep, LedgerError> {
 }
 
 /// Whether an operator may requeue `job`: it must have ended (dead, cancelled, quarantined)
-/// and its revision must still be its source's head (`is_head`, read by the engine).
-pub(crate) fn check_requeue(job: &Job, is_head: bool) -> Result<(), LedgerError> {
+/// and still be current (`is_current`, read by the engine): its revision is still its
+/// source's head or, for a sync run, its connector is active with no other open run.
+pub(crate) fn check_requeue(job: &Job, is_current: bool) -> Result<(), LedgerError> {
     let state = if !matches!(
         job.state,
         JobState::Dead | JobState::Cancelled | JobState::Quarantined
     ) {
         job.state.to_string()
-    } else if !is_head {
+    } else if !is_current && job.kind == JobKind::Sync {
+        format!(
+            "{} (its connector is not active, or another run of it is open)",
+            job.state
+        )
+    } else if !is_current {
         format!("{} (its revision is no longer head)", job.state)
     } else {
         return Ok(());

@@ -167,6 +167,7 @@ async fn each_job_kind_gets_its_own_policy() {
             ..JobPolicy::default()
         },
         graph: JobPolicy::default(),
+        sync: JobPolicy::default(),
     };
     let ledger = SqliteLedger::open(options, clock.clone())
         .await
@@ -209,4 +210,78 @@ async fn each_job_kind_gets_its_own_policy() {
         .expect("job")
         .expect("exists");
     assert_eq!(rescued.state, receipts::JobState::Quarantined);
+}
+
+/// Schema 14 edits the definitions of `jobs` and `history` in place: a sync run names a
+/// connector and no revision, one run per connector is open at a time, every other job still
+/// needs its revision, and a connector's changes land in history, next to what was there.
+#[tokio::test]
+async fn sync_runs_name_a_connector_and_only_one_is_open() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = open(&directory.path().join("ledger.db")).await;
+    receipts::Acceptor::accept(&ledger, vec![put("docs", "a", "text")]).await;
+    let pool = ledger.read_pool();
+    let run = |id: &'static str, state: &'static str| {
+        format!(
+            "INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state, \
+               max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+             VALUES ('{id}', NULL, 'c1', 'docs', '', 'sync', '{state}', 5, 1, 1, 't', 'scheduled', 1)"
+        )
+    };
+    sqlx::query(
+        "INSERT INTO connectors (id, dataset, kind, location, include, exclude, max_file_bytes, \
+           interval_ms, state, created_by, reason, created_at, changed_by, change_cause, changed_at) \
+         VALUES ('c1', 'docs', 'folder', '/srv/docs', '[]', '[]', 1048576, 600000, 'active', \
+           't', 'docs folder', 1, 't', 'created', 1)",
+    )
+    .execute(pool)
+    .await
+    .expect("a connector");
+    sqlx::query(&run("r1", "pending"))
+        .execute(pool)
+        .await
+        .expect("a sync run without a revision");
+    let second = sqlx::query(&run("r2", "pending")).execute(pool).await;
+    assert!(
+        second
+            .as_ref()
+            .is_err_and(|error| error.to_string().contains("UNIQUE")),
+        "{second:?}"
+    );
+    sqlx::query(&run("r3", "completed"))
+        .execute(pool)
+        .await
+        .expect("an ended run beside the open one");
+    let orphan = sqlx::query(
+        "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, max_attempts, \
+           run_at, created_at, changed_by, change_cause, changed_at) \
+         VALUES ('p1', NULL, 'docs', 'b', 'project', 'pending', 5, 1, 1, 't', 'x', 1)",
+    )
+    .execute(pool)
+    .await;
+    assert!(
+        orphan
+            .as_ref()
+            .is_err_and(|error| error.to_string().contains("CHECK")),
+        "{orphan:?}"
+    );
+    let trail: Vec<(String, String)> =
+        sqlx::query_as("SELECT entity, coalesce(to_state, '') FROM history ORDER BY seq")
+            .fetch_all(pool)
+            .await
+            .expect("history");
+    assert!(
+        trail.iter().any(|(entity, _)| entity == "source"),
+        "{trail:?}"
+    );
+    assert!(
+        trail.contains(&("connector".to_owned(), "active".to_owned())),
+        "{trail:?}"
+    );
+    let jobs: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT revision_id FROM jobs WHERE kind = 'project'")
+            .fetch_all(pool)
+            .await
+            .expect("jobs");
+    assert!(jobs.iter().all(Option::is_some) && !jobs.is_empty());
 }

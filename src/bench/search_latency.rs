@@ -120,7 +120,7 @@ async fn load(
             points.push(VectorPoint {
                 dataset: job.dataset.clone(),
                 source_key: job.source_key.clone(),
-                revision_id: job.revision_id,
+                revision_id: job.revision()?,
                 chunk_index: 0,
                 head_at: job.created_at,
                 vector: random.unit_vector(),

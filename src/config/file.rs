@@ -175,6 +175,8 @@ pub(super) struct FileJobs {
     pub(super) tombstone: FilePolicy,
     #[serde(default)]
     pub(super) graph: FilePolicy,
+    #[serde(default)]
+    pub(super) sync: FilePolicy,
 }
 
 #[derive(Debug, Default, Deserialize)]

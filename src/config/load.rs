@@ -237,6 +237,7 @@ fn job_policies(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<policy::JobP
         project: from_env.over(jobs.project.over(every_kind)).resolve(),
         tombstone: from_env.over(jobs.tombstone.over(every_kind)).resolve(),
         graph: from_env.over(jobs.graph.over(every_kind)).resolve(),
+        sync: from_env.over(jobs.sync.over(every_kind)).resolve(),
     })
 }
 

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use crate::job::{
     backend_failure, ledger_failure, millis, permanent, record_receipt, revision_detail,
-    revision_text, Stages,
+    revision_of, revision_text, Stages,
 };
 
 /// A graph store error as a job failure (`graph_unavailable`, `graph_timeout`, ...).
@@ -104,7 +104,7 @@ impl GraphStage {
         stages.enter("graph read").await?;
         if let Some(erasure) = self
             .ledger
-            .erasure(job.revision_id)
+            .erasure(revision_of(job)?)
             .await
             .map_err(ledger_failure)?
         {
@@ -154,7 +154,7 @@ impl GraphStage {
     }
 
     async fn is_tombstone(&self, job: &Job) -> Result<bool, Failure> {
-        Ok(revision_detail(self.ledger.as_ref(), job.revision_id)
+        Ok(revision_detail(self.ledger.as_ref(), revision_of(job)?)
             .await?
             .revision
             .tombstone)
@@ -167,7 +167,7 @@ impl GraphStage {
         job: &Job,
         mut stages: Option<&mut Stages<'_>>,
     ) -> Result<Written, Failure> {
-        let (revision, text) = revision_text(self.ledger.as_ref(), job.revision_id).await?;
+        let (revision, text) = revision_text(self.ledger.as_ref(), revision_of(job)?).await?;
         enter(&mut stages, "graph extract").await?;
         let chunker = self.chunker.clone();
         let chunk_text = text.clone();
@@ -398,7 +398,7 @@ impl GraphStage {
                 if job.kind == receipts::JobKind::Graph && !newer_known {
                     let is_head = self
                         .ledger
-                        .revision(job.revision_id)
+                        .revision(revision_of(&job)?)
                         .await
                         .map_err(ledger_failure)?
                         .is_some_and(|detail| detail.is_head);
@@ -425,20 +425,22 @@ impl GraphStage {
             } else {
                 let counts = self
                     .store
-                    .revision_counts(job.revision_id)
+                    .revision_counts(revision_of(job)?)
                     .await
                     .map_err(store_failure)?;
                 !counts.exists || !counts.is_head
             };
             if drifted {
-                report.missing.push(format!("{key} ({})", job.revision_id));
+                report
+                    .missing
+                    .push(format!("{key} ({})", revision_of(job)?));
                 if repair {
                     if tombstone {
                         self.exclude_verified(job, None).await?;
                     } else {
                         self.project_verified(job, None).await?;
                     }
-                    tracing::info!(dataset, source_key = %key, revision_id = %job.revision_id, "graph reconcile: rewrote a current head");
+                    tracing::info!(dataset, source_key = %key, revision_id = %revision_of(job)?, "graph reconcile: rewrote a current head");
                     report.repaired += 1;
                 }
             }

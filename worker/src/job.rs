@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use gateways::GatewayError;
 use receipts::{
-    Failure, FailureClass, JobKind, LeaseToken, LedgerError, ReceiptUpdate, WorkLedger,
+    Failure, FailureClass, Job, JobKind, LeaseToken, LedgerError, ReceiptUpdate, WorkLedger,
 };
 
 /// A retryable failure with `code`.
@@ -221,4 +221,10 @@ impl Drop for Stages<'_> {
 /// Milliseconds since `started`, to a tenth.
 pub(crate) fn millis(started: Instant) -> f64 {
     (started.elapsed().as_secs_f64() * 1000.0 * 10.0).round() / 10.0
+}
+
+/// The revision of a `project`, `tombstone` or `graph` job (a sync run has none: asking for it
+/// is a permanent `ledger_error`, never a panic).
+pub(crate) fn revision_of(job: &Job) -> Result<uuid::Uuid, Failure> {
+    job.revision().map_err(ledger_failure)
 }

@@ -155,7 +155,8 @@ impl Worker {
                             let span = tracing::info_span!(
                                 "job",
                                 job_id = %job.id,
-                                revision_id = %job.revision_id,
+                                revision_id = ?job.revision_id,
+                                connector_id = ?job.connector_id,
                                 dataset = %job.dataset,
                             );
                             running.spawn(
@@ -218,7 +219,7 @@ impl Run {
         let latency_ms = job
             .started_at
             .map(|started| (started - job.run_at).max(0) / 1000);
-        tracing::debug!(job_id = %job.id, revision_id = %job.revision_id, dataset = %job.dataset, ?latency_ms, "run started");
+        tracing::debug!(job_id = %job.id, revision_id = ?job.revision_id, dataset = %job.dataset, ?latency_ms, "run started");
         let work = self.work.clone();
         let job_for_work = job.clone();
         let mut work = std::pin::pin!(async move { work.run(&job_for_work).await });
@@ -271,6 +272,6 @@ impl Run {
 
     fn lost(&self, job: &Job, error: &LedgerError) {
         self.stats.lost.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "run stopped: its lease no longer holds");
+        tracing::warn!(job_id = %job.id, revision_id = ?job.revision_id, %error, "run stopped: its lease no longer holds");
     }
 }

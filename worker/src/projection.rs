@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::job::{
     extract, ledger_failure, millis, permanent, record_receipt, retryable, revision_bytes,
-    store_failure, Stages,
+    revision_of, store_failure, Stages,
 };
 use crate::Work;
 
@@ -146,7 +146,7 @@ impl Projector {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         stages.enter("reading").await?;
-        let (revision, bytes) = revision_bytes(self.ledger.as_ref(), job.revision_id).await?;
+        let (revision, bytes) = revision_bytes(self.ledger.as_ref(), revision_of(job)?).await?;
         stages.enter("chunking").await?;
         let copied = self.predecessor_chunks(&revision).await?;
         let chunks_from = if copied.is_some() {
@@ -176,7 +176,7 @@ impl Projector {
             let step = Instant::now();
             let existing = self
                 .ledger
-                .chunk_summary(job.revision_id, &self.generation.id)
+                .chunk_summary(revision_of(job)?, &self.generation.id)
                 .await
                 .map_err(ledger_failure)?;
             let reconciled = existing == expected;
@@ -200,7 +200,7 @@ impl Projector {
                     .map_err(ledger_failure)?;
                 let stored = self
                     .ledger
-                    .chunk_summary(job.revision_id, &self.generation.id)
+                    .chunk_summary(revision_of(job)?, &self.generation.id)
                     .await
                     .map_err(ledger_failure)?;
                 if stored != expected {
@@ -240,7 +240,7 @@ impl Projector {
         if let (true, Some(vectors)) = (self.has(Backend::Vector), &self.vectors) {
             let count = chunks.len();
             let existing = vectors
-                .revision_points(job.revision_id)
+                .revision_points(revision_of(job)?)
                 .await
                 .map_err(store_failure)?;
             let reconciled =
@@ -263,7 +263,7 @@ impl Projector {
                     .map(|(chunk, vector)| VectorPoint {
                         dataset: job.dataset.clone(),
                         source_key: job.source_key.clone(),
-                        revision_id: job.revision_id,
+                        revision_id: revision.id,
                         chunk_index: chunk.index,
                         head_at: job.created_at,
                         vector,
@@ -294,7 +294,7 @@ impl Projector {
             stages.enter("read-back").await?;
             let step = Instant::now();
             let stored = vectors
-                .revision_points(job.revision_id)
+                .revision_points(revision_of(job)?)
                 .await
                 .map_err(store_failure)?;
             if stored.count != count || stored.with_dimension != count {
@@ -313,7 +313,7 @@ impl Projector {
                 .set_current(
                     &job.dataset,
                     &job.source_key,
-                    Some(job.revision_id),
+                    Some(revision_of(job)?),
                     job.created_at,
                 )
                 .await
@@ -367,7 +367,12 @@ impl Projector {
         hashes.dedup();
         let candidates = self
             .ledger
-            .chunks_with_hashes(&job.dataset, &self.generation.id, &hashes, job.revision_id)
+            .chunks_with_hashes(
+                &job.dataset,
+                &self.generation.id,
+                &hashes,
+                revision_of(job)?,
+            )
             .await
             .map_err(ledger_failure)?;
         let ids: Vec<uuid::Uuid> = candidates
@@ -482,22 +487,25 @@ impl Projector {
     /// stay current.
     async fn retire_if_stale(&self, job: &Job) {
         let Some(vectors) = &self.vectors else { return };
-        let is_head = match self.ledger.revision(job.revision_id).await {
+        let Some(revision_id) = job.revision_id else {
+            return;
+        };
+        let is_head = match self.ledger.revision(revision_id).await {
             Ok(Some(detail)) => detail.is_head,
             _ => false,
         };
-        let erased = matches!(self.ledger.revision(job.revision_id).await, Ok(None));
+        let erased = matches!(self.ledger.revision(revision_id).await, Ok(None));
         if erased {
             // The revision was erased while this run wrote: its points go too.
-            let selector = gateways::PointSelector::Revision(job.revision_id);
+            let selector = gateways::PointSelector::Revision(revision_id);
             if let Err(error) = vectors.delete_points(selector).await {
-                tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "could not delete the points of an erased revision written by a stale run");
+                tracing::warn!(job_id = %job.id, revision_id = %revision_id, %error, "could not delete the points of an erased revision written by a stale run");
             }
             return;
         }
         if !is_head {
-            if let Err(error) = vectors.retire_revision(job.revision_id).await {
-                tracing::warn!(job_id = %job.id, revision_id = %job.revision_id, %error, "could not retire a stale revision's points; the newer job's set_current covers them");
+            if let Err(error) = vectors.retire_revision(revision_id).await {
+                tracing::warn!(job_id = %job.id, revision_id = %revision_id, %error, "could not retire a stale revision's points; the newer job's set_current covers them");
             }
         }
     }
@@ -505,7 +513,7 @@ impl Projector {
     async fn exclude(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
         if let Some(erasure) = self
             .ledger
-            .erasure(job.revision_id)
+            .erasure(revision_of(job)?)
             .await
             .map_err(ledger_failure)?
         {
@@ -654,6 +662,11 @@ impl Work for Projector {
                      on the workers, then requeue it",
                 )),
             },
+            JobKind::Sync => Err(permanent(
+                "sync_unconfigured",
+                "a sync run reached a projector: the worker was composed without its connector \
+                 runner",
+            )),
         }
     }
 }

@@ -665,7 +665,7 @@ async fn a_superseded_run_never_leaves_its_revision_current() {
         .expect("claim")
         .pop()
         .expect("job");
-    assert_eq!(new_job.revision_id, new.0);
+    assert_eq!(new_job.revision_id, Some(new.0));
     fast.run(&new_job).await.expect("the new run");
     world
         .ledger

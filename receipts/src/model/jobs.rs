@@ -50,6 +50,9 @@ closed_enum! {
         /// backend is configured, with its own retries, dead state and receipt, so the graph
         /// never holds up the other backends.
         Graph => "graph",
+        /// Run a connector: list its folder or git tree, accept what is new or changed and
+        /// tombstone what is gone. It names its connector and no revision.
+        Sync => "sync",
     }
 }
 
@@ -59,11 +62,13 @@ closed_enum! {
 pub struct Job {
     /// Job id (UUID v7).
     pub id: Uuid,
-    /// The revision it projects.
-    pub revision_id: Uuid,
+    /// The revision it projects (`None` for a sync run, which has none).
+    pub revision_id: Option<Uuid>,
+    /// The connector a sync run runs (`None` for every other kind).
+    pub connector_id: Option<Uuid>,
     /// Dataset.
     pub dataset: String,
-    /// Source key.
+    /// Source key (empty for a sync run: no source key is empty).
     pub source_key: String,
     /// What it does.
     pub kind: JobKind,
@@ -114,6 +119,29 @@ pub struct Job {
     /// The projection generation a `project` or `tombstone` job writes (`None`: the active
     /// one at the time it runs, for jobs queued before any generation existed; graph jobs).
     pub generation: Option<String>,
+}
+
+impl Job {
+    /// The revision of a `project`, `tombstone` or `graph` job. The ledger's CHECK constraints
+    /// give every such job one; asking a sync run for it is a bug, reported as internal.
+    pub fn revision(&self) -> crate::Result<Uuid> {
+        self.revision_id.ok_or_else(|| {
+            crate::LedgerError::Internal(format!(
+                "job {} ({}) names no revision",
+                self.id, self.kind
+            ))
+        })
+    }
+
+    /// The connector of a sync run; any other kind names none (reported as internal).
+    pub fn connector(&self) -> crate::Result<Uuid> {
+        self.connector_id.ok_or_else(|| {
+            crate::LedgerError::Internal(format!(
+                "job {} ({}) names no connector",
+                self.id, self.kind
+            ))
+        })
+    }
 }
 
 /// What a worker presents to act on a job it claimed: the fencing token.

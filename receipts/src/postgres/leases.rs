@@ -267,16 +267,20 @@ impl Leases for PostgresLedger {
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
         let job = load(&mut tx, job_id).await?;
-        let is_head: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM sources WHERE dataset = $1 AND source_key = $2 \
-             AND head_revision_id = $3)",
+        let is_current: bool = sqlx::query_scalar(
+            "SELECT CASE WHEN $4::uuid IS NULL THEN EXISTS (SELECT 1 FROM sources \
+                 WHERE dataset = $1 AND source_key = $2 AND head_revision_id = $3) \
+               ELSE EXISTS (SELECT 1 FROM connectors WHERE id = $4 AND state = 'active') \
+                 AND NOT EXISTS (SELECT 1 FROM jobs WHERE connector_id = $4 \
+                   AND state IN ('pending', 'running', 'retry_wait')) END",
         )
         .bind(&job.dataset)
         .bind(&job.source_key)
         .bind(job.revision_id)
+        .bind(job.connector_id)
         .fetch_one(&mut *tx)
         .await?;
-        runs::check_requeue(&job, is_head)?;
+        runs::check_requeue(&job, is_current)?;
         let row = sqlx::query(
             "UPDATE jobs SET state = 'pending', attempt = 0, crashes = 0, cancel_requested = false, \
                run_at = $1, run_at_rule = 'requeued by ' || $2, changed_by = $2, \

@@ -393,6 +393,7 @@ pub(crate) fn job_from_row(row: &PgRow) -> Result<Job> {
     Ok(Job {
         id: row.try_get("id")?,
         revision_id: row.try_get("revision_id")?,
+        connector_id: row.try_get("connector_id")?,
         dataset: row.try_get("dataset")?,
         source_key: row.try_get("source_key")?,
         kind: parse_enum(&row.try_get::<String, _>("kind")?)?,

@@ -68,8 +68,9 @@ impl Projections for PostgresLedger {
         let now = self.now(&mut tx).await?;
         self.fault(FaultPoint::BeforeChunkWrite)?;
         let job = fence(&mut tx, lease, now).await?;
+        let revision = job.revision()?;
         sqlx::query("DELETE FROM chunks WHERE revision_id = $1 AND generation = $2")
-            .bind(job.revision_id)
+            .bind(revision)
             .bind(generation)
             .execute(&mut *tx)
             .await?;
@@ -84,7 +85,7 @@ impl Projections for PostgresLedger {
                byte_start bigint, byte_end bigint, token_count bigint, sha256 text, \
                section text, page bigint)",
         )
-        .bind(job.revision_id)
+        .bind(revision)
         .bind(generation)
         .bind(rows)
         .execute(&mut *tx)
@@ -95,7 +96,7 @@ impl Projections for PostgresLedger {
                 "DELETE FROM chunks WHERE revision_id = $1 AND generation = $2 AND chunk_index = \
                    (SELECT max(chunk_index) FROM chunks WHERE revision_id = $1 AND generation = $2)",
             )
-            .bind(job.revision_id)
+            .bind(revision)
             .bind(generation)
             .execute(&mut *tx)
             .await?;
@@ -222,7 +223,7 @@ impl Projections for PostgresLedger {
             )
             .bind(now)
             .bind(&lease.owner)
-            .bind(job.revision_id)
+            .bind(job.revision()?)
             .bind(update.backend.as_str())
             .bind(&job.dataset)
             .bind(&job.source_key)

@@ -147,7 +147,7 @@ async fn write_chunks(
     now: Micros,
 ) -> Result<()> {
     let job = fence(connection, token, now).await?;
-    let revision = job.revision_id.to_string();
+    let revision = job.revision()?.to_string();
     sqlx::query("DELETE FROM chunks WHERE revision_id = ? AND generation = ?")
         .bind(&revision)
         .bind(generation)
@@ -208,7 +208,7 @@ async fn receipt(
         )
         .bind(now)
         .bind(&token.owner)
-        .bind(job.revision_id.to_string())
+        .bind(job.revision()?.to_string())
         .bind(update.backend.as_str())
         .bind(&job.dataset)
         .bind(&job.source_key)

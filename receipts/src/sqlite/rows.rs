@@ -58,7 +58,8 @@ pub(crate) fn revision_from_row(row: &SqliteRow) -> Result<Revision> {
 pub(crate) fn job_from_row(row: &SqliteRow) -> Result<Job> {
     Ok(Job {
         id: parse_uuid(&row.try_get::<String, _>("id")?)?,
-        revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+        revision_id: optional_uuid(row.try_get("revision_id")?)?,
+        connector_id: optional_uuid(row.try_get("connector_id")?)?,
         dataset: row.try_get("dataset")?,
         source_key: row.try_get("source_key")?,
         kind: parse_enum(&row.try_get::<String, _>("kind")?)?,

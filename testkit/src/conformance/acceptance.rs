@@ -98,7 +98,7 @@ pub async fn graph_jobs_are_queued_beside_projection(harness: Harness) {
         .iter()
         .find(|job| job.kind == JobKind::Graph)
         .expect("graph job");
-    assert_eq!(graph_job.revision_id, first.source_revision_id);
+    assert_eq!(graph_job.revision_id, Some(first.source_revision_id));
     let receipts = must(harness.ledger.receipts(graph_job.id).await, "receipts");
     assert_eq!(
         receipts.iter().map(|r| r.backend).collect::<Vec<_>>(),

@@ -177,7 +177,7 @@ pub async fn generations_build_switch_and_retire(harness: Harness) {
     let done = project_all(&harness, &[&first, &second]).await;
     let for_a2: Vec<_> = done
         .iter()
-        .filter(|job| job.revision_id == a2.source_revision_id)
+        .filter(|job| job.revision_id == Some(a2.source_revision_id))
         .filter_map(|job| job.generation.clone())
         .collect();
     assert_eq!(for_a2.len(), 2, "one job per live generation: {for_a2:?}");
@@ -185,7 +185,7 @@ pub async fn generations_build_switch_and_retire(harness: Harness) {
     assert!(
         !done
             .iter()
-            .any(|job| job.revision_id == a.source_revision_id),
+            .any(|job| job.revision_id == Some(a.source_revision_id)),
         "the old head's rebuild job was superseded"
     );
     // Each generation keeps its own chunk rows of the same revision.

@@ -201,7 +201,7 @@ async fn claimed_token(harness: &Harness, revision: Uuid) -> LeaseToken {
     let claimed = must(harness.ledger.claim("w", 10).await, "claim");
     let job = claimed
         .iter()
-        .find(|job| job.revision_id == revision)
+        .find(|job| job.revision_id == Some(revision))
         .expect("the revision's job is claimable");
     LeaseToken::of(job).expect("lease")
 }

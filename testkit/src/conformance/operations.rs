@@ -157,10 +157,13 @@ pub async fn operations_read_jobs_activity_and_events(harness: Harness) {
         ms(second_claim_at - second.created_at)
     );
     assert_eq!(activity.accepted_to_searchable.count, 1);
-    let accepted = must(ledger.revision(second.revision_id).await, "revision")
-        .expect("revision")
-        .revision
-        .accepted_at;
+    let accepted = must(
+        ledger.revision(second.revision().expect("revision")).await,
+        "revision",
+    )
+    .expect("revision")
+    .revision
+    .accepted_at;
     assert_eq!(
         second.created_at, accepted,
         "a job is created with its receipt"
