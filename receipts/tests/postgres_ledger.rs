@@ -290,3 +290,78 @@ async fn a_token_changed_anywhere_is_forgotten_by_every_process() {
         "a token revoked from psql still authenticated after 10 s"
     );
 }
+
+/// Schema 13, as SQLite's 14: a sync run names a connector and no revision, one run per
+/// connector is open at a time, every other job still needs its revision, and a connector's
+/// changes land in history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_runs_name_a_connector_and_only_one_is_open() {
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url.clone()))
+        .await
+        .expect("open ledger");
+    receipts::Acceptor::accept(&ledger, vec![put("docs", "a", "text")]).await;
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let connector = uuid::Uuid::now_v7();
+    let run = |state: &'static str| {
+        format!(
+            "INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state, \
+               max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+             VALUES ('{}', NULL, '{connector}', 'docs', '', 'sync', '{state}', 5, 1, 1, 't', \
+               'scheduled', 1)",
+            uuid::Uuid::now_v7()
+        )
+    };
+    sqlx::query(&format!(
+        "INSERT INTO connectors (id, dataset, kind, location, include, exclude, max_file_bytes, \
+           interval_ms, state, created_by, reason, created_at, changed_by, change_cause, changed_at) \
+         VALUES ('{connector}', 'docs', 'folder', '/srv/docs', '[]', '[]', 1048576, 600000, \
+           'active', 't', 'docs folder', 1, 't', 'created', 1)"
+    ))
+    .execute(&pool)
+    .await
+    .expect("a connector");
+    sqlx::query(&run("pending"))
+        .execute(&pool)
+        .await
+        .expect("a sync run without a revision");
+    let second = sqlx::query(&run("pending")).execute(&pool).await;
+    assert!(
+        second
+            .as_ref()
+            .is_err_and(|error| error.to_string().contains("jobs_one_open_run")),
+        "{second:?}"
+    );
+    sqlx::query(&run("completed"))
+        .execute(&pool)
+        .await
+        .expect("an ended run beside the open one");
+    let orphan = sqlx::query(&format!(
+        "INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, max_attempts, \
+           run_at, created_at, changed_by, change_cause, changed_at) \
+         VALUES ('{}', NULL, 'docs', 'b', 'project', 'pending', 5, 1, 1, 't', 'x', 1)",
+        uuid::Uuid::now_v7()
+    ))
+    .execute(&pool)
+    .await;
+    assert!(
+        orphan
+            .as_ref()
+            .is_err_and(|error| error.to_string().contains("jobs_sync_has_no_revision")),
+        "{orphan:?}"
+    );
+    let trail: Vec<(String, String)> =
+        sqlx::query_as("SELECT entity, coalesce(to_state, '') FROM history ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .expect("history");
+    assert!(
+        trail.iter().any(|(entity, _)| entity == "source"),
+        "{trail:?}"
+    );
+    assert!(
+        trail.contains(&("connector".to_owned(), "active".to_owned())),
+        "{trail:?}"
+    );
+}
