@@ -132,16 +132,6 @@ impl Job {
             ))
         })
     }
-
-    /// The connector of a sync run; any other kind names none (reported as internal).
-    pub fn connector(&self) -> crate::Result<Uuid> {
-        self.connector_id.ok_or_else(|| {
-            crate::LedgerError::Internal(format!(
-                "job {} ({}) names no connector",
-                self.id, self.kind
-            ))
-        })
-    }
 }
 
 /// What a worker presents to act on a job it claimed: the fencing token.
