@@ -492,6 +492,7 @@ fn admit_for(
         dataset: request.dataset,
         source_key: request.source_key,
         actor: principal.actor(),
+        connector: None,
         change: Change::Put(document),
     })
 }
@@ -670,6 +671,7 @@ async fn delete_source(
         dataset: query.dataset,
         source_key: query.source_key,
         actor: principal.actor(),
+        connector: None,
         change: Change::Delete {
             reason: query.reason,
         },

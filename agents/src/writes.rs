@@ -128,6 +128,7 @@ pub(crate) async fn delete_source(
         dataset: args.dataset,
         source_key: args.source_key,
         actor: principal.actor(),
+        connector: None,
         change: Change::Delete {
             reason: Some(args.reason),
         },

@@ -18,6 +18,8 @@ pub(crate) struct Prepared {
     pub(crate) dataset: String,
     pub(crate) source_key: String,
     pub(crate) actor: String,
+    /// The owner it claims (`connector:<id>`), `None` for API ingest.
+    pub(crate) owner: Option<String>,
     pub(crate) change: PreparedChange,
 }
 
@@ -116,6 +118,7 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
         dataset: submission.dataset,
         source_key: submission.source_key,
         actor: submission.actor,
+        owner: submission.connector.map(crate::model::owner_of),
         change,
     })
 }
@@ -140,6 +143,10 @@ pub(crate) struct Decision {
     pub(crate) head_tombstone: bool,
     pub(crate) blocked_reason: Option<String>,
     pub(crate) existing_accepted_at: Option<Micros>,
+    /// The source's stored owner (`connector:<id>`), if any.
+    pub(crate) owner: Option<String>,
+    /// Whether that owner is a removed connector.
+    pub(crate) owner_removed: bool,
 }
 
 /// What acceptance does with one item.
@@ -162,6 +169,15 @@ pub(crate) struct Write {
 }
 
 pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
+    let held = crate::connectors::Ownership {
+        owner: decision.owner.clone(),
+        owner_removed: decision.owner_removed,
+        live: decision.head.is_some() && !decision.head_tombstone,
+    };
+    let source = format!("{}/{}", item.dataset, item.source_key);
+    if let Err(error) = crate::connectors::ownership(item.owner.as_deref(), &held, &source) {
+        return Outcome::Refused(error);
+    }
     match &item.change {
         PreparedChange::Put {
             sha256,

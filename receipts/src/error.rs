@@ -146,10 +146,15 @@ impl LedgerError {
             | "generation_incomplete"
             | "generation_state"
             | "generation_exists"
-            | "token_revoked" => 409,
-            "source_not_found" | "job_not_found" | "token_not_found" | "generation_not_found" => {
-                404
-            }
+            | "token_revoked"
+            | "owned_by_connector"
+            | "owned_by_another"
+            | "connector_state" => 409,
+            "connector_not_found"
+            | "source_not_found"
+            | "job_not_found"
+            | "token_not_found"
+            | "generation_not_found" => 404,
             "ledger_unavailable" | "extractor_unavailable" => 503,
             "document_too_large" => 413,
             "deadline_exceeded" => 504,

@@ -11,10 +11,11 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::error::Result;
 use crate::model::{
-    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, ContentBlock, DatasetSummary, Erasure,
-    ErasureRequest, Failure, Generation, GenerationChanged, GenerationCommand, GenerationView,
-    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
-    ReceiptUpdate, RevisionDetail, SourceListing, SourceView, Submission,
+    Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, Connector, ConnectorChanged,
+    ConnectorCommand, ConnectorFile, ContentBlock, DatasetSummary, Erasure, ErasureRequest,
+    Failure, Generation, GenerationChanged, GenerationCommand, GenerationView, Heartbeat,
+    HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
+    ReceiptUpdate, RevisionDetail, SourceListing, SourceView, Submission, SyncProgress, SyncRun,
 };
 use crate::operations::Operations;
 
@@ -240,6 +241,32 @@ pub trait Projections: Send + Sync {
     async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>>;
 }
 
+/// Connectors and their runs. Every change goes through [`Connectors::change_connector`]; a
+/// run's writes are fenced by its lease like every lease operation.
+#[async_trait]
+pub trait Connectors: Send + Sync {
+    /// The one path for every connector change (create, pause, resume, run now, remove): one
+    /// transaction, its rules in [`crate::connectors::plan`], recorded in history with its
+    /// actor and reason by the store's triggers.
+    async fn change_connector(&self, command: ConnectorCommand) -> Result<ConnectorChanged>;
+
+    /// A connector by id.
+    async fn connector(&self, id: Uuid) -> Result<Option<Connector>>;
+
+    /// Every connector (removed ones too), newest first.
+    async fn connectors(&self) -> Result<Vec<Connector>>;
+
+    /// What the connector's runs last saw of each file, by key in byte order.
+    async fn connector_files(&self, id: Uuid) -> Result<Vec<ConnectorFile>>;
+
+    /// Records a run's progress in one transaction, fenced by its lease: index rows written
+    /// and dropped, and the report so far (kept with the job).
+    async fn record_sync(&self, lease: &LeaseToken, progress: SyncProgress) -> Result<()>;
+
+    /// The connector's runs, newest first, at most `limit` (capped at 100), with their reports.
+    async fn sync_runs(&self, id: Uuid, limit: u32) -> Result<Vec<SyncRun>>;
+}
+
 /// The whole ledger, for the code that composes a process. Each role's crate holds a
 /// narrower bound: [`WorkLedger`], [`SearchLedger`], [`AcceptLedger`], [`OpsLedger`]; an
 /// `Arc<dyn Ledger>` converts to any of them (they are its supertraits).
@@ -250,10 +277,12 @@ pub trait Ledger:
     + Leases
     + Projections
     + Operations
+    + Connectors
     + WorkLedger
     + SearchLedger
     + AcceptLedger
     + OpsLedger
+    + SyncLedger
     + std::fmt::Debug
     + 'static
 {
@@ -293,8 +322,29 @@ impl<T: Operations + Leases + Reader + Projections + Tokens + std::fmt::Debug + 
 {
 }
 
+/// What a connector's run may do: hold its lease, read what the dataset holds, accept and
+/// tombstone through the same path as the API, and record its index and report. Also what the
+/// connectors' API needs (it authenticates tokens).
+pub trait SyncLedger:
+    Acceptor + Reader + Leases + Connectors + Tokens + std::fmt::Debug + 'static
+{
+}
+
+impl<T: Acceptor + Reader + Leases + Connectors + Tokens + std::fmt::Debug + 'static> SyncLedger
+    for T
+{
+}
+
 impl<
-        T: Acceptor + Reader + Tokens + Leases + Projections + Operations + std::fmt::Debug + 'static,
+        T: Acceptor
+            + Reader
+            + Tokens
+            + Leases
+            + Projections
+            + Operations
+            + Connectors
+            + std::fmt::Debug
+            + 'static,
     > Ledger for T
 {
 }

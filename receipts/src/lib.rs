@@ -81,6 +81,7 @@
 mod acceptance;
 pub mod auth;
 pub mod clock;
+pub mod connectors;
 mod error;
 pub mod faults;
 pub mod generations;
@@ -104,17 +105,19 @@ pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{
-    AcceptLedger, Acceptor, Leases, Ledger, MigrationReport, OpsLedger, Projections, Reader,
-    SearchLedger, Tokens, WorkLedger, CANDIDATES_PER_HASH,
+    AcceptLedger, Acceptor, Connectors, Leases, Ledger, MigrationReport, OpsLedger, Projections,
+    Reader, SearchLedger, SyncLedger, Tokens, WorkLedger, CANDIDATES_PER_HASH,
 };
 pub use model::{
-    AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow, ChunkSummary,
-    ContentBlock, DatasetSummary, Document, Erasure, ErasureRemaining, ErasureRequest, Failure,
-    FailureClass, Generation, GenerationChange, GenerationChanged, GenerationCommand,
-    GenerationProgress, GenerationState, GenerationView, Heartbeat, HistoryEntry, HitRef, Job,
-    JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt, ReceiptState,
-    ReceiptUpdate, Revision, RevisionDetail, SourceListing, SourceView, Submission,
-    MAX_LISTING_PAGE,
+    owner_of, AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow,
+    ChunkSummary, Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorFile,
+    ConnectorKind, ConnectorState, ContentBlock, DatasetSummary, Document, Erasure,
+    ErasureRemaining, ErasureRequest, Failure, FailureClass, Generation, GenerationChange,
+    GenerationChanged, GenerationCommand, GenerationProgress, GenerationState, GenerationView,
+    Heartbeat, HistoryEntry, HitRef, Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit,
+    NewConnector, ProjectionReceipt, ReceiptState, ReceiptUpdate, Removal, Revision,
+    RevisionDetail, SourceListing, SourceView, Submission, SyncFile, SyncProgress, SyncReport,
+    SyncRun, MAX_LISTING_PAGE,
 };
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,

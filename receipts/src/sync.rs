@@ -85,6 +85,7 @@ mod tests {
             byte_length: 1,
             tombstone: sha256.is_none(),
             accepted_at: 0,
+            owner: None,
         }
     }
 

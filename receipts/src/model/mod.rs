@@ -51,6 +51,7 @@ macro_rules! closed_enum {
 }
 
 mod chunks;
+mod connectors;
 mod counts;
 mod erasure;
 mod generations;
@@ -61,6 +62,11 @@ mod projection;
 mod sources;
 
 pub use chunks::{ChunkRef, ChunkRow, ChunkSummary};
+pub use connectors::{
+    owner_of, Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorFile,
+    ConnectorKind, ConnectorState, NewConnector, Removal, SyncFile, SyncProgress, SyncReport,
+    SyncRun, MAX_REPORTED_FILES,
+};
 pub use counts::{DatasetSummary, LedgerCounts};
 pub use erasure::{Erasure, ErasureRemaining, ErasureRequest};
 pub use generations::{

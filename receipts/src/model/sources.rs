@@ -28,6 +28,10 @@ pub struct Submission {
     pub source_key: String,
     /// Who asks for the change (e.g. `token:ingest-bot`).
     pub actor: String,
+    /// The connector that submits it, which then owns the source (`None`: API ingest). A
+    /// live source that another owner holds is refused (`owned_by_connector`,
+    /// `owned_by_another`); see [`crate::connectors::ownership`].
+    pub connector: Option<uuid::Uuid>,
     /// The change itself.
     pub change: Change,
 }
@@ -56,6 +60,7 @@ impl Submission {
             dataset: dataset.to_owned(),
             source_key: source_key.to_owned(),
             actor: actor.to_owned(),
+            connector: None,
             change: Change::Put(Document {
                 bytes,
                 media_type: media_type.to_owned(),
@@ -202,6 +207,9 @@ pub struct SourceListing {
     pub tombstone: bool,
     /// When the head was accepted.
     pub accepted_at: Micros,
+    /// Who keeps the source: `connector:<id>`, or `None` when API ingest created it.
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 /// Most sources one listing page holds.

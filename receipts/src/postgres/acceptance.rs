@@ -474,6 +474,8 @@ impl PostgresLedger {
             .bind(&staged.passage_texts)
             .bind(&staged.passage_sections)
             .bind(&staged.passage_pages)
+            .bind(&staged.owner_positions)
+            .bind(&staged.owners)
             .execute(&mut *tx)
             .await?;
         self.fault(FaultPoint::AfterBytes)?;
@@ -486,7 +488,7 @@ impl PostgresLedger {
 /// Everything new a wave writes, in one statement (data-modifying CTEs; all of them run to
 /// completion whatever the main query reads): the wave is `$1` to `$10` ([`bind_wave`]), the
 /// clock `$11`, the job policies `$12`, a job's backends `$13`, the bytes `$14` to `$16`, the new
-/// revisions `$17` to `$28`, the passages `$29` to `$36`. The sub-statements share one snapshot,
+/// revisions `$17` to `$28`, the passages `$29` to `$36`, the owners `$37` and `$38`. The sub-statements share one snapshot,
 /// so the supersession and the passage deletion ran before, and none of them reads another's
 /// rows except through `RETURNING`; the foreign keys (revision to bytes, head, job and passage
 /// to revision, receipt to job) are checked at the statement's end, when every row is there.
@@ -518,10 +520,13 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                        $27::text[], $28::text[]) AS r), \
          moved AS ( \
            INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
-             changed_by, change_cause, changed_at, change_seq) \
-           SELECT dataset, source_key, revision_id, $11, actor, cause, $11, 1 FROM {wave} \
+             changed_by, change_cause, changed_at, change_seq, owner) \
+           SELECT dataset, source_key, revision_id, $11, actor, cause, $11, 1, \
+             (SELECT o.owner FROM unnest($37::bigint[], $38::text[]) AS o(position, owner) \
+              WHERE o.position = w.position) FROM {wave} \
            ON CONFLICT (dataset, source_key) DO UPDATE SET \
-             head_revision_id = excluded.head_revision_id, changed_by = excluded.changed_by, \
+             head_revision_id = excluded.head_revision_id, owner = excluded.owner, \
+             changed_by = excluded.changed_by, \
              change_cause = excluded.change_cause, changed_at = excluded.changed_at, \
              change_seq = s.change_seq + 1), \
          indexed AS ( \
@@ -668,6 +673,8 @@ async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision
                 head_tombstone: row.try_get::<Option<bool>, _>("head_tombstone")? == Some(true),
                 blocked_reason: row.try_get("blocked_reason")?,
                 existing_accepted_at: row.try_get("existing_accepted_at")?,
+                owner: row.try_get("owner")?,
+                owner_removed: row.try_get::<Option<bool>, _>("owner_removed")? == Some(true),
             })
         })
         .collect()
@@ -698,6 +705,10 @@ struct Staged {
     /// Each passage's section path and page, when its format has them.
     passage_sections: Vec<Option<String>>,
     passage_pages: Vec<Option<i64>>,
+    /// The items a connector submits, by position, and their owner (`connector:<id>`): the
+    /// head move stores it (every other head moved is API ingest's, with no owner).
+    owner_positions: Vec<i64>,
+    owners: Vec<String>,
 }
 
 /// One column per field of an accepted item ([`wave_relation`]).
@@ -791,6 +802,10 @@ impl Staged {
                 reason.clone(),
             ),
         };
+        if let Some(owner) = &item.owner {
+            self.owner_positions.push(position as i64);
+            self.owners.push(owner.clone());
+        }
         let wave = &mut self.wave;
         wave.position.push(position as i64);
         wave.dataset.push(item.dataset.clone());

@@ -33,6 +33,7 @@
 //! drops it reconnects, and workers keep polling as the fallback.
 
 mod acceptance;
+mod connectors;
 mod erasure;
 mod generations;
 mod leases;

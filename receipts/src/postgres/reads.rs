@@ -422,7 +422,7 @@ impl Reader for PostgresLedger {
         // both engines whatever the database's collation.
         let rows = sqlx::query(
             "SELECT s.source_key, r.id, r.content_sha256, r.byte_length, r.tombstone, \
-               r.accepted_at \
+               r.accepted_at, s.owner \
              FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
              WHERE s.dataset = $1 AND starts_with(s.source_key, $2) \
                AND ($3::text IS NULL OR s.source_key COLLATE \"C\" > $3::text COLLATE \"C\") \
@@ -443,6 +443,7 @@ impl Reader for PostgresLedger {
                     byte_length: row.try_get("byte_length")?,
                     tombstone: row.try_get("tombstone")?,
                     accepted_at: row.try_get("accepted_at")?,
+                    owner: row.try_get("owner")?,
                 })
             })
             .collect()

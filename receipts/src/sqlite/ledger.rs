@@ -1,9 +1,11 @@
 //! The SQLite ledger itself: opening (migrations, the writer task, the read pool, the
 //! checkpointer), handing operations to the writer, and the trait implementations that go
-//! through it ([`crate::Leases`], [`crate::Projections`], [`crate::Tokens`]). What each
+//! through it ([`crate::Leases`], [`crate::Projections`], [`crate::Tokens`],
+//! [`crate::Connectors`]). What each
 //! operation executes lives in the file of its role (`leases.rs`, `projection.rs`,
 //! `tokens.rs`), which never imports this one.
 
+use super::connectors::{connector_from_row, report_from, ConnectorAnswer, ConnectorOp};
 use super::generations;
 use super::leases::JobAnswer;
 use super::leases::JobCommand;
@@ -25,6 +27,7 @@ use crate::error::LedgerError;
 use crate::error::Result;
 use crate::faults::FaultInjector;
 use crate::faults::NoFaults;
+use crate::ledger::Connectors;
 use crate::ledger::Leases;
 use crate::ledger::Projections;
 use crate::ledger::Tokens;
@@ -33,6 +36,10 @@ use crate::model::Backend;
 use crate::model::ChunkRef;
 use crate::model::ChunkRow;
 use crate::model::ChunkSummary;
+use crate::model::Connector;
+use crate::model::ConnectorChanged;
+use crate::model::ConnectorCommand;
+use crate::model::ConnectorFile;
 use crate::model::Failure;
 use crate::model::Generation;
 use crate::model::GenerationChanged;
@@ -44,6 +51,8 @@ use crate::model::LeaseToken;
 use crate::model::ProjectionReceipt;
 use crate::model::ReceiptState;
 use crate::model::ReceiptUpdate;
+use crate::model::SyncProgress;
+use crate::model::SyncRun;
 use crate::validate;
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -211,6 +220,10 @@ impl SqliteLedger {
                 "unexpected answer {other:?}"
             ))),
         }
+    }
+
+    pub(super) async fn connector_op(&self, op: ConnectorOp) -> Result<ConnectorAnswer> {
+        self.submit(|reply| WriteOp::Connector(op, reply)).await?
     }
 
     pub(super) async fn submit<T>(
@@ -644,5 +657,81 @@ impl Tokens for SqliteLedger {
 
     async fn tokens(&self) -> Result<Vec<TokenInfo>> {
         tokens::list(&self.reads, self.clock.now_micros()).await
+    }
+}
+
+#[async_trait]
+impl Connectors for SqliteLedger {
+    async fn change_connector(&self, command: ConnectorCommand) -> Result<ConnectorChanged> {
+        match self.connector_op(ConnectorOp::Change(command)).await? {
+            ConnectorAnswer::Changed(changed) => Ok(*changed),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn connector(&self, id: Uuid) -> Result<Option<Connector>> {
+        sqlx::query("SELECT * FROM connectors WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.reads)
+            .await?
+            .as_ref()
+            .map(connector_from_row)
+            .transpose()
+    }
+
+    async fn connectors(&self) -> Result<Vec<Connector>> {
+        sqlx::query("SELECT * FROM connectors ORDER BY created_at DESC, id DESC")
+            .fetch_all(&self.reads)
+            .await?
+            .iter()
+            .map(connector_from_row)
+            .collect()
+    }
+
+    async fn connector_files(&self, id: Uuid) -> Result<Vec<ConnectorFile>> {
+        let rows = sqlx::query(
+            "SELECT source_key, fingerprint, sha256 FROM connector_files \
+             WHERE connector_id = ? ORDER BY source_key",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ConnectorFile {
+                    source_key: row.try_get("source_key")?,
+                    fingerprint: row.try_get("fingerprint")?,
+                    sha256: row.try_get("sha256")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_sync(&self, lease: &LeaseToken, progress: SyncProgress) -> Result<()> {
+        self.connector_op(ConnectorOp::Record(lease.clone(), Box::new(progress)))
+            .await
+            .map(|_| ())
+    }
+
+    async fn sync_runs(&self, id: Uuid, limit: u32) -> Result<Vec<SyncRun>> {
+        let rows = sqlx::query(
+            "SELECT jobs.*, report.report AS sync_report FROM jobs \
+             LEFT JOIN sync_reports AS report ON report.job_id = jobs.id \
+             WHERE jobs.connector_id = ? ORDER BY jobs.created_at DESC, jobs.id DESC LIMIT ?",
+        )
+        .bind(id.to_string())
+        .bind(i64::from(limit.clamp(1, 100)))
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SyncRun {
+                    job: job_from_row(row)?,
+                    report: report_from(row.try_get("sync_report")?)?,
+                })
+            })
+            .collect()
     }
 }

@@ -467,7 +467,7 @@ impl Reader for SqliteLedger {
         // order, as PostgreSQL's `COLLATE "C"`).
         let rows = sqlx::query(
             "SELECT s.source_key, r.id, r.content_sha256, r.byte_length, r.tombstone, \
-               r.accepted_at \
+               r.accepted_at, s.owner \
              FROM sources s JOIN revisions r ON r.id = s.head_revision_id \
              WHERE s.dataset = ?1 AND s.source_key >= ?2 \
                AND substr(s.source_key, 1, length(?2)) = ?2 \
@@ -490,6 +490,7 @@ impl Reader for SqliteLedger {
                     byte_length: row.try_get("byte_length")?,
                     tombstone: row.try_get::<i64, _>("tombstone")? != 0,
                     accepted_at: row.try_get("accepted_at")?,
+                    owner: row.try_get("owner")?,
                 })
             })
             .collect()

@@ -6,6 +6,9 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Connection;
 use sqlx::Row;
 
+use super::connectors;
+use super::connectors::ConnectorAnswer;
+use super::connectors::ConnectorOp;
 use super::erasure;
 use super::generations;
 use super::leases;
@@ -57,6 +60,7 @@ pub(super) enum WriteOp {
         oneshot::Sender<Result<GenerationChanged>>,
     ),
     Erase(ErasureRequest, oneshot::Sender<Result<Acceptance>>),
+    Connector(ConnectorOp, oneshot::Sender<Result<ConnectorAnswer>>),
 }
 
 impl WriteOp {
@@ -68,6 +72,7 @@ impl WriteOp {
             | WriteOp::Job(..)
             | WriteOp::Project(..)
             | WriteOp::Generation(..)
+            | WriteOp::Connector(..)
             | WriteOp::Erase(..) => 1,
         }
     }
@@ -88,6 +93,10 @@ pub(super) enum Done {
     ),
     Erase(Result<Acceptance>, oneshot::Sender<Result<Acceptance>>),
     Job(Result<JobAnswer>, oneshot::Sender<Result<JobAnswer>>),
+    Connector(
+        Result<ConnectorAnswer>,
+        oneshot::Sender<Result<ConnectorAnswer>>,
+    ),
 }
 
 impl Done {
@@ -107,6 +116,7 @@ impl Done {
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
             Done::Generation(result, reply) => Done::Generation(fail_one(result, error), reply),
             Done::Erase(result, reply) => Done::Erase(fail_one(result, error), reply),
+            Done::Connector(result, reply) => Done::Connector(fail_one(result, error), reply),
         }
     }
 
@@ -119,7 +129,12 @@ impl Done {
             Done::Job(Ok(JobAnswer::Job(job)), _) => job.state == crate::model::JobState::Pending,
             Done::Generation(Ok(changed), _) => changed.jobs > 0,
             Done::Erase(result, _) => result.is_ok(),
-            Done::Job(..)
+            Done::Connector(Ok(ConnectorAnswer::Changed(changed)), _) => changed
+                .run
+                .as_ref()
+                .is_some_and(|run| run.state == crate::model::JobState::Pending),
+            Done::Connector(..)
+            | Done::Job(..)
             | Done::Block(..)
             | Done::Token(..)
             | Done::Project(..)
@@ -137,6 +152,7 @@ impl Done {
             Done::Token(result, reply) => drop(reply.send(result)),
             Done::Generation(result, reply) => drop(reply.send(result)),
             Done::Erase(result, reply) => drop(reply.send(result)),
+            Done::Connector(result, reply) => drop(reply.send(result)),
         }
     }
 }
@@ -276,7 +292,28 @@ impl Writer {
                 // atomic on its own, so a failed operation leaves nothing partial behind.
                 let now = self.clock.now_micros();
                 let unit: f64 = rand::random();
+                let claims = matches!(command, JobCommand::Claim { .. });
                 let result = match self.ensure_transaction().await {
+                    // Connectors without an open run get one before the claim sees the jobs.
+                    Ok(()) if claims => match connectors::schedule(
+                        &mut self.connection,
+                        now,
+                        &self.options.job_policies,
+                    )
+                    .await
+                    {
+                        Ok(()) => {
+                            leases::run(
+                                &mut self.connection,
+                                command,
+                                now,
+                                &self.options.job_policies,
+                                unit,
+                            )
+                            .await
+                        }
+                        Err(error) => Err(error),
+                    },
                     Ok(()) => {
                         leases::run(
                             &mut self.connection,
@@ -333,6 +370,17 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Generation(self.end_item(result).await, reply)
+            }
+            WriteOp::Connector(op, reply) => {
+                let now = self.clock.now_micros();
+                let result = match self.begin_item().await {
+                    Ok(()) => {
+                        connectors::run(&mut self.connection, op, now, &self.options.job_policies)
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
+                Done::Connector(self.end_item(result).await, reply)
             }
             WriteOp::Erase(request, reply) => {
                 let now = self.clock.now_micros();
@@ -553,6 +601,8 @@ impl Writer {
                     head_tombstone: row.try_get::<Option<i64>, _>("head_tombstone")? == Some(1),
                     blocked_reason: row.try_get("blocked_reason")?,
                     existing_accepted_at: row.try_get("existing_accepted_at")?,
+                    owner: row.try_get("owner")?,
+                    owner_removed: row.try_get::<i64, _>("owner_removed")? == 1,
                 })
             })
             .collect()
@@ -782,6 +832,7 @@ impl Staged {
             "metadata": metadata,
             "previous_revision_id": write.previous.map(|id| id.to_string()),
             "actor": item.actor,
+            "owner": item.owner,
             "reason": reason,
             "cause": write.cause,
             "job_id": write.job_id.to_string(),

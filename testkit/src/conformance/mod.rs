@@ -16,6 +16,7 @@ use uuid::Uuid;
 pub use receipts::policy::DEFAULT_BACKENDS;
 
 mod acceptance;
+mod connectors;
 mod erasure;
 mod generations;
 mod indexing;
@@ -26,6 +27,7 @@ mod search;
 mod tokens;
 
 pub use acceptance::*;
+pub use connectors::*;
 pub use erasure::*;
 pub use generations::*;
 pub use indexing::*;
@@ -61,6 +63,7 @@ pub fn delete(dataset: &str, key: &str) -> Submission {
         dataset: dataset.to_owned(),
         source_key: key.to_owned(),
         actor: "test:conformance".to_owned(),
+        connector: None,
         change: Change::Delete {
             reason: Some("test".to_owned()),
         },
@@ -259,6 +262,10 @@ macro_rules! ledger_conformance {
             generations_build_switch_and_retire,
             erasure_removes_every_trace,
             html_is_indexed_as_its_text,
+            connector_changes_go_through_one_path,
+            sync_runs_are_leased_recorded_and_scheduled,
+            sources_belong_to_their_owner,
+            a_removal_that_tombstones_runs_until_nothing_is_left,
             documents_are_indexed_with_their_structure,
             projection_writes_are_fenced_and_read_back,
             chunks_are_found_by_text_hash_within_a_dataset,

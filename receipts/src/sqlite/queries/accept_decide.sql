@@ -1,5 +1,5 @@
 -- Acceptance, step 0: what the ledger holds for each item of a wave (no two items of a wave
--- share a source). ?1: JSON array of {dataset, source_key, sha256, revision_id}.
+-- share a source), with who owns the source (`receipts::connectors::ownership`). ?1: JSON array of {dataset, source_key, sha256, revision_id}.
 SELECT
     CAST(item.key AS INTEGER) AS position,
     source.head_revision_id AS head,
@@ -7,7 +7,10 @@ SELECT
     (SELECT block.reason FROM content_blocks AS block
       WHERE block.dataset = item.value ->> 'dataset' AND block.sha256 = item.value ->> 'sha256') AS blocked_reason,
     (SELECT revision.accepted_at FROM revisions AS revision
-      WHERE revision.id = item.value ->> 'revision_id') AS existing_accepted_at
+      WHERE revision.id = item.value ->> 'revision_id') AS existing_accepted_at,
+    source.owner AS owner,
+    coalesce((SELECT connector.state = 'removed' FROM connectors AS connector
+               WHERE connector.id = substr(source.owner, 11)), 0) AS owner_removed
 FROM json_each(?1) AS item
 LEFT JOIN sources AS source
     ON source.dataset = item.value ->> 'dataset' AND source.source_key = item.value ->> 'source_key'

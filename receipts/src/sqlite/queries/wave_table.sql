@@ -18,6 +18,7 @@ CREATE TEMP TABLE IF NOT EXISTS wave (
     job_id               TEXT NOT NULL,
     kind                 TEXT NOT NULL,
     graph_job_id         TEXT,
+    owner                TEXT,
     UNIQUE (dataset, source_key)
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_passages (
