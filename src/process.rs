@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use receipts::auth::NewToken;
-use receipts::{Backend, Ledger, Scope, SqliteLedger, SystemClock, Tokens, WorkLedger};
+use receipts::{Backend, Ledger, Scope, SqliteLedger, SystemClock, Tokens};
 
 use crate::app::app_with_graph;
 use crate::config::{self, Config};
@@ -217,7 +217,7 @@ pub async fn work(
         ),
         None => {
             let projection = projection::open_projection(&config, ledger.clone()).await?;
-            let work = projection.work.clone();
+            let work = every_kind(projection.work.clone(), ledger.clone());
             opened = Some(projection);
             (
                 work,
@@ -276,16 +276,23 @@ impl RunningWorkers {
     }
 }
 
+/// The work of every job kind: connector runs by the connectors' runner (acceptance and the
+/// connector's index through `ledger`), everything else by `projection`.
+fn every_kind(projection: Arc<dyn worker::Work>, ledger: Arc<dyn Ledger>) -> Arc<dyn worker::Work> {
+    let runner: Arc<dyn worker::Work> = Arc::new(connectors::Runner::new(ledger));
+    Arc::new(worker::ByKind::new(runner, projection))
+}
+
 /// Starts `workers.count` projection workers (none when the count is 0).
 async fn start_workers(
     config: &Config,
-    ledger: Arc<dyn WorkLedger>,
+    ledger: Arc<dyn Ledger>,
     projection: Option<&projection::Projection>,
 ) -> anyhow::Result<RunningWorkers> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut handles = Vec::new();
     if let Some(projection) = projection {
-        let work = projection.work.clone();
+        let work = every_kind(projection.work.clone(), ledger.clone());
         for index in 0..config.workers.count {
             let mut worker_config =
                 worker::WorkerConfig::new(worker_owner(&format!("serve-{index}")));

@@ -1,10 +1,14 @@
 //! # connectors: what a dataset should hold, read from where people keep documents
 //!
 //! A connector keeps a dataset equal to a folder (and, next, a git repository). This crate
-//! holds its first step: reading the folder as the set of `(source key, file)` the dataset
-//! should hold ([`folder::list`]), under a [`Selection`] (include and exclude globs, a size
-//! limit per file), with every file left out named and why. The difference against the
-//! ledger is [`receipts::sync::difference`]; `cairn ingest DIR --prune` applies it today.
+//! reads the folder as the set of `(source key, file)` the dataset should hold
+//! ([`folder::list`]), under a [`Selection`] (include and exclude globs, a size limit per
+//! file), with every file left out named and why; and runs a connector's `sync` jobs
+//! ([`Runner`], a [`worker::Work`]): list, hash what the index does not vouch for, compare
+//! with what the connector owns ([`receipts::sync::difference`], which `cairn ingest DIR
+//! --prune` shares), submit and tombstone through acceptance, record the index and the
+//! report. The connector record, its states and scheduling are the ledger's
+//! ([`receipts::connectors`]).
 //!
 //! ## Invariants
 //! - A key is the file's path inside the root, `/`-separated, valid UTF-8 and a valid source
@@ -14,9 +18,14 @@
 //! - A file is listed only in a format cairn reads (Markdown, HTML, text, PDF, DOCX), by name
 //!   and, for binary formats, by signature; anything else is skipped with its reason.
 //! - Listing is deterministic: entries by key in byte order, skips by path.
+//! - A run's invariants (nothing lost to a crash, a missing folder empties nothing, conflicts
+//!   never overwritten, bounded memory) are stated in [`runner`].
 
 pub mod folder;
+pub mod runner;
 mod selection;
+
+pub use runner::Runner;
 
 pub use selection::{media_type_for, Selection, SelectionError};
 

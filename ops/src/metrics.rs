@@ -192,6 +192,28 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "HTTP connections closed at once because the cap and the overflow were full.",
     ),
+    (
+        "cairn_sync_runs_total",
+        Kind::Counter,
+        "Connector runs ended by this process, by outcome (done, failed).",
+    ),
+    (
+        "cairn_sync_files_total",
+        Kind::Counter,
+        "Files that finished connector runs handled, by outcome (added, changed, unchanged, \
+         removed, skipped, failed, conflict).",
+    ),
+    (
+        "cairn_sync_run_seconds",
+        Kind::Histogram,
+        "Duration of connector runs, successful or not.",
+    ),
+    (
+        "cairn_sync_last_success_timestamp_seconds",
+        Kind::Gauge,
+        "When each connector's last run succeeded in this process (Unix seconds); time() minus \
+         it is the time since the last success.",
+    ),
 ];
 
 /// A metric's type.

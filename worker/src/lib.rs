@@ -49,6 +49,30 @@ pub trait Work: Send + Sync + 'static {
     async fn run(&self, job: &Job) -> Result<(), Failure>;
 }
 
+/// Runs `sync` jobs (connector runs) with one work and every other kind with another, so one
+/// worker pool serves both and the runtime has no special case.
+pub struct ByKind {
+    sync: Arc<dyn Work>,
+    other: Arc<dyn Work>,
+}
+
+impl ByKind {
+    /// `sync` runs connector runs; `other` runs projection, tombstone and graph jobs.
+    pub fn new(sync: Arc<dyn Work>, other: Arc<dyn Work>) -> ByKind {
+        ByKind { sync, other }
+    }
+}
+
+#[async_trait]
+impl Work for ByKind {
+    async fn run(&self, job: &Job) -> Result<(), Failure> {
+        match job.kind {
+            receipts::JobKind::Sync => self.sync.run(job).await,
+            _ => self.other.run(job).await,
+        }
+    }
+}
+
 /// How a worker runs.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {

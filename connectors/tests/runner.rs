@@ -1,0 +1,260 @@
+//! A folder connector's runs against real ledgers (an SQLite file, a PostgreSQL server) and a
+//! real folder: what a run accepts, skips, tombstones and refuses; that unchanged files are
+//! not read again; that a missing folder changes nothing; that a tombstoning removal empties
+//! what the connector created and nothing else.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use connectors::Runner;
+use receipts::model::{
+    ConnectorChange, ConnectorCommand, ConnectorKind, FailureClass, JobKind, LeaseToken,
+    NewConnector, Removal, SyncReport,
+};
+use receipts::{Ledger, ManualClock, SourceListing, SqliteLedger, SqliteOptions};
+use testkit::conformance::{put, START};
+use worker::Work;
+
+fn command(change: ConnectorChange) -> ConnectorCommand {
+    ConnectorCommand {
+        change,
+        actor: "test:operator".to_owned(),
+        reason: "runner test".to_owned(),
+    }
+}
+
+fn write(root: &Path, key: &str, text: &str) {
+    let path = root.join(key);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
+/// Claims the connector's due run and runs it; completes it when it succeeds. Answers the
+/// run's result and its report.
+async fn run_once(
+    ledger: &Arc<dyn Ledger>,
+    clock: &ManualClock,
+    id: uuid::Uuid,
+) -> (Result<(), receipts::Failure>, Option<SyncReport>) {
+    // Whatever is due: a connector's run is scheduled one interval after the last.
+    clock.advance(3_600_000_000);
+    let jobs = ledger.claim("test-worker", 100).await.expect("claim");
+    let mut result = None;
+    let mut ran = None;
+    for job in &jobs {
+        let token = LeaseToken::of(job).expect("leased");
+        if job.kind == JobKind::Sync && job.connector_id == Some(id) {
+            let outcome = Runner::new(ledger.clone()).run(job).await;
+            match &outcome {
+                Ok(()) => drop(ledger.complete(&token).await.expect("complete")),
+                Err(failure) => drop(ledger.fail(&token, failure.clone()).await.expect("fail")),
+            }
+            result = Some(outcome);
+            ran = Some(job.id);
+        } else {
+            // Projection is not under test here.
+            ledger.complete(&token).await.expect("complete other");
+        }
+    }
+    let result = result.expect("the connector's run was due");
+    let runs = ledger.sync_runs(id, 10).await.expect("runs");
+    let report = runs
+        .iter()
+        .find(|run| Some(run.job.id) == ran)
+        .and_then(|run| run.report.clone());
+    (result, report)
+}
+
+async fn heads(ledger: &Arc<dyn Ledger>) -> Vec<SourceListing> {
+    ledger
+        .list_sources("docs", "", None, 1000)
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|head| !head.tombstone)
+        .collect()
+}
+
+fn keys(heads: &[SourceListing]) -> Vec<&str> {
+    heads.iter().map(|head| head.source_key.as_str()).collect()
+}
+
+async fn a_folder_is_kept_equal_to_its_dataset(ledger: Arc<dyn Ledger>, clock: Arc<ManualClock>) {
+    let folder = tempfile::tempdir().expect("tempdir");
+    let root = folder.path();
+    write(root, "a.md", "# A\n\nalpha");
+    write(root, "b.md", "# B\n\nbeta");
+    write(root, "notes.txt", "plain text notes");
+    write(root, "nested/d.md", "# D\n\ndelta");
+    write(root, "big.md", &"x".repeat(5_000));
+    write(root, "image.png", "not really a png");
+    write(root, "api.md", "the folder's copy");
+    let outside = tempfile::tempdir().expect("tempdir");
+    write(outside.path(), "secret.md", "outside the root");
+    std::os::unix::fs::symlink(outside.path().join("secret.md"), root.join("leak.md"))
+        .expect("symlink");
+    // A source API ingest created: the connector never overwrites it.
+    let api = ledger
+        .accept(vec![put("docs", "api.md", "from the API")])
+        .await;
+    assert!(api.iter().all(Result::is_ok));
+
+    let created = ledger
+        .change_connector(command(ConnectorChange::Create(NewConnector {
+            dataset: "docs".to_owned(),
+            kind: ConnectorKind::Folder,
+            location: root.to_string_lossy().into_owned(),
+            git_ref: None,
+            include: vec![],
+            exclude: vec![],
+            max_file_bytes: 1_000,
+            interval_ms: 60_000,
+        })))
+        .await
+        .expect("create");
+    let id = created.connector.id;
+
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!(
+        (
+            report.added,
+            report.changed,
+            report.removed,
+            report.conflicts
+        ),
+        (4, 0, 0, 1),
+        "{report:?}"
+    );
+    assert_eq!(report.skipped, 3, "big.md, image.png, leak.md: {report:?}");
+    let codes: Vec<(&str, &str)> = report
+        .files
+        .iter()
+        .map(|file| (file.path.as_str(), file.code.as_str()))
+        .collect();
+    assert!(codes.contains(&("big.md", "too_large")), "{codes:?}");
+    assert!(
+        codes.contains(&("image.png", "unsupported_format")),
+        "{codes:?}"
+    );
+    assert!(
+        codes.contains(&("leak.md", "link_leaves_root")),
+        "{codes:?}"
+    );
+    assert!(codes.contains(&("api.md", "owned_by_another")), "{codes:?}");
+    let now = heads(&ledger).await;
+    assert_eq!(
+        keys(&now),
+        ["a.md", "api.md", "b.md", "nested/d.md", "notes.txt"]
+    );
+    let api_head = now.iter().find(|head| head.source_key == "api.md");
+    assert_eq!(api_head.and_then(|head| head.owner.clone()), None);
+    let b = ledger
+        .source("docs", "b.md")
+        .await
+        .expect("source")
+        .expect("b");
+    assert_eq!(b.head.actor, format!("connector:{id}"));
+    assert_eq!(b.head.metadata["path"], "b.md");
+
+    // Nothing changed: only the file in conflict is read again.
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!((report.added, report.changed, report.removed), (0, 0, 0));
+    assert_eq!((report.unchanged, report.hashed), (4, 1), "{report:?}");
+
+    // An edit, a deletion, a new file.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    write(root, "b.md", "# B\n\nbeta, edited");
+    std::fs::remove_file(root.join("a.md")).expect("rm");
+    write(root, "e.md", "# E\n\nepsilon");
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!(
+        (
+            report.added,
+            report.changed,
+            report.removed,
+            report.unchanged
+        ),
+        (1, 1, 1, 2),
+        "{report:?}"
+    );
+    assert_eq!(report.hashed, 3, "b.md, e.md and api.md: {report:?}");
+    assert_eq!(
+        keys(&heads(&ledger).await),
+        ["api.md", "b.md", "e.md", "nested/d.md", "notes.txt"]
+    );
+    let a = ledger
+        .source("docs", "a.md")
+        .await
+        .expect("source")
+        .expect("a");
+    assert!(a.deleted);
+    assert_eq!(
+        a.head.reason.as_deref(),
+        Some(format!("removed from {}", root.display()).as_str())
+    );
+
+    // A folder that disappears fails the run and removes nothing.
+    let moved = root.with_extension("moved");
+    std::fs::rename(root, &moved).expect("move the folder away");
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    let failure = result.expect_err("a missing folder fails the run");
+    assert_eq!(failure.code, "location_unavailable");
+    assert!(matches!(failure.class, FailureClass::Retryable { .. }));
+    assert_eq!(report, None, "it failed before it changed anything");
+    assert_eq!(heads(&ledger).await.len(), 5);
+    std::fs::rename(&moved, root).expect("move it back");
+
+    // Removed with its sources tombstoned: what it created goes, the API's source stays.
+    let removed = ledger
+        .change_connector(command(ConnectorChange::Remove {
+            id,
+            removal: Removal::Tombstone,
+        }))
+        .await
+        .expect("remove");
+    assert!(removed.run.is_some());
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!(report.removed, 4, "{report:?}");
+    assert_eq!(keys(&heads(&ledger).await), ["api.md"]);
+    // Its keys are free again.
+    let again = ledger
+        .accept(vec![put("docs", "b.md", "the API's now")])
+        .await;
+    assert!(again.iter().all(Result::is_ok), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_is_kept_equal_to_its_dataset_on_sqlite() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = SqliteLedger::open(
+        SqliteOptions::new(directory.path().join("ledger.db")),
+        clock.clone(),
+    )
+    .await
+    .expect("open");
+    a_folder_is_kept_equal_to_its_dataset(Arc::new(ledger), clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_is_kept_equal_to_its_dataset_on_postgres() {
+    let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("database");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = receipts::PostgresLedger::open_with(
+        receipts::PostgresOptions::new(url),
+        receipts::LedgerClock::Injected(clock.clone()),
+        Arc::new(receipts::faults::FaultPlan::default()),
+    )
+    .await
+    .expect("open");
+    a_folder_is_kept_equal_to_its_dataset(Arc::new(ledger), clock).await;
+}
