@@ -37,6 +37,10 @@ pub fn app_with_graph(
     let (routes, document) = utoipa_axum::router::OpenApiRouter::new()
         .merge(acceptor::routes(ledger.clone(), config.acceptor.clone()))
         .merge(search::routes(ledger.clone(), searcher))
+        .merge(connectors::api::routes(
+            ledger.clone(),
+            config.connectors.clone(),
+        ))
         .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));

@@ -37,6 +37,9 @@ enum Command {
     Reconcile(commands::ReconcileArgs),
     /// Operations: what is running, retrying, dead; requeue, cancel, pause, resume.
     Ops(commands::OpsArgs),
+    /// Connectors: keep a dataset equal to a folder, deletions included (add, list, show,
+    /// runs, run, pause, resume, remove).
+    Connector(commands::ConnectorArgs),
     /// Projection generations: build one beside the active one, follow it, switch, roll
     /// back, retire.
     Generation(commands::GenerationArgs),
@@ -95,6 +98,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Graph(command) => command.run(&env).await,
         Command::Reconcile(command) => command.run(&env).await,
         Command::Ops(command) => command.run(&env).await,
+        Command::Connector(command) => command.run(&env).await,
         Command::Generation(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,

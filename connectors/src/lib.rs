@@ -7,8 +7,9 @@
 //! ([`Runner`], a [`worker::Work`]): list, hash what the index does not vouch for, compare
 //! with what the connector owns ([`receipts::sync::difference`], which `cairn ingest DIR
 //! --prune` shares), submit and tombstone through acceptance, record the index and the
-//! report. The connector record, its states and scheduling are the ledger's
-//! ([`receipts::connectors`]).
+//! report. Its API ([`api`]) creates, lists and changes connectors under the tokens' scopes
+//! and the configured folder roots. The connector record, its states and scheduling are the
+//! ledger's ([`receipts::connectors`]).
 //!
 //! ## Invariants
 //! - A key is the file's path inside the root, `/`-separated, valid UTF-8 and a valid source
@@ -21,6 +22,7 @@
 //! - A run's invariants (nothing lost to a crash, a missing folder empties nothing, conflicts
 //!   never overwritten, bounded memory) are stated in [`runner`].
 
+pub mod api;
 pub mod folder;
 pub mod runner;
 mod selection;

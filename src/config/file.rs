@@ -34,6 +34,14 @@ pub(super) struct FileConfig {
     pub(super) graph: FileGraph,
     #[serde(default)]
     pub(super) mcp: FileMcp,
+    #[serde(default)]
+    pub(super) connectors: FileConnectors,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConnectors {
+    pub(super) folder_roots: Option<Vec<PathBuf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -100,6 +100,7 @@ impl Config {
         }
         let config = Config {
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
+            connectors: connector_settings(env, &file)?,
             graph,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,
@@ -411,6 +412,26 @@ fn mcp(
             .unwrap_or(defaults.allowed_origins),
         max_body_bytes: acceptor.max_body_bytes,
     }
+}
+
+/// `[connectors]`: the folders connectors may read, each an absolute path (comma-separated in
+/// the variable). None by default: a folder connector is refused until an operator names them.
+fn connector_settings(
+    env: &Env<'_>,
+    file: &FileConfig,
+) -> anyhow::Result<connectors::api::ConnectorSettings> {
+    let folder_roots: Vec<std::path::PathBuf> = env
+        .get("CAIRN_CONNECTOR_FOLDER_ROOTS")
+        .map(|text| list(text).into_iter().map(Into::into).collect())
+        .or(file.connectors.folder_roots.clone())
+        .unwrap_or_default();
+    if let Some(relative) = folder_roots.iter().find(|root| !root.is_absolute()) {
+        anyhow::bail!(
+            "connectors.folder_roots: `{}` is not an absolute path",
+            relative.display()
+        );
+    }
+    Ok(connectors::api::ConnectorSettings { folder_roots })
 }
 
 /// `[graph]`: a Bolt server, or `None` for no graph backend.

@@ -104,6 +104,9 @@ pub struct Config {
     pub http: crate::server::HttpSettings,
     /// The MCP endpoint's `Host` and `Origin` checks and body limit.
     pub mcp: agents::McpSettings,
+    /// The folders connectors may read (`connectors.folder_roots`,
+    /// `CAIRN_CONNECTOR_FOLDER_ROOTS`); none by default.
+    pub connectors: connectors::api::ConnectorSettings,
     /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.

@@ -6,6 +6,7 @@ mod browser;
 mod chaos;
 mod cli;
 mod common;
+mod connectors;
 mod contract;
 mod crash;
 mod erasure;

@@ -11,6 +11,7 @@ use crate::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
 
 mod bench;
 mod block;
+mod connector;
 mod erase;
 mod eval;
 mod generation;
@@ -29,6 +30,7 @@ mod worker;
 
 pub use bench::BenchArgs;
 pub use block::BlockArgs;
+pub use connector::ConnectorArgs;
 pub use erase::EraseArgs;
 pub use eval::EvalArgs;
 pub use generation::GenerationArgs;

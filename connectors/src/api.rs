@@ -1,0 +1,424 @@
+//! The connectors' API: create, list, show, run now, pause, resume and remove, every change
+//! through [`receipts::Connectors::change_connector`] (so history records who and why).
+//!
+//! ## Who may do what
+//! - Creating a connector for a dataset needs what ingesting into it needs: scope `ingest`
+//!   and the dataset in the token's allowlist.
+//! - Changing one (run, pause, resume, remove) needs `ingest` or `ops:write`, reading one
+//!   `ingest` or `ops:read`, with its dataset in the allowlist; listings show only the
+//!   datasets the token may read.
+//! - A folder is read only inside the configured roots ([`ConnectorSettings::folder_roots`],
+//!   none by default): no token, admin included, can make cairn read a file elsewhere.
+
+use std::path::{Component, Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRef, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use receipts::auth::Principal;
+use receipts::http::{read_json, ApiError, ApiErrors, Auth};
+use receipts::model::{
+    Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorKind, NewConnector,
+    Removal, SyncRun,
+};
+use receipts::{Scope, SyncLedger, Tokens};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use uuid::Uuid;
+
+/// Largest request body the connectors' API reads.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Default size limit per file.
+pub const DEFAULT_MAX_FILE_BYTES: i64 = 10 << 20;
+/// Default interval between runs (10 minutes).
+pub const DEFAULT_INTERVAL_MS: i64 = 600_000;
+/// Runs `GET /v1/connectors/{id}` shows.
+const RECENT_RUNS: u32 = 10;
+
+/// What the connectors' API allows beyond the tokens' scopes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectorSettings {
+    /// Folders a folder connector may read, as absolute paths: a connector's folder must be
+    /// one of them or inside one. Empty: folder connectors are refused.
+    pub folder_roots: Vec<PathBuf>,
+}
+
+/// State of the connectors' handlers.
+#[derive(Debug, Clone)]
+pub struct ConnectorsState {
+    ledger: Arc<dyn SyncLedger>,
+    settings: Arc<ConnectorSettings>,
+}
+
+impl FromRef<ConnectorsState> for Arc<dyn Tokens> {
+    fn from_ref(state: &ConnectorsState) -> Self {
+        state.ledger.clone()
+    }
+}
+
+/// The connectors' routes with their OpenAPI description.
+pub fn routes(ledger: Arc<dyn SyncLedger>, settings: ConnectorSettings) -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(list_connectors, create_connector))
+        .routes(utoipa_axum::routes!(get_connector, remove_connector))
+        .routes(utoipa_axum::routes!(run_connector))
+        .routes(utoipa_axum::routes!(pause_connector))
+        .routes(utoipa_axum::routes!(resume_connector))
+        .with_state(ConnectorsState {
+            ledger,
+            settings: Arc::new(settings),
+        })
+}
+
+/// A connector to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    /// The dataset it keeps (the token must be allowed to ingest into it).
+    #[schema(min_length = 1, max_length = 128)]
+    dataset: String,
+    /// `folder` (git connectors come next).
+    kind: ConnectorKind,
+    /// The folder's absolute path, inside a configured root.
+    #[schema(min_length = 1, max_length = 4096)]
+    location: String,
+    /// The git ref; refused for a folder.
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
+    /// Globs over the key a file must match (absent or empty: every file).
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    include: Vec<String>,
+    /// Globs over the key that leave a file out.
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    exclude: Vec<String>,
+    /// Largest file read, in bytes (default 10 MiB).
+    #[schema(minimum = 1, maximum = 1073741824)]
+    max_file_bytes: Option<i64>,
+    /// Time between runs in milliseconds (1 s to 366 days; default 10 minutes).
+    #[schema(minimum = 1000, maximum = 31622400000_i64)]
+    interval_ms: Option<i64>,
+    /// Why (recorded in history).
+    #[schema(max_length = 500)]
+    reason: Option<String>,
+}
+
+/// A connector with its open run and latest runs.
+#[derive(Debug, Serialize, ToSchema)]
+struct ConnectorView {
+    connector: Connector,
+    /// The latest runs, newest first, with their reports.
+    runs: Vec<SyncRun>,
+    /// Its state changes, oldest first: who, why, when.
+    history: Vec<receipts::HistoryEntry>,
+}
+
+/// Every connector the token may read.
+#[derive(Debug, Serialize, ToSchema)]
+struct ConnectorList {
+    connectors: Vec<Connector>,
+}
+
+/// `reason` for a change; `tombstone` for a removal.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct ChangeQuery {
+    /// Why (recorded in history); at most 500 characters.
+    #[param(max_length = 500)]
+    reason: Option<String>,
+    /// Removal only: tombstone every source the connector created (default: keep them).
+    tombstone: Option<bool>,
+}
+
+fn connector_id(text: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(text).map_err(|_| {
+        ApiError::not_found(
+            "connector_not_found",
+            format!("no connector has id `{text}`"),
+        )
+    })
+}
+
+fn change_query(
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+) -> Result<ChangeQuery, ApiError> {
+    let Query(query) = query
+        .map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
+    Ok(query)
+}
+
+fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
+    let text = text
+        .map(|text| text.trim().to_owned())
+        .filter(|text| !text.is_empty())
+        .unwrap_or_else(|| default.to_owned());
+    receipts::validate::reason(&text)?;
+    Ok(text)
+}
+
+/// Whether `location` names a folder inside one of `roots`, judged by its components (no
+/// `..`, no relative path); the runner's walk never leaves it.
+fn inside_roots(location: &str, roots: &[PathBuf]) -> bool {
+    let path = FsPath::new(location);
+    path.is_absolute()
+        && !path
+            .components()
+            .any(|component| matches!(component, Component::ParentDir | Component::CurDir))
+        && roots.iter().any(|root| path.starts_with(root))
+}
+
+/// The connector `id`, if the token may see its dataset.
+async fn visible(
+    state: &ConnectorsState,
+    principal: &Principal,
+    id: &str,
+) -> Result<Connector, ApiError> {
+    let id = connector_id(id)?;
+    let connector = state.ledger.connector(id).await?.ok_or_else(|| {
+        ApiError::not_found("connector_not_found", format!("connector {id} not found"))
+    })?;
+    principal.require_dataset(&connector.dataset)?;
+    Ok(connector)
+}
+
+fn changed(status: StatusCode, changed: ConnectorChanged) -> Response {
+    (status, Json(changed)).into_response()
+}
+
+/// `GET /v1/connectors`: every connector the token may read, newest first.
+#[utoipa::path(get, path = "/v1/connectors", tag = "connectors", security(("bearer" = [])),
+    responses((status = 200, description = "Connectors, removed ones too, newest first.", body = ConnectorList), ApiErrors))]
+async fn list_connectors(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let connectors = state
+        .ledger
+        .connectors()
+        .await?
+        .into_iter()
+        .filter(|connector| principal.require_dataset(&connector.dataset).is_ok())
+        .collect();
+    Ok(Json(ConnectorList { connectors }).into_response())
+}
+
+/// `POST /v1/connectors`: a connector, active at once; its first run is queued now.
+#[utoipa::path(post, path = "/v1/connectors", tag = "connectors", security(("bearer" = [])),
+    request_body(content = CreateBody, content_type = "application/json"),
+    responses((status = 201, description = "Created; `run` is its first run.", body = ConnectorChanged), ApiErrors))]
+async fn create_connector(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let principal = auth.require(Scope::Ingest)?;
+    let body: CreateBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
+    receipts::validate::dataset(&body.dataset)?;
+    principal.require_dataset(&body.dataset)?;
+    if body.kind == ConnectorKind::Git {
+        return Err(ApiError::unprocessable(
+            "git_unsupported",
+            "git connectors are not available in this build yet; point a folder connector at \
+             a checkout",
+        ));
+    }
+    if !inside_roots(&body.location, &state.settings.folder_roots) {
+        return Err(ApiError::unprocessable(
+            "location_refused",
+            if state.settings.folder_roots.is_empty() {
+                "no folder may be read: set connectors.folder_roots (CAIRN_CONNECTOR_FOLDER_ROOTS) \
+                 on the server to the folders connectors may keep"
+                    .to_owned()
+            } else {
+                format!(
+                    "the folder must be an absolute path inside one of the configured roots \
+                     ({} configured; see connectors.folder_roots)",
+                    state.settings.folder_roots.len()
+                )
+            },
+        ));
+    }
+    let reason = reason(body.reason, "created through the API")?;
+    let created = state
+        .ledger
+        .change_connector(ConnectorCommand {
+            change: ConnectorChange::Create(NewConnector {
+                dataset: body.dataset,
+                kind: body.kind,
+                location: body.location,
+                git_ref: body.git_ref,
+                include: body.include,
+                exclude: body.exclude,
+                max_file_bytes: body.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
+                interval_ms: body.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS),
+            }),
+            actor: principal.actor(),
+            reason,
+        })
+        .await?;
+    tracing::info!(connector = %created.connector.id, dataset = %created.connector.dataset, location = %created.connector.location, actor = %principal.actor(), "connector created");
+    Ok(changed(StatusCode::CREATED, created))
+}
+
+/// `GET /v1/connectors/{id}`: a connector and its latest runs with their reports.
+#[utoipa::path(get, path = "/v1/connectors/{id}", tag = "connectors", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Connector id")),
+    responses((status = 200, description = "The connector, its latest runs (newest first) and its state changes.", body = ConnectorView), ApiErrors))]
+async fn get_connector(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let connector = visible(&state, principal, &id).await?;
+    let runs = state.ledger.sync_runs(connector.id, RECENT_RUNS).await?;
+    let history = state
+        .ledger
+        .history("connector", &connector.id.to_string())
+        .await?;
+    Ok(Json(ConnectorView {
+        connector,
+        runs,
+        history,
+    })
+    .into_response())
+}
+
+/// The change `make` builds for a connector the token may change.
+async fn change(
+    state: &ConnectorsState,
+    auth: &Auth,
+    id: &str,
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+    make: impl FnOnce(Uuid, &ChangeQuery) -> Result<ConnectorChange, ApiError>,
+    default_reason: &str,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsWrite])?;
+    let query = change_query(query)?;
+    let connector = visible(state, principal, id).await?;
+    let change = make(connector.id, &query)?;
+    let done = state
+        .ledger
+        .change_connector(ConnectorCommand {
+            change,
+            actor: principal.actor(),
+            reason: reason(query.reason, default_reason)?,
+        })
+        .await?;
+    tracing::info!(connector = %done.connector.id, state = %done.connector.state, actor = %principal.actor(), "connector changed");
+    Ok(changed(StatusCode::OK, done))
+}
+
+fn no_tombstone(query: &ChangeQuery) -> Result<(), ApiError> {
+    if query.tombstone.is_some() {
+        return Err(ApiError::unprocessable(
+            "invalid_query",
+            "`tombstone` applies to a removal only",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /v1/connectors/{id}/run`: run now (its waiting run becomes due, or one is queued).
+#[utoipa::path(post, path = "/v1/connectors/{id}/run", tag = "connectors", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Connector id"), ChangeQuery),
+    responses((status = 200, description = "`run` is the run that is now due (or running).", body = ConnectorChanged), ApiErrors))]
+async fn run_connector(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    change(
+        &state,
+        &auth,
+        &id,
+        query,
+        |id, query| no_tombstone(query).map(|()| ConnectorChange::RunNow { id }),
+        "run now through the API",
+    )
+    .await
+}
+
+/// `POST /v1/connectors/{id}/pause`: no more runs until resumed (a waiting run is cancelled,
+/// a running one asked to stop).
+#[utoipa::path(post, path = "/v1/connectors/{id}/pause", tag = "connectors", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Connector id"), ChangeQuery),
+    responses((status = 200, description = "Paused.", body = ConnectorChanged), ApiErrors))]
+async fn pause_connector(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    change(
+        &state,
+        &auth,
+        &id,
+        query,
+        |id, query| no_tombstone(query).map(|()| ConnectorChange::Pause { id }),
+        "paused through the API",
+    )
+    .await
+}
+
+/// `POST /v1/connectors/{id}/resume`: active again; a run is queued now.
+#[utoipa::path(post, path = "/v1/connectors/{id}/resume", tag = "connectors", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Connector id"), ChangeQuery),
+    responses((status = 200, description = "Active again.", body = ConnectorChanged), ApiErrors))]
+async fn resume_connector(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    change(
+        &state,
+        &auth,
+        &id,
+        query,
+        |id, query| no_tombstone(query).map(|()| ConnectorChange::Resume { id }),
+        "resumed through the API",
+    )
+    .await
+}
+
+/// `DELETE /v1/connectors/{id}`: removed for good. Its sources stay (owned by nobody), or with
+/// `tombstone=true` a last run tombstones every one of them.
+#[utoipa::path(delete, path = "/v1/connectors/{id}", tag = "connectors", security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path, description = "Connector id"), ChangeQuery),
+    responses((status = 200, description = "Removed; with `tombstone`, `run` is the last run.", body = ConnectorChanged), ApiErrors))]
+async fn remove_connector(
+    State(state): State<ConnectorsState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    query: Result<Query<ChangeQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    change(
+        &state,
+        &auth,
+        &id,
+        query,
+        |id, query| {
+            Ok(ConnectorChange::Remove {
+                id,
+                removal: if query.tombstone == Some(true) {
+                    Removal::Tombstone
+                } else {
+                    Removal::Keep
+                },
+            })
+        },
+        "removed through the API",
+    )
+    .await
+}

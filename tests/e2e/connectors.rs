@@ -1,0 +1,273 @@
+//! A folder connector in a served instance, driven by `cairn connector`: after each change to
+//! the folder (an edit, a deletion, a rename), search returns exactly the folder's files and
+//! nothing removed; API ingest cannot overwrite the connector's sources; a folder outside the
+//! configured roots and a token outside the dataset are refused; removing with `--tombstone`
+//! empties what the connector created.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::crash::spawn_serve_with;
+
+fn cairn() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+}
+
+/// Runs `cairn connector ARGS` against `base` and answers its stdout (asserting success).
+fn connector(base: &str, token: &str, args: &[&str]) -> String {
+    let output = cairn()
+        .arg("connector")
+        .args(args)
+        .args(["--server", base, "--token", token])
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("run cairn connector");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "cairn connector {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Waits until the connector has `runs` runs that ended with a report `done`, and answers the
+/// newest of them.
+async fn wait_for_runs(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    id: &str,
+    runs: usize,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view: Value = http
+            .get(format!("{base}/v1/connectors/{id}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("GET connector")
+            .json()
+            .await
+            .expect("connector json");
+        let done: Vec<&Value> = view["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .filter(|run| run["job"]["state"] == "completed" && run["report"]["stage"] == "done")
+            .collect();
+        if done.len() >= runs {
+            return done[0].clone();
+        }
+        assert!(Instant::now() < deadline, "runs did not finish: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn found(http: &reqwest::Client, base: &str, token: &str) -> Vec<String> {
+    let answer: Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(token)
+        .json(&json!({"query": "wombat", "mode": "lexical", "top_k": 50, "datasets": ["docs"]}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("answer");
+    let mut keys: Vec<String> = answer["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|hit| hit["source_key"].as_str().map(str::to_owned))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_connector_keeps_search_equal_to_the_folder() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let roots = tempfile::tempdir().expect("roots");
+    let folder = roots.path().join("handbook");
+    let write = |path: &str, text: &str| {
+        let path = folder.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        std::fs::write(path, text).expect("write");
+    };
+    write("a.md", "# Alpha\n\nwombat original text");
+    write("b.md", "# Bravo\n\nwombat to be deleted");
+    write("guides/c.txt", "wombat to be renamed");
+    write("photo.png", "not a format cairn reads");
+    let root_text = roots.path().to_string_lossy().into_owned();
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &[("CAIRN_CONNECTOR_FOLDER_ROOTS", root_text.as_str())],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+
+    let created = connector(
+        &base,
+        &admin,
+        &[
+            "add",
+            "folder",
+            &folder.to_string_lossy(),
+            "--dataset",
+            "docs",
+            "--every",
+            "1h",
+            "--reason",
+            "the team handbook",
+            "--json",
+        ],
+    );
+    let created: Value = serde_json::from_str(&created).expect("created json");
+    let id = created["connector"]["id"].as_str().expect("id").to_owned();
+    assert_eq!(created["connector"]["created_by"], "token:admin");
+    let first = wait_for_runs(&http, &base, &admin, &id, 1).await;
+    assert_eq!(first["report"]["added"], 3, "{first}");
+    assert_eq!(first["report"]["skipped"], 1, "{first}");
+    assert_eq!(
+        found(&http, &base, &admin).await,
+        ["a.md", "b.md", "guides/c.txt"]
+    );
+
+    // The connector owns its sources: API ingest is refused, typed, and changes nothing.
+    let refused = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(&admin)
+        .json(&json!({"dataset": "docs", "source_key": "a.md", "content": "api overwrite"}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(refused.status().as_u16(), 409);
+    let body: Value = refused.json().await.expect("error json");
+    assert_eq!(body["code"], "owned_by_connector", "{body}");
+
+    // An edit, a deletion and a rename, then a run now.
+    write("a.md", "# Alpha\n\nwombat edited text");
+    std::fs::remove_file(folder.join("b.md")).expect("delete");
+    std::fs::rename(folder.join("guides/c.txt"), folder.join("guides/d.txt")).expect("rename");
+    let ran = connector(&base, &admin, &["run", &id, "--reason", "files changed"]);
+    assert!(ran.contains("run:"), "{ran}");
+    let second = wait_for_runs(&http, &base, &admin, &id, 2).await;
+    let report = &second["report"];
+    assert_eq!(
+        (&report["added"], &report["changed"], &report["removed"]),
+        (&json!(1), &json!(1), &json!(2)),
+        "{second}"
+    );
+    assert_eq!(found(&http, &base, &admin).await, ["a.md", "guides/d.txt"]);
+    let shown = connector(&base, &admin, &["show", &id]);
+    assert!(
+        shown.contains("handbook") && shown.contains("removed 2"),
+        "{shown}"
+    );
+
+    // Refusals: a folder outside the roots; a token whose allowlist lacks the dataset.
+    let outside = http
+        .post(format!("{base}/v1/connectors"))
+        .bearer_auth(&admin)
+        .json(&json!({"dataset": "docs", "kind": "folder", "location": "/etc"}))
+        .send()
+        .await
+        .expect("create outside");
+    assert_eq!(outside.status().as_u16(), 422);
+    let body: Value = outside.json().await.expect("json");
+    assert_eq!(body["code"], "location_refused", "{body}");
+    let other: Value = http
+        .post(format!("{base}/v1/tokens"))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "other-team", "scopes": ["ingest"], "datasets": ["other"]}))
+        .send()
+        .await
+        .expect("token")
+        .json()
+        .await
+        .expect("token json");
+    let other = other["secret"].as_str().expect("secret").to_owned();
+    let forbidden = http
+        .post(format!("{base}/v1/connectors"))
+        .bearer_auth(&other)
+        .json(&json!({"dataset": "docs", "kind": "folder", "location": folder}))
+        .send()
+        .await
+        .expect("create forbidden");
+    assert_eq!(forbidden.status().as_u16(), 403);
+    let hidden = http
+        .get(format!("{base}/v1/connectors/{id}"))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .expect("get hidden");
+    assert_eq!(hidden.status().as_u16(), 403);
+    let listed: Value = http
+        .get(format!("{base}/v1/connectors"))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("list json");
+    assert_eq!(listed["connectors"], json!([]), "{listed}");
+
+    // Removed with its sources tombstoned: search finds none of them.
+    connector(
+        &base,
+        &admin,
+        &["remove", &id, "--tombstone", "--reason", "handbook retired"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !found(&http, &base, &admin).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the connector's sources were not tombstoned"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let view: Value = http
+        .get(format!("{base}/v1/connectors/{id}"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("connector")
+        .json()
+        .await
+        .expect("connector json");
+    let trail: Vec<(&str, &str, &str)> = view["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|entry| {
+            (
+                entry["to"].as_str().unwrap_or(""),
+                entry["actor"].as_str().unwrap_or(""),
+                entry["cause"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            ("active", "token:admin", "created: the team handbook"),
+            (
+                "removed:tombstone",
+                "token:admin",
+                "removed; its sources are tombstoned by a last run: handbook retired"
+            ),
+        ],
+        "{view}"
+    );
+    let _ = server.kill().await;
+}
