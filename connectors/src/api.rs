@@ -119,10 +119,20 @@ struct ConnectorView {
     history: Vec<receipts::HistoryEntry>,
 }
 
+/// A connector with its open run and its last ended run.
+#[derive(Debug, Serialize, ToSchema)]
+struct ConnectorSummary {
+    connector: Connector,
+    /// The run waiting or running now (`run_at` is when the next one starts).
+    open_run: Option<receipts::Job>,
+    /// The last run that ended, with its report.
+    last_run: Option<SyncRun>,
+}
+
 /// Every connector the token may read.
 #[derive(Debug, Serialize, ToSchema)]
 struct ConnectorList {
-    connectors: Vec<Connector>,
+    connectors: Vec<ConnectorSummary>,
 }
 
 /// `reason` for a change; `tombstone` for a removal.
@@ -194,19 +204,28 @@ fn changed(status: StatusCode, changed: ConnectorChanged) -> Response {
 
 /// `GET /v1/connectors`: every connector the token may read, newest first.
 #[utoipa::path(get, path = "/v1/connectors", tag = "connectors", security(("bearer" = [])),
-    responses((status = 200, description = "Connectors, removed ones too, newest first.", body = ConnectorList), ApiErrors))]
+    responses((status = 200, description = "Connectors, removed ones too, newest first, each with its open run and its last ended run.", body = ConnectorList), ApiErrors))]
 async fn list_connectors(
     State(state): State<ConnectorsState>,
     auth: Auth,
 ) -> Result<Response, ApiError> {
     let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
-    let connectors = state
-        .ledger
-        .connectors()
-        .await?
-        .into_iter()
-        .filter(|connector| principal.require_dataset(&connector.dataset).is_ok())
-        .collect();
+    let mut connectors = Vec::new();
+    for connector in state.ledger.connectors().await? {
+        if principal.require_dataset(&connector.dataset).is_err() {
+            continue;
+        }
+        // At most one run is open, so the two newest hold it and the last that ended.
+        let runs = state.ledger.sync_runs(connector.id, 2).await?;
+        let (open, ended): (Vec<SyncRun>, Vec<SyncRun>) = runs
+            .into_iter()
+            .partition(|run| !run.job.state.is_terminal());
+        connectors.push(ConnectorSummary {
+            connector,
+            open_run: open.into_iter().next().map(|run| run.job),
+            last_run: ended.into_iter().next(),
+        });
+    }
     Ok(Json(ConnectorList { connectors }).into_response())
 }
 

@@ -168,6 +168,18 @@ async fn a_folder_connector_keeps_search_equal_to_the_folder() {
         "{second}"
     );
     assert_eq!(found(&http, &base, &admin).await, ["a.md", "guides/d.txt"]);
+    let listed: Value = http
+        .get(format!("{base}/v1/connectors"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("list json");
+    let entry = &listed["connectors"][0];
+    assert_eq!(entry["connector"]["id"], id.as_str(), "{listed}");
+    assert_eq!(entry["last_run"]["report"]["removed"], 2, "{listed}");
     let shown = connector(&base, &admin, &["show", &id]);
     assert!(
         shown.contains("handbook") && shown.contains("removed 2"),

@@ -294,8 +294,11 @@ impl ConnectorArgs {
                     if connectors.is_empty() {
                         println!("no connectors");
                     }
-                    for connector in &connectors {
-                        println!("{}", line(connector));
+                    for entry in &connectors {
+                        println!("{}", line(&entry["connector"]));
+                        if let Some(run) = entry["last_run"].as_object() {
+                            print_runs(&[Value::Object(run.clone())]);
+                        }
                     }
                 }
             }
