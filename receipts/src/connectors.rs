@@ -23,6 +23,10 @@ use crate::model::{
 };
 use crate::validate;
 
+/// Claim priority of a connector's run: above fresh ingest's 0, so that a run starts at its
+/// interval even behind a backlog of projection (the run itself only reads and accepts).
+pub const SYNC_PRIORITY: i64 = 1;
+
 /// Shortest interval between runs.
 pub const MIN_INTERVAL_MS: i64 = 1_000;
 /// Longest interval between runs (a year).

@@ -438,7 +438,9 @@ mod served;
 mod mcp;
 pub use mcp::{mcp, McpBench};
 
+mod connector;
 mod prune;
+pub use connector::{connector, ConnectorBench};
 pub use prune::{prune, PruneBench};
 
 /// The value at `fraction` (0..=1) of sorted samples (0 when there are none).

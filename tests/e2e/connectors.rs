@@ -283,3 +283,112 @@ async fn a_folder_connector_keeps_search_equal_to_the_folder() {
     );
     let _ = server.kill().await;
 }
+
+/// A run killed midway (SIGKILL of the process that runs it) is finished by the next lease
+/// after a restart: every file accepted exactly once (one revision each), the rescue in the
+/// run's record, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_midway_is_finished_after_a_restart() {
+    const FILES: usize = 3_000;
+    let data = tempfile::tempdir().expect("tempdir");
+    let roots = tempfile::tempdir().expect("roots");
+    let folder = roots.path().join("wiki");
+    for n in 0..FILES {
+        let path = folder.join(format!("d{:02}/page-{n}.md", n % 30));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        std::fs::write(path, format!("# Page {n}\n\nwombat number {n}")).expect("write");
+    }
+    // A short lease for runs, so that the rescue comes quickly after the kill.
+    let config = data.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[jobs.sync]\nlease_ms = 2000\n\n[connectors]\nfolder_roots = [{:?}]\n",
+            roots.path().to_string_lossy()
+        ),
+    )
+    .expect("config");
+    let config_text = config.to_string_lossy().into_owned();
+    let args = ["--config", config_text.as_str()];
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &args,
+        &[],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("{base}/v1/connectors"))
+        .bearer_auth(&admin)
+        .json(&json!({"dataset": "wiki", "kind": "folder", "location": folder, "interval_ms": 3_600_000}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("created json");
+    let id = created["connector"]["id"].as_str().expect("id").to_owned();
+    // Kill as soon as part of the folder is accepted, and before the run ends.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view: Value = http
+            .get(format!("{base}/v1/connectors/{id}"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .expect("GET connector")
+            .json()
+            .await
+            .expect("json");
+        let report = &view["runs"][0]["report"];
+        let added = report["added"].as_u64().unwrap_or(0);
+        if added > 0 {
+            assert_ne!(
+                report["stage"], "done",
+                "the run ended before the kill: {view}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run never started: {view}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.kill().await.expect("SIGKILL");
+
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &args,
+        &[],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let finished = wait_for_runs(&http, &base, &admin, &id, 1).await;
+    assert_eq!(
+        finished["job"]["crashes"], 1,
+        "the killed run was rescued and finished: {finished}"
+    );
+    let report = &finished["report"];
+    assert_eq!(
+        report["added"].as_u64().unwrap_or(0) + report["unchanged"].as_u64().unwrap_or(0),
+        FILES as u64,
+        "{finished}"
+    );
+    let status: Value = http
+        .get(format!("{base}/v1/status"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("status json");
+    assert_eq!(status["counts"]["sources"], FILES, "{status}");
+    assert_eq!(
+        status["counts"]["revisions"], FILES,
+        "no file was accepted twice: {status}"
+    );
+    let _ = server.kill().await;
+}

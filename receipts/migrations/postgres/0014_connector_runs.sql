@@ -3,7 +3,8 @@
 --
 -- - The acceptance decision also answers who owns each source and whether that owner is a
 --   removed connector (`receipts::connectors::ownership` decides with them).
--- - Every claim first schedules connector runs (`receipts::connectors`): an active connector
+-- - Every claim first schedules connector runs (`receipts::connectors`, priority 1 as
+--   `SYNC_PRIORITY`): an active connector
 --   without an open run gets one, due one interval after its last run changed state (now if
 --   it never ran); a removed connector whose removal tombstones gets one now while it still
 --   owns a live source. Concurrent claims meet the one-open-run index and do nothing.
@@ -37,8 +38,9 @@ CREATE FUNCTION cairn_schedule_runs(p_now bigint, p_policies jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state,
-        max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at)
-    SELECT gen_random_uuid(), NULL, c.id, c.dataset, '', 'sync', 'pending', p.max_attempts,
+        priority, max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause,
+        changed_at)
+    SELECT gen_random_uuid(), NULL, c.id, c.dataset, '', 'sync', 'pending', 1, p.max_attempts,
            CASE WHEN c.state = 'removed' THEN p_now
                 ELSE GREATEST(p_now, coalesce((SELECT last.changed_at FROM jobs last
                     WHERE last.connector_id = c.id ORDER BY last.created_at DESC LIMIT 1)

@@ -88,8 +88,9 @@ async fn queue(
     sqlx::query(&format!(
         "WITH queued AS ( \
            INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state, \
-             max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at) \
-           VALUES ($1, NULL, $2, $3, '', 'sync', 'pending', $4, $5, $6, $5, $7, $8, $5) \
+             priority, max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, \
+             changed_at) \
+           VALUES ($1, NULL, $2, $3, '', 'sync', 'pending', $9, $4, $5, $6, $5, $7, $8, $5) \
            RETURNING id) \
          SELECT pg_notify('{WORK_CHANNEL}', '') FROM queued"
     ))
@@ -101,6 +102,7 @@ async fn queue(
     .bind(queued.rule)
     .bind(queued.actor)
     .bind(queued.cause)
+    .bind(connectors::SYNC_PRIORITY)
     .execute(&mut *connection)
     .await?;
     Ok(())

@@ -106,8 +106,9 @@ async fn queue(
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state, \
-           max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at) \
-         VALUES (?1, NULL, ?2, ?3, '', 'sync', 'pending', ?4, ?5, ?6, ?7, ?8, ?9, ?7)",
+           priority, max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, \
+           changed_at) \
+         VALUES (?1, NULL, ?2, ?3, '', 'sync', 'pending', ?10, ?4, ?5, ?6, ?7, ?8, ?9, ?7)",
     )
     .bind(ids::new_v7().to_string())
     .bind(connector.id.to_string())
@@ -118,6 +119,7 @@ async fn queue(
     .bind(now)
     .bind(queued.actor)
     .bind(queued.cause)
+    .bind(connectors::SYNC_PRIORITY)
     .execute(&mut *connection)
     .await?;
     Ok(())

@@ -139,6 +139,19 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-prune.json")]
         out: PathBuf,
     },
+    /// A folder connector's runs over a folder of many files (the runner a worker uses, on
+    /// an SQLite ledger): the first run, a run with no change, and a run after a few edits.
+    Connector {
+        /// Files in the folder.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// Edits before the last run (a third changed, a third deleted, a third new).
+        #[arg(long, default_value_t = 30)]
+        changes: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-connector.json")]
+        out: PathBuf,
+    },
     /// Extraction throughput per format (PDF, DOCX, HTML, Markdown) on the files of the
     /// given folders, one document at a time.
     Extract {
@@ -295,6 +308,18 @@ impl BenchArgs {
                         changes,
                     },
                 )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Connector {
+                files,
+                changes,
+                out,
+            } => {
+                let report = crate::bench::connector(crate::bench::ConnectorBench {
+                    files: files.max(1),
+                    changes,
+                })
                 .await?;
                 write_report(&out, &report)?;
             }

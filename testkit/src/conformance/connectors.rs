@@ -71,6 +71,7 @@ pub async fn connector_changes_go_through_one_path(harness: Harness) {
     );
     assert_eq!(first.connector_id, Some(id));
     assert_eq!(first.revision_id, None);
+    assert_eq!(first.priority, receipts::connectors::SYNC_PRIORITY);
 
     let paused = must(
         ledger
@@ -239,6 +240,7 @@ pub async fn sync_runs_are_leased_recorded_and_scheduled(harness: Harness) {
     assert_eq!(runs[0].job.state, JobState::Pending);
     assert_eq!(runs[0].job.run_at, ended + 60 * SECOND);
     assert_eq!(runs[0].job.changed_by, "cairn:scheduler");
+    assert_eq!(runs[0].job.priority, receipts::connectors::SYNC_PRIORITY);
     harness.clock.advance(61 * SECOND);
     let (next, _) = claim_one(&harness, "worker-b").await;
     assert_eq!(next.id, runs[0].job.id);
