@@ -7,8 +7,9 @@
 //! - Changing one (run, pause, resume, remove) needs `ingest` or `ops:write`, reading one
 //!   `ingest` or `ops:read`, with its dataset in the allowlist; listings show only the
 //!   datasets the token may read.
-//! - A folder is read only inside the configured roots ([`ConnectorSettings::folder_roots`],
-//!   none by default): no token, admin included, can make cairn read a file elsewhere.
+//! - A folder or a repository is read only inside the configured roots
+//!   ([`ConnectorSettings::folder_roots`], none by default): no token, admin included, can
+//!   make cairn read a file elsewhere. Repositories are local paths: cairn fetches nothing.
 
 use std::path::{Component, Path as FsPath, PathBuf};
 use std::sync::Arc;
@@ -43,8 +44,8 @@ const RECENT_RUNS: u32 = 10;
 /// What the connectors' API allows beyond the tokens' scopes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectorSettings {
-    /// Folders a folder connector may read, as absolute paths: a connector's folder must be
-    /// one of them or inside one. Empty: folder connectors are refused.
+    /// Folders connectors may read, as absolute paths: a connector's folder or repository
+    /// must be one of them or inside one. Empty: every connector is refused.
     pub folder_roots: Vec<PathBuf>,
 }
 
@@ -82,12 +83,12 @@ struct CreateBody {
     /// The dataset it keeps (the token must be allowed to ingest into it).
     #[schema(min_length = 1, max_length = 128)]
     dataset: String,
-    /// `folder` (git connectors come next).
+    /// `folder`, or `git` (a repository on the workers' machines, read without a work tree).
     kind: ConnectorKind,
-    /// The folder's absolute path, inside a configured root.
+    /// The folder's or the repository's absolute path, inside a configured root.
     #[schema(min_length = 1, max_length = 4096)]
     location: String,
-    /// The git ref; refused for a folder.
+    /// The git ref (a branch, a tag or a commit id): required for git, refused for a folder.
     #[serde(rename = "ref")]
     git_ref: Option<String>,
     /// Globs over the key a file must match (absent or empty: every file).
@@ -243,24 +244,17 @@ async fn create_connector(
     let body: CreateBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
     receipts::validate::dataset(&body.dataset)?;
     principal.require_dataset(&body.dataset)?;
-    if body.kind == ConnectorKind::Git {
-        return Err(ApiError::unprocessable(
-            "git_unsupported",
-            "git connectors are not available in this build yet; point a folder connector at \
-             a checkout",
-        ));
-    }
     if !inside_roots(&body.location, &state.settings.folder_roots) {
         return Err(ApiError::unprocessable(
             "location_refused",
             if state.settings.folder_roots.is_empty() {
                 "no folder may be read: set connectors.folder_roots (CAIRN_CONNECTOR_FOLDER_ROOTS) \
-                 on the server to the folders connectors may keep"
+                 on the server to the folders and repositories connectors may keep"
                     .to_owned()
             } else {
                 format!(
-                    "the folder must be an absolute path inside one of the configured roots \
-                     ({} configured; see connectors.folder_roots)",
+                    "the folder or repository must be an absolute path inside one of the configured \
+                     roots ({} configured; see connectors.folder_roots)",
                     state.settings.folder_roots.len()
                 )
             },

@@ -43,8 +43,7 @@ pub struct Listing {
 
 /// The signature a binary format's bytes must start with.
 fn signature_ok(path: &Path, media_type: &str) -> Result<(), String> {
-    let format = extract::Format::of(media_type);
-    if !format.binary() {
+    if !extract::Format::of(media_type).binary() {
         return Ok(());
     }
     let mut head = vec![0u8; 1024];
@@ -52,7 +51,17 @@ fn signature_ok(path: &Path, media_type: &str) -> Result<(), String> {
         .and_then(|mut file| std::io::Read::read(&mut file, &mut head))
         .map_err(|error| format!("cannot read it: {error}"))?;
     head.truncate(read);
-    match format.admit(&head) {
+    admit_head(&head, media_type)
+}
+
+/// Whether the first bytes of a file carry its binary format's signature (text formats: yes).
+pub(crate) fn admit_head(head: &[u8], media_type: &str) -> Result<(), String> {
+    let format = extract::Format::of(media_type);
+    if !format.binary() {
+        return Ok(());
+    }
+    let head = &head[..head.len().min(1024)];
+    match format.admit(head) {
         Ok(()) => Ok(()),
         // A size refusal of the first KiB says nothing about the file.
         Err(error) if error.code == "document_too_large" => Ok(()),

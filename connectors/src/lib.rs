@@ -1,8 +1,8 @@
 //! # connectors: what a dataset should hold, read from where people keep documents
 //!
-//! A connector keeps a dataset equal to a folder (and, next, a git repository). This crate
-//! reads the folder as the set of `(source key, file)` the dataset should hold
-//! ([`folder::list`]), under a [`Selection`] (include and exclude globs, a size limit per
+//! A connector keeps a dataset equal to a folder or a git repository at a ref. This crate
+//! reads the folder ([`folder::list`]) or the tree ([`git::list`], through `gix`, unchanged
+//! subtrees not read) as the set of `(source key, file)` the dataset should hold, under a [`Selection`] (include and exclude globs, a size limit per
 //! file), with every file left out named and why; and runs a connector's `sync` jobs
 //! ([`Runner`], a [`worker::Work`]): list, hash what the index does not vouch for, compare
 //! with what the connector owns ([`receipts::sync::difference`], which `cairn ingest DIR
@@ -24,6 +24,7 @@
 
 pub mod api;
 pub mod folder;
+pub mod git;
 pub mod runner;
 mod selection;
 

@@ -1,5 +1,6 @@
-//! A connector's run: the `sync` job's work. It lists the folder, hashes only what its index
-//! does not vouch for, compares with what the connector owns ([`receipts::sync::difference`]),
+//! A connector's run: the `sync` job's work. It lists the folder or the git tree, hashes only
+//! what its index does not vouch for (size and mtime for a file, the blob id for git; a git
+//! subtree whose tree id is recorded is not even read), compares with what the connector owns ([`receipts::sync::difference`]),
 //! submits new and changed files through the same acceptance as the API, tombstones what is
 //! gone, and records its index and report after every batch, fenced by its lease.
 //!
@@ -26,7 +27,8 @@ use receipts::model::{
 use receipts::{LedgerError, SyncLedger};
 
 use crate::folder;
-use crate::Selection;
+use crate::git;
+use crate::{Selection, SkipReason};
 
 /// Most files submitted in one acceptance call.
 pub const BATCH_FILES: usize = 64;
@@ -78,14 +80,42 @@ fn ledger_failure(error: LedgerError) -> Failure {
     }
 }
 
+/// Where a file's bytes are.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// A file of the folder (a link's target inside it).
+    File(PathBuf),
+    /// A blob of the repository.
+    Blob(gix::ObjectId),
+}
+
 /// One file as the copy holds it: where to read it and what the index knows of it.
 #[derive(Debug, Clone)]
 struct CopyFile {
     key: String,
-    path: PathBuf,
+    origin: Origin,
     media_type: &'static str,
     fingerprint: String,
     sha256: String,
+}
+
+/// The commit a git run reads, named in its report, its revisions and its tombstones.
+#[derive(Debug, Clone)]
+struct Commit {
+    id: String,
+    time: i64,
+    author: String,
+}
+
+/// An index row that records a folder's tree id (git), not a file: its key ends with `/`
+/// (`/` alone for the root), which no file's key does.
+fn tree_key(folder: &str) -> String {
+    format!("{folder}/")
+}
+
+/// The fingerprint of a git file: its blob id.
+fn blob_fingerprint(blob: &gix::ObjectId) -> String {
+    format!("blob:{blob}")
 }
 
 /// A folder entry's fingerprint: size and modification time in nanoseconds (0 when the file
@@ -105,6 +135,12 @@ struct Run<'a> {
     connector: Connector,
     report: SyncReport,
     started: Instant,
+    /// The repository a git run reads.
+    repository: Option<gix::ThreadSafeRepository>,
+    /// The commit a git run reads.
+    commit: Option<Commit>,
+    /// The tree ids a git run saw, recorded once it ends.
+    trees: Vec<ConnectorFile>,
 }
 
 impl Run<'_> {
@@ -217,13 +253,160 @@ impl Run<'_> {
             };
             copy.push(CopyFile {
                 key: entry.key,
-                path: entry.path,
+                origin: Origin::File(entry.path),
                 media_type: entry.media_type,
                 fingerprint: print,
                 sha256,
             });
         }
         Ok(copy)
+    }
+
+    /// Lists the tree at the connector's ref; reads only subtrees and blobs the index does not
+    /// vouch for. The index's tree rows are dropped first and written back only when the run
+    /// ends, so a run that dies midway leaves none to trust.
+    async fn list_git(&mut self) -> Result<Vec<CopyFile>, Failure> {
+        let connector = &self.connector;
+        let selection = Selection::new(
+            &connector.include,
+            &connector.exclude,
+            connector.max_file_bytes.max(0) as u64,
+        )
+        .map_err(|error| permanent("invalid_connector", error.to_string()))?;
+        let reference = connector
+            .git_ref
+            .clone()
+            .ok_or_else(|| permanent("invalid_connector", "a git connector names no ref"))?;
+        let location = connector.location.clone();
+        let index = self
+            .ledger
+            .connector_files(connector.id)
+            .await
+            .map_err(ledger_failure)?;
+        let mut recorded = git::Recorded::default();
+        let mut stale_trees = Vec::new();
+        for row in index {
+            if let Some(folder) = row.source_key.strip_suffix('/') {
+                if let Some(tree) = row.fingerprint.strip_prefix("tree:") {
+                    recorded.trees.insert(folder.to_owned(), tree.to_owned());
+                }
+                stale_trees.push(row.source_key);
+            } else if let Some(blob) = row.fingerprint.strip_prefix("blob:") {
+                recorded
+                    .files
+                    .insert(row.source_key, (blob.to_owned(), row.sha256));
+            }
+        }
+        if !stale_trees.is_empty() {
+            self.record(Vec::new(), stale_trees).await?;
+        }
+        let (repository, listing) = tokio::task::spawn_blocking(move || {
+            let repository = git::open(&location)?;
+            let listing = git::list(&repository, &location, &reference, &selection, &recorded)?;
+            Ok::<_, git::GitError>((repository, listing))
+        })
+        .await
+        .map_err(|error| retryable("listing_failed", error.to_string()))?
+        .map_err(|error| match error {
+            git::GitError::Unavailable { .. } => retryable(
+                "location_unavailable",
+                format!("{error}; nothing was changed"),
+            ),
+            git::GitError::UnknownRef { .. } => {
+                retryable("unknown_ref", format!("{error}; nothing was changed"))
+            }
+            git::GitError::Read(_) => retryable("repository_unreadable", error.to_string()),
+        })?;
+        self.report.commit = Some(listing.commit.clone());
+        self.report.trees_read = listing.trees_read;
+        self.report.location = format!("{}@{}", self.connector.location, listing.commit);
+        self.commit = Some(Commit {
+            id: listing.commit.clone(),
+            time: listing.commit_time,
+            author: listing.author.clone(),
+        });
+        for skipped in &listing.skipped {
+            self.report.note(
+                &skipped.path,
+                "skipped",
+                skipped.reason.as_str(),
+                &skipped.detail,
+            );
+        }
+        self.trees = listing
+            .trees
+            .iter()
+            .map(|(folder, tree)| ConnectorFile {
+                source_key: tree_key(folder),
+                fingerprint: format!("tree:{tree}"),
+                sha256: receipts::ids::sha256_hex(tree.as_bytes()),
+            })
+            .collect();
+        let mut copy = Vec::with_capacity(listing.entries.len());
+        for entry in listing.entries {
+            let sha256 = match entry.sha256 {
+                Some(sha256) => sha256,
+                None => {
+                    let (shared, blob, media_type) =
+                        (repository.clone(), entry.blob, entry.media_type);
+                    let read = tokio::task::spawn_blocking(move || {
+                        let bytes = git::read_blob(&shared, blob)?;
+                        Ok::<_, git::GitError>(
+                            folder::admit_head(&bytes, media_type)
+                                .map(|()| receipts::ids::sha256_hex(&bytes)),
+                        )
+                    })
+                    .await
+                    .map_err(|error| retryable("hashing_failed", error.to_string()))?
+                    .map_err(|error| retryable("repository_unreadable", error.to_string()))?;
+                    self.report.hashed += 1;
+                    match read {
+                        Ok(sha256) => sha256,
+                        Err(detail) => {
+                            self.report.note(
+                                &entry.key,
+                                "skipped",
+                                SkipReason::UnsupportedFormat.as_str(),
+                                &detail,
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            copy.push(CopyFile {
+                fingerprint: blob_fingerprint(&entry.blob),
+                key: entry.key,
+                origin: Origin::Blob(entry.blob),
+                media_type: entry.media_type,
+                sha256,
+            });
+        }
+        self.repository = Some(repository);
+        Ok(copy)
+    }
+
+    /// The bytes of a file of the copy.
+    async fn read(&self, origin: &Origin) -> Result<std::io::Result<Vec<u8>>, Failure> {
+        match origin {
+            Origin::File(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || std::fs::read(path))
+                    .await
+                    .map_err(|error| retryable("reading_failed", error.to_string()))
+            }
+            Origin::Blob(blob) => {
+                let repository = self.repository.clone().ok_or_else(|| {
+                    permanent("internal_error", "a blob to read without its repository")
+                })?;
+                let blob = *blob;
+                tokio::task::spawn_blocking(move || git::read_blob(&repository, blob))
+                    .await
+                    .map_err(|error| retryable("reading_failed", error.to_string()))?
+                    .map(Ok)
+                    .map_err(|error| retryable("repository_unreadable", error.to_string()))
+            }
+        }
     }
 
     /// The heads of the dataset this connector owns, by key.
@@ -273,7 +456,11 @@ impl Run<'_> {
             let mut batch = Vec::new();
             let mut bytes = 0usize;
             while let Some((file, _)) = pending.peek() {
-                let size = std::fs::metadata(&file.path).map_or(0, |m| m.len() as usize);
+                let size = match &file.origin {
+                    Origin::File(path) => std::fs::metadata(path).map_or(0, |m| m.len() as usize),
+                    // At most the size limit (checked by the listing).
+                    Origin::Blob(_) => self.connector.max_file_bytes.max(0) as usize,
+                };
                 if !batch.is_empty() && (batch.len() >= BATCH_FILES || bytes + size > BATCH_BYTES) {
                     break;
                 }
@@ -287,11 +474,7 @@ impl Run<'_> {
             let mut submissions = Vec::with_capacity(batch.len());
             let mut sent = Vec::with_capacity(batch.len());
             for (file, changed) in batch {
-                let path = file.path.clone();
-                let read = tokio::task::spawn_blocking(move || std::fs::read(path))
-                    .await
-                    .map_err(|error| retryable("reading_failed", error.to_string()))?;
-                let bytes = match read {
+                let bytes = match self.read(&file.origin).await? {
                     Ok(bytes) => bytes,
                     Err(error) => {
                         self.report
@@ -302,6 +485,11 @@ impl Run<'_> {
                 let mut metadata = serde_json::Map::new();
                 metadata.insert("connector".into(), self.connector.id.to_string().into());
                 metadata.insert("path".into(), file.key.clone().into());
+                if let Some(commit) = &self.commit {
+                    metadata.insert("commit".into(), commit.id.clone().into());
+                    metadata.insert("commit_time".into(), commit.time.into());
+                    metadata.insert("author".into(), commit.author.clone().into());
+                }
                 submissions.push(self.submission(
                     &file.key,
                     Change::Put(Document {
@@ -355,7 +543,10 @@ impl Run<'_> {
             return Ok(());
         }
         self.stage("tombstoning").await?;
-        let reason = format!("removed from {}", self.connector.location);
+        let reason = match &self.commit {
+            Some(commit) => format!("removed from {} at {}", self.connector.location, commit.id),
+            None => format!("removed from {}", self.connector.location),
+        };
         for chunk in keys.chunks(BATCH_FILES) {
             let submissions = chunk
                 .iter()
@@ -405,13 +596,7 @@ impl Run<'_> {
         } else {
             match self.connector.kind {
                 ConnectorKind::Folder => self.list_folder().await?,
-                ConnectorKind::Git => {
-                    return Err(permanent(
-                        "git_unsupported",
-                        "git connectors are not read by this build yet; remove the connector \
-                         or point a folder connector at a checkout",
-                    ))
-                }
+                ConnectorKind::Git => self.list_git().await?,
             }
         };
         self.stage("comparing").await?;
@@ -452,6 +637,8 @@ impl Run<'_> {
         self.submit(submit).await?;
         self.tombstone(difference.removed).await?;
         self.report.stage = "done".to_owned();
+        // The tree ids the run saw: the next run reads no subtree that kept its id.
+        let trees = std::mem::take(&mut self.trees);
         let report = &self.report;
         for (outcome, count) in [
             ("added", report.added),
@@ -464,7 +651,7 @@ impl Run<'_> {
         ] {
             metrics::counter!("cairn_sync_files_total", "outcome" => outcome).increment(count);
         }
-        self.record(Vec::new(), Vec::new()).await
+        self.record(trees, Vec::new()).await
     }
 }
 
@@ -494,6 +681,9 @@ impl worker::Work for Runner {
             connector,
             report,
             started,
+            repository: None,
+            commit: None,
+            trees: Vec::new(),
         }
         .run()
         .await;

@@ -243,6 +243,21 @@ fn describe() {
     ] {
         let _ = metrics::histogram!(histogram);
     }
+    let _ = metrics::histogram!("cairn_sync_run_seconds");
+    for outcome in ["done", "failed"] {
+        metrics::counter!("cairn_sync_runs_total", "outcome" => outcome).absolute(0);
+    }
+    for outcome in [
+        "added",
+        "changed",
+        "unchanged",
+        "removed",
+        "skipped",
+        "failed",
+        "conflict",
+    ] {
+        metrics::counter!("cairn_sync_files_total", "outcome" => outcome).absolute(0);
+    }
     metrics::counter!("cairn_search_stale_dropped_total").absolute(0);
     metrics::counter!("cairn_http_connections_refused_total").absolute(0);
     for service in ["app", "overflow"] {

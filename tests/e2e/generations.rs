@@ -259,7 +259,12 @@ async fn a_chunker_change_is_built_beside_switched_rolled_back_and_retired_while
                 let generations = search_and_check(&http, &base, &token, &written, &first).await;
                 answered.lock().await.extend(generations);
                 round += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // One revision per 400 ms at least: every revision queues a job per live
+                // generation and supersedes the source's open ones, and claims go oldest
+                // first, so traffic faster than projection supersedes every job before it
+                // ends and nothing is ever verified. At 100 ms a full test run on 2 loaded
+                // cores once left the building generation at 0 of 19 heads after 180 s.
+                tokio::time::sleep(Duration::from_millis(400)).await;
             }
         })
     };

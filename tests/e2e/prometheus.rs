@@ -10,8 +10,9 @@ use ops::metrics::METRICS;
 use crate::common::app;
 
 /// Families whose labels are only known once something happens: a dataset's first job event,
-/// a projection stage, a request to a route.
-const LABELLED_BY_EVENTS: [&str; 8] = [
+/// a projection stage, a request to a route, a connector's first successful run.
+const LABELLED_BY_EVENTS: [&str; 9] = [
+    "cairn_sync_last_success_timestamp_seconds",
     "cairn_job_claims_total",
     "cairn_job_completions_total",
     "cairn_job_retries_scheduled_total",

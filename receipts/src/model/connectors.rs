@@ -224,6 +224,9 @@ pub struct SyncReport {
     pub conflicts: u64,
     /// Files read and hashed (the rest matched the index by fingerprint).
     pub hashed: u64,
+    /// Git trees read (a subtree whose id the last run recorded is not).
+    #[serde(default)]
+    pub trees_read: u64,
     /// Up to [`MAX_REPORTED_FILES`] files skipped, failed or in conflict.
     pub files: Vec<SyncFile>,
     /// Files beyond the cap that `files` leaves out.

@@ -12,11 +12,13 @@ use crate::cli::client::{ok_or_error, Client};
 
 #[derive(Debug, Subcommand)]
 enum ConnectorCommand {
-    /// Create a connector: `add folder PATH --dataset D`. Its first run starts at once.
+    /// Create a connector: `add folder PATH --dataset D` or `add git REPO --ref main --dataset
+    /// D`. Its first run starts at once.
     Add {
-        /// `folder` (git connectors come next).
+        /// `folder` or `git`.
         kind: String,
-        /// The folder's absolute path (inside the server's connectors.folder_roots).
+        /// The folder or the repository (a local path, inside the server's
+        /// connectors.folder_roots).
         location: String,
         /// The dataset it keeps.
         #[arg(long)]
@@ -89,7 +91,7 @@ enum ConnectorCommand {
     },
 }
 
-/// Connectors: keep a dataset equal to a folder, deletions included.
+/// Connectors: keep a dataset equal to a folder or a git repository, deletions included.
 #[derive(Debug, clap::Args)]
 pub struct ConnectorArgs {
     #[command(subcommand)]
@@ -249,8 +251,8 @@ impl ConnectorArgs {
                 git_ref,
                 reason,
             } => {
-                // A relative folder is resolved here, where the operator typed it.
-                let location = if kind == "folder" {
+                // A relative path is resolved here, where the operator typed it.
+                let location = if kind == "folder" || kind == "git" {
                     std::path::absolute(&location)
                         .with_context(|| format!("resolving {location}"))?
                         .to_string_lossy()
