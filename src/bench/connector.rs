@@ -1,5 +1,5 @@
-//! `cairn bench connector`: a folder connector's runs over a folder of many files, through the
-//! runner a worker uses ([`connectors::Runner`]) on a real SQLite ledger: the first run (every
+//! `cairn bench connector [--git]`: a folder (or git) connector's runs over many files (50
+//! folders), through the runner a worker uses ([`connectors::Runner`]) on a real SQLite ledger: the first run (every
 //! file accepted), a run with no change, and a run after `changes` edits (a third changed, a
 //! third deleted, a third new). The goals: a no-change run over 10,000 files within
 //! 1 s, and a run after 30 changes within the time to accept those 30 plus 1 s.
@@ -22,6 +22,34 @@ pub struct ConnectorBench {
     pub files: usize,
     /// Edits before the last run (split between changed, deleted and new files).
     pub changes: usize,
+    /// Read the files as a git repository (committed with the `git` binary) instead of a
+    /// folder.
+    pub git: bool,
+}
+
+/// Runs `git ARGS` in `repository`.
+fn git(repository: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repository)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "cairn bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@cairn.invalid")
+        .env("GIT_COMMITTER_NAME", "cairn bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@cairn.invalid")
+        .output()
+        .context("running git (the git benchmark needs the git binary)")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+fn commit(repository: &std::path::Path, message: &str) -> anyhow::Result<()> {
+    git(repository, &["add", "--all"])?;
+    git(repository, &["commit", "--quiet", "-m", message])
 }
 
 /// Claims the connector's run (runs are claimed first: `SYNC_PRIORITY`), runs it and
@@ -55,6 +83,7 @@ async fn run(ledger: &Arc<dyn Ledger>, label: &str) -> anyhow::Result<Value> {
         "unchanged": report.unchanged,
         "removed": report.removed,
         "hashed": report.hashed,
+        "trees_read": report.trees_read,
         "failed": report.failed,
     }))
 }
@@ -77,13 +106,21 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         std::fs::create_dir_all(file.parent().context("a parent")?)?;
         std::fs::write(&file, format!("# File {n}\n\n{}", random.text(60)))?;
     }
+    if bench.git {
+        git(folder.path(), &["init", "--quiet", "--initial-branch=main"])?;
+        commit(folder.path(), "the files")?;
+    }
     let created = ledger
         .change_connector(ConnectorCommand {
             change: ConnectorChange::Create(NewConnector {
                 dataset: "bench".to_owned(),
-                kind: ConnectorKind::Folder,
+                kind: if bench.git {
+                    ConnectorKind::Git
+                } else {
+                    ConnectorKind::Folder
+                },
                 location: folder.path().to_string_lossy().into_owned(),
-                git_ref: None,
+                git_ref: bench.git.then(|| "main".to_owned()),
                 include: vec![],
                 exclude: vec![],
                 max_file_bytes: 1 << 20,
@@ -114,6 +151,9 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         let new = bench.files + n;
         std::fs::write(path(new), format!("# File {new}\n\n{}", random.text(60)))?;
     }
+    if bench.git {
+        commit(folder.path(), "the edits")?;
+    }
     run_now().await?;
     let edited = run(&ledger, "after the edits").await?;
     // What accepting those changes costs alone: the same number of new documents, accepted
@@ -138,6 +178,8 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
     let over = edited["seconds"].as_f64().unwrap_or(0.0) - accept_seconds;
     Ok(json!({
         "benchmark": "connector",
+        "source": if bench.git { "git" } else { "folder" },
+        "folders": 50,
         "files": bench.files,
         "changes": third * 3,
         "first_run": first,

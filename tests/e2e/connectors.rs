@@ -392,3 +392,121 @@ async fn a_run_killed_midway_is_finished_after_a_restart() {
     );
     let _ = server.kill().await;
 }
+
+/// Runs `git ARGS` in `repository` with a fixed identity.
+fn git(repository: &std::path::Path, args: &[&str]) {
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repository)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Ada Writer")
+        .env("GIT_AUTHOR_EMAIL", "ada@example.org")
+        .env("GIT_COMMITTER_NAME", "Ada Writer")
+        .env("GIT_COMMITTER_EMAIL", "ada@example.org")
+        .output()
+        .expect("run git");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A git connector in a served instance, driven by `cairn connector`: search answers the
+/// files at the ref after a commit that edits, deletes and renames, and after a force-push
+/// back to the first commit; the revisions name their commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_connector_keeps_search_equal_to_the_ref() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let roots = tempfile::tempdir().expect("roots");
+    let repository = roots.path().join("handbook.git");
+    let write = |path: &str, text: &str| {
+        let path = repository.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        std::fs::write(path, text).expect("write");
+    };
+    std::fs::create_dir_all(&repository).expect("mkdir");
+    git(&repository, &["init", "--quiet", "--initial-branch=main"]);
+    write("a.md", "# Alpha\n\nwombat original text");
+    write("b.md", "# Bravo\n\nwombat to be deleted");
+    write("guides/c.md", "# Charlie\n\nwombat to be renamed");
+    git(&repository, &["add", "--all"]);
+    git(&repository, &["commit", "--quiet", "-m", "first"]);
+    let root_text = roots.path().to_string_lossy().into_owned();
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &[("CAIRN_CONNECTOR_FOLDER_ROOTS", root_text.as_str())],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    let created = connector(
+        &base,
+        &admin,
+        &[
+            "add",
+            "git",
+            &repository.to_string_lossy(),
+            "--ref",
+            "main",
+            "--dataset",
+            "docs",
+            "--json",
+        ],
+    );
+    let created: Value = serde_json::from_str(&created).expect("created json");
+    let id = created["connector"]["id"].as_str().expect("id").to_owned();
+    let first = wait_for_runs(&http, &base, &admin, &id, 1).await;
+    let first_commit = first["report"]["commit"]
+        .as_str()
+        .expect("commit")
+        .to_owned();
+    assert_eq!(
+        found(&http, &base, &admin).await,
+        ["a.md", "b.md", "guides/c.md"]
+    );
+
+    write("a.md", "# Alpha\n\nwombat edited text");
+    git(&repository, &["rm", "--quiet", "b.md"]);
+    git(&repository, &["mv", "guides/c.md", "guides/d.md"]);
+    git(&repository, &["add", "--all"]);
+    git(&repository, &["commit", "--quiet", "-m", "second"]);
+    connector(&base, &admin, &["run", &id]);
+    let second = wait_for_runs(&http, &base, &admin, &id, 2).await;
+    assert_ne!(second["report"]["commit"], first_commit.as_str());
+    assert_eq!(found(&http, &base, &admin).await, ["a.md", "guides/d.md"]);
+
+    git(
+        &repository,
+        &["update-ref", "refs/heads/main", &first_commit],
+    );
+    connector(&base, &admin, &["run", &id]);
+    let third = wait_for_runs(&http, &base, &admin, &id, 3).await;
+    assert_eq!(third["report"]["commit"], first_commit.as_str(), "{third}");
+    assert_eq!(
+        found(&http, &base, &admin).await,
+        ["a.md", "b.md", "guides/c.md"]
+    );
+    let source: Value = http
+        .get(format!("{base}/v1/sources?dataset=docs&source_key=a.md"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("source")
+        .json()
+        .await
+        .expect("source json");
+    assert_eq!(
+        source["head"]["metadata"]["commit"],
+        first_commit.as_str(),
+        "{source}"
+    );
+    assert_eq!(
+        source["head"]["metadata"]["author"],
+        "Ada Writer <ada@example.org>"
+    );
+    let _ = server.kill().await;
+}

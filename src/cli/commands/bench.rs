@@ -148,6 +148,9 @@ enum BenchCommand {
         /// Edits before the last run (a third changed, a third deleted, a third new).
         #[arg(long, default_value_t = 30)]
         changes: usize,
+        /// Commit the files to a git repository and read it with a git connector.
+        #[arg(long)]
+        git: bool,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-connector.json")]
         out: PathBuf,
@@ -314,11 +317,13 @@ impl BenchArgs {
             BenchCommand::Connector {
                 files,
                 changes,
+                git,
                 out,
             } => {
                 let report = crate::bench::connector(crate::bench::ConnectorBench {
                     files: files.max(1),
                     changes,
+                    git,
                 })
                 .await?;
                 write_report(&out, &report)?;
