@@ -30,6 +30,8 @@ pub struct Entry {
     pub media_type: &'static str,
     /// The SHA-256 of its bytes, when the record vouches for it (the blob is then not read).
     pub sha256: Option<String>,
+    /// Its size in bytes, when it was looked up (every blob the record does not vouch for).
+    pub size: Option<u64>,
 }
 
 /// A file left out, and why.
@@ -197,6 +199,7 @@ fn walk(
                 blob,
                 media_type,
                 sha256: Some(sha256.clone()),
+                size: None,
             });
         }
         if !folder.is_empty() || !recorded.trees.is_empty() {
@@ -283,13 +286,15 @@ fn walk(
                 ObjectId::from_hex(recorded_blob.as_bytes()).is_ok_and(|id| id == blob)
             })
             .map(|(_, sha256)| sha256.clone());
+        let mut size = None;
         if sha256.is_none() {
-            let size = repository.find_header(blob).map_err(read_error)?.size();
-            if size > selection.max_file_bytes {
+            let bytes = repository.find_header(blob).map_err(read_error)?.size();
+            size = Some(bytes);
+            if bytes > selection.max_file_bytes {
                 listing.skipped.push(skip(
                     SkipReason::TooLarge,
                     &format!(
-                        "{size} bytes, over the limit of {}",
+                        "{bytes} bytes, over the limit of {}",
                         selection.max_file_bytes
                     ),
                 ));
@@ -301,6 +306,7 @@ fn walk(
             blob,
             media_type,
             sha256,
+            size,
         });
     }
     for (key, id) in subtrees {

@@ -97,6 +97,9 @@ struct CopyFile {
     media_type: &'static str,
     fingerprint: String,
     sha256: String,
+    /// Its size in bytes as listed (0 when the index vouched for it unread: such a file is
+    /// unchanged and never submitted).
+    size: u64,
 }
 
 /// The commit a git run reads, named in its report, its revisions and its tombstones.
@@ -257,6 +260,7 @@ impl Run<'_> {
                 media_type: entry.media_type,
                 fingerprint: print,
                 sha256,
+                size: entry.size,
             });
         }
         Ok(copy)
@@ -380,6 +384,7 @@ impl Run<'_> {
                 origin: Origin::Blob(entry.blob),
                 media_type: entry.media_type,
                 sha256,
+                size: entry.size.unwrap_or(0),
             });
         }
         self.repository = Some(repository);
@@ -456,11 +461,7 @@ impl Run<'_> {
             let mut batch = Vec::new();
             let mut bytes = 0usize;
             while let Some((file, _)) = pending.peek() {
-                let size = match &file.origin {
-                    Origin::File(path) => std::fs::metadata(path).map_or(0, |m| m.len() as usize),
-                    // At most the size limit (checked by the listing).
-                    Origin::Blob(_) => self.connector.max_file_bytes.max(0) as usize,
-                };
+                let size = usize::try_from(file.size).unwrap_or(usize::MAX);
                 if !batch.is_empty() && (batch.len() >= BATCH_FILES || bytes + size > BATCH_BYTES) {
                     break;
                 }
