@@ -30,6 +30,9 @@
 //! - An **erasure** ([`Acceptor::erase`]) deletes every earlier revision of a source with all
 //!   it left in the ledger, keeps who, why, when and the content hashes, and queues the jobs
 //!   that erase the stores.
+//! - **Verify** ([`verify`]) compares what the receipts promise each derived store holds with
+//!   what it answers, one bucket of sources at a time (a stable hash of the source, an
+//!   order-free digest per bucket), and names each drift with its evidence.
 //! - A running job reports its **stage** (`reading`, `chunking`, `embedding`, ...) with a
 //!   fenced heartbeat ([`Leases::progress`]); operators read jobs, activity and the job event
 //!   stream through [`Operations`].
@@ -100,6 +103,7 @@ pub mod secrets;
 pub mod sqlite;
 pub mod sync;
 pub mod validate;
+pub mod verify;
 
 pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};

@@ -53,6 +53,7 @@ macro_rules! closed_enum {
 mod chunks;
 mod connectors;
 mod counts;
+mod drift;
 mod erasure;
 mod generations;
 mod history;
@@ -68,6 +69,7 @@ pub use connectors::{
     SyncRun, MAX_REPORTED_FILES,
 };
 pub use counts::{DatasetSummary, LedgerCounts};
+pub use drift::DriftKind;
 pub use erasure::{Erasure, ErasureRemaining, ErasureRequest};
 pub use generations::{
     Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationProgress,
