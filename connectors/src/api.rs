@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use receipts::auth::Principal;
-use receipts::http::{read_json, ApiError, ApiErrors, Auth};
+use receipts::http::{read_json, reason, ApiError, ApiErrors, Auth};
 use receipts::model::{
     Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorKind, NewConnector,
     Removal, SyncRun,
@@ -163,15 +163,6 @@ fn change_query(
     let Query(query) = query
         .map_err(|rejection| ApiError::unprocessable("invalid_query", rejection.body_text()))?;
     Ok(query)
-}
-
-fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
-    let text = text
-        .map(|text| text.trim().to_owned())
-        .filter(|text| !text.is_empty())
-        .unwrap_or_else(|| default.to_owned());
-    receipts::validate::reason(&text)?;
-    Ok(text)
 }
 
 /// Whether `location` names a folder inside one of `roots`, judged by its components (no

@@ -21,10 +21,11 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use receipts::model::{
-    Change, Connector, ConnectorFile, ConnectorKind, ConnectorState, Document, Failure,
-    FailureClass, Job, LeaseToken, Removal, Submission, SyncProgress, SyncReport,
+    Change, Connector, ConnectorFile, ConnectorKind, ConnectorState, Document, Failure, Job,
+    LeaseToken, Removal, Submission, SyncProgress, SyncReport,
 };
 use receipts::{LedgerError, SyncLedger};
+use worker::{permanent, retryable};
 
 use crate::folder;
 use crate::git;
@@ -46,28 +47,6 @@ impl Runner {
     pub fn new(ledger: Arc<dyn SyncLedger>) -> Runner {
         Runner { ledger }
     }
-}
-
-fn failure(class: FailureClass, code: &str, message: impl Into<String>) -> Failure {
-    Failure {
-        class,
-        code: code.to_owned(),
-        message: message.into(),
-    }
-}
-
-fn retryable(code: &str, message: impl Into<String>) -> Failure {
-    failure(
-        FailureClass::Retryable {
-            retry_after_micros: None,
-        },
-        code,
-        message,
-    )
-}
-
-fn permanent(code: &str, message: impl Into<String>) -> Failure {
-    failure(FailureClass::Permanent, code, message)
 }
 
 /// A ledger error as the run's failure, by its type.
@@ -176,15 +155,21 @@ impl Run<'_> {
             .map_err(ledger_failure)
     }
 
-    /// Lists the folder and hashes what the index does not vouch for.
-    async fn list_folder(&mut self) -> Result<Vec<CopyFile>, Failure> {
+    /// Which files of the copy the connector reads: its globs and size limit.
+    fn selection(&self) -> Result<Selection, Failure> {
         let connector = &self.connector;
-        let selection = Selection::new(
+        Selection::new(
             &connector.include,
             &connector.exclude,
             connector.max_file_bytes.max(0) as u64,
         )
-        .map_err(|error| permanent("invalid_connector", error.to_string()))?;
+        .map_err(|error| permanent("invalid_connector", error.to_string()))
+    }
+
+    /// Lists the folder and hashes what the index does not vouch for.
+    async fn list_folder(&mut self) -> Result<Vec<CopyFile>, Failure> {
+        let connector = &self.connector;
+        let selection = self.selection()?;
         let root = PathBuf::from(&connector.location);
         // A missing or unreadable folder fails the run: an empty listing would remove
         // every source the connector owns.
@@ -271,12 +256,7 @@ impl Run<'_> {
     /// ends, so a run that dies midway leaves none to trust.
     async fn list_git(&mut self) -> Result<Vec<CopyFile>, Failure> {
         let connector = &self.connector;
-        let selection = Selection::new(
-            &connector.include,
-            &connector.exclude,
-            connector.max_file_bytes.max(0) as u64,
-        )
-        .map_err(|error| permanent("invalid_connector", error.to_string()))?;
+        let selection = self.selection()?;
         let reference = connector
             .git_ref
             .clone()

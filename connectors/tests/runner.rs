@@ -13,6 +13,7 @@ use receipts::model::{
 };
 use receipts::{Ledger, ManualClock, SourceListing, SqliteLedger, SqliteOptions};
 use testkit::conformance::{put, START};
+use testkit::git::{commit, git};
 use worker::Work;
 
 fn command(change: ConnectorChange) -> ConnectorCommand {
@@ -20,6 +21,25 @@ fn command(change: ConnectorChange) -> ConnectorCommand {
         change,
         actor: "test:operator".to_owned(),
         reason: "runner test".to_owned(),
+    }
+}
+
+/// A connector of `dataset` on `root`, files up to 1,000 bytes, runs a minute apart.
+fn new_connector(
+    dataset: &str,
+    kind: ConnectorKind,
+    root: &Path,
+    git_ref: Option<&str>,
+) -> NewConnector {
+    NewConnector {
+        dataset: dataset.to_owned(),
+        kind,
+        location: root.to_string_lossy().into_owned(),
+        git_ref: git_ref.map(str::to_owned),
+        include: vec![],
+        exclude: vec![],
+        max_file_bytes: 1_000,
+        interval_ms: 60_000,
     }
 }
 
@@ -106,16 +126,12 @@ async fn a_folder_is_kept_equal_to_its_dataset(ledger: Arc<dyn Ledger>, clock: A
     assert!(api.iter().all(Result::is_ok));
 
     let created = ledger
-        .change_connector(command(ConnectorChange::Create(NewConnector {
-            dataset: "docs".to_owned(),
-            kind: ConnectorKind::Folder,
-            location: root.to_string_lossy().into_owned(),
-            git_ref: None,
-            include: vec![],
-            exclude: vec![],
-            max_file_bytes: 1_000,
-            interval_ms: 60_000,
-        })))
+        .change_connector(command(ConnectorChange::Create(new_connector(
+            "docs",
+            ConnectorKind::Folder,
+            root,
+            None,
+        ))))
         .await
         .expect("create");
     let id = created.connector.id;
@@ -265,34 +281,6 @@ async fn a_folder_is_kept_equal_to_its_dataset_on_postgres() {
     a_folder_is_kept_equal_to_its_dataset(Arc::new(ledger), clock).await;
 }
 
-/// Runs `git ARGS` in `repository` with a fixed identity and clock.
-fn git(repository: &Path, args: &[&str]) -> String {
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repository)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Ada Writer")
-        .env("GIT_AUTHOR_EMAIL", "ada@example.org")
-        .env("GIT_COMMITTER_NAME", "Ada Writer")
-        .env("GIT_COMMITTER_EMAIL", "ada@example.org")
-        .env("GIT_AUTHOR_DATE", "2026-11-30T10:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-11-30T10:00:00Z")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
-
-fn commit(repository: &Path, message: &str) -> String {
-    git(repository, &["add", "--all"]);
-    git(repository, &["commit", "--quiet", "-m", message]);
-    git(repository, &["rev-parse", "HEAD"])
-}
-
 /// A git connector on a repository made here: after each step (commits, a rename, a delete, a
 /// force-push back to an older commit) the dataset's live heads are exactly the files at the
 /// ref; a file over the limit, a link and an unread format are skipped with their reasons;
@@ -323,16 +311,12 @@ async fn a_git_connector_follows_its_ref_on_sqlite() {
     let first = commit(root, "first");
 
     let created = ledger
-        .change_connector(command(ConnectorChange::Create(NewConnector {
-            dataset: "docs".to_owned(),
-            kind: ConnectorKind::Git,
-            location: root.to_string_lossy().into_owned(),
-            git_ref: Some("main".to_owned()),
-            include: vec![],
-            exclude: vec![],
-            max_file_bytes: 1_000,
-            interval_ms: 60_000,
-        })))
+        .change_connector(command(ConnectorChange::Create(new_connector(
+            "docs",
+            ConnectorKind::Git,
+            root,
+            Some("main"),
+        ))))
         .await
         .expect("create");
     let id = created.connector.id;
@@ -365,8 +349,8 @@ async fn a_git_connector_follows_its_ref_on_sqlite() {
         .expect("source")
         .expect("c");
     assert_eq!(c.head.metadata["commit"], first.as_str());
-    assert_eq!(c.head.metadata["author"], "Ada Writer <ada@example.org>");
-    assert_eq!(c.head.metadata["commit_time"], 1_796_032_800);
+    assert_eq!(c.head.metadata["author"], testkit::git::AUTHOR);
+    assert_eq!(c.head.metadata["commit_time"], testkit::git::COMMIT_TIME);
 
     // No change: the root tree's id is recorded, so nothing below it is read.
     let (result, report) = run_once(&ledger, &clock, id).await;
@@ -447,16 +431,12 @@ async fn a_git_connector_follows_its_ref_on_sqlite() {
         .await
         .expect("remove");
     let missing = ledger
-        .change_connector(command(ConnectorChange::Create(NewConnector {
-            dataset: "other".to_owned(),
-            kind: ConnectorKind::Git,
-            location: root.to_string_lossy().into_owned(),
-            git_ref: Some("no-such-branch".to_owned()),
-            include: vec![],
-            exclude: vec![],
-            max_file_bytes: 1_000,
-            interval_ms: 60_000,
-        })))
+        .change_connector(command(ConnectorChange::Create(new_connector(
+            "other",
+            ConnectorKind::Git,
+            root,
+            Some("no-such-branch"),
+        ))))
         .await
         .expect("create");
     let (result, _) = run_once(&ledger, &clock, missing.connector.id).await;

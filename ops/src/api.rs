@@ -650,14 +650,7 @@ pub(crate) fn nullable_reason() -> utoipa::openapi::schema::Object {
     ))
 }
 
-pub(crate) fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
-    let text = text
-        .map(|text| text.trim().to_owned())
-        .filter(|text| !text.is_empty())
-        .unwrap_or_else(|| default.to_owned());
-    receipts::validate::reason(&text)?;
-    Ok(text)
-}
+pub(crate) use receipts::http::reason;
 
 /// A JSON body that may be left out entirely (no body: every field's default).
 pub(crate) async fn optional_body<T: Default + serde::de::DeserializeOwned>(

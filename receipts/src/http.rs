@@ -222,6 +222,17 @@ pub fn from_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(invalid_json)
 }
 
+/// The reason an operator gave for a change, trimmed, or `default` when none (or only spaces)
+/// was given; refused (`invalid_reason`) when over 500 characters or with control characters.
+pub fn reason(text: Option<String>, default: &str) -> Result<String, ApiError> {
+    let text = text
+        .map(|text| text.trim().to_owned())
+        .filter(|text| !text.is_empty())
+        .unwrap_or_else(|| default.to_owned());
+    crate::validate::reason(&text)?;
+    Ok(text)
+}
+
 /// 422 `invalid_json` for a body serde refused.
 pub fn invalid_json(error: serde_json::Error) -> ApiError {
     ApiError::unprocessable("invalid_json", format!("invalid request body: {error}"))

@@ -11,6 +11,8 @@
 //!   [`postgres::PostgresServer`] (Debian's PostgreSQL 15, run as an unprivileged user when
 //!   the tests run as root), [`qdrant::QdrantServer`] (the official Qdrant v1.18.3 build) and
 //!   [`graph::GraphServer`] (ArcadeDB with its Bolt 4.4 plugin).
+//! - **Git repositories** for the connectors' tests are made with the `git` binary, with one
+//!   identity and one clock ([`git::git`], [`git::commit`]).
 //! - **The ledger conformance suite** ([`conformance`], one file per topic) is the behaviour
 //!   every [`receipts::Ledger`] implementation must show; [`ledger_conformance!`] expands to one
 //!   test per check for a factory of fresh ledgers.
@@ -22,6 +24,7 @@
 //!   check that passes on one engine and fails on another is a difference of semantics.
 
 pub mod conformance;
+pub mod git;
 pub mod graph;
 pub mod ports;
 pub mod postgres;

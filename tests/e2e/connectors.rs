@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use testkit::git::{commit, git};
+
 use crate::crash::spawn_serve_with;
 
 fn cairn() -> std::process::Command {
@@ -33,6 +35,18 @@ fn connector(base: &str, token: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `GET url` with `token`, as JSON (asserting a 200).
+async fn get_json(http: &reqwest::Client, url: &str, token: &str) -> Value {
+    let response = http
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("GET {url}: {error}"));
+    assert_eq!(response.status().as_u16(), 200, "GET {url}");
+    response.json().await.expect("a JSON answer")
+}
+
 /// Waits until the connector has `runs` runs that ended with a report `done`, and answers the
 /// newest of them.
 async fn wait_for_runs(
@@ -44,15 +58,7 @@ async fn wait_for_runs(
 ) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let view: Value = http
-            .get(format!("{base}/v1/connectors/{id}"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .expect("GET connector")
-            .json()
-            .await
-            .expect("connector json");
+        let view: Value = get_json(http, &format!("{base}/v1/connectors/{id}"), token).await;
         let done: Vec<&Value> = view["runs"]
             .as_array()
             .expect("runs")
@@ -168,15 +174,7 @@ async fn a_folder_connector_keeps_search_equal_to_the_folder() {
         "{second}"
     );
     assert_eq!(found(&http, &base, &admin).await, ["a.md", "guides/d.txt"]);
-    let listed: Value = http
-        .get(format!("{base}/v1/connectors"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("list")
-        .json()
-        .await
-        .expect("list json");
+    let listed: Value = get_json(&http, &format!("{base}/v1/connectors"), &admin).await;
     let entry = &listed["connectors"][0];
     assert_eq!(entry["connector"]["id"], id.as_str(), "{listed}");
     assert_eq!(entry["last_run"]["report"]["removed"], 2, "{listed}");
@@ -223,15 +221,7 @@ async fn a_folder_connector_keeps_search_equal_to_the_folder() {
         .await
         .expect("get hidden");
     assert_eq!(hidden.status().as_u16(), 403);
-    let listed: Value = http
-        .get(format!("{base}/v1/connectors"))
-        .bearer_auth(&other)
-        .send()
-        .await
-        .expect("list")
-        .json()
-        .await
-        .expect("list json");
+    let listed: Value = get_json(&http, &format!("{base}/v1/connectors"), &other).await;
     assert_eq!(listed["connectors"], json!([]), "{listed}");
 
     // Removed with its sources tombstoned: search finds none of them.
@@ -248,15 +238,7 @@ async fn a_folder_connector_keeps_search_equal_to_the_folder() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let view: Value = http
-        .get(format!("{base}/v1/connectors/{id}"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("connector")
-        .json()
-        .await
-        .expect("connector json");
+    let view: Value = get_json(&http, &format!("{base}/v1/connectors/{id}"), &admin).await;
     let trail: Vec<(&str, &str, &str)> = view["history"]
         .as_array()
         .expect("history")
@@ -334,15 +316,7 @@ async fn a_run_killed_midway_is_finished_after_a_restart() {
     // Kill as soon as part of the folder is accepted, and before the run ends.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let view: Value = http
-            .get(format!("{base}/v1/connectors/{id}"))
-            .bearer_auth(&admin)
-            .send()
-            .await
-            .expect("GET connector")
-            .json()
-            .await
-            .expect("json");
+        let view: Value = get_json(&http, &format!("{base}/v1/connectors/{id}"), &admin).await;
         let report = &view["runs"][0]["report"];
         let added = report["added"].as_u64().unwrap_or(0);
         if added > 0 {
@@ -376,40 +350,13 @@ async fn a_run_killed_midway_is_finished_after_a_restart() {
         FILES as u64,
         "{finished}"
     );
-    let status: Value = http
-        .get(format!("{base}/v1/status"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("status json");
+    let status: Value = get_json(&http, &format!("{base}/v1/status"), &admin).await;
     assert_eq!(status["counts"]["sources"], FILES, "{status}");
     assert_eq!(
         status["counts"]["revisions"], FILES,
         "no file was accepted twice: {status}"
     );
     let _ = server.kill().await;
-}
-
-/// Runs `git ARGS` in `repository` with a fixed identity.
-fn git(repository: &std::path::Path, args: &[&str]) {
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repository)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Ada Writer")
-        .env("GIT_AUTHOR_EMAIL", "ada@example.org")
-        .env("GIT_COMMITTER_NAME", "Ada Writer")
-        .env("GIT_COMMITTER_EMAIL", "ada@example.org")
-        .output()
-        .expect("run git");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// A git connector in a served instance, driven by `cairn connector`: search answers the
@@ -430,8 +377,7 @@ async fn a_git_connector_keeps_search_equal_to_the_ref() {
     write("a.md", "# Alpha\n\nwombat original text");
     write("b.md", "# Bravo\n\nwombat to be deleted");
     write("guides/c.md", "# Charlie\n\nwombat to be renamed");
-    git(&repository, &["add", "--all"]);
-    git(&repository, &["commit", "--quiet", "-m", "first"]);
+    commit(&repository, "first");
     let root_text = roots.path().to_string_lossy().into_owned();
     let (mut server, base) = spawn_serve_with(
         data.path(),
@@ -472,8 +418,7 @@ async fn a_git_connector_keeps_search_equal_to_the_ref() {
     write("a.md", "# Alpha\n\nwombat edited text");
     git(&repository, &["rm", "--quiet", "b.md"]);
     git(&repository, &["mv", "guides/c.md", "guides/d.md"]);
-    git(&repository, &["add", "--all"]);
-    git(&repository, &["commit", "--quiet", "-m", "second"]);
+    commit(&repository, "second");
     connector(&base, &admin, &["run", &id]);
     let second = wait_for_runs(&http, &base, &admin, &id, 2).await;
     assert_ne!(second["report"]["commit"], first_commit.as_str());
@@ -490,15 +435,12 @@ async fn a_git_connector_keeps_search_equal_to_the_ref() {
         found(&http, &base, &admin).await,
         ["a.md", "b.md", "guides/c.md"]
     );
-    let source: Value = http
-        .get(format!("{base}/v1/sources?dataset=docs&source_key=a.md"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("source")
-        .json()
-        .await
-        .expect("source json");
+    let source: Value = get_json(
+        &http,
+        &format!("{base}/v1/sources?dataset=docs&source_key=a.md"),
+        &admin,
+    )
+    .await;
     assert_eq!(
         source["head"]["metadata"]["commit"],
         first_commit.as_str(),

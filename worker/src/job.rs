@@ -10,7 +10,7 @@ use receipts::{
 };
 
 /// A retryable failure with `code`.
-pub(crate) fn retryable(code: &str, message: impl Into<String>) -> Failure {
+pub fn retryable(code: &str, message: impl Into<String>) -> Failure {
     Failure {
         class: FailureClass::Retryable {
             retry_after_micros: None,
@@ -21,7 +21,7 @@ pub(crate) fn retryable(code: &str, message: impl Into<String>) -> Failure {
 }
 
 /// A permanent failure with `code`: retrying cannot help.
-pub(crate) fn permanent(code: &str, message: impl Into<String>) -> Failure {
+pub fn permanent(code: &str, message: impl Into<String>) -> Failure {
     Failure {
         class: FailureClass::Permanent,
         code: code.to_owned(),

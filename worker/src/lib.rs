@@ -29,6 +29,7 @@ pub mod projection;
 
 pub use generations::GenerationRouter;
 pub use graph::{GraphStage, Reconciled};
+pub use job::{permanent, retryable};
 pub use projection::Projector;
 
 use std::future::Future;

@@ -293,27 +293,14 @@ impl Writer {
                 let now = self.clock.now_micros();
                 let unit: f64 = rand::random();
                 let claims = matches!(command, JobCommand::Claim { .. });
-                let result = match self.ensure_transaction().await {
+                let mut result = self.ensure_transaction().await;
+                if claims && result.is_ok() {
                     // Connectors without an open run get one before the claim sees the jobs.
-                    Ok(()) if claims => match connectors::schedule(
-                        &mut self.connection,
-                        now,
-                        &self.options.job_policies,
-                    )
-                    .await
-                    {
-                        Ok(()) => {
-                            leases::run(
-                                &mut self.connection,
-                                command,
-                                now,
-                                &self.options.job_policies,
-                                unit,
-                            )
-                            .await
-                        }
-                        Err(error) => Err(error),
-                    },
+                    result =
+                        connectors::schedule(&mut self.connection, now, &self.options.job_policies)
+                            .await;
+                }
+                let result = match result {
                     Ok(()) => {
                         leases::run(
                             &mut self.connection,
