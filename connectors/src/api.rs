@@ -165,15 +165,27 @@ fn change_query(
     Ok(query)
 }
 
-/// Whether `location` names a folder inside one of `roots`, judged by its components (no
-/// `..`, no relative path); the runner's walk never leaves it.
+/// Whether `location` names a folder inside one of `roots`: by its components (absolute, no
+/// `..`), and, where it exists on this machine, by where it really is (a link inside a root
+/// that leads out of it is refused). The runner's walk never leaves the folder it starts in.
 fn inside_roots(location: &str, roots: &[PathBuf]) -> bool {
     let path = FsPath::new(location);
-    path.is_absolute()
+    let lexical = path.is_absolute()
         && !path
             .components()
             .any(|component| matches!(component, Component::ParentDir | Component::CurDir))
-        && roots.iter().any(|root| path.starts_with(root))
+        && roots.iter().any(|root| path.starts_with(root));
+    if !lexical {
+        return false;
+    }
+    match std::fs::canonicalize(path) {
+        Ok(real) => roots.iter().any(|root| {
+            let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+            real.starts_with(root)
+        }),
+        // Not on this machine (workers may run elsewhere): the components decide.
+        Err(_) => true,
+    }
 }
 
 /// The connector `id`, if the token may see its dataset.
@@ -425,4 +437,27 @@ async fn remove_connector(
         "removed through the API",
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_must_lie_inside_a_root_really() {
+        let roots = tempfile::tempdir().expect("roots");
+        let outside = tempfile::tempdir().expect("outside");
+        let root = roots.path().to_path_buf();
+        std::fs::create_dir(root.join("docs")).expect("docs");
+        std::os::unix::fs::symlink(outside.path(), root.join("leak")).expect("link");
+        let at = |relative: &str| format!("{}/{relative}", root.display());
+        let roots = [root.clone()];
+        assert!(inside_roots(&at("docs"), &roots));
+        assert!(inside_roots(&at("not-made-yet"), &roots));
+        assert!(!inside_roots(&at("leak"), &roots), "a link out of the root");
+        assert!(!inside_roots(&at("docs/../../etc"), &roots));
+        assert!(!inside_roots("relative/docs", &roots));
+        assert!(!inside_roots("/etc", &roots));
+        assert!(!inside_roots(&at("docs"), &[]));
+    }
 }
