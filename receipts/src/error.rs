@@ -149,12 +149,16 @@ impl LedgerError {
             | "token_revoked"
             | "owned_by_connector"
             | "owned_by_another"
-            | "connector_state" => 409,
+            | "connector_state"
+            | "verify_state"
+            | "repair_refused" => 409,
             "connector_not_found"
             | "source_not_found"
             | "job_not_found"
             | "token_not_found"
-            | "generation_not_found" => 404,
+            | "generation_not_found"
+            | "verify_pass_not_found"
+            | "drift_not_found" => 404,
             "ledger_unavailable" | "extractor_unavailable" => 503,
             "document_too_large" => 413,
             "deadline_exceeded" => 504,

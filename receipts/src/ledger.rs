@@ -1,6 +1,7 @@
 //! The ledger's capability traits, one per role: [`Acceptor`] (acceptance, blocks, erasure),
 //! [`Reader`] (reads, lexical search, binding), [`Tokens`], [`Leases`] (the job lifecycle),
-//! [`Projections`] (chunk rows, receipts, generations) and [`Operations`]. [`Ledger`] is all
+//! [`Projections`] (chunk rows, receipts, generations), [`Connectors`], [`Verifications`]
+//! and [`Operations`]. [`Ledger`] is all
 //! of them, for the code that composes a process; each role's crate holds only the bounds it
 //! uses. The SQLite and PostgreSQL ledgers implement every trait and pass one conformance
 //! suite (the dev-only `testkit` crate).
@@ -12,10 +13,11 @@ use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, 
 use crate::error::Result;
 use crate::model::{
     Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, Connector, ConnectorChanged,
-    ConnectorCommand, ConnectorFile, ContentBlock, DatasetSummary, Erasure, ErasureRequest,
-    Failure, Generation, GenerationChanged, GenerationCommand, GenerationView, Heartbeat,
-    HistoryEntry, HitRef, Job, LeaseToken, LedgerCounts, LexicalHit, ProjectionReceipt,
-    ReceiptUpdate, RevisionDetail, SourceListing, SourceView, Submission, SyncProgress, SyncRun,
+    ConnectorCommand, ConnectorFile, ContentBlock, DatasetSummary, DriftRecord, Erasure,
+    ErasureRequest, Failure, Generation, GenerationChanged, GenerationCommand, GenerationView,
+    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerBucket, LedgerCounts, LexicalHit,
+    PassChange, ProjectionReceipt, ReceiptUpdate, RevisionDetail, SourceListing, SourceView,
+    Submission, SyncProgress, SyncRun, VerifyPass,
 };
 use crate::operations::Operations;
 
@@ -267,6 +269,40 @@ pub trait Connectors: Send + Sync {
     async fn sync_runs(&self, id: Uuid, limit: u32) -> Result<Vec<SyncRun>>;
 }
 
+/// Verify passes and their drift ([`crate::verify`]): the ledger side of one bucket, and the
+/// one path for every change of a pass, of its drift and of a repair's projection job.
+#[async_trait]
+pub trait Verifications: Send + Sync {
+    /// What the ledger holds for `bucket` in `generation` (one consistent read).
+    async fn verify_bucket(&self, generation: &str, bucket: u16) -> Result<LedgerBucket>;
+
+    /// The one path for every change of a pass and its drift, recorded in history (entity
+    /// `verify` for a pass, `drift` for a drift) with its actor and reason.
+    async fn change_pass(&self, change: PassChange) -> Result<VerifyPass>;
+
+    /// A pass.
+    async fn verify_pass(&self, id: Uuid) -> Result<Option<VerifyPass>>;
+
+    /// The newest passes, newest first (at most `limit`, at most 100).
+    async fn verify_passes(&self, limit: u32) -> Result<Vec<VerifyPass>>;
+
+    /// The drift a pass confirmed, in the order it was found.
+    async fn pass_drift(&self, pass_id: Uuid) -> Result<Vec<DriftRecord>>;
+
+    /// Queues a projection of the source's head in `generation` again (a repair): refused
+    /// (`conflict`) when `revision_id` is no longer the head or a job for the source is open,
+    /// so a repair never races the work it would duplicate.
+    async fn reproject(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        revision_id: Uuid,
+        generation: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Job>;
+}
+
 /// The whole ledger, for the code that composes a process. Each role's crate holds a
 /// narrower bound: [`WorkLedger`], [`SearchLedger`], [`AcceptLedger`], [`OpsLedger`]; an
 /// `Arc<dyn Ledger>` converts to any of them (they are its supertraits).
@@ -278,6 +314,7 @@ pub trait Ledger:
     + Projections
     + Operations
     + Connectors
+    + Verifications
     + WorkLedger
     + SearchLedger
     + AcceptLedger
@@ -343,6 +380,7 @@ impl<
             + Projections
             + Operations
             + Connectors
+            + Verifications
             + std::fmt::Debug
             + 'static,
     > Ledger for T

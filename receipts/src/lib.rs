@@ -110,7 +110,7 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{
     AcceptLedger, Acceptor, Connectors, Leases, Ledger, MigrationReport, OpsLedger, Projections,
-    Reader, SearchLedger, SyncLedger, Tokens, WorkLedger, CANDIDATES_PER_HASH,
+    Reader, SearchLedger, SyncLedger, Tokens, Verifications, WorkLedger, CANDIDATES_PER_HASH,
 };
 pub use model::{
     owner_of, AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow,
@@ -122,6 +122,10 @@ pub use model::{
     NewConnector, ProjectionReceipt, ReceiptState, ReceiptUpdate, Removal, Revision,
     RevisionDetail, SourceListing, SourceView, Submission, SyncFile, SyncProgress, SyncReport,
     SyncRun, MAX_LISTING_PAGE,
+};
+pub use model::{
+    DriftKind, DriftRecord, DriftState, LedgerBucket, PassChange, PassState, SettledHead,
+    VerifyPass, VerifyTier,
 };
 pub use operations::{
     Activity, JobEvent, JobFilter, JobOrder, JobPage, LatencySummary, Operations, Pause,

@@ -69,7 +69,10 @@ pub use connectors::{
     SyncRun, MAX_REPORTED_FILES,
 };
 pub use counts::{DatasetSummary, LedgerCounts};
-pub use drift::DriftKind;
+pub use drift::{
+    stores, ChunkPromise, DriftKind, DriftRecord, DriftState, LedgerBucket, PassChange, PassState,
+    SettledHead, VerifyPass, VerifyTier,
+};
 pub use erasure::{Erasure, ErasureRemaining, ErasureRequest};
 pub use generations::{
     Generation, GenerationChange, GenerationChanged, GenerationCommand, GenerationProgress,

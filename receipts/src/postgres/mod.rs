@@ -42,6 +42,7 @@ mod projection;
 mod reads;
 mod tokens;
 mod tsvector;
+mod verify;
 
 use std::sync::Arc;
 use std::time::Duration;

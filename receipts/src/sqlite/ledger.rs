@@ -14,6 +14,7 @@ use super::projection::ProjectCommand;
 use super::rows::job_from_row;
 use super::rows::parse_enum;
 use super::tokens;
+use super::verify::{drift_from_row, pass_from_row, VerifyAnswer, VerifyOp};
 use super::writer::steps;
 use super::writer::WriteOp;
 use super::writer::Writer;
@@ -31,6 +32,7 @@ use crate::ledger::Connectors;
 use crate::ledger::Leases;
 use crate::ledger::Projections;
 use crate::ledger::Tokens;
+use crate::ledger::Verifications;
 use crate::ledger::CANDIDATES_PER_HASH;
 use crate::model::Backend;
 use crate::model::ChunkRef;
@@ -53,6 +55,7 @@ use crate::model::ReceiptState;
 use crate::model::ReceiptUpdate;
 use crate::model::SyncProgress;
 use crate::model::SyncRun;
+use crate::model::{DriftRecord, LedgerBucket, PassChange, VerifyPass};
 use crate::validate;
 use async_trait::async_trait;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -128,6 +131,7 @@ impl SqliteLedger {
         };
         let migrator = crate::migrations::sqlite().await.map_err(failed)?;
         migrator.run(&mut write_connection).await.map_err(failed)?;
+        super::verify::fill_buckets(&mut write_connection).await?;
         sqlx::raw_sql(steps::TABLES)
             .execute(&mut write_connection)
             .await?;
@@ -220,6 +224,10 @@ impl SqliteLedger {
                 "unexpected answer {other:?}"
             ))),
         }
+    }
+
+    async fn verify_op(&self, op: VerifyOp) -> Result<VerifyAnswer> {
+        self.submit(|reply| WriteOp::Verify(op, reply)).await?
     }
 
     pub(super) async fn connector_op(&self, op: ConnectorOp) -> Result<ConnectorAnswer> {
@@ -332,6 +340,7 @@ pub async fn migrate(path: &Path) -> Result<crate::MigrationReport> {
     let failed = |error| LedgerError::Unavailable(format!("migrating {}: {error}", path.display()));
     let migrator = crate::migrations::sqlite().await.map_err(failed)?;
     migrator.run(&mut connection).await.map_err(failed)?;
+    super::verify::fill_buckets(&mut connection).await?;
     let applied = migrator
         .iter()
         .filter(|migration| !before.contains(&migration.version))
@@ -733,5 +742,76 @@ impl Connectors for SqliteLedger {
                 })
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl Verifications for SqliteLedger {
+    async fn verify_bucket(&self, generation: &str, bucket: u16) -> Result<LedgerBucket> {
+        super::verify::bucket(&self.reads, generation, bucket).await
+    }
+
+    async fn change_pass(&self, change: PassChange) -> Result<VerifyPass> {
+        match self.verify_op(VerifyOp::Change(change)).await? {
+            VerifyAnswer::Pass(pass) => Ok(*pass),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn verify_pass(&self, id: Uuid) -> Result<Option<VerifyPass>> {
+        sqlx::query("SELECT * FROM verify_passes WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.reads)
+            .await?
+            .as_ref()
+            .map(pass_from_row)
+            .transpose()
+    }
+
+    async fn verify_passes(&self, limit: u32) -> Result<Vec<VerifyPass>> {
+        sqlx::query("SELECT * FROM verify_passes ORDER BY started_at DESC, id DESC LIMIT ?")
+            .bind(i64::from(limit.clamp(1, 100)))
+            .fetch_all(&self.reads)
+            .await?
+            .iter()
+            .map(pass_from_row)
+            .collect()
+    }
+
+    async fn pass_drift(&self, pass_id: Uuid) -> Result<Vec<DriftRecord>> {
+        sqlx::query("SELECT * FROM verify_drift WHERE pass_id = ? ORDER BY found_at, id")
+            .bind(pass_id.to_string())
+            .fetch_all(&self.reads)
+            .await?
+            .iter()
+            .map(drift_from_row)
+            .collect()
+    }
+
+    async fn reproject(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        revision_id: Uuid,
+        generation: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Job> {
+        let op = VerifyOp::Reproject {
+            dataset: dataset.to_owned(),
+            source_key: source_key.to_owned(),
+            revision_id,
+            generation: generation.to_owned(),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+        };
+        match self.verify_op(op).await? {
+            VerifyAnswer::Job(job) => Ok(*job),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
     }
 }

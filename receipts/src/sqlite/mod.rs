@@ -10,7 +10,7 @@
 //! One file per role, and no circle of imports: `ledger` opens the ledger (migrations,
 //! connections, the checkpointer) and implements the traits that go through the writer;
 //! `writer` runs the writer task, group commit and acceptance waves; `leases`, `projection`,
-//! `tokens`, `generations` and `erasure` hold what the writer executes; `acceptance`, `reads`
+//! `tokens`, `generations`, `erasure`, `connectors` and `verify` hold what the writer executes; `acceptance`, `reads`
 //! and `operations` implement their traits; `options` and `rows` are shared by all.
 
 mod acceptance;
@@ -25,6 +25,7 @@ mod projection;
 mod reads;
 mod rows;
 mod tokens;
+mod verify;
 mod writer;
 
 pub use ledger::{connect_options, migrate, SqliteLedger};

@@ -21,6 +21,9 @@ use super::rows::json_text;
 use super::rows::optional_uuid;
 use super::rows::parse_uuid;
 use super::tokens;
+use super::verify;
+use super::verify::VerifyAnswer;
+use super::verify::VerifyOp;
 use crate::acceptance::classify;
 use crate::acceptance::Decision;
 use crate::acceptance::Outcome;
@@ -61,6 +64,7 @@ pub(super) enum WriteOp {
     ),
     Erase(ErasureRequest, oneshot::Sender<Result<Acceptance>>),
     Connector(ConnectorOp, oneshot::Sender<Result<ConnectorAnswer>>),
+    Verify(VerifyOp, oneshot::Sender<Result<VerifyAnswer>>),
 }
 
 impl WriteOp {
@@ -73,6 +77,7 @@ impl WriteOp {
             | WriteOp::Project(..)
             | WriteOp::Generation(..)
             | WriteOp::Connector(..)
+            | WriteOp::Verify(..)
             | WriteOp::Erase(..) => 1,
         }
     }
@@ -97,6 +102,7 @@ pub(super) enum Done {
         Result<ConnectorAnswer>,
         oneshot::Sender<Result<ConnectorAnswer>>,
     ),
+    Verify(Result<VerifyAnswer>, oneshot::Sender<Result<VerifyAnswer>>),
 }
 
 impl Done {
@@ -117,6 +123,7 @@ impl Done {
             Done::Generation(result, reply) => Done::Generation(fail_one(result, error), reply),
             Done::Erase(result, reply) => Done::Erase(fail_one(result, error), reply),
             Done::Connector(result, reply) => Done::Connector(fail_one(result, error), reply),
+            Done::Verify(result, reply) => Done::Verify(fail_one(result, error), reply),
         }
     }
 
@@ -133,7 +140,9 @@ impl Done {
                 .run
                 .as_ref()
                 .is_some_and(|run| run.state == crate::model::JobState::Pending),
-            Done::Connector(..)
+            Done::Verify(Ok(VerifyAnswer::Job(_)), _) => true,
+            Done::Verify(..)
+            | Done::Connector(..)
             | Done::Job(..)
             | Done::Block(..)
             | Done::Token(..)
@@ -153,6 +162,7 @@ impl Done {
             Done::Generation(result, reply) => drop(reply.send(result)),
             Done::Erase(result, reply) => drop(reply.send(result)),
             Done::Connector(result, reply) => drop(reply.send(result)),
+            Done::Verify(result, reply) => drop(reply.send(result)),
         }
     }
 }
@@ -368,6 +378,14 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Connector(self.end_item(result).await, reply)
+            }
+            WriteOp::Verify(op, reply) => {
+                let now = self.clock.now_micros();
+                let result = match self.begin_item().await {
+                    Ok(()) => verify::run(&mut self.connection, op, now).await,
+                    Err(error) => Err(error),
+                };
+                Done::Verify(self.end_item(result).await, reply)
             }
             WriteOp::Erase(request, reply) => {
                 let now = self.clock.now_micros();
@@ -820,6 +838,7 @@ impl Staged {
             "previous_revision_id": write.previous.map(|id| id.to_string()),
             "actor": item.actor,
             "owner": item.owner,
+            "bucket": crate::verify::bucket(&item.dataset, &item.source_key),
             "reason": reason,
             "cause": write.cause,
             "job_id": write.job_id.to_string(),

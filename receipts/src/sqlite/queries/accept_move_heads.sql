@@ -1,8 +1,8 @@
 -- Acceptance, step 3: move each source's head (the trigger records the move in history). The
 -- owner becomes the submitter's: acceptance let the move through only if it may hold it.
 INSERT INTO sources (dataset, source_key, head_revision_id, created_at, changed_by, change_cause,
-    changed_at, change_seq, owner)
-SELECT dataset, source_key, revision_id, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params), 1, owner FROM wave WHERE TRUE
+    changed_at, change_seq, owner, bucket)
+SELECT dataset, source_key, revision_id, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params), 1, owner, bucket FROM wave WHERE TRUE
 ON CONFLICT (dataset, source_key) DO UPDATE SET
     head_revision_id = excluded.head_revision_id,
     owner = excluded.owner,

@@ -5,12 +5,13 @@ DELETE FROM wave;
 DELETE FROM wave_passages;
 INSERT INTO wave (position, dataset, source_key, revision_id, new_revision, tombstone,
     sha256, byte_length, media_type, tags, metadata, previous_revision_id, actor, reason, cause,
-    job_id, kind, graph_job_id, owner)
+    job_id, kind, graph_job_id, owner, bucket)
 SELECT value ->> 'position', value ->> 'dataset', value ->> 'source_key', value ->> 'revision_id',
        value ->> 'new_revision', value ->> 'tombstone', value ->> 'sha256', value ->> 'byte_length',
        value ->> 'media_type', value ->> 'tags', value ->> 'metadata',
        value ->> 'previous_revision_id', value ->> 'actor', value ->> 'reason', value ->> 'cause',
-       value ->> 'job_id', value ->> 'kind', value ->> 'graph_job_id', value ->> 'owner'
+       value ->> 'job_id', value ->> 'kind', value ->> 'graph_job_id', value ->> 'owner',
+       value ->> 'bucket'
 FROM json_each((SELECT rows FROM wave_params));
 INSERT INTO wave_passages (position, passage_index, byte_start, byte_end, text, section, page)
 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6

@@ -19,6 +19,7 @@ CREATE TEMP TABLE IF NOT EXISTS wave (
     kind                 TEXT NOT NULL,
     graph_job_id         TEXT,
     owner                TEXT,
+    bucket               INTEGER NOT NULL,
     UNIQUE (dataset, source_key)
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_passages (
