@@ -363,9 +363,54 @@ mod checks {
                 "{field} in {indexed:?}"
             );
         }
-        for required in ["dataset", "is_current", "revision_id"] {
+        for required in ["dataset", "is_current", "revision_id", "bucket"] {
             assert!(indexed.iter().any(|name| name == required));
         }
+    }
+
+    /// Keys of `dataset` that all fall into one verify bucket.
+    fn keys_in_one_bucket(dataset: &str, count: usize) -> (u16, Vec<String>) {
+        let bucket = receipts::verify::bucket(dataset, "key-0");
+        let keys = (0..)
+            .map(|n| format!("key-{n}"))
+            .filter(|key| receipts::verify::bucket(dataset, key) == bucket)
+            .take(count)
+            .collect();
+        (bucket, keys)
+    }
+
+    pub(super) async fn a_bucket_is_read_by_revision_without_a_full_scroll(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let (bucket, keys) = keys_in_one_bucket("docs", 2);
+        let (old, new, other) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        project(store.as_ref(), "docs", &keys[0], old, 3, 10).await;
+        project(store.as_ref(), "docs", &keys[0], new, 2, 20).await;
+        project(store.as_ref(), "docs", &keys[1], other, 1, 30).await;
+        // A source in another bucket is not read.
+        let elsewhere = (0..)
+            .map(|n| format!("else-{n}"))
+            .find(|key| receipts::verify::bucket("docs", key) != bucket)
+            .expect("a key elsewhere");
+        project(store.as_ref(), "docs", &elsewhere, Uuid::now_v7(), 4, 40).await;
+
+        assert_eq!(store.bucket_current(bucket).await.expect("count"), 3);
+        let held = store.bucket_points(bucket, false).await.expect("scroll");
+        let by_revision = |revision: Uuid| {
+            held.iter()
+                .find(|h| h.revision_id == revision)
+                .map(|h| (h.source_key.clone(), h.points, h.current, h.wrong_dimension))
+        };
+        assert_eq!(held.len(), 3, "{held:?}");
+        assert_eq!(by_revision(old), Some((keys[0].clone(), 3, 0, 0)));
+        assert_eq!(by_revision(new), Some((keys[0].clone(), 2, 2, 0)));
+        assert_eq!(by_revision(other), Some((keys[1].clone(), 1, 1, 0)));
+        // With vectors: every one has the store's dimension.
+        let deep = store
+            .bucket_points(bucket, true)
+            .await
+            .expect("deep scroll");
+        assert_eq!(deep, held);
+        assert!(store.ensure_present(false).await.expect("present"));
     }
 }
 
@@ -422,6 +467,11 @@ macro_rules! vector_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn erasure_deletes_a_source_or_a_revision() {
                 checks::erasure_deletes_a_source_or_a_revision(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_bucket_is_read_by_revision_without_a_full_scroll() {
+                checks::a_bucket_is_read_by_revision_without_a_full_scroll(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -362,6 +362,19 @@ impl VectorStore for FailingSearchVectors {
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.0.indexed_fields().await
     }
+    async fn bucket_points(
+        &self,
+        bucket: u16,
+        vectors: bool,
+    ) -> Result<Vec<gateways::vectors::Held>, GatewayError> {
+        self.0.bucket_points(bucket, vectors).await
+    }
+    async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError> {
+        self.0.bucket_current(bucket).await
+    }
+    async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {
+        self.0.ensure_present(create).await
+    }
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
         self.0.vectors(ids).await
     }

@@ -449,6 +449,19 @@ impl VectorStore for FaultyVectors {
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.real.indexed_fields().await
     }
+    async fn bucket_points(
+        &self,
+        bucket: u16,
+        vectors: bool,
+    ) -> Result<Vec<gateways::vectors::Held>, GatewayError> {
+        self.real.bucket_points(bucket, vectors).await
+    }
+    async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError> {
+        self.real.bucket_current(bucket).await
+    }
+    async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {
+        self.real.ensure_present(create).await
+    }
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
         self.real.vectors(ids).await
     }

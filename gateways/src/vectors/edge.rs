@@ -15,14 +15,14 @@ use async_trait::async_trait;
 use qdrant_edge::{
     Condition, CountRequest, Distance, EdgeConfigBuilder, EdgeShard, EdgeVectorParamsBuilder,
     FieldCondition, Filter, JsonPath, Match, PayloadFieldSchema, PayloadSchemaType, PointId,
-    PointStruct, SearchRequest, ValueVariants, WithPayloadInterface, WithVector,
+    PointStruct, ScrollRequest, SearchRequest, ValueVariants, WithPayloadInterface, WithVector,
     DEFAULT_VECTOR_NAME,
 };
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, point_id, FieldKind, PointSelector, RevisionPoints, VectorHit, VectorPoint,
-    VectorStore, INDEXED_FIELDS,
+    check_dimensions, fold_points, point_id, FieldKind, Held, PointSelector, RevisionPoints,
+    ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -41,6 +41,7 @@ struct Fields {
     revision_id: JsonPath,
     is_current: JsonPath,
     head_at: JsonPath,
+    bucket: JsonPath,
 }
 
 fn payload_path(key: &str) -> Result<JsonPath, GatewayError> {
@@ -56,6 +57,7 @@ impl Fields {
             revision_id: payload_path("revision_id")?,
             is_current: payload_path("is_current")?,
             head_at: payload_path("head_at")?,
+            bucket: payload_path("bucket")?,
         })
     }
 }
@@ -64,6 +66,13 @@ fn keyword(key: &JsonPath, value: &str) -> Condition {
     Condition::Field(FieldCondition::new_match(
         key.clone(),
         Match::new_value(ValueVariants::String(value.to_owned())),
+    ))
+}
+
+fn integer_is(key: &JsonPath, value: i64) -> Condition {
+    Condition::Field(FieldCondition::new_match(
+        key.clone(),
+        Match::new_value(ValueVariants::Integer(value)),
     ))
 }
 
@@ -384,20 +393,34 @@ impl EdgeVectorStore {
                     EdgeVectorParamsBuilder::new(dimension, Distance::Cosine).build(),
                 )
                 .build();
-            let shard = EdgeShard::new(path, config).map_err(unavailable)?;
-            for (field, kind) in INDEXED_FIELDS {
-                shard
-                    .update(qdrant_edge::UpdateOperation::FieldIndexOperation(
-                        qdrant_edge::FieldIndexOperations::CreateIndex(qdrant_edge::CreateIndex {
-                            field_name: payload_path(field)?,
-                            field_schema: Some(PayloadFieldSchema::FieldType(schema(kind))),
-                        }),
-                    ))
-                    .map_err(unavailable)?;
-            }
-            flush(&shard)?;
-            shard
+            EdgeShard::new(path, config).map_err(unavailable)?
         };
+        // Every index exists before a point is written; a shard made by an older build gains
+        // the ones it lacks (the `bucket` field of schema 15) here.
+        let indexed: Vec<String> = shard
+            .info()
+            .payload_schema
+            .keys()
+            .map(|key| key.to_string())
+            .collect();
+        let mut created = !existing;
+        for (field, kind) in INDEXED_FIELDS {
+            if indexed.iter().any(|name| name == field) {
+                continue;
+            }
+            shard
+                .update(qdrant_edge::UpdateOperation::FieldIndexOperation(
+                    qdrant_edge::FieldIndexOperations::CreateIndex(qdrant_edge::CreateIndex {
+                        field_name: payload_path(field)?,
+                        field_schema: Some(PayloadFieldSchema::FieldType(schema(kind))),
+                    }),
+                ))
+                .map_err(unavailable)?;
+            created = true;
+        }
+        if created {
+            flush(&shard)?;
+        }
         let configured = shard
             .config()
             .vectors
@@ -574,7 +597,9 @@ impl EdgeVectorStore {
         let points: Vec<qdrant_edge::PointStructPersisted> = points
             .into_iter()
             .map(|point| {
+                let bucket = receipts::verify::bucket(&point.dataset, &point.source_key);
                 let payload = serde_json::json!({
+                    "bucket": bucket,
                     "dataset": point.dataset,
                     "source_key": point.source_key,
                     "revision_id": point.revision_id.to_string(),
@@ -714,9 +739,13 @@ fn set_payload(
     filter: Filter,
     is_current: bool,
     head_at: Option<i64>,
+    bucket: Option<u16>,
 ) -> qdrant_edge::UpdateOperation {
     let mut payload = serde_json::Map::new();
     payload.insert("is_current".to_owned(), serde_json::Value::Bool(is_current));
+    if let Some(bucket) = bucket {
+        payload.insert("bucket".to_owned(), serde_json::Value::from(bucket));
+    }
     if let Some(head_at) = head_at {
         payload.insert("head_at".to_owned(), serde_json::Value::from(head_at));
     }
@@ -848,6 +877,8 @@ impl VectorStore for EdgeVectorStore {
             keyword(&fields.dataset, dataset),
             keyword(&fields.source_key, source_key),
         ];
+        // Points written before payloads carried `bucket` gain it with their next projection.
+        let bucket = Some(receipts::verify::bucket(dataset, source_key));
         self.with_shard(true, move |shard| {
             let mut older = source.clone();
             older.push(before(&fields.head_at, head_at));
@@ -857,11 +888,11 @@ impl VectorStore for EdgeVectorStore {
                 let mut mine = source;
                 mine.push(keyword(&fields.revision_id, &keep.to_string()));
                 shard
-                    .update(set_payload(all_of(mine), true, Some(head_at)))
+                    .update(set_payload(all_of(mine), true, Some(head_at), bucket))
                     .map_err(unavailable)?;
             }
             shard
-                .update(set_payload(older, false, None))
+                .update(set_payload(older, false, None, bucket))
                 .map_err(unavailable)
         })
         .await
@@ -890,7 +921,7 @@ impl VectorStore for EdgeVectorStore {
         self.with_shard(true, move |shard| {
             let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
             shard
-                .update(set_payload(filter, false, None))
+                .update(set_payload(filter, false, None, None))
                 .map_err(unavailable)
         })
         .await
@@ -919,6 +950,79 @@ impl VectorStore for EdgeVectorStore {
                 .map_err(unavailable)
         })
         .await
+    }
+
+    async fn bucket_points(&self, bucket: u16, vectors: bool) -> Result<Vec<Held>, GatewayError> {
+        let filter = all_of(vec![integer_is(&self.fields.bucket, i64::from(bucket))]);
+        let dimension = self.dimension;
+        let mut points = Vec::new();
+        let mut offset = None;
+        loop {
+            let request = ScrollRequest {
+                offset,
+                limit: Some(SCROLL_PAGE),
+                filter: Some(filter.clone()),
+                with_payload: Some(WithPayloadInterface::Bool(true)),
+                with_vector: WithVector::Bool(vectors),
+                order_by: None,
+            };
+            let (records, next) = self
+                .with_shard(false, move |shard| {
+                    shard.scroll(request).map_err(unavailable)
+                })
+                .await?;
+            for record in records {
+                let dimension = record.vector.as_ref().map(|vector| match vector {
+                    qdrant_edge::VectorStructInternal::Single(values) => values.len(),
+                    qdrant_edge::VectorStructInternal::Named(named) => {
+                        match named.get(DEFAULT_VECTOR_NAME) {
+                            Some(qdrant_edge::VectorInternal::Dense(values)) => values.len(),
+                            _ => 0,
+                        }
+                    }
+                    _ => 0,
+                });
+                let is_current = record
+                    .payload
+                    .as_ref()
+                    .and_then(|payload| payload.0.get("is_current"))
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false);
+                points.push(ScrolledPoint {
+                    dataset: payload_text(&record.payload, "dataset"),
+                    source_key: payload_text(&record.payload, "source_key"),
+                    revision_id: payload_text(&record.payload, "revision_id"),
+                    is_current,
+                    dimension,
+                });
+            }
+            match next {
+                Some(next) => offset = Some(next),
+                None => break,
+            }
+        }
+        Ok(fold_points(points, dimension))
+    }
+
+    async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError> {
+        let filter = all_of(vec![
+            integer_is(&self.fields.bucket, i64::from(bucket)),
+            flag(&self.fields.is_current, true),
+        ]);
+        self.with_shard(false, move |shard| {
+            shard
+                .count(CountRequest {
+                    filter: Some(filter),
+                    exact: true,
+                })
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn ensure_present(&self, _create: bool) -> Result<bool, GatewayError> {
+        // The shard is open in this process (its lock is held): it exists until destroyed.
+        self.with_shard(false, |_| Ok(true)).await
     }
 
     async fn close(&self) -> Result<(), GatewayError> {

@@ -8,7 +8,9 @@
 //! collection per generation (server). A process that projects or searches several
 //! generations reaches their stores through one [`VectorStores`] registry, which opens each
 //! store once (an embedded shard has one owner). A point is one chunk of one revision, with the payload
-//! `dataset`, `source_key`, `revision_id`, `chunk_index`, `head_at` and `is_current`.
+//! `dataset`, `source_key`, `revision_id`, `chunk_index`, `head_at`, `is_current` and `bucket`
+//! (the source's verify bucket, [`receipts::verify::bucket`], so that verify reads one bucket
+//! of points without a full scroll).
 //!
 //! ## Invariants (both implementations; `tests/vector_conformance.rs` runs one suite on both)
 //! - Point ids are derived from (revision id, chunk index): projecting twice overwrites, never
@@ -35,6 +37,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::GatewayError;
+pub use receipts::verify::Held;
 
 /// How a payload field is indexed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,14 +51,18 @@ pub enum FieldKind {
 }
 
 /// The payload fields search and projection filter by, indexed before any point is written.
-pub const INDEXED_FIELDS: [(&str, FieldKind); 6] = [
+pub const INDEXED_FIELDS: [(&str, FieldKind); 7] = [
     ("head_at", FieldKind::Integer),
     ("dataset", FieldKind::Keyword),
     ("source_key", FieldKind::Keyword),
     ("revision_id", FieldKind::Keyword),
     ("is_current", FieldKind::Bool),
     ("chunk_index", FieldKind::Integer),
+    ("bucket", FieldKind::Integer),
 ];
+
+/// Points a bucket scroll reads per request.
+const SCROLL_PAGE: usize = 1000;
 
 /// One chunk's vector and where it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,6 +176,16 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError>;
     /// The payload fields the store holds an index for (read from the store itself).
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError>;
+    /// Every point of a verify bucket, by revision and the source its payload names, read
+    /// without vectors; with `vectors`, each point's vector is read as well and checked
+    /// against the store's dimension (the deep tier).
+    async fn bucket_points(&self, bucket: u16, vectors: bool) -> Result<Vec<Held>, GatewayError>;
+    /// Points of a verify bucket flagged current (the counts tier).
+    async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError>;
+    /// Whether the store's container (a shard, a collection) exists; with `create`, a missing
+    /// one is created first, with its payload indexes (verify's repair of a dropped
+    /// collection), and the answer is true.
+    async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError>;
     /// Puts everything written on disk before the process stops, and reports what failed (a
     /// full disk, say) instead of failing later where nobody can handle it. Called once, at
     /// shutdown.
@@ -230,4 +247,47 @@ fn check_dimensions(points: &[VectorPoint], dimension: usize) -> Result<(), Gate
         ))),
         None => Ok(()),
     }
+}
+
+/// One point as a bucket scroll reads it: the source and revision its payload names, whether
+/// it is current, and its vector's length when vectors were read.
+struct ScrolledPoint {
+    dataset: Option<String>,
+    source_key: Option<String>,
+    revision_id: Option<String>,
+    is_current: bool,
+    dimension: Option<usize>,
+}
+
+/// Folds scrolled points into one [`Held`] per revision and named source. A point whose
+/// revision id is missing or unreadable is held under the nil revision (which the ledger never
+/// holds: it is reported `extra`).
+fn fold_points(points: Vec<ScrolledPoint>, dimension: usize) -> Vec<Held> {
+    let mut held: std::collections::BTreeMap<(Uuid, String, String), Held> =
+        std::collections::BTreeMap::new();
+    for point in points {
+        let revision_id = point
+            .revision_id
+            .as_deref()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or_else(Uuid::nil);
+        let dataset = point.dataset.unwrap_or_default();
+        let source_key = point.source_key.unwrap_or_default();
+        let entry = held
+            .entry((revision_id, dataset.clone(), source_key.clone()))
+            .or_insert_with(|| Held {
+                revision_id,
+                dataset,
+                source_key,
+                points: 0,
+                current: 0,
+                wrong_dimension: 0,
+            });
+        entry.points += 1;
+        entry.current += u32::from(point.is_current);
+        if point.dimension.is_some_and(|found| found != dimension) {
+            entry.wrong_dimension += 1;
+        }
+    }
+    held.into_values().collect()
 }

@@ -21,15 +21,15 @@ use async_trait::async_trait;
 use qdrant_client::qdrant::{
     value::Kind, vectors_config, vectors_output, Condition, CountPointsBuilder,
     CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance,
-    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, Range, SearchPointsBuilder,
-    SetPayloadPointsBuilder, UpsertPointsBuilder, Value, VectorParamsBuilder,
+    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, Range, ScrollPointsBuilder,
+    SearchPointsBuilder, SetPayloadPointsBuilder, UpsertPointsBuilder, Value, VectorParamsBuilder,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, point_id, FieldKind, PointSelector, RevisionPoints, VectorHit, VectorPoint,
-    VectorStore, INDEXED_FIELDS,
+    check_dimensions, fold_points, point_id, FieldKind, Held, PointSelector, RevisionPoints,
+    ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -206,9 +206,16 @@ fn integer(payload: &HashMap<String, Value>, key: &str) -> Option<i64> {
     }
 }
 
-fn current_payload(is_current: bool, head_at: Option<i64>) -> HashMap<String, Value> {
+fn current_payload(
+    is_current: bool,
+    head_at: Option<i64>,
+    bucket: Option<u16>,
+) -> HashMap<String, Value> {
     let mut payload = HashMap::new();
     payload.insert("is_current".to_owned(), Value::from(is_current));
+    if let Some(bucket) = bucket {
+        payload.insert("bucket".to_owned(), Value::from(i64::from(bucket)));
+    }
     if let Some(head_at) = head_at {
         payload.insert("head_at".to_owned(), Value::from(head_at));
     }
@@ -358,8 +365,9 @@ impl ServerVectorStore {
         filter: Filter,
         is_current: bool,
         head_at: Option<i64>,
+        bucket: Option<u16>,
     ) -> Result<(), GatewayError> {
-        let payload = current_payload(is_current, head_at);
+        let payload = current_payload(is_current, head_at, bucket);
         self.retrying("set_payload", || {
             self.client.set_payload(
                 SetPayloadPointsBuilder::new(self.collection.as_str(), payload.clone())
@@ -438,6 +446,13 @@ impl VectorStore for ServerVectorStore {
             .into_iter()
             .map(|point| {
                 let mut payload: HashMap<String, Value> = HashMap::new();
+                payload.insert(
+                    "bucket".to_owned(),
+                    Value::from(i64::from(receipts::verify::bucket(
+                        &point.dataset,
+                        &point.source_key,
+                    ))),
+                );
                 payload.insert("dataset".to_owned(), Value::from(point.dataset));
                 payload.insert("source_key".to_owned(), Value::from(point.source_key));
                 payload.insert(
@@ -503,14 +518,16 @@ impl VectorStore for ServerVectorStore {
             },
         ));
         let mut older = Filter::must(older);
+        // Points written before payloads carried `bucket` gain it with their next projection.
+        let bucket = Some(receipts::verify::bucket(dataset, source_key));
         if let Some(keep) = keep {
             older.must_not = vec![keyword("revision_id", &keep.to_string())];
             let mut mine = source.to_vec();
             mine.push(keyword("revision_id", &keep.to_string()));
-            self.set_payload(Filter::must(mine), true, Some(head_at))
+            self.set_payload(Filter::must(mine), true, Some(head_at), bucket)
                 .await?;
         }
-        self.set_payload(older, false, None).await
+        self.set_payload(older, false, None, bucket).await
     }
 
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {
@@ -526,6 +543,7 @@ impl VectorStore for ServerVectorStore {
         self.set_payload(
             Filter::must([keyword("revision_id", &revision_id.to_string())]),
             false,
+            None,
             None,
         )
         .await
@@ -640,6 +658,76 @@ impl VectorStore for ServerVectorStore {
             .result
             .map(|info| info.payload_schema.into_keys().collect())
             .unwrap_or_default())
+    }
+
+    async fn bucket_points(&self, bucket: u16, vectors: bool) -> Result<Vec<Held>, GatewayError> {
+        let filter = Filter::must([Condition::matches("bucket", i64::from(bucket))]);
+        let mut points = Vec::new();
+        let mut offset: Option<PointId> = None;
+        loop {
+            let mut request = ScrollPointsBuilder::new(self.collection.as_str())
+                .filter(filter.clone())
+                .limit(SCROLL_PAGE as u32)
+                .with_payload(true)
+                .with_vectors(vectors);
+            if let Some(offset) = offset.clone() {
+                request = request.offset(offset);
+            }
+            let response = self
+                .retrying("scroll", || self.client.scroll(request.clone()))
+                .await?;
+            for point in response.result {
+                let dimension = point.vectors.map(|vectors| match vectors.vectors_options {
+                    Some(vectors_output::VectorsOptions::Vector(vector)) => match vector.vector {
+                        Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => {
+                            dense.data.len()
+                        }
+                        #[allow(deprecated)]
+                        None => vector.data.len(),
+                        Some(_) => 0,
+                    },
+                    _ => 0,
+                });
+                let is_current = matches!(
+                    point
+                        .payload
+                        .get("is_current")
+                        .and_then(|value| value.kind.as_ref()),
+                    Some(Kind::BoolValue(true))
+                );
+                points.push(ScrolledPoint {
+                    dataset: text(&point.payload, "dataset"),
+                    source_key: text(&point.payload, "source_key"),
+                    revision_id: text(&point.payload, "revision_id"),
+                    is_current,
+                    dimension,
+                });
+            }
+            match response.next_page_offset {
+                Some(next) => offset = Some(next),
+                None => break,
+            }
+        }
+        Ok(fold_points(points, self.dimension))
+    }
+
+    async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError> {
+        self.count(Filter::must([
+            Condition::matches("bucket", i64::from(bucket)),
+            flag("is_current", true),
+        ]))
+        .await
+    }
+
+    async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {
+        if self.exists().await? {
+            return Ok(true);
+        }
+        if !create {
+            return Ok(false);
+        }
+        self.ensure_collection().await?;
+        Ok(true)
     }
 
     async fn close(&self) -> Result<(), GatewayError> {
