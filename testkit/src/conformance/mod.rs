@@ -25,6 +25,7 @@ mod operations;
 mod projection;
 mod search;
 mod tokens;
+mod verify;
 
 pub use acceptance::*;
 pub use connectors::*;
@@ -36,6 +37,7 @@ pub use operations::*;
 pub use projection::*;
 pub use search::*;
 pub use tokens::*;
+pub use verify::*;
 
 /// A ledger under test with the clock and fault plan it was built with.
 pub struct Harness {
@@ -248,6 +250,9 @@ macro_rules! ledger_conformance {
             a_large_batch_keeps_each_sources_order,
             concurrent_acceptances_are_all_durable,
             tokens_authenticate,
+            verify_reads_a_bucket_of_settled_heads,
+            verify_passes_go_through_one_path,
+            a_repair_reprojects_the_head_only,
             token_lifecycle,
             lease_lifecycle_claim_heartbeat_complete,
             expired_lease_is_fenced_and_rescued,
