@@ -320,6 +320,7 @@ pub trait Ledger:
     + AcceptLedger
     + OpsLedger
     + SyncLedger
+    + VerifyLedger
     + std::fmt::Debug
     + 'static
 {
@@ -368,6 +369,19 @@ pub trait SyncLedger:
 }
 
 impl<T: Acceptor + Reader + Leases + Connectors + Tokens + std::fmt::Debug + 'static> SyncLedger
+    for T
+{
+}
+
+/// What verify may do: read a bucket's ledger side and the retained bytes, record passes and
+/// drift, queue a repair's projection, read generations, and authenticate its API's tokens.
+/// It cannot accept, erase or hold leases.
+pub trait VerifyLedger:
+    Verifications + Reader + Projections + Tokens + std::fmt::Debug + 'static
+{
+}
+
+impl<T: Verifications + Reader + Projections + Tokens + std::fmt::Debug + 'static> VerifyLedger
     for T
 {
 }

@@ -110,7 +110,8 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{
     AcceptLedger, Acceptor, Connectors, Leases, Ledger, MigrationReport, OpsLedger, Projections,
-    Reader, SearchLedger, SyncLedger, Tokens, Verifications, WorkLedger, CANDIDATES_PER_HASH,
+    Reader, SearchLedger, SyncLedger, Tokens, Verifications, VerifyLedger, WorkLedger,
+    CANDIDATES_PER_HASH,
 };
 pub use model::{
     owner_of, AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow,

@@ -266,13 +266,7 @@ pub async fn verify_passes_go_through_one_path(harness: Harness) {
     );
     let states: Vec<(Option<String>, Option<String>, String)> = history
         .iter()
-        .map(|entry| {
-            (
-                entry.from.clone(),
-                entry.to.clone(),
-                entry.actor.clone(),
-            )
-        })
+        .map(|entry| (entry.from.clone(), entry.to.clone(), entry.actor.clone()))
         .collect();
     assert_eq!(
         states,

@@ -1,0 +1,72 @@
+//! # verify: fsck for every projection
+//!
+//! The ledger is the single truth; every derived store is checked against it. A pass walks the
+//! [`receipts::verify::BUCKETS`] buckets of one generation in order. For each bucket it reads
+//! the ledger's side ([`receipts::Verifications::verify_bucket`]: settled heads and what their
+//! receipts promise) and the store's side (points by revision, from the bucket's indexed
+//! payload field), and compares them ([`receipts::verify`]).
+//!
+//! ## Tiers
+//! - `counts`: one count of the bucket's current points. Only a bucket whose count differs
+//!   from the promises, or that has work in flight, is read point by point.
+//! - `scrub`: every bucket's payloads are scrolled without vectors. The order-free digests of
+//!   both sides are compared, and any difference is compared revision by revision.
+//! - `deep`: the scrub with vectors, so each dimension is checked, and every settled head's
+//!   retained bytes hashed again against their content hash.
+//!
+//! Chunk rows (count and checksum) are checked in every tier: they are in the ledger, so they
+//! cost nothing more.
+//!
+//! ## Invariants
+//! - **Work in flight is never drift.** A source with an open job, or a head not yet settled,
+//!   is skipped.
+//! - **Drift is recorded only when a second look confirms it.** Both sides are read again,
+//!   with the ledger last, and only drift found both times, for a source whose head did not
+//!   move, is recorded.
+//! - **A pass is resumable and single.** Its cursor moves in the ledger in one transaction with
+//!   the bucket's drift. There is one running pass per tier and generation, whichever process
+//!   or operator starts it.
+//! - **Repairs use the normal paths only** ([`repair`]), and each is recorded with its drift:
+//!   - a projection job for the head;
+//!   - a retire before a delete for points the ledger does not hold;
+//!   - the ordered `set_current` for flags.
+//!
+//!   Bytes whose hash differs are corruption. They are reported, never repaired.
+//! - Passes are rate-limited (buckets per second), so a pass never starves search.
+
+pub mod api;
+mod pass;
+pub mod repair;
+
+pub use pass::{BucketOutcome, Verifier, VerifyError};
+
+use std::time::Duration;
+
+use receipts::model::VerifyTier;
+
+/// How `cairn serve` runs verify.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifySettings {
+    /// How often a scheduled pass starts (`None`: only by hand).
+    pub interval: Option<Duration>,
+    /// The tier of scheduled passes.
+    pub tier: VerifyTier,
+    /// Whether scheduled passes repair what they confirm.
+    pub repair: bool,
+    /// Most buckets a pass checks per second (its rate limit).
+    pub buckets_per_second: u32,
+}
+
+impl Default for VerifySettings {
+    fn default() -> Self {
+        VerifySettings {
+            interval: Some(Duration::from_secs(6 * 3600)),
+            tier: VerifyTier::Scrub,
+            repair: false,
+            buckets_per_second: DEFAULT_BUCKETS_PER_SECOND,
+        }
+    }
+}
+
+/// Default rate limit: a full pass of 1,024 buckets takes about 20 seconds at least.
+pub const DEFAULT_BUCKETS_PER_SECOND: u32 = 50;
