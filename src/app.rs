@@ -1,4 +1,5 @@
-//! The HTTP application: the union of each crate's router (acceptor, search, ops, graph,
+//! The HTTP application: the union of each crate's router (acceptor, search, connectors,
+//! verify, ops, graph,
 //! the MCP endpoint, the OpenAPI document) over one ledger, with request logging, route labels for metrics and a
 //! typed answer to a panic.
 
@@ -16,7 +17,7 @@ use crate::{openapi, server};
 /// The whole HTTP application over one ledger. Search is lexical-only unless `vector` (the
 /// query embedder and the vector store) is given.
 pub fn app(ledger: Arc<dyn Ledger>, config: &Config, vector: Option<search::VectorSide>) -> Router {
-    app_with_graph(ledger, config, vector, None, None)
+    app_with_graph(ledger, config, vector, None, None, None)
 }
 
 /// [`app`], reading links from `graph` (`GET /v1/graph/sources`, search's `"expand":
@@ -27,7 +28,15 @@ pub fn app_with_graph(
     vector: Option<search::VectorSide>,
     graph: Option<Arc<dyn gateways::GraphStore>>,
     generations: Option<Arc<dyn ops::generations::GenerationSetup>>,
+    verifier: Option<Arc<verify::Verifier>>,
 ) -> Router {
+    let verifier = verifier.unwrap_or_else(|| {
+        verify::Verifier::new(
+            ledger.clone(),
+            vector.as_ref().map(|side| side.stores.clone()),
+            config.verify.clone(),
+        )
+    });
     let mut searcher = search::Searcher::new(ledger.clone(), vector, config.search);
     if let Some(graph) = graph {
         searcher = searcher.with_graph(graph);
@@ -41,6 +50,7 @@ pub fn app_with_graph(
             ledger.clone(),
             config.connectors.clone(),
         ))
+        .merge(verify::api::routes(verifier))
         .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));

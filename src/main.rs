@@ -64,6 +64,9 @@ enum Command {
     /// The MCP server over stdio for local hosts, through a running cairn (token in
     /// `CAIRN_TOKEN`).
     Mcp(commands::McpArgs),
+    /// Checks every store against the ledger's receipts (chunk rows, vectors, bytes), through a
+    /// running cairn; prints drift as JSON lines. Exit 0 clean, 1 drift, 2 error.
+    Verify(commands::VerifyArgs),
 }
 
 fn init_tracing(format: &str) {
@@ -109,6 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(command) => command.run(&env).await,
         Command::Hook(command) => command.run(&env).await,
         Command::Mcp(command) => command.run(&env).await,
+        Command::Verify(command) => command.run(&env).await,
     }
 }
 

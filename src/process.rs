@@ -162,7 +162,21 @@ pub async fn serve(
         )),
         None => None,
     };
-    let application = app_with_graph(ledger, &config, vector, graph, Some(generations));
+    // Verify runs where the vector stores are open (with the workers, or on a shared server).
+    let verifier = verify::Verifier::new(
+        ledger.clone(),
+        vector.as_ref().map(|side| side.stores.clone()),
+        config.verify.clone(),
+    );
+    let schedule = verifier.spawn_schedule();
+    let application = app_with_graph(
+        ledger,
+        &config,
+        vector,
+        graph,
+        Some(generations),
+        Some(verifier),
+    );
     let http = server::run(listener, application, config.http, async {
         shutdown.await;
         // Workers stop on their own clock, independently of the HTTP drain: they release
@@ -170,6 +184,8 @@ pub async fn serve(
         let _ = stop_workers.send(true);
     });
     let (report, ()) = tokio::join!(http, workers.stopped());
+    // A pass in progress stays `running` in the ledger; the next start resumes it.
+    schedule.abort();
     tracing::info!(
         connections = report.served,
         overflowed = report.overflowed,

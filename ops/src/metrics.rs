@@ -214,6 +214,39 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "When each connector's last run succeeded in this process (Unix seconds); time() minus \
          it is the time since the last success.",
     ),
+    (
+        "cairn_verify_buckets_checked_total",
+        Kind::Counter,
+        "Buckets verify checked, by tier (counts, scrub, deep); 1,024 make a pass.",
+    ),
+    (
+        "cairn_verify_store_requests_total",
+        Kind::Counter,
+        "Requests verify made to the vector store, by tier.",
+    ),
+    (
+        "cairn_verify_drift_total",
+        Kind::Counter,
+        "Drift verify confirmed (a second look agreed), by kind and store (vector, relational, \
+         bytes).",
+    ),
+    (
+        "cairn_verify_repairs_total",
+        Kind::Counter,
+        "Verify repairs, by outcome (repairing: a projection job queued; repaired: fixed and \
+         read back; corrupt: bytes reported, never repaired; failed).",
+    ),
+    (
+        "cairn_verify_last_complete_seconds",
+        Kind::Gauge,
+        "When the last verify pass of each tier completed (Unix seconds); time() minus it is \
+         the age of the last complete check.",
+    ),
+    (
+        "cairn_verify_open_drift",
+        Kind::Gauge,
+        "Drift the last completed pass of each tier confirmed.",
+    ),
 ];
 
 /// A metric's type.
@@ -257,6 +290,19 @@ fn describe() {
         "conflict",
     ] {
         metrics::counter!("cairn_sync_files_total", "outcome" => outcome).absolute(0);
+    }
+    for tier in ["counts", "scrub", "deep"] {
+        metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier).absolute(0);
+        metrics::counter!("cairn_verify_store_requests_total", "tier" => tier).absolute(0);
+    }
+    for kind in receipts::model::DriftKind::ALL {
+        for store in ["vector", "relational", "bytes"] {
+            metrics::counter!("cairn_verify_drift_total", "kind" => kind.as_str(), "store" => store)
+                .absolute(0);
+        }
+    }
+    for outcome in ["repairing", "repaired", "corrupt", "failed"] {
+        metrics::counter!("cairn_verify_repairs_total", "outcome" => outcome).absolute(0);
     }
     metrics::counter!("cairn_search_stale_dropped_total").absolute(0);
     metrics::counter!("cairn_http_connections_refused_total").absolute(0);

@@ -36,6 +36,17 @@ pub(super) struct FileConfig {
     pub(super) mcp: FileMcp,
     #[serde(default)]
     pub(super) connectors: FileConnectors,
+    #[serde(default)]
+    pub(super) verify: FileVerify,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileVerify {
+    pub(super) interval_ms: Option<u64>,
+    pub(super) tier: Option<String>,
+    pub(super) repair: Option<bool>,
+    pub(super) buckets_per_second: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -101,6 +101,7 @@ impl Config {
         let config = Config {
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
+            verify: verify_settings(env, &file)?,
             graph,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,
@@ -432,6 +433,47 @@ fn connector_settings(
         );
     }
     Ok(connectors::api::ConnectorSettings { folder_roots })
+}
+
+/// `[verify]`: the scheduled pass (`interval_ms = 0` turns it off; by hand, passes still run).
+fn verify_settings(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<verify::VerifySettings> {
+    let defaults = verify::VerifySettings::default();
+    let interval = env
+        .number::<u64>("CAIRN_VERIFY_INTERVAL_MS")?
+        .or(file.verify.interval_ms)
+        .map_or(defaults.interval, |ms| {
+            (ms > 0).then(|| Duration::from_millis(ms))
+        });
+    let tier = match env.text("CAIRN_VERIFY_TIER").or(file.verify.tier.clone()) {
+        Some(text) => text
+            .parse::<receipts::model::VerifyTier>()
+            .map_err(|error| anyhow::anyhow!("verify.tier: {error}"))?,
+        None => defaults.tier,
+    };
+    let repair = match env.text("CAIRN_VERIFY_REPAIR") {
+        Some(text) => match text.as_str() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => bail!("CAIRN_VERIFY_REPAIR: `{other}` is not true or false"),
+        },
+        None => file.verify.repair.unwrap_or(defaults.repair),
+    };
+    let buckets_per_second = env
+        .number::<u32>("CAIRN_VERIFY_BUCKETS_PER_SECOND")?
+        .or(file.verify.buckets_per_second)
+        .unwrap_or(defaults.buckets_per_second);
+    if buckets_per_second == 0 {
+        bail!("verify.buckets_per_second must be at least 1");
+    }
+    if interval.is_some_and(|interval| interval < Duration::from_secs(60)) {
+        bail!("verify.interval_ms must be 0 (off) or at least 60000 (one minute)");
+    }
+    Ok(verify::VerifySettings {
+        interval,
+        tier,
+        repair,
+        buckets_per_second,
+    })
 }
 
 /// `[graph]`: a Bolt server, or `None` for no graph backend.

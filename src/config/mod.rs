@@ -107,6 +107,8 @@ pub struct Config {
     /// The folders connectors may read (`connectors.folder_roots`,
     /// `CAIRN_CONNECTOR_FOLDER_ROOTS`); none by default.
     pub connectors: connectors::api::ConnectorSettings,
+    /// The scheduled verify pass (`[verify]`, `CAIRN_VERIFY_*`).
+    pub verify: verify::VerifySettings,
     /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.

@@ -21,3 +21,4 @@ mod prometheus;
 mod server;
 mod tokens;
 mod topology;
+mod verify;

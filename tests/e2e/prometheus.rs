@@ -11,8 +11,10 @@ use crate::common::app;
 
 /// Families whose labels are only known once something happens: a dataset's first job event,
 /// a projection stage, a request to a route, a connector's first successful run.
-const LABELLED_BY_EVENTS: [&str; 9] = [
+const LABELLED_BY_EVENTS: [&str; 11] = [
     "cairn_sync_last_success_timestamp_seconds",
+    "cairn_verify_last_complete_seconds",
+    "cairn_verify_open_drift",
     "cairn_job_claims_total",
     "cairn_job_completions_total",
     "cairn_job_retries_scheduled_total",

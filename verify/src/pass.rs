@@ -140,6 +140,48 @@ impl Verifier {
         Ok(pass)
     }
 
+    /// Starts the schedule: resumes the passes the ledger says are running (a restart stopped
+    /// them mid-way; their cursor says where), then starts a pass of the configured tier over
+    /// the active generation every interval. Also sets the last-complete gauges from the
+    /// ledger, so a restart does not make a recent pass look old.
+    pub fn spawn_schedule(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let verifier = self.clone();
+        tokio::spawn(async move {
+            match verifier.ledger.verify_passes(100).await {
+                Ok(passes) => {
+                    for tier in VerifyTier::ALL {
+                        if let Some(done) = passes
+                            .iter()
+                            .find(|p| p.tier == *tier && p.state == PassState::Completed)
+                        {
+                            metrics::gauge!("cairn_verify_last_complete_seconds", "tier" => tier.as_str())
+                                .set(done.changed_at as f64 / 1e6);
+                        }
+                    }
+                    for pass in passes.into_iter().filter(|p| p.state == PassState::Running) {
+                        tracing::info!(pass = %pass.id, tier = %pass.tier, cursor = pass.cursor, "resuming a verify pass");
+                        verifier.spawn(pass);
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not read verify passes to resume"),
+            }
+            let Some(interval) = verifier.settings.interval else {
+                return;
+            };
+            loop {
+                tokio::time::sleep(interval).await;
+                let (tier, repair) = (verifier.settings.tier, verifier.settings.repair);
+                let reason = format!("scheduled every {} s", interval.as_secs());
+                if let Err(error) = verifier
+                    .start(tier, None, repair, "cairn:schedule", &reason)
+                    .await
+                {
+                    tracing::warn!(%error, %tier, "the scheduled verify pass did not start");
+                }
+            }
+        })
+    }
+
     /// Runs `pass` in a task of its own unless this process already runs it.
     fn spawn(self: &Arc<Self>, pass: VerifyPass) {
         let verifier = self.clone();

@@ -26,6 +26,7 @@ mod search;
 mod serve;
 mod status;
 mod token;
+mod verify;
 mod worker;
 
 pub use bench::BenchArgs;
@@ -45,6 +46,7 @@ pub use search::SearchArgs;
 pub use serve::ServeArgs;
 pub use status::StatusArgs;
 pub use token::TokenArgs;
+pub use verify::VerifyArgs;
 pub use worker::WorkerArgs;
 
 /// Where the client finds the server and its token.

@@ -1,0 +1,176 @@
+//! `cairn verify` against a served instance (SQLite and qdrant-edge): clean after projection
+//! (exit 0), drift after chunk rows are deleted behind cairn's back (exit 1, one JSON line per
+//! drift), `--repair` queues the projection that puts them back, and the next pass is clean
+//! again; a bad request is a typed 422 and an unknown generation exits 2.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{admin_token, post_source};
+use crate::crash::spawn_serve_with;
+use crate::projection::wait_for_job;
+
+fn verify(base: &str, token: &str, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("verify")
+        .args(args)
+        .args(["--server", base, "--token", token])
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("run cairn verify")
+}
+
+fn lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_finds_and_repairs_drift_from_the_cli() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &[("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000")],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let token = admin_token(data.path());
+    let http = reqwest::Client::new();
+    let mut revisions = Vec::new();
+    for key in ["a.md", "b.md", "c.md"] {
+        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note about {key}, long enough to make one chunk of text.")});
+        revisions.push(post_source(&http, &base, &token, &body).await);
+    }
+    for revision in &revisions {
+        wait_for_job(&http, &base, &token, revision, "completed").await;
+    }
+
+    let clean = verify(&base, &token, &["--tier", "scrub"]);
+    assert_eq!(
+        clean.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(lines(&clean).is_empty());
+    assert!(String::from_utf8_lossy(&clean.stderr).contains("completed: 1024 buckets checked"));
+
+    // Chunk rows deleted behind cairn's back (another connection to the ledger file).
+    {
+        use sqlx::ConnectOptions;
+        let mut connection = receipts::sqlite::connect_options(
+            &data.path().join("ledger.db"),
+            Duration::from_secs(5),
+        )
+        .connect()
+        .await
+        .expect("open the ledger file");
+        let deleted = sqlx::query("DELETE FROM chunks WHERE revision_id = ?")
+            .bind(&revisions[1])
+            .execute(&mut connection)
+            .await
+            .expect("delete rows")
+            .rows_affected();
+        assert!(deleted > 0);
+    }
+    let found = verify(&base, &token, &["--tier", "counts"]);
+    assert_eq!(
+        found.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    let drift = lines(&found);
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(
+        (
+            &drift[0]["kind"],
+            &drift[0]["store"],
+            &drift[0]["source_key"]
+        ),
+        (&json!("missing"), &json!("relational"), &json!("b.md"))
+    );
+    assert_eq!(drift[0]["evidence"]["found"]["rows"], 0, "{}", drift[0]);
+
+    let repaired = verify(
+        &base,
+        &token,
+        &["--tier", "scrub", "--repair", "--reason", "rows lost"],
+    );
+    assert_eq!(repaired.status.code(), Some(1));
+    let drift = lines(&repaired);
+    assert_eq!(drift[0]["state"], "repairing", "{drift:?}");
+    assert!(drift[0]["repair"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("queued projection job"));
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let again = verify(&base, &token, &["--tier", "scrub"]);
+        if again.status.code() == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "drift did not clear: {}",
+            String::from_utf8_lossy(&again.stdout)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // A bad request changes nothing and is typed; an unknown generation exits 2.
+    let bad = http
+        .post(format!("{base}/v1/verify"))
+        .bearer_auth(&token)
+        .json(&json!({"tier": "thorough"}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(bad.status().as_u16(), 422);
+    let body: Value = bad.json().await.expect("json");
+    assert_eq!(body["code"], "invalid_json", "{body}");
+    let unknown = verify(&base, &token, &["--generation", "g-0000000000000000"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("generation_state"));
+
+    // The passes and their drift are listed, and metrics count them.
+    let listed: Value = http
+        .get(format!("{base}/v1/verify?limit=10"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert!(
+        listed["passes"].as_array().expect("passes").len() >= 4,
+        "{listed}"
+    );
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        crate::common::metric(
+            &metrics,
+            "cairn_verify_drift_total",
+            &[("kind", "missing"), ("store", "relational")]
+        ) >= 2.0,
+        "{metrics}"
+    );
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+}
