@@ -83,6 +83,7 @@ pub struct PassList {
 /// How many passes to list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// At most this many (1 to 100, default 20).
     #[param(minimum = 1, maximum = 100)]
@@ -92,6 +93,7 @@ pub struct ListQuery {
 /// Why a pass is abandoned.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AbandonQuery {
     /// Why (recorded in history); at most 500 printable characters.
     #[param(max_length = 500)]
