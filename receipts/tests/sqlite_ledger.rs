@@ -285,3 +285,50 @@ async fn sync_runs_name_a_connector_and_only_one_is_open() {
             .expect("jobs");
     assert!(jobs.iter().all(Option::is_some) && !jobs.is_empty());
 }
+
+/// Every source carries the verify bucket Rust computes; a source without one (a ledger that
+/// schema 15 migrated) gets it when the ledger opens.
+#[tokio::test]
+async fn sources_carry_their_verify_bucket_and_missing_ones_are_filled_on_open() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("ledger.db");
+    let long = "x".repeat(300);
+    let keys = ["a.md", "guides/ünïcode ✓.md", long.as_str()];
+    {
+        let ledger = open(&path).await;
+        let submissions = keys.iter().map(|key| put("docs", key, "text")).collect();
+        for result in receipts::Acceptor::accept(&ledger, submissions).await {
+            result.expect("accepted");
+        }
+        let rows: Vec<(String, String, i64)> =
+            sqlx::query_as("SELECT dataset, source_key, bucket FROM sources")
+                .fetch_all(ledger.read_pool())
+                .await
+                .expect("read");
+        assert_eq!(rows.len(), keys.len());
+        for (dataset, key, bucket) in rows {
+            assert_eq!(
+                bucket,
+                i64::from(receipts::verify::bucket(&dataset, &key)),
+                "{key}"
+            );
+        }
+        sqlx::query("UPDATE sources SET bucket = NULL")
+            .execute(ledger.read_pool())
+            .await
+            .expect("clear");
+    }
+    let ledger = open(&path).await;
+    let rows: Vec<(String, String, Option<i64>)> =
+        sqlx::query_as("SELECT dataset, source_key, bucket FROM sources")
+            .fetch_all(ledger.read_pool())
+            .await
+            .expect("read");
+    for (dataset, key, bucket) in rows {
+        assert_eq!(
+            bucket,
+            Some(i64::from(receipts::verify::bucket(&dataset, &key))),
+            "{key}"
+        );
+    }
+}
