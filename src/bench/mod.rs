@@ -442,6 +442,8 @@ mod connector;
 mod prune;
 pub use connector::{connector, ConnectorBench};
 pub use prune::{prune, PruneBench};
+mod verify;
+pub use verify::{verify, VerifyBench};
 
 /// The value at `fraction` (0..=1) of sorted samples (0 when there are none).
 pub(crate) fn percentile_f64(sorted: &[f64], fraction: f64) -> f64 {

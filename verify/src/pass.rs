@@ -62,6 +62,8 @@ pub struct Verifier {
     pub(crate) stores: Option<Arc<dyn VectorStores>>,
     settings: VerifySettings,
     running: Mutex<HashSet<Uuid>>,
+    /// Store calls made by this verifier's passes (bucket counts and bucket reads).
+    calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -94,12 +96,18 @@ impl Verifier {
             stores,
             settings,
             running: Mutex::new(HashSet::new()),
+            calls: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Its settings.
     pub fn settings(&self) -> &VerifySettings {
         &self.settings
+    }
+
+    /// Store calls its passes made so far (a bucket's count, a bucket's read).
+    pub fn store_calls(&self) -> u64 {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Starts a pass of `tier` over `generation` (the active one when `None`), or answers the
@@ -246,6 +254,8 @@ impl Verifier {
                 .increment(1);
             metrics::counter!("cairn_verify_store_requests_total", "tier" => tier.as_str())
                 .increment(outcome.store_requests);
+            self.calls
+                .fetch_add(outcome.store_requests, std::sync::atomic::Ordering::Relaxed);
             let records: Vec<DriftRecord> = outcome
                 .drift
                 .iter()

@@ -25,7 +25,7 @@ CREATE INDEX sources_by_bucket ON sources (bucket, dataset, source_key COLLATE "
 
 ALTER TABLE history DROP CONSTRAINT history_entity_check;
 ALTER TABLE history ADD CONSTRAINT history_entity_check CHECK (entity IN ('source', 'job',
-    'receipt', 'block', 'token', 'pause', 'generation', 'connector', 'verify', 'drift'));
+    'receipt', 'block', 'token', 'pause', 'generation', 'connector', 'verify', 'drift', 'restore'));
 
 CREATE TABLE verify_passes (
     id              uuid    PRIMARY KEY,

@@ -7,13 +7,13 @@
 --   drift in one transaction, so a pass resumes where it stopped. One running pass per tier
 --   and generation.
 -- - `verify_drift`: one row per drift a second look confirmed, with its evidence and repair.
--- Both record their state changes in `history` (entities `verify` and `drift`), which takes
+-- Both record their state changes in `history` (entities `verify` and `drift`; `restore` for the steps of a restore), which takes
 -- the two entities through the schema edit schema 14 used (see there), made before the
 -- `ADD COLUMN` that bumps the schema cookie.
 PRAGMA writable_schema = ON;
 UPDATE sqlite_schema
 SET sql = replace(sql, '''generation'', ''connector''))',
-                       '''generation'', ''connector'', ''verify'', ''drift''))')
+                       '''generation'', ''connector'', ''verify'', ''drift'', ''restore''))')
 WHERE type = 'table' AND name = 'history';
 PRAGMA writable_schema = OFF;
 ALTER TABLE sources ADD COLUMN bucket INTEGER CHECK (bucket IS NULL OR bucket BETWEEN 0 AND 1023);

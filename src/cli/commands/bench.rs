@@ -165,6 +165,22 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-extract.json")]
         out: PathBuf,
     },
+    /// Verify passes (counts, scrub, deep) over many sources and points generated without
+    /// embedding (SQLite and qdrant-edge), with search latency while each pass runs.
+    Verify {
+        /// Sources, each a settled head.
+        #[arg(long, default_value_t = 100_000)]
+        sources: usize,
+        /// Chunk rows and points per source.
+        #[arg(long, default_value_t = 10)]
+        chunks: usize,
+        /// The vectors' dimension (verify reads values only in the deep tier).
+        #[arg(long, default_value_t = 8)]
+        dimension: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-verify.json")]
+        out: PathBuf,
+    },
     /// Durable receipts per second through the API against a raw sqlx loop.
     Accept {
         /// Measure a PostgreSQL ledger (a database of its own) instead of SQLite.
@@ -324,6 +340,20 @@ impl BenchArgs {
                     files: files.max(1),
                     changes,
                     git,
+                })
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Verify {
+                sources,
+                chunks,
+                dimension,
+                out,
+            } => {
+                let report = crate::bench::verify(crate::bench::VerifyBench {
+                    sources: sources.max(1),
+                    chunks: chunks.max(1),
+                    dimension: dimension.max(2),
                 })
                 .await?;
                 write_report(&out, &report)?;
