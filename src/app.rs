@@ -37,6 +37,7 @@ pub fn app_with_graph(
             config.verify.clone(),
         )
     });
+    let stores = vector.as_ref().map(|side| side.stores.clone());
     let mut searcher = search::Searcher::new(ledger.clone(), vector, config.search);
     if let Some(graph) = graph {
         searcher = searcher.with_graph(graph);
@@ -51,6 +52,11 @@ pub fn app_with_graph(
             config.connectors.clone(),
         ))
         .merge(verify::api::routes(verifier))
+        .merge(crate::backup::api::routes(
+            ledger.clone(),
+            stores,
+            config.backup_dir(),
+        ))
         .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));

@@ -84,3 +84,52 @@ pub fn prepare(dir: &Path) -> anyhow::Result<Tightened> {
         Ok(Tightened::default())
     }
 }
+
+/// The data directory's lock file: every process that uses the directory (`serve`, `worker`)
+/// holds it shared while it runs; a restore takes it exclusively, so it never replaces files
+/// under a running process.
+pub fn lock_path(dir: &Path) -> PathBuf {
+    dir.join("cairn.lock")
+}
+
+/// Holds the data directory shared for as long as the answer lives.
+pub fn hold(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = lock_path(dir);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock_shared() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "the data directory {} is being restored; start cairn again once the restore ends",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+}
+
+/// Holds the data directory exclusively (a restore), or says which lock is held.
+pub fn hold_exclusively(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = lock_path(dir);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "a cairn process (serve or worker) is using {}: stop it before restoring",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+}

@@ -17,6 +17,7 @@
 //!   then closes the ledger; every receipt already sent is durable.
 
 mod app;
+pub mod backup;
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -67,6 +67,12 @@ enum Command {
     /// Checks every store against the ledger's receipts (chunk rows, vectors, bytes), through a
     /// running cairn; prints drift as JSON lines. Exit 0 clean, 1 drift, 2 error.
     Verify(commands::VerifyArgs),
+    /// Takes a consistent backup while cairn runs (the ledger, then every live generation's
+    /// vectors, then a manifest), through a running cairn.
+    Backup(commands::BackupArgs),
+    /// Restores a backup into the data directory with cairn stopped, and proves it with a
+    /// full verify.
+    Restore(commands::RestoreArgs),
 }
 
 fn init_tracing(format: &str) {
@@ -113,6 +119,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hook(command) => command.run(&env).await,
         Command::Mcp(command) => command.run(&env).await,
         Command::Verify(command) => command.run(&env).await,
+        Command::Backup(command) => command.run(&env).await,
+        Command::Restore(command) => command.run(&env).await,
     }
 }
 

@@ -85,6 +85,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     datadir::prepare(&config.data_dir)?;
+    // Held while serving: a restore refuses to replace files under this process.
+    let _in_use = datadir::hold(&config.data_dir)?;
     let ledger = open_ledger(&config).await?;
     if let Some(path) = ensure_admin_token(ledger.as_ref(), &config.data_dir).await? {
         println!(
@@ -221,6 +223,7 @@ pub async fn work(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     datadir::prepare(&config.data_dir)?;
+    let _in_use = datadir::hold(&config.data_dir)?;
     let ledger = open_ledger(&config).await?;
     let owner = options.owner.unwrap_or_else(|| worker_owner("worker"));
     let mut worker_config = worker::WorkerConfig::new(owner.clone());

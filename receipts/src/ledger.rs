@@ -15,9 +15,9 @@ use crate::model::{
     Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, Connector, ConnectorChanged,
     ConnectorCommand, ConnectorFile, ContentBlock, DatasetSummary, DriftRecord, Erasure,
     ErasureRequest, Failure, Generation, GenerationChanged, GenerationCommand, GenerationView,
-    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerBucket, LedgerCounts, LexicalHit,
-    PassChange, ProjectionReceipt, ReceiptUpdate, RevisionDetail, SourceListing, SourceView,
-    Submission, SyncProgress, SyncRun, VerifyPass,
+    Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerBackup, LedgerBucket, LedgerCounts,
+    LexicalHit, PassChange, ProjectionReceipt, ReceiptUpdate, RestoreRecord, RevisionDetail,
+    SourceListing, SourceView, Submission, SyncProgress, SyncRun, VerifyPass,
 };
 use crate::operations::Operations;
 
@@ -315,6 +315,7 @@ pub trait Ledger:
     + Operations
     + Connectors
     + Verifications
+    + Backups
     + WorkLedger
     + SearchLedger
     + AcceptLedger
@@ -373,6 +374,21 @@ impl<T: Acceptor + Reader + Leases + Connectors + Tokens + std::fmt::Debug + 'st
 {
 }
 
+/// Backups and restores of the ledger itself; the stores are the caller's.
+#[async_trait]
+pub trait Backups: Send + Sync {
+    /// Writes a consistent copy of the whole ledger, as it stood at one point of its history,
+    /// to the new file `path` (SQLite), checked and on disk when this returns. PostgreSQL
+    /// answers `backup_unsupported` (its backups are `pg_dump`'s).
+    async fn backup_ledger(&self, path: &std::path::Path) -> Result<LedgerBackup>;
+
+    /// Records a restore in a ledger just restored: voids every lease (running jobs back to
+    /// pending, their lease cleared, so no worker from before the restore completes work
+    /// against rolled-back state) and writes the `restore` entry in history. Answers the
+    /// leases voided.
+    async fn record_restore(&self, restore: &RestoreRecord) -> Result<i64>;
+}
+
 /// What verify may do: read a bucket's ledger side and the retained bytes, record passes and
 /// drift, queue a repair's projection, read generations, and authenticate its API's tokens.
 /// It cannot accept, erase or hold leases.
@@ -395,6 +411,7 @@ impl<
             + Operations
             + Connectors
             + Verifications
+            + Backups
             + std::fmt::Debug
             + 'static,
     > Ledger for T

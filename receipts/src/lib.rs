@@ -91,6 +91,7 @@ pub mod generations;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
+pub mod journal;
 mod ledger;
 mod migrations;
 pub mod model;
@@ -109,10 +110,11 @@ pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{
-    AcceptLedger, Acceptor, Connectors, Leases, Ledger, MigrationReport, OpsLedger, Projections,
-    Reader, SearchLedger, SyncLedger, Tokens, Verifications, VerifyLedger, WorkLedger,
+    AcceptLedger, Acceptor, Backups, Connectors, Leases, Ledger, MigrationReport, OpsLedger,
+    Projections, Reader, SearchLedger, SyncLedger, Tokens, Verifications, VerifyLedger, WorkLedger,
     CANDIDATES_PER_HASH,
 };
+pub use migrations::sqlite_schema_version;
 pub use model::{
     owner_of, AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow,
     ChunkSummary, Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorFile,

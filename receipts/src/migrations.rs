@@ -61,3 +61,13 @@ pub(crate) async fn sqlite() -> Result<Migrator, MigrateError> {
 pub(crate) async fn postgres() -> Result<Migrator, MigrateError> {
     Migrator::new(Embedded(POSTGRES)).await
 }
+
+/// The newest schema version this build's SQLite migrations reach (a restore refuses a
+/// newer backup).
+pub fn sqlite_schema_version() -> i64 {
+    SQLITE
+        .iter()
+        .filter_map(|(name, _)| name.split_once('_')?.0.parse::<i64>().ok())
+        .max()
+        .unwrap_or(0)
+}

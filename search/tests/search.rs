@@ -375,6 +375,12 @@ impl VectorStore for FailingSearchVectors {
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {
         self.0.ensure_present(create).await
     }
+    async fn backup_to(
+        &self,
+        target: &std::path::Path,
+    ) -> Result<gateways::vectors::StoreBackup, GatewayError> {
+        self.0.backup_to(target).await
+    }
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
         self.0.vectors(ids).await
     }

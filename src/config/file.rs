@@ -38,6 +38,14 @@ pub(super) struct FileConfig {
     pub(super) connectors: FileConnectors,
     #[serde(default)]
     pub(super) verify: FileVerify,
+    #[serde(default)]
+    pub(super) backup: FileBackup,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileBackup {
+    pub(super) dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

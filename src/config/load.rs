@@ -102,6 +102,10 @@ impl Config {
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
             verify: verify_settings(env, &file)?,
+            backup_dir: env
+                .get("CAIRN_BACKUP_DIR")
+                .map(PathBuf::from)
+                .or(file.backup.dir.clone()),
             graph,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,

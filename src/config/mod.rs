@@ -109,6 +109,9 @@ pub struct Config {
     pub connectors: connectors::api::ConnectorSettings,
     /// The scheduled verify pass (`[verify]`, `CAIRN_VERIFY_*`).
     pub verify: verify::VerifySettings,
+    /// Where backups are written (`backup.dir`, `CAIRN_BACKUP_DIR`; `None`: `backups/` in the
+    /// data directory).
+    pub backup_dir: Option<PathBuf>,
     /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.
@@ -191,12 +194,27 @@ impl Config {
         options.max_connections = self.ledger.pool_size;
         options.committers = self.ledger.committers;
         options.token_cache = self.ledger.token_cache;
+        options.journal = Some(self.journal_path());
         options
+    }
+
+    /// The erasure journal of this data directory (`receipts::journal`): erasures and token
+    /// revocations, replayed by a restore.
+    pub fn journal_path(&self) -> PathBuf {
+        receipts::journal::Journal::beside(&self.data_dir)
+    }
+
+    /// Where `cairn backup` writes (`backups/` in the data directory unless configured).
+    pub fn backup_dir(&self) -> PathBuf {
+        self.backup_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("backups"))
     }
 
     /// SQLite ledger options derived from this configuration.
     pub fn ledger_options(&self) -> receipts::SqliteOptions {
         let mut options = receipts::SqliteOptions::new(self.ledger_path());
+        options.journal = Some(self.journal_path());
         options.backends = self.backends.clone();
         options.max_group = self.ledger.max_group;
         options.job_policies = self.job_policies;

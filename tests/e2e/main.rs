@@ -2,6 +2,7 @@
 //! SIGKILL, the ops dashboard in headless Chromium.
 
 mod api;
+mod backup;
 mod browser;
 mod chaos;
 mod cli;

@@ -462,6 +462,12 @@ impl VectorStore for FaultyVectors {
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {
         self.real.ensure_present(create).await
     }
+    async fn backup_to(
+        &self,
+        target: &std::path::Path,
+    ) -> Result<gateways::vectors::StoreBackup, GatewayError> {
+        self.real.backup_to(target).await
+    }
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
         self.real.vectors(ids).await
     }

@@ -21,8 +21,9 @@ use qdrant_edge::{
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, fold_points, point_id, FieldKind, Held, PointSelector, RevisionPoints,
-    ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
+    check_dimensions, fold_points, point_id, BackupFile, FieldKind, Held, PointSelector,
+    RevisionPoints, ScrolledPoint, StoreBackup, VectorHit, VectorPoint, VectorStore,
+    INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -723,6 +724,37 @@ impl EdgeVectorStore {
     }
 }
 
+/// Copies every file under `source` (the shard's lock file excepted) to `target`, fsynced,
+/// and answers their paths relative to `target`, `/`-separated.
+fn copy_tree(source: &Path, target: &Path) -> std::io::Result<Vec<String>> {
+    let mut copied = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        let directory = target.join(&relative);
+        std::fs::create_dir_all(&directory)?;
+        for entry in std::fs::read_dir(source.join(&relative))? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let path = relative.join(&name);
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file() && name != "cairn.lock" {
+                std::fs::copy(entry.path(), target.join(&path))?;
+                std::fs::File::open(target.join(&path))?.sync_all()?;
+                copied.push(
+                    path.components()
+                        .map(|part| part.as_os_str().to_string_lossy())
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                );
+            }
+        }
+        std::fs::File::open(&directory)?.sync_all()?;
+    }
+    Ok(copied)
+}
+
 fn before(key: &JsonPath, limit: i64) -> Condition {
     Condition::Field(FieldCondition::new_range(
         key.clone(),
@@ -1018,6 +1050,51 @@ impl VectorStore for EdgeVectorStore {
                 .map_err(unavailable)
         })
         .await
+    }
+
+    async fn backup_to(&self, target: &Path) -> Result<StoreBackup, GatewayError> {
+        if target.exists() {
+            return Err(GatewayError::Config(format!(
+                "{} exists already; a backup never overwrites",
+                target.display()
+            )));
+        }
+        let points = self.total_points().await?;
+        let inner = self.inner.clone();
+        let (source, target) = (self.path.clone(), target.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let copied = {
+                // Writes and reads wait: the files are copied as one flushed state.
+                let _guard = inner
+                    .lock
+                    .write()
+                    .map_err(|_| unavailable("the shard lock is poisoned"))?;
+                inner.with_engine(flush)?;
+                copy_tree(&source, &target)
+            };
+            let held_ms = started.elapsed().as_secs_f64() * 1000.0;
+            let mut files = Vec::new();
+            for relative in copied
+                .map_err(|error| unavailable(format!("copying {}: {error}", source.display())))?
+            {
+                let (sha256, bytes) = super::file_sha256(&target.join(&relative))
+                    .map_err(|error| unavailable(format!("hashing the copy: {error}")))?;
+                files.push(BackupFile {
+                    path: relative,
+                    bytes,
+                    sha256,
+                });
+            }
+            files.sort_by(|a, b| a.path.cmp(&b.path));
+            Ok(StoreBackup {
+                files,
+                points,
+                held_ms,
+            })
+        })
+        .await
+        .map_err(|error| unavailable(format!("backup task failed: {error}")))?
     }
 
     async fn ensure_present(&self, _create: bool) -> Result<bool, GatewayError> {

@@ -108,6 +108,48 @@ pub struct RevisionPoints {
     pub current: usize,
 }
 
+/// One file a store backup wrote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BackupFile {
+    /// Its path inside the store's backup folder, `/`-separated.
+    pub path: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Its SHA-256, hex.
+    pub sha256: String,
+}
+
+/// What a store backup wrote.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoreBackup {
+    /// The files, in path order.
+    pub files: Vec<BackupFile>,
+    /// Points in the store when it was copied.
+    pub points: usize,
+    /// How long writes (projection) and searches waited on the store while it was copied,
+    /// in milliseconds.
+    pub held_ms: f64,
+}
+
+/// The SHA-256 and size of a file, read in blocks.
+pub fn file_sha256(path: &std::path::Path) -> std::io::Result<(String, u64)> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+        bytes += read as u64;
+    }
+    Ok((hex::encode(hasher.finalize()), bytes))
+}
+
 /// Which points an erasure deletes and counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PointSelector {
@@ -186,6 +228,10 @@ pub trait VectorStore: Send + Sync + 'static {
     /// one is created first, with its payload indexes (verify's repair of a dropped
     /// collection), and the answer is true.
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError>;
+    /// Copies the store's data into the new folder `target` for a backup, consistent at one
+    /// moment: writes wait while it copies (the answer says how long). A Qdrant server
+    /// answers `Config` (its snapshot API is not driven yet).
+    async fn backup_to(&self, target: &std::path::Path) -> Result<StoreBackup, GatewayError>;
     /// Puts everything written on disk before the process stops, and reports what failed (a
     /// full disk, say) instead of failing later where nobody can handle it. Called once, at
     /// shutdown.

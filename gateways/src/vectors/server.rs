@@ -719,6 +719,17 @@ impl VectorStore for ServerVectorStore {
         .await
     }
 
+    async fn backup_to(
+        &self,
+        _target: &std::path::Path,
+    ) -> Result<super::StoreBackup, GatewayError> {
+        Err(GatewayError::Config(format!(
+            "backing up the Qdrant server at {} through its snapshot API is not built yet: \
+             take a snapshot of collection {} with Qdrant's own API",
+            self.url, self.collection
+        )))
+    }
+
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {
         if self.exists().await? {
             return Ok(true);

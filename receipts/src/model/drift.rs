@@ -245,3 +245,34 @@ pub struct ChunkPromise {
     /// Checksum over their hashes.
     pub checksum: String,
 }
+
+/// What a ledger backup holds: where in its history it was taken.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LedgerBackup {
+    /// `sqlite` or `postgres`.
+    pub engine: String,
+    /// The newest migration applied (the schema version).
+    pub schema_version: i64,
+    /// The newest history entry in the copy.
+    pub history_seq: i64,
+    /// When the newest history entry was written (epoch microseconds): a restore refuses a
+    /// clock behind it.
+    pub newest_at: i64,
+    /// Sources in the copy.
+    pub sources: i64,
+    /// Revisions in the copy.
+    pub revisions: i64,
+    /// Retained contents in the copy.
+    pub contents: i64,
+}
+
+/// A restore, as history records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreRecord {
+    /// The backup's id (its directory's name).
+    pub backup_id: String,
+    /// Who restored.
+    pub actor: String,
+    /// What the restore did (steps, counts, where the ledger it replaced was moved).
+    pub cause: String,
+}

@@ -70,8 +70,8 @@ pub use connectors::{
 };
 pub use counts::{DatasetSummary, LedgerCounts};
 pub use drift::{
-    stores, ChunkPromise, DriftKind, DriftRecord, DriftState, LedgerBucket, PassChange, PassState,
-    SettledHead, VerifyPass, VerifyTier,
+    stores, ChunkPromise, DriftKind, DriftRecord, DriftState, LedgerBackup, LedgerBucket,
+    PassChange, PassState, RestoreRecord, SettledHead, VerifyPass, VerifyTier,
 };
 pub use erasure::{Erasure, ErasureRemaining, ErasureRequest};
 pub use generations::{

@@ -18,6 +18,9 @@ impl PostgresLedger {
     /// [`crate::Acceptor::erase`].
     pub(crate) async fn erase_source(&self, request: ErasureRequest) -> Result<Acceptance> {
         crate::validate::erasure_request(&request)?;
+        // Journalled before it is committed: a restore from an older backup makes it again.
+        self.journal(|now| Some(crate::journal::JournalEntry::erasure(&request, now)))
+            .await?;
         let (dataset, key) = (&request.dataset, &request.source_key);
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")

@@ -96,6 +96,9 @@ pub struct PostgresOptions {
     /// How long an authenticated token's answer is kept at most (`Duration::ZERO`: never).
     /// Any change of `tokens`, in any process, clears it sooner (`postgres::tokens`).
     pub token_cache: Duration,
+    /// The erasure journal ([`crate::journal`]) this process appends to (none by default:
+    /// `cairn serve` keeps one in its data directory).
+    pub journal: Option<std::path::PathBuf>,
 }
 
 impl PostgresOptions {
@@ -110,6 +113,7 @@ impl PostgresOptions {
             max_wave: policy::DEFAULT_MAX_GROUP,
             committers: 4,
             token_cache: Duration::from_secs(1),
+            journal: None,
         }
     }
 }
@@ -274,6 +278,24 @@ impl PostgresLedger {
                 .fetch_one(connection)
                 .await?),
         }
+    }
+
+    /// The ledger's `now` outside a transaction (the erasure journal's time).
+    async fn now_outside(&self) -> Result<Micros> {
+        let mut connection = self.pool.acquire().await?;
+        self.now(&mut connection).await
+    }
+
+    /// Appends `entry` to this process's erasure journal, if it keeps one.
+    pub(crate) async fn journal(
+        &self,
+        entry: impl FnOnce(Micros) -> Option<crate::journal::JournalEntry>,
+    ) -> Result<()> {
+        let Some(path) = self.options.journal.as_deref() else {
+            return Ok(());
+        };
+        let now = self.now_outside().await?;
+        crate::journal::record(Some(path), entry(now))
     }
 
     /// The injected clock's `now`, or `None` for SQL that reads the database's clock itself.

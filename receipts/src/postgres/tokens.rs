@@ -204,6 +204,8 @@ fn info(row: &PgRow, now: Micros) -> Result<TokenInfo> {
 #[async_trait]
 impl Tokens for PostgresLedger {
     async fn change_token(&self, change: TokenChange) -> Result<TokenChanged> {
+        self.journal(|now| crate::journal::JournalEntry::token(&change, now))
+            .await?;
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
         let changed = match change {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{job_from_row, parse_enum, PostgresLedger, WORK_CHANNEL};
 use crate::error::{LedgerError, Result};
 use crate::ids;
-use crate::ledger::Verifications;
+use crate::ledger::{Backups, Verifications};
 use crate::model::{DriftRecord, Job, LedgerBucket, PassChange, VerifyPass};
 use crate::verify::{self, check_advance, check_finish, not_live, HeadRow};
 
@@ -434,5 +434,46 @@ impl Verifications for PostgresLedger {
             .await?;
         tx.commit().await?;
         Ok(job)
+    }
+}
+
+#[async_trait]
+impl Backups for PostgresLedger {
+    async fn backup_ledger(&self, _path: &std::path::Path) -> Result<crate::model::LedgerBackup> {
+        Err(LedgerError::invalid(
+            "backup_unsupported",
+            "cairn backs up a PostgreSQL ledger with pg_dump on an exported snapshot, which \
+             this build does not run yet: take a pg_dump (or a base backup) yourself, then back \
+             up the vector stores",
+        ))
+    }
+
+    async fn record_restore(&self, restore: &crate::model::RestoreRecord) -> Result<i64> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let voided = sqlx::query(
+            "UPDATE jobs SET state = 'pending', lease_id = NULL, lease_owner = NULL, \
+               lease_expires_at = NULL, heartbeat_at = NULL, run_at = $1, \
+               run_at_rule = 'lease voided by restore', changed_by = $2, \
+               change_cause = 'lease voided by the restore of backup ' || $3, changed_at = $1, \
+               change_seq = change_seq + 1 WHERE state = 'running'",
+        )
+        .bind(now)
+        .bind(&restore.actor)
+        .bind(&restore.backup_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected() as i64;
+        sqlx::query(
+            "SELECT history_add(true, $1, 'restore', $2, 'restored', NULL, 'restored', $3, $4)",
+        )
+        .bind(now)
+        .bind(&restore.backup_id)
+        .bind(&restore.actor)
+        .bind(format!("{} ({voided} leases voided)", restore.cause))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(voided)
     }
 }

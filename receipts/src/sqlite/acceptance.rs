@@ -29,6 +29,14 @@ impl Acceptor for SqliteLedger {
 
     async fn erase(&self, request: ErasureRequest) -> Result<Acceptance> {
         validate::erasure_request(&request)?;
+        // Journalled before it is committed: a restore from an older backup makes it again.
+        crate::journal::record(
+            self.options.journal.as_deref(),
+            Some(crate::journal::JournalEntry::erasure(
+                &request,
+                self.clock.now_micros(),
+            )),
+        )?;
         self.submit(|reply| WriteOp::Erase(request, reply)).await?
     }
 }

@@ -28,6 +28,7 @@ use crate::error::LedgerError;
 use crate::error::Result;
 use crate::faults::FaultInjector;
 use crate::faults::NoFaults;
+use crate::ledger::Backups;
 use crate::ledger::Connectors;
 use crate::ledger::Leases;
 use crate::ledger::Projections;
@@ -653,6 +654,10 @@ impl Tokens for SqliteLedger {
         if let TokenChange::Create(token) = &change {
             auth::check_new(token, self.clock.now_micros())?;
         }
+        crate::journal::record(
+            self.options.journal.as_deref(),
+            crate::journal::JournalEntry::token(&change, self.clock.now_micros()),
+        )?;
         self.submit(|reply| WriteOp::Token(change, reply)).await?
     }
 
@@ -809,6 +814,22 @@ impl Verifications for SqliteLedger {
         };
         match self.verify_op(op).await? {
             VerifyAnswer::Job(job) => Ok(*job),
+            other => Err(LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Backups for SqliteLedger {
+    async fn backup_ledger(&self, path: &std::path::Path) -> Result<crate::model::LedgerBackup> {
+        super::verify::backup_into(&self.reads, path).await
+    }
+
+    async fn record_restore(&self, restore: &crate::model::RestoreRecord) -> Result<i64> {
+        match self.verify_op(VerifyOp::Restored(restore.clone())).await? {
+            VerifyAnswer::Voided(voided) => Ok(voided),
             other => Err(LedgerError::Internal(format!(
                 "unexpected answer {other:?}"
             ))),

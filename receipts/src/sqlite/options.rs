@@ -21,13 +21,20 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// Lease, retry and quarantine policy of each job kind.
     pub job_policies: crate::policy::JobPolicies,
+    /// The erasure journal ([`crate::journal`]): beside the database by default.
+    pub journal: Option<PathBuf>,
 }
 
 impl SqliteOptions {
     /// Defaults for a database at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
+        let path: PathBuf = path.into();
+        let journal = crate::journal::Journal::beside(
+            path.parent().unwrap_or_else(|| std::path::Path::new(".")),
+        );
         Self {
-            path: path.into(),
+            journal: Some(journal),
+            path,
             backends: policy::DEFAULT_BACKENDS.to_vec(),
             max_group: policy::DEFAULT_MAX_GROUP,
             read_connections: 4,

@@ -19,6 +19,7 @@ use crate::verify::{self, check_advance, check_finish, not_live, HeadRow};
 #[derive(Debug)]
 pub(crate) enum VerifyOp {
     Change(PassChange),
+    Restored(crate::model::RestoreRecord),
     Reproject {
         dataset: String,
         source_key: String,
@@ -34,6 +35,7 @@ pub(crate) enum VerifyOp {
 pub(crate) enum VerifyAnswer {
     Pass(Box<VerifyPass>),
     Job(Box<Job>),
+    Voided(i64),
 }
 
 /// Fills `sources.bucket` where schema 15 left it NULL (SQLite computes no SHA-256), a
@@ -225,6 +227,9 @@ pub(crate) async fn run(
         VerifyOp::Change(change) => change_pass(connection, change, now)
             .await
             .map(|pass| VerifyAnswer::Pass(Box::new(pass))),
+        VerifyOp::Restored(restore) => record_restore(connection, &restore, now)
+            .await
+            .map(VerifyAnswer::Voided),
         VerifyOp::Reproject {
             dataset,
             source_key,
@@ -461,4 +466,109 @@ async fn reproject(
     .execute(&mut *connection)
     .await?;
     job_from_row(&row)
+}
+
+/// `VACUUM INTO` on a read connection: a consistent copy as of one read transaction, while
+/// the writer goes on; then fsynced, integrity-checked, and read for its position.
+pub(crate) async fn backup_into(
+    reads: &SqlitePool,
+    path: &std::path::Path,
+) -> Result<crate::model::LedgerBackup> {
+    use sqlx::ConnectOptions;
+    if path.exists() {
+        return Err(LedgerError::invalid(
+            "backup_exists",
+            format!(
+                "{} exists already; a backup never overwrites",
+                path.display()
+            ),
+        ));
+    }
+    let target = path
+        .to_str()
+        .ok_or_else(|| LedgerError::invalid("invalid_path", "the backup path is not UTF-8"))?;
+    sqlx::query("VACUUM INTO ?")
+        .bind(target)
+        .execute(reads)
+        .await?;
+    let unavailable =
+        |error: std::io::Error| LedgerError::Unavailable(format!("{}: {error}", path.display()));
+    std::fs::File::open(path)
+        .and_then(|file| file.sync_all())
+        .map_err(unavailable)?;
+    if let Some(parent) = path.parent() {
+        std::fs::File::open(parent)
+            .and_then(|directory| directory.sync_all())
+            .map_err(unavailable)?;
+    }
+    let mut copy = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .disable_statement_logging()
+        .connect()
+        .await?;
+    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&mut copy)
+        .await?;
+    if check != "ok" {
+        return Err(LedgerError::Corrupt(format!(
+            "the backup copy failed its integrity check: {check}"
+        )));
+    }
+    let (history_seq, newest_at): (i64, i64) =
+        sqlx::query_as("SELECT coalesce(max(seq), 0), coalesce(max(at), 0) FROM history")
+            .fetch_one(&mut copy)
+            .await?;
+    let schema_version: i64 =
+        sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&mut copy)
+            .await?;
+    let (sources, revisions, contents): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM revisions), \
+           (SELECT count(*) FROM contents)",
+    )
+    .fetch_one(&mut copy)
+    .await?;
+    let _ = sqlx::Connection::close(copy).await;
+    Ok(crate::model::LedgerBackup {
+        engine: "sqlite".to_owned(),
+        schema_version,
+        history_seq,
+        newest_at,
+        sources,
+        revisions,
+        contents,
+    })
+}
+
+/// Voids every lease and records the restore (the writer runs it).
+pub(crate) async fn record_restore(
+    connection: &mut SqliteConnection,
+    restore: &crate::model::RestoreRecord,
+    now: Micros,
+) -> Result<i64> {
+    let voided = sqlx::query(
+        "UPDATE jobs SET state = 'pending', lease_id = NULL, lease_owner = NULL, \
+           lease_expires_at = NULL, heartbeat_at = NULL, run_at = ?1, \
+           run_at_rule = 'lease voided by restore', changed_by = ?2, \
+           change_cause = 'lease voided by the restore of backup ' || ?3, changed_at = ?1, \
+           change_seq = change_seq + 1 WHERE state = 'running'",
+    )
+    .bind(now)
+    .bind(&restore.actor)
+    .bind(&restore.backup_id)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected() as i64;
+    sqlx::query(
+        "INSERT INTO history (at, entity, entity_id, event, from_state, to_state, actor, cause) \
+         VALUES (?1, 'restore', ?2, 'restored', NULL, 'restored', ?3, ?4)",
+    )
+    .bind(now)
+    .bind(&restore.backup_id)
+    .bind(&restore.actor)
+    .bind(format!("{} ({voided} leases voided)", restore.cause))
+    .execute(&mut *connection)
+    .await?;
+    Ok(voided)
 }

@@ -9,6 +9,7 @@ use anyhow::Context;
 
 use crate::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
 
+mod backup;
 mod bench;
 mod block;
 mod connector;
@@ -29,6 +30,7 @@ mod token;
 mod verify;
 mod worker;
 
+pub use backup::{BackupArgs, RestoreArgs};
 pub use bench::BenchArgs;
 pub use block::BlockArgs;
 pub use connector::ConnectorArgs;

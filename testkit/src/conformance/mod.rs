@@ -253,6 +253,7 @@ macro_rules! ledger_conformance {
             verify_reads_a_bucket_of_settled_heads,
             verify_passes_go_through_one_path,
             a_repair_reprojects_the_head_only,
+            a_restore_voids_every_lease,
             token_lifecycle,
             lease_lifecycle_claim_heartbeat_complete,
             expired_lease_is_fenced_and_rescued,

@@ -343,3 +343,44 @@ pub async fn a_repair_reprojects_the_head_only(harness: Harness) {
         })
     ));
 }
+
+/// After a restore no lease from before it counts: running jobs are pending again, their
+/// worker is fenced out, and history records the restore.
+pub async fn a_restore_voids_every_lease(harness: Harness) {
+    activate_test_generation(&harness).await;
+    let accepted = must_accept(&harness, put("docs", "a.md", "text")).await;
+    let token = claimed_token(&harness, accepted.source_revision_id).await;
+    let record = receipts::model::RestoreRecord {
+        backup_id: "backup-1-abc".to_owned(),
+        actor: "test:operator".to_owned(),
+        cause: "restored from a test backup".to_owned(),
+    };
+    let voided = must(harness.ledger.record_restore(&record).await, "restore");
+    assert_eq!(voided, 1);
+    let lost = harness.ledger.complete(&token).await;
+    assert!(
+        matches!(lost, Err(LedgerError::LeaseLost { .. })),
+        "a lease from before the restore cannot complete: {lost:?}"
+    );
+    let job = must(harness.ledger.job(token.job_id).await, "job").expect("job");
+    assert_eq!(job.state, receipts::model::JobState::Pending);
+    assert!(
+        job.change_cause.contains("backup-1-abc"),
+        "{}",
+        job.change_cause
+    );
+    let history = must(
+        harness.ledger.history("restore", "backup-1-abc").await,
+        "history",
+    );
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].actor, "test:operator");
+    assert!(
+        history[0].cause.contains("1 leases voided"),
+        "{}",
+        history[0].cause
+    );
+    // The job runs again under a new lease.
+    let again = claimed_token(&harness, accepted.source_revision_id).await;
+    must(harness.ledger.complete(&again).await, "complete");
+}

@@ -1,0 +1,322 @@
+//! `cairn backup` while `cairn serve` runs, then `cairn restore` into the same data directory:
+//! a restore refuses a running target, a damaged backup and a clock behind the backup, and
+//! refuses to run without the erasure journal unless told to. After a restore, the ledger and
+//! the vectors are the backup's (later ingests are gone, a verify is clean), while an erasure
+//! and a token revocation made after the backup stay in force.
+
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::{admin_token, cairn_json, post_source};
+use crate::crash::spawn_serve_with;
+use crate::projection::wait_for_job;
+
+fn cairn(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("run cairn")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+async fn search_keys(http: &reqwest::Client, base: &str, token: &str, query: &str) -> Vec<String> {
+    let answer: Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(token)
+        .json(&json!({"query": query, "mode": "lexical", "top_k": 20, "datasets": ["docs"]}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("answer");
+    let mut keys: Vec<String> = answer["results"]
+        .as_array()
+        .map(|hits| {
+            hits.iter()
+                .filter_map(|hit| hit["source_key"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let backups = tempfile::tempdir().expect("backups");
+    let backup_dir = backups.path().to_string_lossy().into_owned();
+    let envs = [
+        ("CAIRN_BACKUP_DIR", backup_dir.as_str()),
+        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+    ];
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &envs,
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = admin_token(data.path());
+    let http = reqwest::Client::new();
+    let mut revisions = Vec::new();
+    for (key, words) in [
+        ("a.md", "aardvark first"),
+        ("b.md", "badger secret"),
+        ("c.md", "camel"),
+    ] {
+        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note on the {words}, long enough for one chunk.")});
+        revisions.push(post_source(&http, &base, &admin, &body).await);
+    }
+    for revision in &revisions {
+        wait_for_job(&http, &base, &admin, revision, "completed").await;
+    }
+    let reader: Value = http
+        .post(format!("{base}/v1/tokens"))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "reader", "scopes": ["search"]}))
+        .send()
+        .await
+        .expect("token")
+        .json()
+        .await
+        .expect("token json");
+    let reader_secret = reader["secret"].as_str().expect("secret").to_owned();
+    let reader_id = reader["token"]["id"].as_str().expect("id").to_owned();
+
+    // The backup, while serving.
+    let backup = cairn(&[
+        "backup", "--reason", "nightly", "--server", &base, "--token", &admin,
+    ]);
+    assert_eq!(backup.status.code(), Some(0), "{}", text(&backup));
+    let manifest: Value = serde_json::from_slice(&backup.stdout).expect("manifest json");
+    let folder = backups.path().join(manifest["id"].as_str().expect("id"));
+    assert!(folder.join("manifest.json").is_file());
+    assert_eq!(manifest["ledger"]["sources"], 3, "{manifest}");
+    assert_eq!(
+        manifest["generations"].as_array().map(Vec::len),
+        Some(1),
+        "{manifest}"
+    );
+    assert!(
+        manifest["generations"][0]["points"].as_u64().unwrap_or(0) >= 3,
+        "{manifest}"
+    );
+
+    // After the backup: a new source, a new revision, an erasure and a revocation.
+    let later = post_source(&http, &base, &admin, &json!({"dataset": "docs", "source_key": "d.md", "content": "# d\n\nA dingo arrived after the backup."})).await;
+    let edited = post_source(&http, &base, &admin, &json!({"dataset": "docs", "source_key": "a.md", "content": "# a\n\nThe aardvark text was edited after the backup."})).await;
+    wait_for_job(&http, &base, &admin, &later, "completed").await;
+    wait_for_job(&http, &base, &admin, &edited, "completed").await;
+    cairn_json(
+        data.path(),
+        &base,
+        &[
+            "erase",
+            "--dataset",
+            "docs",
+            "--source-key",
+            "b.md",
+            "--reason",
+            "legal 7",
+        ],
+    );
+    let revoked = http
+        .post(format!("{base}/v1/tokens/{reader_id}/revoke"))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "leaked"}))
+        .send()
+        .await
+        .expect("revoke");
+    assert_eq!(revoked.status().as_u16(), 200);
+
+    // A restore refuses a running target.
+    let data_dir = data.path().to_string_lossy().into_owned();
+    let folder_text = folder.to_string_lossy().into_owned();
+    let busy = cairn(&["restore", "--from", &folder_text, "--data-dir", &data_dir]);
+    assert_eq!(busy.status.code(), Some(1));
+    assert!(
+        text(&busy).contains("stop it before restoring"),
+        "{}",
+        text(&busy)
+    );
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+
+    // ... a clock behind the backup (a manifest from the future), and a damaged file.
+    let copy = tempfile::tempdir().expect("copy");
+    let copied = copy.path().join("backup");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&folder)
+        .arg(&copied)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    let mut future = manifest.clone();
+    future["ledger"]["newest_at"] = json!(i64::MAX / 2);
+    std::fs::write(
+        copied.join("manifest.json"),
+        serde_json::to_vec(&future).expect("json"),
+    )
+    .expect("write");
+    let behind = cairn(&[
+        "restore",
+        "--from",
+        &copied.to_string_lossy(),
+        "--data-dir",
+        &data_dir,
+    ]);
+    assert_eq!(behind.status.code(), Some(1));
+    assert!(text(&behind).contains("clock"), "{}", text(&behind));
+    std::fs::write(
+        copied.join("manifest.json"),
+        serde_json::to_vec(&manifest).expect("json"),
+    )
+    .expect("write");
+    let ledger_copy = copied.join("ledger.db");
+    let mut bytes = std::fs::read(&ledger_copy).expect("read");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&ledger_copy, bytes).expect("damage");
+    let damaged = cairn(&[
+        "restore",
+        "--from",
+        &copied.to_string_lossy(),
+        "--data-dir",
+        &data_dir,
+    ]);
+    assert_eq!(damaged.status.code(), Some(1));
+    assert!(
+        text(&damaged).contains("does not match the manifest"),
+        "{}",
+        text(&damaged)
+    );
+    // ... and no journal, unless resurrection is accepted (the journal is put back after).
+    let journal = data.path().join("journal").join("erasures.jsonl");
+    let kept = copy.path().join("erasures.jsonl");
+    std::fs::rename(&journal, &kept).expect("move the journal away");
+    let unjournalled = cairn(&["restore", "--from", &folder_text, "--data-dir", &data_dir]);
+    assert_eq!(unjournalled.status.code(), Some(1));
+    assert!(
+        text(&unjournalled).contains("--accept-resurrection"),
+        "{}",
+        text(&unjournalled)
+    );
+    std::fs::rename(&kept, &journal).expect("journal back");
+    // Nothing of the above changed the data directory.
+    assert!(!std::fs::read_dir(data.path())
+        .expect("ls")
+        .any(|entry| entry
+            .map(|e| e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("before-restore"))
+            .unwrap_or(false)));
+
+    // The restore.
+    let restored = cairn(&["restore", "--from", &folder_text, "--data-dir", &data_dir]);
+    assert_eq!(restored.status.code(), Some(0), "{}", text(&restored));
+    let steps: Vec<String> = String::from_utf8_lossy(&restored.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|step| step["step"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "checked",
+            "set_aside",
+            "migrated",
+            "leases_voided",
+            "journal_replayed",
+            "stores_loaded",
+            "verified"
+        ],
+        "{}",
+        text(&restored)
+    );
+    assert!(
+        text(&restored).contains("\"erasures\":1"),
+        "{}",
+        text(&restored)
+    );
+
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &envs,
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    // The backup's state: d.md is gone, a.md is the backup's revision.
+    assert!(search_keys(&http, &base, &admin, "dingo").await.is_empty());
+    assert_eq!(
+        search_keys(&http, &base, &admin, "aardvark").await,
+        ["a.md"]
+    );
+    let source: Value = http
+        .get(format!("{base}/v1/sources?dataset=docs&source_key=a.md"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("source")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        source["head"]["id"].as_str(),
+        Some(revisions[0].as_str()),
+        "{source}"
+    );
+    // The erasure made after the backup is in force: b.md's text is nowhere.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !search_keys(&http, &base, &admin, "badger").await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the erased source came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The revocation too.
+    let refused = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(&reader_secret)
+        .json(&json!({"query": "camel"}))
+        .send()
+        .await
+        .expect("search");
+    assert_eq!(refused.status().as_u16(), 401);
+    // And the restored installation verifies clean once the replayed erasure is projected.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let verified = cairn(&[
+            "verify", "--tier", "deep", "--server", &base, "--token", &admin,
+        ]);
+        if verified.status.code() == Some(0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            text(&verified)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+}
