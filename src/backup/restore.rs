@@ -224,7 +224,7 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
     step("stores_loaded", json!({"generations": loaded}));
 
     // 7. verified: repair what a later store differs by, then prove it.
-    let stores = crate::projection::GenerationStores::new(config);
+    let stores = Arc::new(ShardStores::new(config.data_dir.join("vectors"), &manifest));
     let verifier = verify::Verifier::new(
         ledger.clone(),
         Some(stores.clone() as Arc<dyn gateways::VectorStores>),
@@ -276,6 +276,64 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
         json!({"restored": manifest.id, "set_aside": aside.display().to_string(),
               "leases_voided": voided, "erasures_replayed": erased, "revocations_replayed": revoked}),
     )
+}
+
+/// The restored shards, each opened with its generation's dimension (whatever model this
+/// build's configuration names).
+struct ShardStores {
+    root: PathBuf,
+    dimensions: std::collections::HashMap<String, usize>,
+    opened: tokio::sync::Mutex<std::collections::HashMap<String, Arc<gateways::EdgeVectorStore>>>,
+}
+
+impl ShardStores {
+    fn new(root: PathBuf, manifest: &Manifest) -> ShardStores {
+        ShardStores {
+            root,
+            dimensions: manifest
+                .generations
+                .iter()
+                .map(|g| (g.id.clone(), usize::try_from(g.dimension).unwrap_or(0)))
+                .collect(),
+            opened: tokio::sync::Mutex::default(),
+        }
+    }
+
+    async fn close(&self) -> anyhow::Result<()> {
+        let opened = std::mem::take(&mut *self.opened.lock().await);
+        for (generation, store) in opened {
+            gateways::VectorStore::close(store.as_ref())
+                .await
+                .with_context(|| format!("closing the shard of generation {generation}"))?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl gateways::VectorStores for ShardStores {
+    async fn store(
+        &self,
+        generation: &str,
+    ) -> Result<Arc<dyn gateways::VectorStore>, gateways::GatewayError> {
+        let mut opened = self.opened.lock().await;
+        if let Some(store) = opened.get(generation) {
+            return Ok(store.clone());
+        }
+        let dimension = self.dimensions.get(generation).copied().ok_or_else(|| {
+            gateways::GatewayError::Config(format!(
+                "generation {generation} has no shard in the backup"
+            ))
+        })?;
+        let path = self.root.join(generation);
+        let store =
+            tokio::task::spawn_blocking(move || gateways::EdgeVectorStore::open(&path, dimension))
+                .await
+                .map_err(|error| gateways::GatewayError::Config(error.to_string()))??;
+        let store = Arc::new(store);
+        opened.insert(generation.to_owned(), store.clone());
+        Ok(store)
+    }
 }
 
 /// Copies a folder recursively, fsyncing each file.

@@ -183,8 +183,9 @@ pub async fn verify(bench: VerifyBench) -> anyhow::Result<Value> {
         &[Backend::Relational, Backend::Vector],
     );
     ledger.activate_generation(&generation, "bench").await?;
+    // The data directory's layout, so that the backup restores into another one.
     let store = Arc::new(EdgeVectorStore::open(
-        &directory.path().join("vectors"),
+        &directory.path().join("vectors").join(&generation.id),
         bench.dimension,
     )?);
     let mut random = Random(5);
@@ -280,6 +281,7 @@ pub async fn verify(bench: VerifyBench) -> anyhow::Result<Value> {
             "search_during": latency(&during),
         }));
     }
+    let backup = backup_and_restore(&ledger, &store, &generation).await?;
     Ok(json!({
         "benchmark": "verify",
         "command": format!(
@@ -295,5 +297,97 @@ pub async fn verify(bench: VerifyBench) -> anyhow::Result<Value> {
         "setup_seconds": setup_s,
         "search_without_verify": latency(&baseline),
         "passes": tiers,
+        "backup": backup,
+    }))
+}
+
+/// Takes a backup of the installation while single-document acceptances go on (their
+/// latency shows whether the backup holds acceptance), then restores it into a fresh data
+/// directory (which ends with its two deep passes).
+async fn backup_and_restore(
+    ledger: &Arc<dyn Ledger>,
+    store: &Arc<EdgeVectorStore>,
+    generation: &Generation,
+) -> anyhow::Result<Value> {
+    let root = tempfile::tempdir()?;
+    let stores: Arc<dyn gateways::VectorStores> =
+        Arc::new(OneStore::new(&generation.id, store.clone()));
+    let running = Arc::new(AtomicBool::new(true));
+    let accepting = {
+        let (ledger, running) = (ledger.clone(), running.clone());
+        tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0;
+            while running.load(Ordering::SeqCst) {
+                n += 1;
+                let started = Instant::now();
+                let submission = Submission::text(
+                    "during-backup",
+                    &format!("doc-{n}.md"),
+                    "bench:verify",
+                    &format!("accepted while the backup runs, number {n}"),
+                );
+                let _ = ledger.accept(vec![submission]).await;
+                latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            latencies.sort_by(f64::total_cmp);
+            latencies
+        })
+    };
+    let started = Instant::now();
+    let id = crate::backup::new_id();
+    let (manifest, folder) = crate::backup::take(
+        ledger,
+        Some(&stores),
+        root.path(),
+        &id,
+        "bench",
+        "bench verify",
+    )
+    .await?;
+    let backup_s = started.elapsed().as_secs_f64();
+    running.store(false, Ordering::SeqCst);
+    let accepted = accepting.await?;
+    let bytes: u64 = manifest.ledger.file.bytes
+        + manifest
+            .generations
+            .iter()
+            .flat_map(|g| g.backup.files.iter().map(|f| f.bytes))
+            .sum::<u64>();
+    let held_ms: f64 = manifest.generations.iter().map(|g| g.backup.held_ms).sum();
+    eprintln!("bench verify: backup in {backup_s:.1} s, {bytes} bytes, shard held {held_ms:.0} ms; restoring");
+
+    let target = tempfile::tempdir()?;
+    let config = crate::config::Config::load(
+        &crate::config::Overrides {
+            data_dir: Some(target.path().to_owned()),
+            ..crate::config::Overrides::default()
+        },
+        &std::collections::HashMap::new(),
+    )?;
+    let started = Instant::now();
+    let report = crate::backup::restore::restore(
+        &config,
+        &crate::backup::restore::RestoreOptions {
+            from: folder,
+            accept_resurrection: true,
+            actor: "bench".to_owned(),
+        },
+    )
+    .await?;
+    let restore_s = started.elapsed().as_secs_f64();
+    Ok(json!({
+        "backup_seconds": backup_s,
+        "backup_bytes": bytes,
+        "ledger_bytes": manifest.ledger.file.bytes,
+        "shard_held_ms": held_ms,
+        "acceptances_during_backup": {
+            "count": accepted.len(),
+            "p50_ms": super::percentile_f64(&accepted, 0.50),
+            "p99_ms": super::percentile_f64(&accepted, 0.99),
+            "max_ms": accepted.last().copied().unwrap_or(0.0),
+        },
+        "restore_seconds": restore_s,
+        "restore": report,
     }))
 }
