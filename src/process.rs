@@ -165,9 +165,10 @@ pub async fn serve(
         None => None,
     };
     // Verify runs where the vector stores are open (with the workers, or on a shared server).
-    let verifier = verify::Verifier::new(
+    let verifier = verify::Verifier::with_embedder(
         ledger.clone(),
         vector.as_ref().map(|side| side.stores.clone()),
+        vector.as_ref().map(|side| side.embedder.clone()),
         config.verify.clone(),
     );
     let schedule = verifier.spawn_schedule();

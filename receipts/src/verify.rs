@@ -91,6 +91,9 @@ pub struct Held {
     pub current: u32,
     /// Points whose vector has another dimension than the store's, when vectors were read.
     pub wrong_dimension: u32,
+    /// Points whose vector is not of unit length (a cosine store keeps them normalised), when
+    /// vectors were read: damaged vectors.
+    pub bad_norm: u32,
 }
 
 /// One difference, with its evidence.
@@ -188,6 +191,7 @@ pub fn compare_vectors(bucket: &LedgerBucket, held: &[Held]) -> Vec<Drift> {
         let points: u32 = found.iter().map(|h| h.points).sum();
         let current: u32 = found.iter().map(|h| h.current).sum();
         let wrong: u32 = found.iter().map(|h| h.wrong_dimension).sum();
+        let bad_norm: u32 = found.iter().map(|h| h.bad_norm).sum();
         let counts = serde_json::json!({"expected_points": expected, "found_points": points});
         if points < expected {
             out.push(drift(
@@ -238,6 +242,15 @@ pub fn compare_vectors(bucket: &LedgerBucket, held: &[Held]) -> Vec<Drift> {
                 source,
                 revision,
                 serde_json::json!({"points": points, "wrong_dimension": wrong}),
+            ));
+        }
+        if bad_norm > 0 {
+            out.push(drift(
+                DriftKind::Checksum,
+                stores::VECTOR,
+                source,
+                revision,
+                serde_json::json!({"points": points, "not_unit_length": bad_norm}),
             ));
         }
     }
@@ -315,6 +328,29 @@ pub fn bytes_drift(head: &SettledHead, found: Option<&str>) -> Option<Drift> {
         serde_json::json!({"expected_sha256": head.content_sha256, "found_sha256": found}),
     ))
 }
+
+/// The drift of a sampled chunk whose stored vector is not what the generation's model
+/// embeds for its text now (`cosine` between the two): a wrong or changed model.
+pub fn model_drift(head: &SettledHead, chunk_index: u32, cosine: f32) -> Option<Drift> {
+    if cosine >= MODEL_AGREEMENT {
+        return None;
+    }
+    Some(drift(
+        DriftKind::Checksum,
+        stores::VECTOR,
+        (&head.dataset, &head.source_key),
+        head.revision_id,
+        serde_json::json!({
+            "sampled_chunk": chunk_index,
+            "cosine": cosine,
+            "expected_at_least": MODEL_AGREEMENT,
+            "reason": "the stored vector is not what the generation's model embeds for this chunk",
+        }),
+    ))
+}
+
+/// Least cosine between a stored vector and the same text embedded again.
+pub const MODEL_AGREEMENT: f32 = 0.999;
 
 /// What a second look confirms: drift found in both looks (same kind, store and revision),
 /// for a source settled in both, with its head unchanged. The second look's evidence is kept.
@@ -534,6 +570,7 @@ mod tests {
             points,
             current,
             wrong_dimension: 0,
+            bad_norm: 0,
         }
     }
 

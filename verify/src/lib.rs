@@ -11,8 +11,10 @@
 //!   from the promises, or that has work in flight, is read point by point.
 //! - `scrub`: every bucket's payloads are scrolled without vectors. The order-free digests of
 //!   both sides are compared, and any difference is compared revision by revision.
-//! - `deep`: the scrub with vectors, so each dimension is checked, and every settled head's
-//!   retained bytes hashed again against their content hash.
+//! - `deep`: the scrub with vectors, so each dimension and length is checked; every settled
+//!   head's retained bytes hashed again against their content hash; and one chunk per bucket
+//!   embedded again with the generation's model and compared with its stored vector
+//!   (cosine at least 0.999), to catch a wrong model.
 //!
 //! Chunk rows (count and checksum) are checked in every tier: they are in the ledger, so they
 //! cost nothing more.

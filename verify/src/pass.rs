@@ -61,6 +61,8 @@ pub struct Verifier {
     pub(crate) ledger: Arc<dyn VerifyLedger>,
     pub(crate) stores: Option<Arc<dyn VectorStores>>,
     settings: VerifySettings,
+    /// Embeds one sampled chunk per bucket in the deep tier, to catch a wrong model.
+    embedder: Option<Arc<dyn gateways::Embedder>>,
     running: Mutex<HashSet<Uuid>>,
     /// Store calls made by this verifier's passes (bucket counts and bucket reads).
     calls: std::sync::atomic::AtomicU64,
@@ -78,6 +80,8 @@ impl std::fmt::Debug for Verifier {
 /// The store a generation projects into, and whether it is there at all.
 struct StoreSide {
     store: Option<Arc<dyn VectorStore>>,
+    /// The generation's embedding model.
+    model: String,
     /// The container (collection) is gone and the pass does not repair: every promise is
     /// missing.
     absent: bool,
@@ -91,9 +95,22 @@ impl Verifier {
         stores: Option<Arc<dyn VectorStores>>,
         settings: VerifySettings,
     ) -> Arc<Verifier> {
+        Verifier::with_embedder(ledger, stores, None, settings)
+    }
+
+    /// [`Verifier::new`] with the model the generations embed with: the deep tier embeds one
+    /// chunk per bucket again and compares it with the stored vector (generations of another
+    /// model are not sampled).
+    pub fn with_embedder(
+        ledger: Arc<dyn VerifyLedger>,
+        stores: Option<Arc<dyn VectorStores>>,
+        embedder: Option<Arc<dyn gateways::Embedder>>,
+        settings: VerifySettings,
+    ) -> Arc<Verifier> {
         Arc::new(Verifier {
             ledger,
             stores,
+            embedder,
             settings,
             running: Mutex::new(HashSet::new()),
             calls: std::sync::atomic::AtomicU64::new(0),
@@ -340,6 +357,7 @@ impl Verifier {
         if !generation.backends.contains(&Backend::Vector) {
             return Ok(StoreSide {
                 store: None,
+                model: generation.model.clone(),
                 absent: false,
             });
         }
@@ -358,6 +376,7 @@ impl Verifier {
         }
         Ok(StoreSide {
             store: Some(store),
+            model: generation.model.clone(),
             absent: !present,
         })
     }
@@ -375,7 +394,12 @@ impl Verifier {
         let first_store =
             read_store(tier, side, &first_ledger, bucket, false, &mut requests).await?;
         let first = self
-            .drift_of(tier, &first_ledger, first_store.as_deref())
+            .drift_of(
+                tier,
+                (generation, side),
+                &first_ledger,
+                first_store.as_deref(),
+            )
             .await?;
         if first.is_empty() {
             return Ok(BucketOutcome {
@@ -391,7 +415,12 @@ impl Verifier {
             read_store(tier, side, &first_ledger, bucket, true, &mut requests).await?;
         let second_ledger = self.ledger.verify_bucket(generation, bucket).await?;
         let second = self
-            .drift_of(tier, &second_ledger, second_store.as_deref())
+            .drift_of(
+                tier,
+                (generation, side),
+                &second_ledger,
+                second_store.as_deref(),
+            )
             .await?;
         let drift = rules::confirmed(&first, &first_ledger, second, &second_ledger);
         Ok(BucketOutcome {
@@ -407,6 +436,7 @@ impl Verifier {
     async fn drift_of(
         &self,
         tier: VerifyTier,
+        (generation, side): (&str, &StoreSide),
         ledger: &LedgerBucket,
         held: Option<&[Held]>,
     ) -> Result<Vec<Drift>, VerifyError> {
@@ -420,8 +450,49 @@ impl Verifier {
                 let found = bytes.map(|bytes| receipts::ids::sha256_hex(&bytes));
                 drift.extend(rules::bytes_drift(head, found.as_deref()));
             }
+            drift.extend(self.sample_model(generation, side, ledger).await?);
         }
         Ok(drift)
+    }
+
+    /// Embeds the first chunk of one settled head of the bucket (the lowest revision id) again
+    /// and compares it with its stored vector.
+    async fn sample_model(
+        &self,
+        generation: &str,
+        side: &StoreSide,
+        ledger: &LedgerBucket,
+    ) -> Result<Option<Drift>, VerifyError> {
+        let (Some(embedder), Some(store)) = (&self.embedder, &side.store) else {
+            return Ok(None);
+        };
+        if side.absent || embedder.model_id() != side.model {
+            return Ok(None);
+        }
+        let Some(head) = ledger
+            .heads
+            .iter()
+            .filter(|head| head.points.unwrap_or(0) > 0)
+            .min_by_key(|head| head.revision_id)
+        else {
+            return Ok(None);
+        };
+        let rows = self.ledger.chunks(head.revision_id, generation).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let index = u32::try_from(row.chunk_index).unwrap_or(0);
+        let embedded = embedder.embed(vec![row.text.clone()]).await?;
+        let stored = store
+            .vectors(&[gateways::vectors::point_id(head.revision_id, index)])
+            .await?;
+        let (Some(fresh), Some(Some(kept))) = (embedded.first(), stored.first()) else {
+            // A missing point is reported by the comparison itself.
+            return Ok(None);
+        };
+        let dot: f32 = fresh.iter().zip(kept).map(|(a, b)| a * b).sum();
+        let cosine = dot / (norm(fresh) * norm(kept)).max(f32::EPSILON);
+        Ok(rules::model_drift(head, index, cosine))
     }
 }
 
@@ -515,6 +586,10 @@ fn record(pass: &VerifyPass, drift: &Drift) -> DriftRecord {
         found_at: 0,
         changed_at: 0,
     }
+}
+
+fn norm(values: &[f32]) -> f32 {
+    values.iter().map(|x| x * x).sum::<f32>().sqrt()
 }
 
 fn unix_seconds() -> f64 {

@@ -3,7 +3,7 @@
 //! | drift | repair |
 //! |---|---|
 //! | vector `missing`, chunk rows of any kind | a projection job for the head ([`receipts::Verifications::reproject`]) |
-//! | vector `payload`, `wrong_dims`, `extra` on the head | the head's points deleted, then a projection job |
+//! | vector `payload`, `wrong_dims`, `checksum` (a damaged vector, or one the model does not embed so), `extra` on the head | the head's points deleted, then a projection job |
 //! | vector `extra` of a revision the ledger does not hold | retired, deleted, read back as gone |
 //! | `stale_current` on the head | `set_current` again, ordered by the head's time, read back |
 //! | `stale_current` on an older revision | retired, read back as not current |
@@ -77,7 +77,7 @@ fn needs_projection(drift: &DriftRecord) -> bool {
     drift.store == stores::RELATIONAL
         || matches!(
             drift.kind,
-            DriftKind::Missing | DriftKind::Payload | DriftKind::WrongDims
+            DriftKind::Missing | DriftKind::Payload | DriftKind::WrongDims | DriftKind::Checksum
         )
         || (drift.kind == DriftKind::Extra && !unknown_revision(drift))
 }
@@ -168,9 +168,10 @@ async fn repair_one(
                     ),
                 });
             }
-            DriftKind::Payload | DriftKind::WrongDims | DriftKind::Extra => {
-                // Points that name the wrong source, have another dimension, or are too many
-                // cannot be trusted for reuse: delete them, then project the head again.
+            DriftKind::Payload | DriftKind::WrongDims | DriftKind::Extra | DriftKind::Checksum => {
+                // Points that name the wrong source, have another dimension or a damaged or
+                // foreign vector, or are too many cannot be trusted for reuse: delete them,
+                // then project the head again (which embeds their text anew).
                 store
                     .delete_points(PointSelector::Revision(drift.revision_id))
                     .await?;

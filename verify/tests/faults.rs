@@ -142,13 +142,14 @@ async fn servers() -> World {
 }
 
 impl World {
-    fn verifier(&self) -> Arc<Verifier> {
-        Verifier::new(
+    async fn verifier(&self) -> Arc<Verifier> {
+        Verifier::with_embedder(
             self.ledger.clone(),
             Some(Arc::new(OneStore::new(
                 &self.generation.id,
                 self.store.clone(),
             ))),
+            Some(embedder().await),
             VerifySettings {
                 interval: None,
                 buckets_per_second: 100_000,
@@ -199,7 +200,7 @@ impl World {
         tier: VerifyTier,
         repair: bool,
     ) -> (VerifyPass, Vec<receipts::model::DriftRecord>) {
-        let verifier = self.verifier();
+        let verifier = self.verifier().await;
         let pass = self
             .ledger
             .change_pass(receipts::model::PassChange::Start {
@@ -425,6 +426,31 @@ async fn faults_are_found_and_repaired(world: World) {
         Stores::Servers { .. } => "UPDATE contents SET bytes = decode(repeat('00', length(bytes)), 'hex') WHERE sha256 = ?",
     };
     world.sql(corrupt, &sha).await;
+    // A vector the generation's model would not produce for its chunk (a wrong model).
+    let clean = revisions["clean.md"];
+    let clean_head_at = world
+        .ledger
+        .revision(clean)
+        .await
+        .expect("read")
+        .and_then(|detail| detail.job)
+        .expect("job")
+        .created_at;
+    let foreign: Vec<f32> = (0..MODEL_DIMENSION)
+        .map(|i| if i == 7 { 1.0 } else { 0.0 })
+        .collect();
+    world
+        .store
+        .upsert(vec![VectorPoint {
+            dataset: "docs".to_owned(),
+            source_key: "clean.md".to_owned(),
+            revision_id: clean,
+            chunk_index: 0,
+            head_at: clean_head_at,
+            vector: foreign,
+        }])
+        .await
+        .expect("overwrite a vector");
 
     let expected_scrub: BTreeSet<(String, String, String)> = [
         ("gone.md", "vector", "missing"),
@@ -467,6 +493,12 @@ async fn faults_are_found_and_repaired(world: World) {
     expected_deep.insert((
         "bytes.md".to_owned(),
         "bytes".to_owned(),
+        "checksum".to_owned(),
+    ));
+    // ... and embeds one chunk per bucket again: clean.md's vector is not the model's.
+    expected_deep.insert((
+        "clean.md".to_owned(),
+        "vector".to_owned(),
         "checksum".to_owned(),
     ));
     assert_eq!(kinds(&drift), expected_deep, "{drift:#?}");

@@ -1004,16 +1004,18 @@ impl VectorStore for EdgeVectorStore {
                 })
                 .await?;
             for record in records {
-                let dimension = record.vector.as_ref().map(|vector| match vector {
-                    qdrant_edge::VectorStructInternal::Single(values) => values.len(),
+                let values: Option<&[f32]> = record.vector.as_ref().map(|vector| match vector {
+                    qdrant_edge::VectorStructInternal::Single(values) => values.as_slice(),
                     qdrant_edge::VectorStructInternal::Named(named) => {
                         match named.get(DEFAULT_VECTOR_NAME) {
-                            Some(qdrant_edge::VectorInternal::Dense(values)) => values.len(),
-                            _ => 0,
+                            Some(qdrant_edge::VectorInternal::Dense(values)) => values.as_slice(),
+                            _ => &[],
                         }
                     }
-                    _ => 0,
+                    _ => &[],
                 });
+                let dimension = values.map(<[f32]>::len);
+                let length = values.map(super::norm);
                 let is_current = record
                     .payload
                     .as_ref()
@@ -1026,6 +1028,7 @@ impl VectorStore for EdgeVectorStore {
                     revision_id: payload_text(&record.payload, "revision_id"),
                     is_current,
                     dimension,
+                    norm: length,
                 });
             }
             match next {

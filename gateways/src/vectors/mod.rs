@@ -303,6 +303,13 @@ struct ScrolledPoint {
     revision_id: Option<String>,
     is_current: bool,
     dimension: Option<usize>,
+    /// Its vector's length, when vectors were read.
+    norm: Option<f32>,
+}
+
+/// The Euclidean length of a vector.
+fn norm(values: &[f32]) -> f32 {
+    values.iter().map(|x| x * x).sum::<f32>().sqrt()
 }
 
 /// Folds scrolled points into one [`Held`] per revision and named source. A point whose
@@ -328,11 +335,15 @@ fn fold_points(points: Vec<ScrolledPoint>, dimension: usize) -> Vec<Held> {
                 points: 0,
                 current: 0,
                 wrong_dimension: 0,
+                bad_norm: 0,
             });
         entry.points += 1;
         entry.current += u32::from(point.is_current);
         if point.dimension.is_some_and(|found| found != dimension) {
             entry.wrong_dimension += 1;
+        }
+        if point.norm.is_some_and(|length| (length - 1.0).abs() > 1e-3) {
+            entry.bad_norm += 1;
         }
     }
     held.into_values().collect()

@@ -677,17 +677,22 @@ impl VectorStore for ServerVectorStore {
                 .retrying("scroll", || self.client.scroll(request.clone()))
                 .await?;
             for point in response.result {
-                let dimension = point.vectors.map(|vectors| match vectors.vectors_options {
-                    Some(vectors_output::VectorsOptions::Vector(vector)) => match vector.vector {
-                        Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => {
-                            dense.data.len()
+                let values: Option<Vec<f32>> =
+                    point.vectors.map(|vectors| match vectors.vectors_options {
+                        Some(vectors_output::VectorsOptions::Vector(vector)) => {
+                            match vector.vector {
+                                Some(qdrant_client::qdrant::vector_output::Vector::Dense(
+                                    dense,
+                                )) => dense.data,
+                                #[allow(deprecated)]
+                                None => vector.data,
+                                Some(_) => Vec::new(),
+                            }
                         }
-                        #[allow(deprecated)]
-                        None => vector.data.len(),
-                        Some(_) => 0,
-                    },
-                    _ => 0,
-                });
+                        _ => Vec::new(),
+                    });
+                let dimension = values.as_ref().map(Vec::len);
+                let length = values.as_deref().map(super::norm);
                 let is_current = matches!(
                     point
                         .payload
@@ -701,6 +706,7 @@ impl VectorStore for ServerVectorStore {
                     revision_id: text(&point.payload, "revision_id"),
                     is_current,
                     dimension,
+                    norm: length,
                 });
             }
             match response.next_page_offset {
