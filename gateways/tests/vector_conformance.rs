@@ -368,6 +368,66 @@ mod checks {
         }
     }
 
+    /// Every point, read page by page with its vector and payload, loads into another store
+    /// as it was: the portable dump.
+    pub(super) async fn every_point_dumps_and_loads_as_it_was(backend: &dyn Backend) {
+        let source = backend.open("g-one").await;
+        let (old, new) = (Uuid::now_v7(), Uuid::now_v7());
+        project(source.as_ref(), "docs", "a.md", old, 3, 10).await;
+        project(source.as_ref(), "docs", "a.md", new, 2, 20).await;
+        project(source.as_ref(), "notes", "b.md", Uuid::now_v7(), 2, 30).await;
+        let mut dumped = Vec::new();
+        let mut after = None;
+        loop {
+            let (page, next) = source.scroll_all(after, 2).await.expect("scroll");
+            assert!(page.len() <= 2);
+            dumped.extend(page);
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(dumped.len(), 7, "every point once");
+        let ids: std::collections::BTreeSet<Uuid> = dumped.iter().map(|p| p.id).collect();
+        assert_eq!(ids.len(), 7);
+        let target = backend.open("g-two").await;
+        let mut wrong = dumped[0].clone();
+        wrong.vector.push(0.0);
+        assert!(
+            target.put_points(vec![wrong]).await.is_err(),
+            "another dimension is refused"
+        );
+        target.put_points(dumped.clone()).await.expect("load");
+        let (mut loaded, next) = target.scroll_all(None, 100).await.expect("scroll");
+        assert_eq!(next, None);
+        dumped.sort_by_key(|p| p.id);
+        loaded.sort_by_key(|p| p.id);
+        for (a, b) in dumped.iter().zip(&loaded) {
+            assert_eq!((a.id, &a.payload), (b.id, &b.payload));
+            assert!(a
+                .vector
+                .iter()
+                .zip(&b.vector)
+                .all(|(x, y)| (x - y).abs() < 1e-5));
+        }
+        assert_eq!(loaded.len(), 7);
+        let points = target.revision_points(new).await.expect("read back");
+        assert_eq!((points.count, points.current), (2, 2));
+        assert_eq!(
+            target
+                .revision_points(old)
+                .await
+                .expect("read back")
+                .current,
+            0
+        );
+        let bucket = receipts::verify::bucket("docs", "a.md");
+        assert_eq!(
+            target.bucket_points(bucket, false).await.expect("bucket"),
+            source.bucket_points(bucket, false).await.expect("bucket")
+        );
+    }
+
     /// Keys of `dataset` that all fall into one verify bucket.
     fn keys_in_one_bucket(dataset: &str, count: usize) -> (u16, Vec<String>) {
         let bucket = receipts::verify::bucket(dataset, "key-0");
@@ -472,6 +532,11 @@ macro_rules! vector_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_bucket_is_read_by_revision_without_a_full_scroll() {
                 checks::a_bucket_is_read_by_revision_without_a_full_scroll(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn every_point_dumps_and_loads_as_it_was() {
+                checks::every_point_dumps_and_loads_as_it_was(&$backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -381,6 +381,19 @@ impl VectorStore for FailingSearchVectors {
     ) -> Result<gateways::vectors::StoreBackup, GatewayError> {
         self.0.backup_to(target).await
     }
+    async fn scroll_all(
+        &self,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<(Vec<gateways::vectors::StoredPoint>, Option<Uuid>), GatewayError> {
+        self.0.scroll_all(after, limit).await
+    }
+    async fn put_points(
+        &self,
+        points: Vec<gateways::vectors::StoredPoint>,
+    ) -> Result<(), GatewayError> {
+        self.0.put_points(points).await
+    }
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
         self.0.vectors(ids).await
     }

@@ -51,6 +51,11 @@ pub struct StartBackup {
     #[serde(default)]
     #[schema(max_length = 500, nullable)]
     pub reason: Option<String>,
+    /// Write each generation's vectors as the portable dump (loadable into qdrant-edge or a
+    /// Qdrant server) instead of copying the embedded shard; a Qdrant server's are always
+    /// dumped.
+    #[serde(default)]
+    pub portable: bool,
 }
 
 /// State of the backup handlers.
@@ -104,6 +109,7 @@ async fn start_backup(
     let bytes = read_json_body(&headers, body, 16 * 1024).await?;
     let start: StartBackup = from_object(&bytes)?;
     let reason = reason(start.reason, "backup through the API")?;
+    let portable = start.portable;
     let running = state
         .backups
         .lock()
@@ -134,6 +140,7 @@ async fn start_backup(
             task.stores.as_ref(),
             &task.root,
             &task_view.id,
+            portable,
             &actor,
             &reason,
         )

@@ -63,9 +63,12 @@ pub struct GenerationPart {
     pub backends: Vec<Backend>,
     /// Its state when the backup was taken.
     pub state: GenerationState,
-    /// The store (`qdrant-edge`) and the version of its engine.
+    /// The store (`qdrant-edge`, `qdrant-server`) and the version of its engine.
     pub store: String,
-    /// The store's folder in the backup (`vectors/<generation>`).
+    /// `shard` (qdrant-edge's files, copied) or `dump` (the portable dump, any store).
+    pub format: String,
+    /// The folder its files are in, inside the backup (`vectors/<generation>` for a shard,
+    /// `vectors` for a dump).
     pub directory: String,
     /// Its files and points, and how long its writes were held.
     #[serde(flatten)]

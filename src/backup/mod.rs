@@ -6,7 +6,9 @@
 //! - `ledger.db`, a consistent copy of the ledger at one point of its history (`VACUUM INTO`
 //!   on a read connection, while acceptance goes on);
 //! - `vectors/<generation>/`, each live generation's shard, copied *after* the ledger with
-//!   its writes held for the copy only;
+//!   its writes held for the copy only; or, for a Qdrant server (or with `--portable`),
+//!   `vectors/<generation>.jsonl`, the portable dump ([`dump`]), which loads into either
+//!   store;
 //! - `manifest.json`, written last: no manifest, no backup ([`manifest`]).
 //!
 //! Because the stores are taken after the ledger, a verify of the restored installation can
@@ -25,6 +27,7 @@
 //! - After a restore no lease from before it counts, and the restore ends with a full verify.
 
 pub mod api;
+pub mod dump;
 pub mod manifest;
 pub mod restore;
 mod take;

@@ -56,11 +56,6 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
         "restoring a PostgreSQL ledger is pg_restore's work (then `cairn verify --tier deep \
          --repair`); `cairn restore` restores the embedded SQLite ledger and its shards"
     );
-    anyhow::ensure!(
-        config.vectors.is_none(),
-        "this backup's vectors are qdrant-edge shards; with vectors.url set, restore the \
-         Qdrant server's collections with its snapshot API"
-    );
     // 1. checked
     crate::datadir::prepare(&config.data_dir)?;
     let _exclusive = crate::datadir::hold_exclusively(&config.data_dir)?;
@@ -102,6 +97,20 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
         .into_iter()
         .filter(|entry| entry.at > manifest.ledger.backup.newest_at)
         .collect();
+    // A Qdrant server's collections must be empty: a restore never overwrites vectors.
+    let stores = Arc::new(RestoredStores::new(config, &manifest));
+    if config.vectors.is_some() {
+        for generation in &manifest.generations {
+            let store = gateways::VectorStores::store(stores.as_ref(), &generation.id).await?;
+            let (points, _) = store.scroll_all(None, 1).await?;
+            anyhow::ensure!(
+                points.is_empty(),
+                "the Qdrant collection {} already holds points: a restore never overwrites \
+                 vectors; delete it, or restore under another vectors.collection_prefix",
+                store.location()
+            );
+        }
+    }
     step(
         "checked",
         json!({"backup": manifest.id, "bytes": bytes, "schema": manifest.ledger.backup.schema_version,
@@ -212,19 +221,46 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
     // 6. stores_loaded
     let mut loaded = Vec::new();
     for generation in &manifest.generations {
-        if !generation.store.contains(EDGE_STORE) {
-            loaded.push(json!({"generation": generation.id, "loaded": false,
-                "why": format!("written by {}, this build runs {EDGE_STORE}: projected again", generation.store)}));
-            continue;
-        }
-        let target = config.data_dir.join("vectors").join(&generation.id);
-        copy_folder(&options.from.join(&generation.directory), &target)?;
-        loaded.push(json!({"generation": generation.id, "loaded": true, "points": generation.backup.points}));
+        let from = options.from.join(&generation.directory);
+        let points = match (generation.format.as_str(), config.vectors.is_some()) {
+            ("shard", false) if generation.store.contains(EDGE_STORE) => {
+                copy_folder(&from, &config.data_dir.join("vectors").join(&generation.id))?;
+                generation.backup.points as u64
+            }
+            ("shard", _) if !generation.store.contains(EDGE_STORE) => {
+                loaded.push(json!({"generation": generation.id, "loaded": false,
+                    "why": format!("written by {}, this build runs {EDGE_STORE}: projected again", generation.store)}));
+                continue;
+            }
+            ("shard", true) => {
+                // Embedded to a server: the shard is opened from a scratch copy and streamed.
+                let scratch = config
+                    .data_dir
+                    .join(format!("restore-scratch-{}", generation.id));
+                copy_folder(&from, &scratch)?;
+                let dimension = usize::try_from(generation.dimension).unwrap_or(0);
+                let shard = gateways::EdgeVectorStore::open(&scratch, dimension)?;
+                let target = gateways::VectorStores::store(stores.as_ref(), &generation.id).await?;
+                let copied = stream(&shard, target.as_ref()).await?;
+                drop(shard);
+                std::fs::remove_dir_all(&scratch)?;
+                copied
+            }
+            _ => {
+                let file = generation
+                    .backup
+                    .files
+                    .first()
+                    .context("a dump generation names its file")?;
+                let target = gateways::VectorStores::store(stores.as_ref(), &generation.id).await?;
+                super::dump::load(&from.join(&file.path), target.as_ref()).await?
+            }
+        };
+        loaded.push(json!({"generation": generation.id, "format": generation.format, "loaded": true, "points": points}));
     }
     step("stores_loaded", json!({"generations": loaded}));
 
     // 7. verified: repair what a later store differs by, then prove it.
-    let stores = Arc::new(ShardStores::new(config.data_dir.join("vectors"), &manifest));
     let verifier = verify::Verifier::new(
         ledger.clone(),
         Some(stores.clone() as Arc<dyn gateways::VectorStores>),
@@ -278,18 +314,39 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
     )
 }
 
-/// The restored shards, each opened with its generation's dimension (whatever model this
-/// build's configuration names).
-struct ShardStores {
-    root: PathBuf,
-    dimensions: std::collections::HashMap<String, usize>,
-    opened: tokio::sync::Mutex<std::collections::HashMap<String, Arc<gateways::EdgeVectorStore>>>,
+/// Every point of `from`, page by page, into `to`.
+async fn stream(
+    from: &dyn gateways::VectorStore,
+    to: &dyn gateways::VectorStore,
+) -> anyhow::Result<u64> {
+    let mut after = None;
+    let mut points = 0;
+    loop {
+        let (page, next) = from.scroll_all(after, 1000).await?;
+        points += page.len() as u64;
+        to.put_points(page).await?;
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(points),
+        }
+    }
 }
 
-impl ShardStores {
-    fn new(root: PathBuf, manifest: &Manifest) -> ShardStores {
-        ShardStores {
-            root,
+/// The restored installation's stores, each opened with its generation's dimension
+/// (whatever model this build's configuration names): shards under the data directory, or
+/// collections on the configured Qdrant server.
+struct RestoredStores {
+    root: PathBuf,
+    server: Option<gateways::ServerOptions>,
+    dimensions: std::collections::HashMap<String, usize>,
+    opened: tokio::sync::Mutex<std::collections::HashMap<String, Arc<dyn gateways::VectorStore>>>,
+}
+
+impl RestoredStores {
+    fn new(config: &Config, manifest: &Manifest) -> RestoredStores {
+        RestoredStores {
+            root: config.data_dir.join("vectors"),
+            server: config.vectors.clone(),
             dimensions: manifest
                 .generations
                 .iter()
@@ -302,7 +359,8 @@ impl ShardStores {
     async fn close(&self) -> anyhow::Result<()> {
         let opened = std::mem::take(&mut *self.opened.lock().await);
         for (generation, store) in opened {
-            gateways::VectorStore::close(store.as_ref())
+            store
+                .close()
                 .await
                 .with_context(|| format!("closing the shard of generation {generation}"))?;
         }
@@ -311,7 +369,7 @@ impl ShardStores {
 }
 
 #[async_trait::async_trait]
-impl gateways::VectorStores for ShardStores {
+impl gateways::VectorStores for RestoredStores {
     async fn store(
         &self,
         generation: &str,
@@ -322,15 +380,24 @@ impl gateways::VectorStores for ShardStores {
         }
         let dimension = self.dimensions.get(generation).copied().ok_or_else(|| {
             gateways::GatewayError::Config(format!(
-                "generation {generation} has no shard in the backup"
+                "generation {generation} has no vectors in the backup"
             ))
         })?;
-        let path = self.root.join(generation);
-        let store =
-            tokio::task::spawn_blocking(move || gateways::EdgeVectorStore::open(&path, dimension))
-                .await
-                .map_err(|error| gateways::GatewayError::Config(error.to_string()))??;
-        let store = Arc::new(store);
+        let store: Arc<dyn gateways::VectorStore> = match &self.server {
+            Some(options) => {
+                Arc::new(gateways::ServerVectorStore::open(options, generation, dimension).await?)
+            }
+            None => {
+                let path = self.root.join(generation);
+                Arc::new(
+                    tokio::task::spawn_blocking(move || {
+                        gateways::EdgeVectorStore::open(&path, dimension)
+                    })
+                    .await
+                    .map_err(|error| gateways::GatewayError::Config(error.to_string()))??,
+                )
+            }
+        };
         opened.insert(generation.to_owned(), store.clone());
         Ok(store)
     }

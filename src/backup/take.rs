@@ -27,6 +27,7 @@ pub async fn take(
     stores: Option<&Arc<dyn VectorStores>>,
     root: &Path,
     id: &str,
+    portable: bool,
     actor: &str,
     reason: &str,
 ) -> anyhow::Result<(Manifest, std::path::PathBuf)> {
@@ -68,12 +69,35 @@ pub async fn take(
              back up from the process that runs the workers",
         )?;
         let store = stores.store(&generation.id).await?;
-        let directory = format!("vectors/{}", generation.id);
-        let copied = store
-            .backup_to(&folder.join(&directory))
-            .await
-            .with_context(|| format!("copying the vectors of generation {}", generation.id))?;
-        tracing::info!(backup = %id, generation = %generation.id, points = copied.points, held_ms = copied.held_ms, "vector store copied");
+        let (format, directory, copied) = if store.name() == "qdrant-edge" && !portable {
+            let directory = format!("vectors/{}", generation.id);
+            let copied = store
+                .backup_to(&folder.join(&directory))
+                .await
+                .with_context(|| format!("copying the vectors of generation {}", generation.id))?;
+            ("shard", directory, copied)
+        } else {
+            // The portable dump: read while the store serves (it can only be ahead of the
+            // ledger), loadable into either store.
+            std::fs::create_dir_all(folder.join("vectors"))?;
+            let name = format!("{}.jsonl", generation.id);
+            let path = folder.join("vectors").join(&name);
+            let points = super::dump::write(store.as_ref(), &path)
+                .await
+                .with_context(|| format!("dumping the vectors of generation {}", generation.id))?;
+            let (sha256, bytes) = gateways::vectors::file_sha256(&path)?;
+            let copied = gateways::vectors::StoreBackup {
+                files: vec![gateways::vectors::BackupFile {
+                    path: name,
+                    bytes,
+                    sha256,
+                }],
+                points: usize::try_from(points).unwrap_or(usize::MAX),
+                held_ms: 0.0,
+            };
+            ("dump", "vectors".to_owned(), copied)
+        };
+        tracing::info!(backup = %id, generation = %generation.id, format, points = copied.points, held_ms = copied.held_ms, "vector store copied");
         generations.push(GenerationPart {
             id: generation.id,
             model: generation.model,
@@ -81,7 +105,12 @@ pub async fn take(
             chunker: generation.chunker,
             backends: generation.backends,
             state: generation.state,
-            store: format!("{} ({EDGE_STORE})", store.name()),
+            store: if store.name() == "qdrant-edge" {
+                format!("qdrant-edge ({EDGE_STORE})")
+            } else {
+                store.name().to_owned()
+            },
+            format: format.to_owned(),
             directory,
             backup: copied,
         });

@@ -341,6 +341,7 @@ async fn backup_and_restore(
         Some(&stores),
         root.path(),
         &id,
+        false,
         "bench",
         "bench verify",
     )

@@ -320,3 +320,102 @@ async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
     let _ = server.kill().await;
     let _ = server.wait().await;
 }
+
+/// A portable backup of an embedded installation restores onto a Qdrant server: the points
+/// are loaded, not embedded again, and the restored installation searches and verifies clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let backups = tempfile::tempdir().expect("backups");
+    let backup_dir = backups.path().to_string_lossy().into_owned();
+    let envs = [("CAIRN_BACKUP_DIR", backup_dir.as_str())];
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &envs,
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = admin_token(data.path());
+    let http = reqwest::Client::new();
+    let mut revisions = Vec::new();
+    for (key, words) in [("a.md", "aardvark"), ("b.md", "badger"), ("c.md", "camel")] {
+        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note on the {words}, long enough for one chunk.")});
+        revisions.push(post_source(&http, &base, &admin, &body).await);
+    }
+    for revision in &revisions {
+        wait_for_job(&http, &base, &admin, revision, "completed").await;
+    }
+    let backup = cairn(&["backup", "--portable", "--server", &base, "--token", &admin]);
+    assert_eq!(backup.status.code(), Some(0), "{}", text(&backup));
+    let manifest: Value = serde_json::from_slice(&backup.stdout).expect("manifest");
+    assert_eq!(manifest["generations"][0]["format"], "dump", "{manifest}");
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+
+    let qdrant = testkit::qdrant::QdrantServer::start().expect("start Qdrant");
+    let target = tempfile::tempdir().expect("target");
+    // The journal travels with the data directory; this one is new.
+    std::fs::create_dir_all(target.path().join("journal")).expect("journal dir");
+    std::fs::copy(
+        data.path().join("journal").join("erasures.jsonl"),
+        target.path().join("journal").join("erasures.jsonl"),
+    )
+    .or_else(|_| {
+        std::fs::write(target.path().join("journal").join("erasures.jsonl"), "").map(|()| 0)
+    })
+    .expect("journal");
+    let folder = backups.path().join(manifest["id"].as_str().expect("id"));
+    let restored = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["restore", "--from"])
+        .arg(&folder)
+        .arg("--data-dir")
+        .arg(target.path())
+        .env("CAIRN_VECTORS_URL", qdrant.grpc_url())
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("restore");
+    assert_eq!(restored.status.code(), Some(0), "{}", text(&restored));
+    assert!(
+        text(&restored).contains("\"format\":\"dump\""),
+        "{}",
+        text(&restored)
+    );
+
+    let grpc = qdrant.grpc_url();
+    let envs = [("CAIRN_VECTORS_URL", grpc.as_str())];
+    let (mut server, base) = spawn_serve_with(
+        target.path(),
+        &[],
+        &envs,
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = admin_token(target.path());
+    // No projection was needed: nothing is queued, and vector search finds the documents.
+    let status = cairn_json(target.path(), &base, &["status"]);
+    assert_eq!(
+        status["counts"]["jobs"]["pending"].as_i64().unwrap_or(0),
+        0,
+        "{status}"
+    );
+    let answer: Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(&admin)
+        .json(&json!({"query": "a note on the badger", "mode": "vector", "top_k": 3}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("answer");
+    assert_eq!(answer["results"][0]["source_key"], "b.md", "{answer}");
+    let verified = cairn(&[
+        "verify", "--tier", "scrub", "--server", &base, "--token", &admin,
+    ]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+}

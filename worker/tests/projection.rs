@@ -468,6 +468,19 @@ impl VectorStore for FaultyVectors {
     ) -> Result<gateways::vectors::StoreBackup, GatewayError> {
         self.real.backup_to(target).await
     }
+    async fn scroll_all(
+        &self,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<(Vec<gateways::vectors::StoredPoint>, Option<Uuid>), GatewayError> {
+        self.real.scroll_all(after, limit).await
+    }
+    async fn put_points(
+        &self,
+        points: Vec<gateways::vectors::StoredPoint>,
+    ) -> Result<(), GatewayError> {
+        self.real.put_points(points).await
+    }
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
         self.real.vectors(ids).await
     }

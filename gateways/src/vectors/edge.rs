@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::{
     check_dimensions, fold_points, point_id, BackupFile, FieldKind, Held, PointSelector,
-    RevisionPoints, ScrolledPoint, StoreBackup, VectorHit, VectorPoint, VectorStore,
+    RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint, VectorHit, VectorPoint, VectorStore,
     INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
@@ -1050,6 +1050,90 @@ impl VectorStore for EdgeVectorStore {
                     filter: Some(filter),
                     exact: true,
                 })
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn scroll_all(
+        &self,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<(Vec<StoredPoint>, Option<Uuid>), GatewayError> {
+        // Scrolling from an id includes it: start after `after` by asking one more.
+        let request = ScrollRequest {
+            offset: after.map(PointId::Uuid),
+            limit: Some(limit.max(1) + usize::from(after.is_some())),
+            filter: None,
+            with_payload: Some(WithPayloadInterface::Bool(true)),
+            with_vector: WithVector::Bool(true),
+            order_by: None,
+        };
+        let (records, next) = self
+            .with_shard(false, move |shard| {
+                shard.scroll(request).map_err(unavailable)
+            })
+            .await?;
+        let mut points = Vec::with_capacity(records.len());
+        for record in records {
+            let PointId::Uuid(id) = record.id else {
+                continue;
+            };
+            if Some(id) == after {
+                continue;
+            }
+            let vector = match record.vector {
+                Some(qdrant_edge::VectorStructInternal::Single(values)) => values,
+                Some(qdrant_edge::VectorStructInternal::Named(mut named)) => {
+                    match named.remove(DEFAULT_VECTOR_NAME) {
+                        Some(qdrant_edge::VectorInternal::Dense(values)) => values,
+                        _ => Vec::new(),
+                    }
+                }
+                _ => Vec::new(),
+            };
+            points.push(StoredPoint {
+                id,
+                vector,
+                payload: record.payload.map(|payload| payload.0).unwrap_or_default(),
+            });
+        }
+        let next = match next {
+            Some(PointId::Uuid(_)) => points.last().map(|point| point.id),
+            _ => None,
+        };
+        Ok((points, next))
+    }
+
+    async fn put_points(&self, points: Vec<StoredPoint>) -> Result<(), GatewayError> {
+        if let Some(bad) = points
+            .iter()
+            .find(|point| point.vector.len() != self.dimension)
+        {
+            return Err(GatewayError::Config(format!(
+                "a vector of dimension {} for a store of dimension {}",
+                bad.vector.len(),
+                self.dimension
+            )));
+        }
+        let points: Vec<qdrant_edge::PointStructPersisted> = points
+            .into_iter()
+            .map(|point| {
+                PointStruct::new(
+                    PointId::Uuid(point.id),
+                    point.vector,
+                    serde_json::Value::Object(point.payload),
+                )
+                .into()
+            })
+            .collect();
+        self.with_shard_durable(true, move |shard| {
+            shard
+                .update(qdrant_edge::UpdateOperation::PointOperation(
+                    qdrant_edge::PointOperations::UpsertPoints(
+                        qdrant_edge::PointInsertOperations::PointsList(points),
+                    ),
+                ))
                 .map_err(unavailable)
         })
         .await

@@ -108,6 +108,18 @@ pub struct RevisionPoints {
     pub current: usize,
 }
 
+/// A point as the store holds it: the portable dump's line.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredPoint {
+    /// The point id.
+    pub id: Uuid,
+    /// Its vector.
+    pub vector: Vec<f32>,
+    /// Its payload, every field (`dataset`, `source_key`, `revision_id`, `chunk_index`,
+    /// `head_at`, `is_current`, `bucket`).
+    pub payload: serde_json::Map<String, serde_json::Value>,
+}
+
 /// One file a store backup wrote.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BackupFile {
@@ -228,6 +240,15 @@ pub trait VectorStore: Send + Sync + 'static {
     /// one is created first, with its payload indexes (verify's repair of a dropped
     /// collection), and the answer is true.
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError>;
+    /// One page of every point, by point id from `after` (exclusive), with vectors and
+    /// payloads: the portable dump. Answers the page and the id to continue after.
+    async fn scroll_all(
+        &self,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<(Vec<StoredPoint>, Option<Uuid>), GatewayError>;
+    /// Writes points exactly as given, payload included, durably (loading a portable dump).
+    async fn put_points(&self, points: Vec<StoredPoint>) -> Result<(), GatewayError>;
     /// Copies the store's data into the new folder `target` for a backup, consistent at one
     /// moment: writes wait while it copies (the answer says how long). A Qdrant server
     /// answers `Config` (its snapshot API is not driven yet).

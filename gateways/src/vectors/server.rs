@@ -725,6 +725,113 @@ impl VectorStore for ServerVectorStore {
         .await
     }
 
+    async fn scroll_all(
+        &self,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<(Vec<super::StoredPoint>, Option<Uuid>), GatewayError> {
+        let mut request = ScrollPointsBuilder::new(self.collection.as_str())
+            .limit(u32::try_from(limit.max(1) + usize::from(after.is_some())).unwrap_or(u32::MAX))
+            .with_payload(true)
+            .with_vectors(true);
+        if let Some(after) = after {
+            request = request.offset(PointId::from(after));
+        }
+        let response = self
+            .retrying("scroll", || self.client.scroll(request.clone()))
+            .await?;
+        let mut points = Vec::with_capacity(response.result.len());
+        for point in response.result {
+            let id = point.id.as_ref().and_then(|id| match &id.point_id_options {
+                Some(qdrant_client::qdrant::point_id::PointIdOptions::Uuid(text)) => {
+                    text.parse::<Uuid>().ok()
+                }
+                _ => None,
+            });
+            let Some(id) = id else { continue };
+            if Some(id) == after {
+                continue;
+            }
+            let vector = match point.vectors.and_then(|vectors| vectors.vectors_options) {
+                Some(vectors_output::VectorsOptions::Vector(vector)) => match vector.vector {
+                    Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => dense.data,
+                    #[allow(deprecated)]
+                    None => vector.data,
+                    Some(_) => Vec::new(),
+                },
+                _ => Vec::new(),
+            };
+            let payload = point
+                .payload
+                .into_iter()
+                .filter_map(|(key, value)| {
+                    let json = match value.kind? {
+                        Kind::StringValue(text) => serde_json::Value::from(text),
+                        Kind::IntegerValue(number) => serde_json::Value::from(number),
+                        Kind::DoubleValue(number) => serde_json::Value::from(number),
+                        Kind::BoolValue(flag) => serde_json::Value::from(flag),
+                        _ => return None,
+                    };
+                    Some((key, json))
+                })
+                .collect();
+            points.push(super::StoredPoint {
+                id,
+                vector,
+                payload,
+            });
+        }
+        let next = response
+            .next_page_offset
+            .and_then(|_| points.last().map(|point| point.id));
+        Ok((points, next))
+    }
+
+    async fn put_points(&self, points: Vec<super::StoredPoint>) -> Result<(), GatewayError> {
+        if let Some(bad) = points
+            .iter()
+            .find(|point| point.vector.len() != self.dimension)
+        {
+            return Err(GatewayError::Config(format!(
+                "a vector of dimension {} for a store of dimension {}",
+                bad.vector.len(),
+                self.dimension
+            )));
+        }
+        if points.is_empty() {
+            return Ok(());
+        }
+        let points: Vec<PointStruct> = points
+            .into_iter()
+            .map(|point| {
+                let payload: HashMap<String, Value> = point
+                    .payload
+                    .into_iter()
+                    .filter_map(|(key, value)| {
+                        let value = match value {
+                            serde_json::Value::String(text) => Value::from(text),
+                            serde_json::Value::Bool(flag) => Value::from(flag),
+                            serde_json::Value::Number(number) => match number.as_i64() {
+                                Some(integer) => Value::from(integer),
+                                None => Value::from(number.as_f64()?),
+                            },
+                            _ => return None,
+                        };
+                        Some((key, value))
+                    })
+                    .collect();
+                PointStruct::new(point.id, point.vector, payload)
+            })
+            .collect();
+        self.retrying("upsert", || {
+            self.client.upsert_points(
+                UpsertPointsBuilder::new(self.collection.as_str(), points.clone()).wait(true),
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn backup_to(
         &self,
         _target: &std::path::Path,

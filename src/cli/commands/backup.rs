@@ -18,6 +18,10 @@ pub struct BackupArgs {
     /// Why (kept in the manifest).
     #[arg(long)]
     reason: Option<String>,
+    /// Write the vectors as the portable dump (JSON lines with a trailing hash), which
+    /// restores into qdrant-edge or a Qdrant server alike.
+    #[arg(long)]
+    portable: bool,
     #[command(flatten)]
     client: ClientArgs,
 }
@@ -27,7 +31,10 @@ impl BackupArgs {
     pub async fn run(self, _env: &HashMap<String, String>) -> anyhow::Result<ExitCode> {
         let api = self.client.connect()?;
         let (status, answer) = api
-            .post("/v1/backups", &json!({"reason": self.reason}))
+            .post(
+                "/v1/backups",
+                &json!({"reason": self.reason, "portable": self.portable}),
+            )
             .await?;
         let started = ok_or_error(status, answer)?;
         let id = started["id"].as_str().unwrap_or_default().to_owned();
