@@ -383,8 +383,17 @@ async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
         text(&restored)
     );
 
+    // The tokens are the restored ledger's: the operator's admin token still works.
+    std::fs::copy(
+        data.path().join("admin.token"),
+        target.path().join("admin.token"),
+    )
+    .expect("admin token");
     let grpc = qdrant.grpc_url();
-    let envs = [("CAIRN_VECTORS_URL", grpc.as_str())];
+    let envs = [
+        ("CAIRN_VECTORS_URL", grpc.as_str()),
+        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+    ];
     let (mut server, base) = spawn_serve_with(
         target.path(),
         &[],
