@@ -114,7 +114,7 @@ pub use ledger::{
     Projections, Reader, SearchLedger, SyncLedger, Tokens, Verifications, VerifyLedger, WorkLedger,
     CANDIDATES_PER_HASH,
 };
-pub use migrations::sqlite_schema_version;
+pub use migrations::{postgres_schema_version, sqlite_schema_version};
 pub use model::{
     owner_of, AcceptStatus, Acceptance, Backend, BoundHit, Change, ChunkRef, ChunkRow,
     ChunkSummary, Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorFile,

@@ -65,7 +65,16 @@ pub(crate) async fn postgres() -> Result<Migrator, MigrateError> {
 /// The newest schema version this build's SQLite migrations reach (a restore refuses a
 /// newer backup).
 pub fn sqlite_schema_version() -> i64 {
-    SQLITE
+    newest(SQLITE)
+}
+
+/// The newest schema version this build's PostgreSQL migrations reach.
+pub fn postgres_schema_version() -> i64 {
+    newest(POSTGRES)
+}
+
+fn newest(migrations: &[(&str, &str)]) -> i64 {
+    migrations
         .iter()
         .filter_map(|(name, _)| name.split_once('_')?.0.parse::<i64>().ok())
         .max()

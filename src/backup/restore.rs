@@ -51,22 +51,51 @@ fn step(name: &str, detail: Value) {
 
 /// Runs the restore; answers its report.
 pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Result<Value> {
-    anyhow::ensure!(
-        config.ledger.url.is_none(),
-        "restoring a PostgreSQL ledger is pg_restore's work (then `cairn verify --tier deep \
-         --repair`); `cairn restore` restores the embedded SQLite ledger and its shards"
-    );
     // 1. checked
     crate::datadir::prepare(&config.data_dir)?;
     let _exclusive = crate::datadir::hold_exclusively(&config.data_dir)?;
     let manifest = Manifest::read(&options.from)?;
     let bytes = manifest.check_files(&options.from)?;
-    let newest_schema = receipts::sqlite_schema_version();
+    let (engine, newest_schema) = match &config.ledger.url {
+        Some(_) => ("postgres", receipts::postgres_schema_version()),
+        None => ("sqlite", receipts::sqlite_schema_version()),
+    };
     anyhow::ensure!(
-        manifest.ledger.backup.engine == "sqlite",
-        "the backup's ledger is {}; this restore loads SQLite",
+        manifest.ledger.backup.engine == engine,
+        "the backup's ledger is {} and this configuration's is {engine}: restore it with the \
+         same engine (ledger.url)",
         manifest.ledger.backup.engine
     );
+    if let Some(url) = &config.ledger.url {
+        // Into a fresh database only: a restore never overwrites a ledger.
+        use sqlx::{ConnectOptions, Connection};
+        let mut connection = url
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .context("the ledger URL")?
+            .disable_statement_logging()
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {}", config.ledger_description()))?;
+        let (tables, database_now): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = 'public'), \
+               (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+        )
+        .fetch_one(&mut connection)
+        .await?;
+        let _ = connection.close().await;
+        anyhow::ensure!(
+            tables == 0,
+            "the database {} already holds {tables} tables: a restore loads into a fresh, \
+             empty database (createdb), never over a ledger",
+            config.ledger_description()
+        );
+        anyhow::ensure!(
+            database_now >= manifest.ledger.backup.newest_at,
+            "the database server's clock ({database_now}) is behind the backup's newest \
+             history entry ({}): fix its clock first",
+            manifest.ledger.backup.newest_at
+        );
+    }
     anyhow::ensure!(
         manifest.ledger.backup.schema_version <= newest_schema,
         "the backup's ledger has schema {} and this cairn knows up to {newest_schema}: restore \
@@ -138,21 +167,55 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
                "undo": format!("stop cairn, then move {}/* back into {}", aside.display(), config.data_dir.display())}),
     );
 
-    // 3. loaded, migrated
-    let ledger_path = config.ledger_path();
-    std::fs::copy(options.from.join("ledger.db"), &ledger_path)?;
-    std::fs::File::open(&ledger_path)?.sync_all()?;
-    let mut ledger_options = config.ledger_options();
-    // The journal's entries are replayed, not journalled a second time.
-    ledger_options.journal = None;
-    let ledger: Arc<dyn Ledger> = Arc::new(
-        receipts::SqliteLedger::open(ledger_options, Arc::new(receipts::SystemClock))
-            .await
-            .context("opening the restored ledger")?,
-    );
+    // 3. loaded, migrated (the journal's entries are replayed below, not journalled again)
+    let ledger: Arc<dyn Ledger> = match &config.ledger.url {
+        None => {
+            let ledger_path = config.ledger_path();
+            std::fs::copy(options.from.join(&manifest.ledger.file.path), &ledger_path)?;
+            std::fs::File::open(&ledger_path)?.sync_all()?;
+            let mut ledger_options = config.ledger_options();
+            ledger_options.journal = None;
+            Arc::new(
+                receipts::SqliteLedger::open(ledger_options, Arc::new(receipts::SystemClock))
+                    .await
+                    .context("opening the restored ledger")?,
+            )
+        }
+        Some(url) => {
+            let program = config
+                .pg_bin
+                .as_ref()
+                .map_or_else(|| PathBuf::from("pg_restore"), |bin| bin.join("pg_restore"));
+            let output = tokio::process::Command::new(&program)
+                .args([
+                    "--no-owner",
+                    "--no-privileges",
+                    "--exit-on-error",
+                    "--dbname",
+                ])
+                .arg(url)
+                .arg(options.from.join(&manifest.ledger.file.path))
+                .output()
+                .await
+                .with_context(|| format!("running {}", program.display()))?;
+            anyhow::ensure!(
+                output.status.success(),
+                "pg_restore failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let mut ledger_options = config.postgres_options(url);
+            ledger_options.journal = None;
+            Arc::new(
+                receipts::PostgresLedger::open(ledger_options)
+                    .await
+                    .context("opening the restored ledger")?,
+            )
+        }
+    };
     step(
         "migrated",
-        json!({"ledger": ledger_path.display().to_string(), "to_schema": newest_schema}),
+        json!({"ledger": config.ledger_description(), "to_schema": newest_schema}),
     );
 
     // 4. leases_voided

@@ -41,16 +41,25 @@ pub async fn take(
     tracing::info!(backup = %id, folder = %folder.display(), %actor, "backup started");
 
     // 1. The ledger, at one point of its history.
-    let ledger_file = folder.join("ledger.db");
+    // Each engine's own format, named for it: an SQLite file, or pg_dump's custom format.
+    let written = folder.join("ledger.partial");
     let backup = ledger
-        .backup_ledger(&ledger_file)
+        .backup_ledger(&written)
         .await
         .context("copying the ledger")?;
+    let file_name = if backup.engine == "postgres" {
+        "ledger.pgdump"
+    } else {
+        "ledger.db"
+    };
+    let ledger_file = folder.join(file_name);
+    std::fs::rename(&written, &ledger_file)?;
+    std::fs::File::open(&folder)?.sync_all()?;
     let (sha256, bytes) = gateways::vectors::file_sha256(&ledger_file)?;
     let ledger_part = LedgerPart {
         backup,
         file: gateways::vectors::BackupFile {
-            path: "ledger.db".to_owned(),
+            path: file_name.to_owned(),
             bytes,
             sha256,
         },

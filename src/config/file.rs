@@ -46,6 +46,7 @@ pub(super) struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileBackup {
     pub(super) dir: Option<PathBuf>,
+    pub(super) pg_bin: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -106,6 +106,11 @@ impl Config {
                 .get("CAIRN_BACKUP_DIR")
                 .map(PathBuf::from)
                 .or(file.backup.dir.clone()),
+            pg_bin: env
+                .get("CAIRN_PG_BIN")
+                .map(PathBuf::from)
+                .or(file.backup.pg_bin.clone())
+                .or_else(newest_postgres_bin),
             graph,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,
@@ -437,6 +442,21 @@ fn connector_settings(
         );
     }
     Ok(connectors::api::ConnectorSettings { folder_roots })
+}
+
+/// The newest Debian PostgreSQL's programs (`/usr/lib/postgresql/<version>/bin`), where
+/// `pg_dump` and `pg_restore` of the server's own version live.
+fn newest_postgres_bin() -> Option<PathBuf> {
+    std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("pg_dump").exists().then_some((version, bin))
+        })
+        .max()
+        .map(|(_, bin)| bin)
 }
 
 /// `[verify]`: the scheduled pass (`interval_ms = 0` turns it off; by hand, passes still run).

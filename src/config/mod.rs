@@ -112,6 +112,9 @@ pub struct Config {
     /// Where backups are written (`backup.dir`, `CAIRN_BACKUP_DIR`; `None`: `backups/` in the
     /// data directory).
     pub backup_dir: Option<PathBuf>,
+    /// The folder holding PostgreSQL's `pg_dump` and `pg_restore` (`backup.pg_bin`,
+    /// `CAIRN_PG_BIN`; `None`: the newest `/usr/lib/postgresql/*/bin`, else `PATH`).
+    pub pg_bin: Option<PathBuf>,
     /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.
@@ -195,6 +198,7 @@ impl Config {
         options.committers = self.ledger.committers;
         options.token_cache = self.ledger.token_cache;
         options.journal = Some(self.journal_path());
+        options.pg_bin = self.pg_bin.clone();
         options
     }
 

@@ -475,3 +475,121 @@ async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
     let _ = server.kill().await;
     let _ = server.wait().await;
 }
+
+/// A PostgreSQL ledger is backed up with `pg_dump` on a snapshot exported by the transaction
+/// that reads its history position, and restored with `pg_restore` into a fresh database
+/// (never over one that holds a ledger); the restored installation verifies clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_ledger_backs_up_and_restores_into_a_fresh_database() {
+    let postgres = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
+    let url = postgres.create_database("ledger").expect("database");
+    let data = tempfile::tempdir().expect("tempdir");
+    let backups = tempfile::tempdir().expect("backups");
+    let backup_dir = backups.path().to_string_lossy().into_owned();
+    let envs = [
+        ("CAIRN_BACKUP_DIR", backup_dir.as_str()),
+        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+    ];
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &["--ledger", &url],
+        &envs,
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = admin_token(data.path());
+    let http = reqwest::Client::new();
+    let mut revisions = Vec::new();
+    for (key, words) in [("a.md", "aardvark"), ("b.md", "badger")] {
+        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note on the {words}, long enough for one chunk.")});
+        revisions.push(post_source(&http, &base, &admin, &body).await);
+    }
+    for revision in &revisions {
+        wait_for_job(&http, &base, &admin, revision, "completed").await;
+    }
+    let backup = cairn(&["backup", "--server", &base, "--token", &admin]);
+    assert_eq!(backup.status.code(), Some(0), "{}", text(&backup));
+    let manifest: Value = serde_json::from_slice(&backup.stdout).expect("manifest");
+    assert_eq!(manifest["ledger"]["engine"], "postgres", "{manifest}");
+    assert_eq!(
+        manifest["ledger"]["file"]["path"], "ledger.pgdump",
+        "{manifest}"
+    );
+    assert_eq!(manifest["ledger"]["sources"], 2, "{manifest}");
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+    let folder = backups.path().join(manifest["id"].as_str().expect("id"));
+    let folder = folder.to_string_lossy().into_owned();
+
+    // Into a fresh data directory (the vectors) and a fresh database (the ledger).
+    let target = tempfile::tempdir().expect("target");
+    std::fs::create_dir_all(target.path().join("journal")).expect("journal dir");
+    std::fs::write(target.path().join("journal").join("erasures.jsonl"), "").expect("journal");
+    let target_dir = target.path().to_string_lossy().into_owned();
+    // Never over a database that holds a ledger.
+    let over = cairn(&[
+        "restore",
+        "--from",
+        &folder,
+        "--data-dir",
+        &target_dir,
+        "--ledger",
+        &url,
+    ]);
+    assert_eq!(over.status.code(), Some(1));
+    assert!(
+        text(&over).contains("fresh, empty database"),
+        "{}",
+        text(&over)
+    );
+    let fresh = postgres.create_database("restored").expect("database");
+    let restored = cairn(&[
+        "restore",
+        "--from",
+        &folder,
+        "--data-dir",
+        &target_dir,
+        "--ledger",
+        &fresh,
+    ]);
+    assert_eq!(restored.status.code(), Some(0), "{}", text(&restored));
+
+    std::fs::copy(
+        data.path().join("admin.token"),
+        target.path().join("admin.token"),
+    )
+    .expect("admin token");
+    let (mut server, base) = spawn_serve_with(
+        target.path(),
+        &["--ledger", &fresh],
+        &envs,
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let answer: Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(&admin)
+        .json(&json!({"query": "a note on the badger", "mode": "vector", "top_k": 2}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("answer");
+    assert_eq!(answer["results"][0]["source_key"], "b.md", "{answer}");
+    let verified = cairn(&[
+        "verify", "--tier", "deep", "--server", &base, "--token", &admin,
+    ]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified));
+    let history = postgres
+        .psql(
+            "restored",
+            "SELECT count(*) FROM history WHERE entity = 'restore'",
+        )
+        .expect("psql");
+    assert_eq!(history.trim(), "1");
+    let _ = server.kill().await;
+    let _ = server.wait().await;
+}

@@ -99,6 +99,8 @@ pub struct PostgresOptions {
     /// The erasure journal ([`crate::journal`]) this process appends to (none by default:
     /// `cairn serve` keeps one in its data directory).
     pub journal: Option<std::path::PathBuf>,
+    /// The folder holding `pg_dump` (a backup); `None`: whatever `PATH` finds.
+    pub pg_bin: Option<std::path::PathBuf>,
 }
 
 impl PostgresOptions {
@@ -114,6 +116,7 @@ impl PostgresOptions {
             committers: 4,
             token_cache: Duration::from_secs(1),
             journal: None,
+            pg_bin: None,
         }
     }
 }

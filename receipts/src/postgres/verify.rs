@@ -439,13 +439,82 @@ impl Verifications for PostgresLedger {
 
 #[async_trait]
 impl Backups for PostgresLedger {
-    async fn backup_ledger(&self, _path: &std::path::Path) -> Result<crate::model::LedgerBackup> {
-        Err(LedgerError::invalid(
-            "backup_unsupported",
-            "cairn backs up a PostgreSQL ledger with pg_dump on an exported snapshot, which \
-             this build does not run yet: take a pg_dump (or a base backup) yourself, then back \
-             up the vector stores",
-        ))
+    async fn backup_ledger(&self, path: &std::path::Path) -> Result<crate::model::LedgerBackup> {
+        if path.exists() {
+            return Err(LedgerError::invalid(
+                "backup_exists",
+                format!(
+                    "{} exists already; a backup never overwrites",
+                    path.display()
+                ),
+            ));
+        }
+        // One snapshot: its position in history is read in it, and pg_dump dumps it.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
+            .fetch_one(&mut *tx)
+            .await?;
+        let (history_seq, newest_at): (i64, i64) =
+            sqlx::query_as("SELECT coalesce(max(seq), 0), coalesce(max(at), 0) FROM history")
+                .fetch_one(&mut *tx)
+                .await?;
+        let schema_version: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let (sources, revisions, contents): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM revisions), \
+               (SELECT count(*) FROM contents)",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let program = match &self.options.pg_bin {
+            Some(bin) => bin.join("pg_dump"),
+            None => std::path::PathBuf::from("pg_dump"),
+        };
+        let output = tokio::process::Command::new(&program)
+            .arg(format!("--snapshot={snapshot}"))
+            .args(["--format=custom", "--no-owner", "--no-privileges", "--file"])
+            .arg(path)
+            .arg("--dbname")
+            .arg(&self.options.url)
+            .output()
+            .await
+            .map_err(|error| {
+                LedgerError::Unavailable(format!("running {}: {error}", program.display()))
+            })?;
+        tx.rollback().await?;
+        if !output.status.success() {
+            tracing::error!(stderr = %String::from_utf8_lossy(&output.stderr), "pg_dump failed");
+            return Err(LedgerError::Unavailable(format!(
+                "pg_dump failed ({}); see the server log",
+                output.status
+            )));
+        }
+        let unavailable = |error: std::io::Error| {
+            LedgerError::Unavailable(format!("{}: {error}", path.display()))
+        };
+        std::fs::File::open(path)
+            .and_then(|file| file.sync_all())
+            .map_err(unavailable)?;
+        if let Some(parent) = path.parent() {
+            std::fs::File::open(parent)
+                .and_then(|directory| directory.sync_all())
+                .map_err(unavailable)?;
+        }
+        Ok(crate::model::LedgerBackup {
+            engine: "postgres".to_owned(),
+            schema_version,
+            history_seq,
+            newest_at,
+            sources,
+            revisions,
+            contents,
+        })
     }
 
     async fn record_restore(&self, restore: &crate::model::RestoreRecord) -> Result<i64> {
