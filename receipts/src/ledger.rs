@@ -378,8 +378,9 @@ impl<T: Acceptor + Reader + Leases + Connectors + Tokens + std::fmt::Debug + 'st
 #[async_trait]
 pub trait Backups: Send + Sync {
     /// Writes a consistent copy of the whole ledger, as it stood at one point of its history,
-    /// to the new file `path` (SQLite), checked and on disk when this returns. PostgreSQL
-    /// answers `backup_unsupported` (its backups are `pg_dump`'s).
+    /// to the new file `path`, on disk when this returns: SQLite's `VACUUM INTO` (then an
+    /// integrity check), or `pg_dump` of a snapshot exported by the transaction that reads
+    /// the history position.
     async fn backup_ledger(&self, path: &std::path::Path) -> Result<LedgerBackup>;
 
     /// Records a restore in a ledger just restored: voids every lease (running jobs back to
