@@ -94,27 +94,15 @@ pub fn lock_path(dir: &Path) -> PathBuf {
 
 /// Holds the data directory shared for as long as the answer lives.
 pub fn hold(dir: &Path) -> anyhow::Result<std::fs::File> {
-    let path = lock_path(dir);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock_shared() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "the data directory {} is being restored; start cairn again once the restore ends",
-            dir.display()
-        ),
-        Err(std::fs::TryLockError::Error(error)) => {
-            Err(error).with_context(|| format!("locking {}", path.display()))
-        }
-    }
+    lock(dir, false)
 }
 
 /// Holds the data directory exclusively (a restore), or says which lock is held.
 pub fn hold_exclusively(dir: &Path) -> anyhow::Result<std::fs::File> {
+    lock(dir, true)
+}
+
+fn lock(dir: &Path, exclusive: bool) -> anyhow::Result<std::fs::File> {
     let path = lock_path(dir);
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -122,10 +110,19 @@ pub fn hold_exclusively(dir: &Path) -> anyhow::Result<std::fs::File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock() {
+    let locked = if exclusive {
+        file.try_lock()
+    } else {
+        file.try_lock_shared()
+    };
+    match locked {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+        Err(std::fs::TryLockError::WouldBlock) if exclusive => anyhow::bail!(
             "a cairn process (serve or worker) is using {}: stop it before restoring",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "the data directory {} is being restored; start cairn again once the restore ends",
             dir.display()
         ),
         Err(std::fs::TryLockError::Error(error)) => {

@@ -1106,16 +1106,7 @@ impl VectorStore for EdgeVectorStore {
     }
 
     async fn put_points(&self, points: Vec<StoredPoint>) -> Result<(), GatewayError> {
-        if let Some(bad) = points
-            .iter()
-            .find(|point| point.vector.len() != self.dimension)
-        {
-            return Err(GatewayError::Config(format!(
-                "a vector of dimension {} for a store of dimension {}",
-                bad.vector.len(),
-                self.dimension
-            )));
-        }
+        super::check_stored_dimensions(&points, self.dimension)?;
         let points: Vec<qdrant_edge::PointStructPersisted> = points
             .into_iter()
             .map(|point| {

@@ -307,10 +307,21 @@ pub fn point_id(revision_id: Uuid, chunk_index: u32) -> Uuid {
 /// Refuses a write holding a vector of another dimension than the store's (before anything is
 /// sent, so nothing of it is written).
 fn check_dimensions(points: &[VectorPoint], dimension: usize) -> Result<(), GatewayError> {
-    match points.iter().find(|point| point.vector.len() != dimension) {
+    check_lengths(points.iter().map(|point| point.vector.len()), dimension)
+}
+
+/// [`check_dimensions`] for points written as stored (a dump being loaded).
+fn check_stored_dimensions(points: &[StoredPoint], dimension: usize) -> Result<(), GatewayError> {
+    check_lengths(points.iter().map(|point| point.vector.len()), dimension)
+}
+
+fn check_lengths(
+    mut lengths: impl Iterator<Item = usize>,
+    dimension: usize,
+) -> Result<(), GatewayError> {
+    match lengths.find(|length| *length != dimension) {
         Some(bad) => Err(GatewayError::Config(format!(
-            "a vector of dimension {} for a store of dimension {dimension}",
-            bad.vector.len()
+            "a vector of dimension {bad} for a store of dimension {dimension}"
         ))),
         None => Ok(()),
     }

@@ -788,16 +788,7 @@ impl VectorStore for ServerVectorStore {
     }
 
     async fn put_points(&self, points: Vec<super::StoredPoint>) -> Result<(), GatewayError> {
-        if let Some(bad) = points
-            .iter()
-            .find(|point| point.vector.len() != self.dimension)
-        {
-            return Err(GatewayError::Config(format!(
-                "a vector of dimension {} for a store of dimension {}",
-                bad.vector.len(),
-                self.dimension
-            )));
-        }
+        super::check_stored_dimensions(&points, self.dimension)?;
         if points.is_empty() {
             return Ok(());
         }
