@@ -724,8 +724,9 @@ impl EdgeVectorStore {
     }
 }
 
-/// Copies every file under `source` (the shard's lock file excepted) to `target`, fsynced,
-/// and answers their paths relative to `target`, `/`-separated.
+/// Copies every file under `source` (the shard's lock file excepted) to `target` (into the
+/// page cache: [`sync_tree`] puts it on disk, after the shard is released), and answers their
+/// paths relative to `target`, `/`-separated.
 fn copy_tree(source: &Path, target: &Path) -> std::io::Result<Vec<String>> {
     let mut copied = Vec::new();
     let mut pending = vec![PathBuf::new()];
@@ -741,7 +742,6 @@ fn copy_tree(source: &Path, target: &Path) -> std::io::Result<Vec<String>> {
                 pending.push(path);
             } else if kind.is_file() && name != "cairn.lock" {
                 std::fs::copy(entry.path(), target.join(&path))?;
-                std::fs::File::open(target.join(&path))?.sync_all()?;
                 copied.push(
                     path.components()
                         .map(|part| part.as_os_str().to_string_lossy())
@@ -750,9 +750,27 @@ fn copy_tree(source: &Path, target: &Path) -> std::io::Result<Vec<String>> {
                 );
             }
         }
-        std::fs::File::open(&directory)?.sync_all()?;
     }
     Ok(copied)
+}
+
+/// Puts the copied files, and the folders that name them, on disk.
+fn sync_tree(target: &Path, copied: &[String]) -> std::io::Result<()> {
+    let mut folders = std::collections::BTreeSet::new();
+    for relative in copied {
+        let path = target.join(relative);
+        std::fs::File::open(&path)?.sync_all()?;
+        let mut folder = path.parent();
+        while let Some(parent) = folder.filter(|parent| parent.starts_with(target)) {
+            folders.insert(parent.to_owned());
+            folder = parent.parent();
+        }
+    }
+    folders.insert(target.to_owned());
+    for folder in folders {
+        std::fs::File::open(folder)?.sync_all()?;
+    }
+    Ok(())
 }
 
 fn before(key: &JsonPath, limit: i64) -> Condition {
@@ -1143,7 +1161,8 @@ impl VectorStore for EdgeVectorStore {
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let copied = {
-                // Writes and reads wait: the files are copied as one flushed state.
+                // Writes and reads wait: the files are copied as one flushed state (into the
+                // page cache; they reach the disk after the shard is released).
                 let _guard = inner
                     .lock
                     .write()
@@ -1152,10 +1171,13 @@ impl VectorStore for EdgeVectorStore {
                 copy_tree(&source, &target)
             };
             let held_ms = started.elapsed().as_secs_f64() * 1000.0;
+            // The disk writes happen here, with the shard serving again.
+            let copied = copied
+                .map_err(|error| unavailable(format!("copying {}: {error}", source.display())))?;
+            sync_tree(&target, &copied)
+                .map_err(|error| unavailable(format!("syncing the copy: {error}")))?;
             let mut files = Vec::new();
-            for relative in copied
-                .map_err(|error| unavailable(format!("copying {}: {error}", source.display())))?
-            {
+            for relative in copied {
                 let (sha256, bytes) = super::file_sha256(&target.join(&relative))
                     .map_err(|error| unavailable(format!("hashing the copy: {error}")))?;
                 files.push(BackupFile {
