@@ -72,5 +72,5 @@ impl Default for VerifySettings {
 
 /// Default rate limit: a full pass of 1,024 buckets takes at least 100 seconds, so a pass
 /// on 2 cores leaves search its headroom (`cairn bench verify`: unthrottled passes run
-/// 22 to 44 buckets a second and lift search p99 from 1 ms to 6 to 8 ms).
+/// 18 to 44 buckets a second and lift search p99 from about 1 ms to 6 to 10 ms).
 pub const DEFAULT_BUCKETS_PER_SECOND: u32 = 10;
