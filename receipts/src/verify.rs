@@ -489,11 +489,13 @@ pub(crate) fn not_live(generation: &str) -> crate::error::LedgerError {
     }
 }
 
-/// A pass moves forward one bucket at a time while it runs.
-pub(crate) fn check_advance(
+/// A pass moves forward one bucket at a time while it runs; answers its drift counts with
+/// the bucket's added.
+pub(crate) fn advance(
     pass: &crate::model::VerifyPass,
     bucket: i64,
-) -> Result<(), crate::error::LedgerError> {
+    drift: &[crate::model::DriftRecord],
+) -> Result<std::collections::BTreeMap<String, i64>, crate::error::LedgerError> {
     if pass.state != crate::model::PassState::Running {
         return Err(crate::error::LedgerError::invalid(
             "verify_state",
@@ -509,7 +511,11 @@ pub(crate) fn check_advance(
             ),
         ));
     }
-    Ok(())
+    let mut counts = pass.drift.clone();
+    for record in drift {
+        *counts.entry(record.kind.to_string()).or_default() += 1;
+    }
+    Ok(counts)
 }
 
 /// Only a running pass ends, as completed (every bucket checked) or abandoned.

@@ -53,6 +53,44 @@ async fn search_keys(http: &reqwest::Client, base: &str, token: &str, query: &st
     keys
 }
 
+/// Ingests one note per `(key, words)` into `docs` and waits until each is projected; answers
+/// their revisions.
+async fn project_notes(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    notes: &[(&str, &str)],
+) -> Vec<String> {
+    let mut revisions = Vec::new();
+    for (key, words) in notes {
+        let content = format!("# {key}\n\nA note on the {words}, long enough for one chunk.");
+        let body = json!({"dataset": "docs", "source_key": key, "content": content});
+        revisions.push(post_source(http, base, token, &body).await);
+    }
+    for revision in &revisions {
+        wait_for_job(http, base, token, revision, "completed").await;
+    }
+    revisions
+}
+
+/// The source key of the best vector-only hit for `query`.
+async fn top_vector_hit(http: &reqwest::Client, base: &str, token: &str, query: &str) -> String {
+    let answer: Value = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(token)
+        .json(&json!({"query": query, "mode": "vector", "top_k": 3}))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("answer");
+    answer["results"][0]["source_key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no vector hit: {answer}"))
+        .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -72,18 +110,17 @@ async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
     .await;
     let admin = admin_token(data.path());
     let http = reqwest::Client::new();
-    let mut revisions = Vec::new();
-    for (key, words) in [
-        ("a.md", "aardvark first"),
-        ("b.md", "badger secret"),
-        ("c.md", "camel"),
-    ] {
-        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note on the {words}, long enough for one chunk.")});
-        revisions.push(post_source(&http, &base, &admin, &body).await);
-    }
-    for revision in &revisions {
-        wait_for_job(&http, &base, &admin, revision, "completed").await;
-    }
+    let revisions = project_notes(
+        &http,
+        &base,
+        &admin,
+        &[
+            ("a.md", "aardvark first"),
+            ("b.md", "badger secret"),
+            ("c.md", "camel"),
+        ],
+    )
+    .await;
     let reader: Value = http
         .post(format!("{base}/v1/tokens"))
         .bearer_auth(&admin)
@@ -386,14 +423,13 @@ async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
     .await;
     let admin = admin_token(data.path());
     let http = reqwest::Client::new();
-    let mut revisions = Vec::new();
-    for (key, words) in [("a.md", "aardvark"), ("b.md", "badger"), ("c.md", "camel")] {
-        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note on the {words}, long enough for one chunk.")});
-        revisions.push(post_source(&http, &base, &admin, &body).await);
-    }
-    for revision in &revisions {
-        wait_for_job(&http, &base, &admin, revision, "completed").await;
-    }
+    project_notes(
+        &http,
+        &base,
+        &admin,
+        &[("a.md", "aardvark"), ("b.md", "badger"), ("c.md", "camel")],
+    )
+    .await;
     let backup = cairn(&["backup", "--portable", "--server", &base, "--token", &admin]);
     assert_eq!(backup.status.code(), Some(0), "{}", text(&backup));
     let manifest: Value = serde_json::from_slice(&backup.stdout).expect("manifest");
@@ -457,17 +493,10 @@ async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
         0,
         "{status}"
     );
-    let answer: Value = http
-        .post(format!("{base}/v1/search"))
-        .bearer_auth(&admin)
-        .json(&json!({"query": "a note on the badger", "mode": "vector", "top_k": 3}))
-        .send()
-        .await
-        .expect("search")
-        .json()
-        .await
-        .expect("answer");
-    assert_eq!(answer["results"][0]["source_key"], "b.md", "{answer}");
+    assert_eq!(
+        top_vector_hit(&http, &base, &admin, "a note on the badger").await,
+        "b.md"
+    );
     let verified = cairn(&[
         "verify", "--tier", "scrub", "--server", &base, "--token", &admin,
     ]);
@@ -500,14 +529,13 @@ async fn a_postgres_ledger_backs_up_and_restores_into_a_fresh_database() {
     .await;
     let admin = admin_token(data.path());
     let http = reqwest::Client::new();
-    let mut revisions = Vec::new();
-    for (key, words) in [("a.md", "aardvark"), ("b.md", "badger")] {
-        let body = json!({"dataset": "docs", "source_key": key, "content": format!("# {key}\n\nA note on the {words}, long enough for one chunk.")});
-        revisions.push(post_source(&http, &base, &admin, &body).await);
-    }
-    for revision in &revisions {
-        wait_for_job(&http, &base, &admin, revision, "completed").await;
-    }
+    project_notes(
+        &http,
+        &base,
+        &admin,
+        &[("a.md", "aardvark"), ("b.md", "badger")],
+    )
+    .await;
     let backup = cairn(&["backup", "--server", &base, "--token", &admin]);
     assert_eq!(backup.status.code(), Some(0), "{}", text(&backup));
     let manifest: Value = serde_json::from_slice(&backup.stdout).expect("manifest");
@@ -568,17 +596,10 @@ async fn a_postgres_ledger_backs_up_and_restores_into_a_fresh_database() {
         std::process::Stdio::inherit(),
     )
     .await;
-    let answer: Value = http
-        .post(format!("{base}/v1/search"))
-        .bearer_auth(&admin)
-        .json(&json!({"query": "a note on the badger", "mode": "vector", "top_k": 2}))
-        .send()
-        .await
-        .expect("search")
-        .json()
-        .await
-        .expect("answer");
-    assert_eq!(answer["results"][0]["source_key"], "b.md", "{answer}");
+    assert_eq!(
+        top_vector_hit(&http, &base, &admin, "a note on the badger").await,
+        "b.md"
+    );
     let verified = cairn(&[
         "verify", "--tier", "deep", "--server", &base, "--token", &admin,
     ]);

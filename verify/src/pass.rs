@@ -491,7 +491,8 @@ impl Verifier {
             return Ok(None);
         };
         let dot: f32 = fresh.iter().zip(kept).map(|(a, b)| a * b).sum();
-        let cosine = dot / (norm(fresh) * norm(kept)).max(f32::EPSILON);
+        let cosine = dot
+            / (gateways::vectors::norm(fresh) * gateways::vectors::norm(kept)).max(f32::EPSILON);
         Ok(rules::model_drift(head, index, cosine))
     }
 }
@@ -586,10 +587,6 @@ fn record(pass: &VerifyPass, drift: &Drift) -> DriftRecord {
         found_at: 0,
         changed_at: 0,
     }
-}
-
-fn norm(values: &[f32]) -> f32 {
-    values.iter().map(|x| x * x).sum::<f32>().sqrt()
 }
 
 fn unix_seconds() -> f64 {

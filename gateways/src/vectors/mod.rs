@@ -340,7 +340,7 @@ struct ScrolledPoint {
 }
 
 /// The Euclidean length of a vector.
-fn norm(values: &[f32]) -> f32 {
+pub fn norm(values: &[f32]) -> f32 {
     values.iter().map(|x| x * x).sum::<f32>().sqrt()
 }
 

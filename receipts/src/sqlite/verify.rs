@@ -13,7 +13,7 @@ use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::ids;
 use crate::model::{DriftRecord, Job, LedgerBucket, PassChange, VerifyPass};
-use crate::verify::{self, check_advance, check_finish, not_live, HeadRow};
+use crate::verify::{self, advance, check_finish, not_live, HeadRow};
 
 /// A verify write, run by the writer.
 #[derive(Debug)]
@@ -308,10 +308,8 @@ async fn change_pass(
             drift,
         } => {
             let pass = load_pass(connection, pass_id).await?;
-            check_advance(&pass, bucket)?;
-            let mut counts = pass.drift.clone();
+            let counts = advance(&pass, bucket, &drift)?;
             for record in &drift {
-                *counts.entry(record.kind.to_string()).or_default() += 1;
                 sqlx::query(
                     "INSERT INTO verify_drift (id, pass_id, kind, store, generation, dataset, \
                        source_key, revision_id, evidence, state, repair, found_at, changed_by, \
