@@ -105,7 +105,10 @@ pub async fn serve(
     let stores = match &projection {
         Some(projection) => projection.stores.clone(),
         None if config.backends.contains(&Backend::Vector) && config.vectors.is_some() => {
-            Some(projection::GenerationStores::new(&config))
+            Some(projection::GenerationStores::new(
+                &config,
+                Some(ledger.clone() as Arc<dyn receipts::Projections>),
+            ))
         }
         None => {
             if config.backends.contains(&Backend::Vector) {
@@ -117,21 +120,34 @@ pub async fn serve(
             None
         }
     };
+    let models = match &projection {
+        Some(projection) => projection.models.clone(),
+        None => projection::model_catalog(&config),
+    };
     let vector = match &stores {
         Some(stores) => {
-            let files = match &projection {
-                Some(projection) => projection.files.clone(),
-                None => gateways::ModelFiles::locate(&config.projection.models_dir)?,
-            };
+            // The active generation's query model, loaded now so the first query does not wait.
+            if let Some(active) = ledger.active_generation().await? {
+                if let Err(error) = gateways::Embedders::embedder(
+                    models.as_ref(),
+                    &active.model,
+                    gateways::EmbedRole::Query,
+                )
+                .await
+                {
+                    tracing::warn!(model = %active.model, %error, "the active generation's query model is not available: search falls back to lexical");
+                }
+            }
             Some(search::VectorSide {
-                embedder: projection::query_embedder(&files).await?,
+                embedders: models.clone(),
                 stores: stores.clone(),
             })
         }
         None => None,
     };
-    let generations: Arc<dyn ops::generations::GenerationSetup> =
-        Arc::new(projection::OpsGenerations::new(&config, stores.clone()));
+    let generations: Arc<dyn ops::generations::GenerationSetup> = Arc::new(
+        projection::OpsGenerations::new(&config, stores.clone(), models.clone()),
+    );
     let workers = start_workers(&config, ledger.clone(), projection.as_ref()).await?;
     let stop_workers = workers.stop.clone();
     // Descriptors for every connection the server may hold, plus the ledger's and the
@@ -165,10 +181,10 @@ pub async fn serve(
         None => None,
     };
     // Verify runs where the vector stores are open (with the workers, or on a shared server).
-    let verifier = verify::Verifier::with_embedder(
+    let verifier = verify::Verifier::with_embedders(
         ledger.clone(),
         vector.as_ref().map(|side| side.stores.clone()),
-        vector.as_ref().map(|side| side.embedder.clone()),
+        vector.as_ref().map(|side| side.embedders.clone()),
         config.verify.clone(),
     );
     let schedule = verifier.spawn_schedule();

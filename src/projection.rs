@@ -1,5 +1,5 @@
-//! Assembles the projection job from configuration: the model files, the embedder (batched
-//! across jobs), the chunker, the projection generation and the vector store.
+//! Assembles the projection job from configuration: the models (a catalog of the local ones
+//! and the remote server), the chunker, the projection generation and the vector stores.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -7,21 +7,54 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
-use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION, MODEL_ID};
+use gateways::embedder::{CatalogOptions, ModelFiles};
 use gateways::{
-    BatchingEmbedder, Chunker, EdgeVectorStore, Embedder, GatewayError, ServerVectorStore,
+    Chunker, EdgeVectorStore, EmbedRole, Embedders, GatewayError, ModelCatalog, ServerVectorStore,
     VectorStore, VectorStores,
 };
-use receipts::{Backend, Generation, WorkLedger};
+use receipts::{Backend, Generation, Projections, WorkLedger};
 use worker::{GenerationRouter, Projector};
 
 use crate::Config;
 
+/// The models `config` can embed with: every local model `scripts/setup-model` installed, and
+/// the remote server's, each loaded on first use.
+pub fn model_catalog(config: &Config) -> Arc<ModelCatalog> {
+    let projection = &config.projection;
+    Arc::new(ModelCatalog::new(CatalogOptions {
+        models_dir: projection.models_dir.clone(),
+        sessions: projection.embed_sessions,
+        threads: projection.embed_threads,
+        batch: projection.embed_batch,
+        remote: config
+            .embeddings
+            .as_ref()
+            .map(|server| server.options.clone()),
+        remote_parallel: config
+            .embeddings
+            .as_ref()
+            .map_or(1, |server| server.parallel),
+    }))
+}
+
+/// The dimension of `config`'s own model (validated to be a local model or the server's).
+pub fn model_dimension(config: &Config) -> usize {
+    match gateways::embedder::local_model(&config.projection.model) {
+        Some(model) => model.dimension,
+        None => config
+            .embeddings
+            .as_ref()
+            .map_or(gateways::embedder::MODEL_DIMENSION, |server| {
+                server.options.dimension
+            }),
+    }
+}
+
 /// The projection generation of a configuration.
 pub fn generation(config: &Config) -> Generation {
     Generation::new(
-        MODEL_ID,
-        MODEL_DIMENSION as i64,
+        &config.projection.model,
+        model_dimension(config) as i64,
         &config.projection.chunker.fingerprint(),
         &config.backends,
     )
@@ -40,6 +73,10 @@ pub struct GenerationStores {
     server: Option<gateways::ServerOptions>,
     data_dir: PathBuf,
     optimize: gateways::OptimizePolicy,
+    /// The configured generation and its dimension.
+    own: (String, usize),
+    /// Where other generations' dimensions are read.
+    ledger: Option<Arc<dyn Projections>>,
     opened: tokio::sync::Mutex<HashMap<String, Opened>>,
 }
 
@@ -62,12 +99,15 @@ impl Opened {
 
 impl GenerationStores {
     /// The registry of `config`'s vector stores (a Qdrant server, or shards under the data
-    /// directory).
-    pub fn new(config: &Config) -> Arc<GenerationStores> {
+    /// directory). A store is opened with its generation's dimension, as `ledger` records it
+    /// (the configured model's dimension for a generation it does not know, or without one).
+    pub fn new(config: &Config, ledger: Option<Arc<dyn Projections>>) -> Arc<GenerationStores> {
         Arc::new(GenerationStores {
             server: config.vectors.clone(),
             data_dir: config.data_dir.clone(),
             optimize: config.projection.optimize,
+            own: (generation(config).id, model_dimension(config)),
+            ledger,
             opened: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -76,10 +116,30 @@ impl GenerationStores {
         self.data_dir.join("vectors").join(generation)
     }
 
+    /// The vector dimension of `generation`.
+    async fn dimension(&self, generation: &str) -> anyhow::Result<usize> {
+        if generation == self.own.0 {
+            return Ok(self.own.1);
+        }
+        if let Some(ledger) = &self.ledger {
+            let known = ledger
+                .generations()
+                .await
+                .context("reading the generations' dimensions")?;
+            if let Some(view) = known.iter().find(|view| view.id == generation) {
+                return usize::try_from(view.dimension).with_context(|| {
+                    format!("generation {generation} has dimension {}", view.dimension)
+                });
+            }
+        }
+        Ok(self.own.1)
+    }
+
     async fn open(&self, generation: &str) -> anyhow::Result<Opened> {
+        let dimension = self.dimension(generation).await?;
         match &self.server {
             Some(options) => {
-                let store = ServerVectorStore::open(options, generation, MODEL_DIMENSION)
+                let store = ServerVectorStore::open(options, generation, dimension)
                     .await
                     .with_context(|| {
                         format!(
@@ -93,11 +153,10 @@ impl GenerationStores {
             }
             None => {
                 let path = self.shard_path(generation);
-                let store = tokio::task::spawn_blocking(move || {
-                    EdgeVectorStore::open(&path, MODEL_DIMENSION)
-                })
-                .await
-                .context("opening the vector store")??;
+                let store =
+                    tokio::task::spawn_blocking(move || EdgeVectorStore::open(&path, dimension))
+                        .await
+                        .context("opening the vector store")??;
                 let optimizer = store.spawn_optimizer(self.optimize)?;
                 Ok(Opened::Edge {
                     store: Arc::new(store),
@@ -194,14 +253,20 @@ impl VectorStores for GenerationStores {
 pub struct OpsGenerations {
     config: Config,
     stores: Option<Arc<GenerationStores>>,
+    models: Arc<ModelCatalog>,
 }
 
 impl OpsGenerations {
-    /// The setup of `config`, deleting vectors through `stores`.
-    pub fn new(config: &Config, stores: Option<Arc<GenerationStores>>) -> OpsGenerations {
+    /// The setup of `config`, with the models of `models`, deleting vectors through `stores`.
+    pub fn new(
+        config: &Config,
+        stores: Option<Arc<GenerationStores>>,
+        models: Arc<ModelCatalog>,
+    ) -> OpsGenerations {
         OpsGenerations {
             config: config.clone(),
             stores,
+            models,
         }
     }
 }
@@ -209,11 +274,18 @@ impl OpsGenerations {
 #[async_trait::async_trait]
 impl ops::generations::GenerationSetup for OpsGenerations {
     fn describe(&self, request: &ops::generations::CreateGeneration) -> Result<Generation, String> {
-        if let Some(model) = request.model.as_deref().filter(|model| *model != MODEL_ID) {
-            return Err(format!(
-                "model `{model}` is not available here; this server embeds with {MODEL_ID}"
-            ));
-        }
+        let model = self
+            .models
+            .resolve(
+                request
+                    .model
+                    .as_deref()
+                    .unwrap_or(&self.config.projection.model),
+            )
+            .map_err(|error| match error {
+                GatewayError::ModelMissing(message) => message,
+                error => error.to_string(),
+            })?;
         let defaults = self.config.projection.chunker;
         let settings = gateways::ChunkerSettings {
             max_tokens: request.max_tokens.unwrap_or(defaults.max_tokens),
@@ -237,8 +309,8 @@ impl ops::generations::GenerationSetup for OpsGenerations {
             return Err("this server has no vector store; it cannot build vectors".to_owned());
         }
         Ok(Generation::new(
-            MODEL_ID,
-            MODEL_DIMENSION as i64,
+            &model.id,
+            model.dimension as i64,
             &settings.fingerprint(),
             &backends,
         ))
@@ -264,8 +336,8 @@ pub struct Projection {
     pub work: Arc<GenerationRouter>,
     /// The vector stores of every generation (when the `vector` backend is configured).
     pub stores: Option<Arc<GenerationStores>>,
-    /// The model files.
-    pub files: ModelFiles,
+    /// The models every generation embeds with.
+    pub models: Arc<ModelCatalog>,
 }
 
 impl Projection {
@@ -288,37 +360,18 @@ pub async fn open_projector(
     Ok(open_projection(config, ledger).await?.projector)
 }
 
-/// The embedder search uses for queries: its own model session with one thread, so a query
-/// never waits behind a projection batch (about 2 ms per short query).
-pub async fn query_embedder(files: &ModelFiles) -> anyhow::Result<Arc<dyn Embedder>> {
-    let files = files.clone();
-    let model = tokio::task::spawn_blocking(move || LocalEmbedder::load(&files, 1, Some(1)))
-        .await
-        .context("loading the query embedder")??;
-    Ok(Arc::new(model))
-}
-
 /// [`open_projector`], keeping the stores for search.
 pub async fn open_projection(
     config: &Config,
     ledger: Arc<dyn WorkLedger>,
 ) -> anyhow::Result<Projection> {
+    // Chunks are measured with the default model's tokenizer, whatever the model.
     let files = ModelFiles::locate(&config.projection.models_dir)?;
-    let threads = config.projection.embed_threads;
-    let batch = config.projection.embed_batch;
-    let sessions = config.projection.embed_sessions;
-    let model_files = files.clone();
-    let local = tokio::task::spawn_blocking(move || {
-        LocalEmbedder::load(&model_files, sessions, threads)
-            .map(|model| model.with_batch_size(batch))
-    })
-    .await
-    .context("loading the embedding model")??;
-    let embedder: Arc<dyn Embedder> = Arc::new(BatchingEmbedder::start(
-        Arc::new(local),
-        batch.max(1) * 4,
-        sessions,
-    ));
+    let models = model_catalog(config);
+    let embedder = models
+        .embedder(&config.projection.model, EmbedRole::Projection)
+        .await
+        .with_context(|| format!("loading the embedding model {}", config.projection.model))?;
     let chunker = Arc::new(Chunker::new(files.tokenizer()?, config.projection.chunker)?);
     let generation = generation(config);
     ledger
@@ -326,14 +379,14 @@ pub async fn open_projection(
         .await
         .with_context(|| {
             format!(
-                "activating projection generation {} ({MODEL_ID}, {}, backends {:?})",
-                generation.id, generation.chunker, generation.backends
+                "activating projection generation {} ({}, {}, backends {:?})",
+                generation.id, generation.model, generation.chunker, generation.backends
             )
         })?;
     let stores = config
         .backends
         .contains(&Backend::Vector)
-        .then(|| GenerationStores::new(config));
+        .then(|| GenerationStores::new(config, Some(ledger.clone() as Arc<dyn Projections>)));
     let vectors = match &stores {
         Some(stores) => Some(stores.get(&generation.id).await?),
         None => None,
@@ -363,11 +416,12 @@ pub async fn open_projection(
         ledger,
         projector.clone(),
         stores.clone().map(|stores| stores as Arc<dyn VectorStores>),
+        Some(models.clone() as Arc<dyn Embedders>),
     ));
     Ok(Projection {
         projector,
         work,
         stores,
-        files,
+        models,
     })
 }

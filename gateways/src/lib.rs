@@ -1,7 +1,7 @@
 //! # gateways: adapters to real stores
 //!
 //! Each store cairn projects into sits behind a small capability trait with a real
-//! implementation here: the local embedding model ([`Embedder`], fastembed), the chunker
+//! implementation here: the embedding models ([`Embedder`]: local ones through fastembed, or an OpenAI-compatible server), the chunker
 //! ([`Chunker`], the model's own tokenizer), relational chunk rows and vectors ([`VectorStore`]:
 //! qdrant-edge in process, or a Qdrant server through `qdrant-client`). Depends on
 //! `receipts` (the domain) and `extract` (format extraction) only; the worker composes these into
@@ -21,7 +21,10 @@ mod retry;
 pub mod vectors;
 
 pub use chunker::{Chunk, Chunker, ChunkerSettings};
-pub use embedder::{BatchingEmbedder, Embedder, LocalEmbedder, ModelFiles};
+pub use embedder::{
+    BatchingEmbedder, EmbedRole, Embedder, Embedders, LocalEmbedder, ModelCatalog, ModelFiles,
+    OneModel, RemoteEmbedder, RemoteOptions,
+};
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
     EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector, RevisionPoints,
@@ -50,6 +53,17 @@ pub enum GatewayError {
     Timeout {
         /// Which store.
         store: &'static str,
+        /// What it said.
+        message: String,
+    },
+    /// A store asked to be called again later (HTTP 429): retryable after `retry_after`,
+    /// without charging the job an attempt.
+    #[error("{store} is rate limited (retry after {retry_after:?}): {message}")]
+    RateLimited {
+        /// Which store.
+        store: &'static str,
+        /// How long it asked to wait.
+        retry_after: std::time::Duration,
         /// What it said.
         message: String,
     },

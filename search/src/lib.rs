@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateways::{Embedder, GatewayError, VectorHit, VectorStores};
+use gateways::{EmbedRole, Embedders, GatewayError, VectorHit, VectorStores};
 use receipts::{BoundHit, HitRef, LedgerError, LexicalHit, SearchLedger};
 use serde::Serialize;
 use uuid::Uuid;
@@ -294,12 +294,12 @@ pub enum SearchError {
     Ledger(#[from] LedgerError),
 }
 
-/// The vector side: the query embedder and the generations' stores.
+/// The vector side: the query embedders and the generations' stores.
 #[derive(Clone)]
 pub struct VectorSide {
-    /// Embeds queries (ideally its own model session, so queries never wait behind
-    /// projection batches).
-    pub embedder: Arc<dyn Embedder>,
+    /// Embeds queries with the model of the generation searched (each model's query role: its
+    /// own session, so queries never wait behind projection batches).
+    pub embedders: Arc<dyn Embedders>,
     /// The stores of chunk vectors, by generation: each query searches the store of the
     /// generation active when it starts.
     pub stores: Arc<dyn VectorStores>,
@@ -560,21 +560,20 @@ impl Searcher {
         // One generation per query, read when it starts: a switch takes effect at the next
         // query, and no query mixes two generations (the store searched and every binding
         // check name the same one).
-        let generation = match &self.vector {
-            Some(_) => self
-                .ledger
-                .active_generation()
-                .await?
-                .map(|generation| generation.id),
+        let active = match &self.vector {
+            Some(_) => self.ledger.active_generation().await?,
             None => None,
         };
-        let searched = generation.clone();
-        let generation = generation.as_deref().unwrap_or(NO_GENERATION);
+        let searched = active.as_ref().map(|generation| generation.id.clone());
+        let model = active
+            .as_ref()
+            .map_or("", |generation| generation.model.as_str());
+        let generation = searched.as_deref().unwrap_or(NO_GENERATION);
         let vector_phase = async {
             if !run_vector {
                 return None;
             }
-            let phase = self.vector_phase(&query, vector_deadline, generation);
+            let phase = self.vector_phase(&query, vector_deadline, generation, model);
             Some(
                 match tokio::time::timeout_at(vector_deadline.into(), phase).await {
                     Ok(outcome) => outcome,
@@ -674,6 +673,7 @@ impl Searcher {
         query: &Query,
         deadline: Instant,
         generation: &str,
+        model: &str,
     ) -> Result<PhaseOutcome, PhaseFailure> {
         let Some(side) = &self.vector else {
             return Ok(PhaseOutcome::default());
@@ -685,8 +685,12 @@ impl Searcher {
             .await
             .map_err(PhaseFailure::Store)?;
         let started = Instant::now();
-        let vector = side
-            .embedder
+        let embedder = side
+            .embedders
+            .embedder(model, EmbedRole::Query)
+            .await
+            .map_err(PhaseFailure::Embed)?;
+        let vector = embedder
             .embed(vec![query.text.clone()])
             .await
             .map_err(PhaseFailure::Embed)?

@@ -145,7 +145,7 @@ impl World {
         Searcher::new(
             self.ledger.clone(),
             Some(VectorSide {
-                embedder,
+                embedders: Arc::new(gateways::OneModel(embedder)),
                 stores: self.stores(store),
             }),
             SearchSettings {
@@ -165,7 +165,7 @@ impl World {
         Searcher::new(
             self.ledger.clone(),
             Some(VectorSide {
-                embedder,
+                embedders: Arc::new(gateways::OneModel(embedder)),
                 stores: self.stores(self.vectors.clone()),
             }),
             SearchSettings {

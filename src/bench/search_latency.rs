@@ -320,7 +320,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
         let searcher = Searcher::new(
             ledger.clone(),
             Some(VectorSide {
-                embedder: embedder.clone(),
+                embedders: Arc::new(gateways::OneModel(embedder.clone())),
                 stores: Arc::new(gateways::OneStore::new(&generation.id, store.clone())),
             }),
             config.search,
@@ -429,7 +429,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
                 let searcher = Arc::new(Searcher::new(
                     ledger.clone(),
                     Some(VectorSide {
-                        embedder: embedder.clone(),
+                        embedders: Arc::new(gateways::OneModel(embedder.clone())),
                         stores: Arc::new(gateways::OneStore::new(&generation.id, store.clone())),
                     }),
                     settings,

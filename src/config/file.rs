@@ -40,6 +40,20 @@ pub(super) struct FileConfig {
     pub(super) verify: FileVerify,
     #[serde(default)]
     pub(super) backup: FileBackup,
+    #[serde(default)]
+    pub(super) embeddings: FileEmbeddings,
+}
+
+/// `[embeddings]`: the remote embedding server (its key comes from the environment only).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileEmbeddings {
+    pub(super) url: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) dimensions: Option<usize>,
+    pub(super) batch: Option<usize>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) parallel: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -113,6 +127,7 @@ pub(super) struct FileSearch {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileProjection {
     pub(super) models_dir: Option<PathBuf>,
+    pub(super) model: Option<String>,
     pub(super) chunk_max_tokens: Option<usize>,
     pub(super) chunk_overlap_tokens: Option<usize>,
     pub(super) embed_batch: Option<usize>,

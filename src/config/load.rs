@@ -14,9 +14,11 @@ use receipts::{policy, Backend};
 
 use super::file::{read_file, FileConfig, FilePolicy};
 use super::{
-    redact_url, Config, LedgerSettings, Overrides, ProjectionSettings, WorkerSettings,
-    DEFAULT_BIND, DEFAULT_DATA_DIR, DEFAULT_LEDGER_COMMITTERS, DEFAULT_LEDGER_POOL_SIZE,
-    DEFAULT_LEDGER_TOKEN_CACHE_MS, DEFAULT_MODELS_DIR, DEFAULT_WORKERS, DEFAULT_WORKER_CONCURRENCY,
+    redact_url, Config, EmbeddingServer, LedgerSettings, Overrides, ProjectionSettings,
+    WorkerSettings, DEFAULT_BIND, DEFAULT_DATA_DIR, DEFAULT_LEDGER_COMMITTERS,
+    DEFAULT_LEDGER_POOL_SIZE, DEFAULT_LEDGER_TOKEN_CACHE_MS, DEFAULT_MODELS_DIR,
+    DEFAULT_REMOTE_BATCH, DEFAULT_REMOTE_PARALLEL, DEFAULT_REMOTE_TIMEOUT_MS, DEFAULT_WORKERS,
+    DEFAULT_WORKER_CONCURRENCY,
 };
 
 /// The process environment as the loader sees it: a map (so tests control it) and the names
@@ -112,10 +114,11 @@ impl Config {
                 .or(file.backup.pg_bin.clone())
                 .or_else(newest_postgres_bin),
             graph,
+            embeddings: embeddings(env, &file)?,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,
             search: search(env, &file)?,
-            projection: projection(env, &file)?,
+            projection: projection(env, &file, embeddings(env, &file)?.as_ref())?,
             job_policies: job_policies(env, &file)?,
             workers: workers(env, &file)?,
             data_dir,
@@ -267,7 +270,11 @@ fn workers(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<WorkerSettings> {
 }
 
 /// `[projection]`: the model, the chunker and the vector store's optimiser.
-fn projection(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<ProjectionSettings> {
+fn projection(
+    env: &Env<'_>,
+    file: &FileConfig,
+    server: Option<&EmbeddingServer>,
+) -> anyhow::Result<ProjectionSettings> {
     let chunker_defaults = gateways::ChunkerSettings::default();
     let optimize_defaults = gateways::OptimizePolicy::default();
     let projection = &file.projection;
@@ -277,6 +284,19 @@ fn projection(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<ProjectionSett
             .map(PathBuf::from)
             .or(projection.models_dir.clone())
             .unwrap_or_else(|| PathBuf::from(DEFAULT_MODELS_DIR)),
+        model: match env.text("CAIRN_MODEL").or(projection.model.clone()) {
+            None => gateways::embedder::MODEL_ID.to_owned(),
+            Some(model) if model == "remote" => match server {
+                Some(server) => {
+                    gateways::embedder::remote_model_id(&server.options.url, &server.options.model)
+                }
+                None => anyhow::bail!(
+                    "projection.model is `remote` but no embedding server is configured: set \
+                     embeddings.url (or CAIRN_EMBEDDINGS_URL)"
+                ),
+            },
+            Some(model) => model,
+        },
         chunker: gateways::ChunkerSettings {
             max_tokens: projection
                 .chunk_max_tokens
@@ -387,6 +407,60 @@ fn vectors(
         options.collection_prefix = prefix.clone();
     }
     Some(options)
+}
+
+/// `[embeddings]`: the remote embedding server, when `embeddings.url` is set.
+fn embeddings(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<Option<EmbeddingServer>> {
+    let section = &file.embeddings;
+    let Some(url) = env
+        .text("CAIRN_EMBEDDINGS_URL")
+        .or(section.url.clone())
+        .filter(|url| !url.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let model = env
+        .text("CAIRN_EMBEDDINGS_MODEL")
+        .or(section.model.clone())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "embeddings.url is set but embeddings.model is not: name the model the server \
+                 serves (CAIRN_EMBEDDINGS_MODEL)"
+            )
+        })?;
+    let dimension = env
+        .number("CAIRN_EMBEDDINGS_DIMENSIONS")?
+        .or(section.dimensions)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "embeddings.url is set but embeddings.dimensions is not: give the model's \
+                 vector dimension (CAIRN_EMBEDDINGS_DIMENSIONS)"
+            )
+        })?;
+    Ok(Some(EmbeddingServer {
+        options: gateways::RemoteOptions {
+            url: url.trim().trim_end_matches('/').to_owned(),
+            model,
+            dimension,
+            key: env
+                .get("CAIRN_EMBEDDINGS_KEY")
+                .filter(|key| !key.is_empty())
+                .cloned(),
+            batch: env
+                .number("CAIRN_EMBEDDINGS_BATCH")?
+                .or(section.batch)
+                .unwrap_or(DEFAULT_REMOTE_BATCH),
+            timeout: Duration::from_millis(
+                env.number("CAIRN_EMBEDDINGS_TIMEOUT_MS")?
+                    .or(section.timeout_ms)
+                    .unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS),
+            ),
+        },
+        parallel: env
+            .number("CAIRN_EMBEDDINGS_PARALLEL")?
+            .or(section.parallel)
+            .unwrap_or(DEFAULT_REMOTE_PARALLEL),
+    }))
 }
 
 /// A comma-separated list from the environment.

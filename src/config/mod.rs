@@ -31,6 +31,9 @@ pub const DEFAULT_DATA_DIR: &str = "./cairn-data";
 pub struct ProjectionSettings {
     /// The directory `scripts/setup-model` fills.
     pub models_dir: PathBuf,
+    /// The model of this process's own generation (`projection.model`, `CAIRN_MODEL`): a
+    /// local model's id, or the remote server's (`remote` in the file resolves to it).
+    pub model: String,
     /// Chunk size and overlap, in tokens.
     pub chunker: gateways::ChunkerSettings,
     /// Texts per ONNX Runtime call.
@@ -42,6 +45,22 @@ pub struct ProjectionSettings {
     /// When the vector store's background optimiser builds indexes.
     pub optimize: gateways::OptimizePolicy,
 }
+
+/// `[embeddings]`: an OpenAI-compatible embedding server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingServer {
+    /// Where it is, its model, dimension, key, batch and time limit.
+    pub options: gateways::RemoteOptions,
+    /// Calls in flight to it at once, for projection.
+    pub parallel: usize,
+}
+
+/// Default texts per call to the embedding server.
+pub const DEFAULT_REMOTE_BATCH: usize = 32;
+/// Default time limit of one call to the embedding server.
+pub const DEFAULT_REMOTE_TIMEOUT_MS: u64 = 30_000;
+/// Default calls in flight to the embedding server.
+pub const DEFAULT_REMOTE_PARALLEL: usize = 4;
 
 /// Default directory of the model files (relative to the working directory).
 pub const DEFAULT_MODELS_DIR: &str = "./models";
@@ -119,6 +138,9 @@ pub struct Config {
     /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
     /// directory.
     pub vectors: Option<gateways::ServerOptions>,
+    /// The remote embedding server (`[embeddings]`, `CAIRN_EMBEDDINGS_*`, with the key from
+    /// `CAIRN_EMBEDDINGS_KEY`); `None`: local models only.
+    pub embeddings: Option<EmbeddingServer>,
     /// The graph store (`CAIRN_GRAPH_URL`, `graph.url`, with the password from
     /// `CAIRN_GRAPH_PASSWORD`); `None`: no graph backend.
     pub graph: Option<gateways::BoltOptions>,

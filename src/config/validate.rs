@@ -96,6 +96,46 @@ impl Config {
         if self.projection.embed_batch == 0 || self.projection.embed_batch > 512 {
             bail!("projection.embed_batch must be between 1 and 512");
         }
+        if let Some(server) = &self.embeddings {
+            let options = &server.options;
+            if !(options.url.starts_with("http://") || options.url.starts_with("https://")) {
+                bail!(
+                    "embeddings.url `{}` is not an http(s) URL of an OpenAI-compatible API \
+                     (e.g. http://gpu-1:8080/v1)",
+                    options.url
+                );
+            }
+            if options.dimension == 0 || options.dimension > 65_536 {
+                bail!("embeddings.dimensions must be between 1 and 65536");
+            }
+            if options.batch == 0 || options.batch > 2048 {
+                bail!("embeddings.batch must be between 1 and 2048");
+            }
+            if options.timeout.is_zero() {
+                bail!("embeddings.timeout_ms must be at least 1");
+            }
+            if server.parallel == 0 || server.parallel > 64 {
+                bail!("embeddings.parallel must be between 1 and 64");
+            }
+        }
+        let remote = self.embeddings.as_ref().map(|server| {
+            gateways::embedder::remote_model_id(&server.options.url, &server.options.model)
+        });
+        if gateways::embedder::local_model(&self.projection.model).is_none()
+            && remote.as_deref() != Some(self.projection.model.as_str())
+        {
+            let mut known: Vec<String> = gateways::embedder::LOCAL_MODELS
+                .iter()
+                .map(|model| model.id.to_owned())
+                .collect();
+            known.extend(remote);
+            known.push("remote".to_owned());
+            bail!(
+                "projection.model `{}` is not a model this process can run (one of: {})",
+                self.projection.model,
+                known.join(", ")
+            );
+        }
         match &self.graph {
             None if self.backends.contains(&Backend::Graph) => bail!(
                 "the graph backend is listed but no graph is configured: set graph.url (or \

@@ -10,7 +10,10 @@
 //!   answers on its own port, and stopped by PID ([`ports::stop_child`]):
 //!   [`postgres::PostgresServer`] (Debian's PostgreSQL 15, run as an unprivileged user when
 //!   the tests run as root), [`qdrant::QdrantServer`] (the official Qdrant v1.18.3 build) and
-//!   [`graph::GraphServer`] (ArcadeDB with its Bolt 4.4 plugin).
+//!   [`graph::GraphServer`] (ArcadeDB with its Bolt 4.4 plugin) and
+//!   [`embedding::EmbeddingServer`] (llama.cpp's OpenAI-compatible embedding server, from
+//!   PyPI). The one fake, [`embedding::FaultyEmbeddingProxy`], only injects 429s, error
+//!   statuses and malformed answers in front of the real embedding server.
 //! - **Git repositories** for the connectors' tests are made with the `git` binary, with one
 //!   identity and one clock ([`git::git`], [`git::commit`]).
 //! - **The ledger conformance suite** ([`conformance`], one file per topic) is the behaviour
@@ -24,6 +27,7 @@
 //!   check that passes on one engine and fails on another is a difference of semantics.
 
 pub mod conformance;
+pub mod embedding;
 pub mod git;
 pub mod graph;
 pub mod ports;

@@ -468,7 +468,7 @@ async fn retiring_deletes_the_shard_or_the_collection_and_reads_it_back() {
             ..cairn::config::Overrides::default()
         };
         let config = cairn::config::Config::load(&overrides, &HashMap::new()).expect("config");
-        let stores = cairn::projection::GenerationStores::new(&config);
+        let stores = cairn::projection::GenerationStores::new(&config, None);
         let id = "g-retire-me";
         let store = stores.get(id).await.expect("open");
         let revision = uuid::Uuid::now_v7();

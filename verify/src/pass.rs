@@ -61,8 +61,9 @@ pub struct Verifier {
     pub(crate) ledger: Arc<dyn VerifyLedger>,
     pub(crate) stores: Option<Arc<dyn VectorStores>>,
     settings: VerifySettings,
-    /// Embeds one sampled chunk per bucket in the deep tier, to catch a wrong model.
-    embedder: Option<Arc<dyn gateways::Embedder>>,
+    /// Embeds one sampled chunk per bucket in the deep tier with the generation's model, to
+    /// catch vectors of a wrong model.
+    embedders: Option<Arc<dyn gateways::Embedders>>,
     running: Mutex<HashSet<Uuid>>,
     /// Store calls made by this verifier's passes (bucket counts and bucket reads).
     calls: std::sync::atomic::AtomicU64,
@@ -95,22 +96,22 @@ impl Verifier {
         stores: Option<Arc<dyn VectorStores>>,
         settings: VerifySettings,
     ) -> Arc<Verifier> {
-        Verifier::with_embedder(ledger, stores, None, settings)
+        Verifier::with_embedders(ledger, stores, None, settings)
     }
 
-    /// [`Verifier::new`] with the model the generations embed with: the deep tier embeds one
-    /// chunk per bucket again and compares it with the stored vector (generations of another
-    /// model are not sampled).
-    pub fn with_embedder(
+    /// [`Verifier::new`] with the models the generations embed with: the deep tier embeds one
+    /// chunk per bucket again with the generation's model and compares it with the stored
+    /// vector (generations of a model this process cannot run are not sampled).
+    pub fn with_embedders(
         ledger: Arc<dyn VerifyLedger>,
         stores: Option<Arc<dyn VectorStores>>,
-        embedder: Option<Arc<dyn gateways::Embedder>>,
+        embedders: Option<Arc<dyn gateways::Embedders>>,
         settings: VerifySettings,
     ) -> Arc<Verifier> {
         Arc::new(Verifier {
             ledger,
             stores,
-            embedder,
+            embedders,
             settings,
             running: Mutex::new(HashSet::new()),
             calls: std::sync::atomic::AtomicU64::new(0),
@@ -463,12 +464,20 @@ impl Verifier {
         side: &StoreSide,
         ledger: &LedgerBucket,
     ) -> Result<Option<Drift>, VerifyError> {
-        let (Some(embedder), Some(store)) = (&self.embedder, &side.store) else {
+        let (Some(embedders), Some(store)) = (&self.embedders, &side.store) else {
             return Ok(None);
         };
-        if side.absent || embedder.model_id() != side.model {
+        if side.absent {
             return Ok(None);
         }
+        let embedder = match embedders
+            .embedder(&side.model, gateways::EmbedRole::Query)
+            .await
+        {
+            Ok(embedder) => embedder,
+            Err(gateways::GatewayError::ModelMissing(_)) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
         let Some(head) = ledger
             .heads
             .iter()

@@ -143,13 +143,13 @@ async fn servers() -> World {
 
 impl World {
     async fn verifier(&self) -> Arc<Verifier> {
-        Verifier::with_embedder(
+        Verifier::with_embedders(
             self.ledger.clone(),
             Some(Arc::new(OneStore::new(
                 &self.generation.id,
                 self.store.clone(),
             ))),
-            Some(embedder().await),
+            Some(Arc::new(gateways::OneModel(embedder().await))),
             VerifySettings {
                 interval: None,
                 buckets_per_second: 100_000,

@@ -12,8 +12,9 @@
 //!   all carry the generation it names.
 //! - A job for a generation that is no longer live (retiring, retired) fails permanently
 //!   (`generation_retired`) instead of writing into it again.
-//! - A generation whose model this process does not have fails permanently
-//!   (`model_unavailable`): one embedding model runs per process.
+//! - Each generation is embedded with its own model, from the process's [`Embedders`]; a
+//!   generation whose model this process cannot run (not installed, no such server
+//!   configured, or another dimension) fails permanently (`model_unavailable`).
 //! - Stores are not cached here: the registry owns them, so retiring a generation can close
 //!   and delete its store once the last job using it ends.
 
@@ -21,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use gateways::{Chunker, ChunkerSettings, VectorStores};
+use gateways::{Chunker, ChunkerSettings, EmbedRole, Embedder, Embedders, VectorStores};
 use receipts::{Backend, Failure, Generation, Job, WorkLedger};
 use tokio::sync::Mutex;
 
@@ -33,6 +34,7 @@ pub struct GenerationRouter {
     ledger: Arc<dyn WorkLedger>,
     own: Arc<Projector>,
     stores: Option<Arc<dyn VectorStores>>,
+    embedders: Option<Arc<dyn Embedders>>,
     /// Chunkers by settings fingerprint (a tokenizer copy each).
     chunkers: Mutex<HashMap<String, Arc<Chunker>>>,
     /// Live generations as last read from the ledger, and when (re-read after
@@ -55,16 +57,19 @@ impl std::fmt::Debug for GenerationRouter {
 
 impl GenerationRouter {
     /// Routes to `own` by default, and to other generations through `stores` (required when
-    /// a generation holds vectors).
+    /// a generation holds vectors) and `embedders` (required when a generation embeds with
+    /// another model than `own`'s).
     pub fn new(
         ledger: Arc<dyn WorkLedger>,
         own: Arc<Projector>,
         stores: Option<Arc<dyn VectorStores>>,
+        embedders: Option<Arc<dyn Embedders>>,
     ) -> GenerationRouter {
         GenerationRouter {
             ledger,
             own,
             stores,
+            embedders,
             chunkers: Mutex::new(HashMap::new()),
             known: Mutex::new(None),
         }
@@ -118,6 +123,46 @@ impl GenerationRouter {
             .cloned())
     }
 
+    /// The embedder of `generation`'s model (the own projector's when the model is the same).
+    async fn embedder(&self, generation: &Generation) -> Result<Arc<dyn Embedder>, Failure> {
+        let own = self.own.embedder();
+        let embedder = if generation.model == own.model_id() {
+            own.clone()
+        } else {
+            let embedders = self.embedders.as_ref().ok_or_else(|| {
+                permanent(
+                    "model_unavailable",
+                    format!(
+                        "generation {} embeds with {}; this worker runs only {}",
+                        generation.id,
+                        generation.model,
+                        own.model_id()
+                    ),
+                )
+            })?;
+            embedders
+                .embedder(&generation.model, EmbedRole::Projection)
+                .await
+                .map_err(|error| match error {
+                    gateways::GatewayError::ModelMissing(message) => {
+                        permanent("model_unavailable", message)
+                    }
+                    error => backend_failure("vector", error),
+                })?
+        };
+        let dimension = i64::try_from(embedder.dimension()).unwrap_or(i64::MAX);
+        if dimension != generation.dimension {
+            return Err(permanent(
+                "model_unavailable",
+                format!(
+                    "generation {} has {} dimensions; its model {} here has {dimension}",
+                    generation.id, generation.dimension, generation.model
+                ),
+            ));
+        }
+        Ok(embedder)
+    }
+
     /// The projector for `job`'s generation.
     async fn projector(&self, job: &Job) -> Result<Arc<Projector>, Failure> {
         let wanted = match &job.generation {
@@ -133,17 +178,7 @@ impl GenerationRouter {
                 ),
             )
         })?;
-        let own = self.own.generation();
-        if generation.model != own.model || generation.dimension != own.dimension {
-            return Err(permanent(
-                "model_unavailable",
-                format!(
-                    "generation {wanted} embeds with {} ({} dimensions); this worker has {} \
-                     ({} dimensions)",
-                    generation.model, generation.dimension, own.model, own.dimension
-                ),
-            ));
-        }
+        let embedder = self.embedder(&generation).await?;
         let chunker = self.chunker(&generation.chunker).await?;
         let vectors = if generation.backends.contains(&Backend::Vector) {
             let stores = self.stores.as_ref().ok_or_else(|| {
@@ -162,7 +197,7 @@ impl GenerationRouter {
             None
         };
         self.own
-            .for_generation(generation, chunker, vectors)
+            .for_generation(generation, embedder, chunker, vectors)
             .map(Arc::new)
             .map_err(|error| backend_failure("vector", error))
     }

@@ -35,15 +35,38 @@ pub(crate) fn store_failure(error: GatewayError) -> Failure {
 }
 
 /// A store error as a job failure, by its type; `backend` prefixes the codes of store
-/// outages (`vector_unavailable`, `graph_timeout`, ...).
+/// outages (`vector_unavailable`, `graph_timeout`, ...). An error of the remote embedder
+/// names it instead (`embedder_unavailable`, `embedder_rate_limited`, ...), whichever stage
+/// called it.
 pub(crate) fn backend_failure(backend: &str, error: GatewayError) -> Failure {
     let message = error.to_string();
+    let prefix = |store: &str| match store {
+        "embedder" => "embedder".to_owned(),
+        _ => backend.to_owned(),
+    };
     match error {
         GatewayError::ModelMissing(_) => retryable("model_unavailable", message),
         GatewayError::Embedder(_) => retryable("embed_error", message),
-        GatewayError::Unavailable { .. } => retryable(&format!("{backend}_unavailable"), message),
-        GatewayError::Timeout { .. } => retryable(&format!("{backend}_timeout"), message),
-        GatewayError::Rejected { .. } => permanent(&format!("{backend}_rejected"), message),
+        GatewayError::Unavailable { store, .. } => {
+            retryable(&format!("{}_unavailable", prefix(store)), message)
+        }
+        GatewayError::Timeout { store, .. } => {
+            retryable(&format!("{}_timeout", prefix(store)), message)
+        }
+        GatewayError::RateLimited {
+            store, retry_after, ..
+        } => Failure {
+            class: FailureClass::Retryable {
+                retry_after_micros: Some(
+                    i64::try_from(retry_after.as_micros()).unwrap_or(i64::MAX),
+                ),
+            },
+            code: format!("{}_rate_limited", prefix(store)),
+            message,
+        },
+        GatewayError::Rejected { store, .. } => {
+            permanent(&format!("{}_rejected", prefix(store)), message)
+        }
         GatewayError::ReadbackMismatch { .. } => retryable("readback_mismatch", message),
         GatewayError::Config(_) => permanent("config_error", message),
     }

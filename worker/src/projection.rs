@@ -83,21 +83,21 @@ impl Projector {
         })
     }
 
-    /// A projector for another generation (its own chunker and vector store), sharing this
-    /// one's ledger and embedder; it runs no graph jobs (those belong to no generation).
+    /// A projector for another generation (its own embedder, chunker and vector store),
+    /// sharing this one's ledger; it runs no graph jobs (those belong to no generation).
     pub fn for_generation(
         &self,
         generation: Generation,
+        embedder: Arc<dyn Embedder>,
         chunker: Arc<Chunker>,
         vectors: Option<Arc<dyn VectorStore>>,
     ) -> Result<Projector, GatewayError> {
-        Projector::new(
-            self.ledger.clone(),
-            self.embedder.clone(),
-            chunker,
-            vectors,
-            generation,
-        )
+        Projector::new(self.ledger.clone(), embedder, chunker, vectors, generation)
+    }
+
+    /// Its embedder.
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
     }
 
     /// The generation it writes.

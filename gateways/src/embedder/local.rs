@@ -1,50 +1,41 @@
-//! The local embedding model: sentence-transformers/all-MiniLM-L6-v2 through fastembed (ONNX
-//! Runtime loaded dynamically from the file that `scripts/setup-model` installs).
+//! The local embedding models: sentence-transformers/all-MiniLM-L6-v2 in fp32 or int8, through
+//! fastembed (ONNX Runtime loaded dynamically from the file that `scripts/setup-model` installs).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 
+use super::{Embedder, LocalModel, MINILM, ORT_LIBRARY};
 use crate::GatewayError;
 
-/// The model's identity, recorded in receipts and the projection generation.
-pub const MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
-/// Its output dimension.
-pub const MODEL_DIMENSION: usize = 384;
-/// Its window in tokens, including `[CLS]` and `[SEP]`.
-pub const MODEL_MAX_TOKENS: usize = 256;
-/// The ONNX Runtime library file `scripts/setup-model` installs.
-pub const ORT_LIBRARY: &str = "onnxruntime/libonnxruntime.so.1.31.1";
-/// The model's directory under the models directory.
-pub const MODEL_DIRECTORY: &str = "all-MiniLM-L6-v2";
-
-/// Turns texts into unit vectors. Implementations run the model off the async executor.
-#[async_trait]
-pub trait Embedder: Send + Sync + 'static {
-    /// The model id (e.g. `sentence-transformers/all-MiniLM-L6-v2`).
-    fn model_id(&self) -> &str;
-    /// The vectors' dimension.
-    fn dimension(&self) -> usize;
-    /// One L2-normalised vector per text, in order.
-    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError>;
-}
-
-/// Where the model files are.
+/// Where a local model's files are.
 #[derive(Debug, Clone)]
 pub struct ModelFiles {
-    /// `models/all-MiniLM-L6-v2`: model.onnx and the tokenizer files.
+    /// Which model.
+    pub model: &'static LocalModel,
+    /// `models/all-MiniLM-L6-v2` (or `-int8`): model.onnx and the tokenizer files.
     pub model_dir: PathBuf,
     /// `models/onnxruntime/libonnxruntime.so.1.31.1`.
     pub ort_library: PathBuf,
 }
 
 impl ModelFiles {
-    /// The files under a models directory (as `scripts/setup-model` lays them out), checked
-    /// to exist. A missing file is an error that names the command that installs it.
+    /// The default model's files under a models directory (as `scripts/setup-model` lays
+    /// them out), checked to exist. A missing file is an error that names the command that
+    /// installs it.
     pub fn locate(models_dir: &Path) -> Result<ModelFiles, GatewayError> {
+        ModelFiles::locate_model(models_dir, &MINILM)
+    }
+
+    /// [`ModelFiles::locate`] for `model`.
+    pub fn locate_model(
+        models_dir: &Path,
+        model: &'static LocalModel,
+    ) -> Result<ModelFiles, GatewayError> {
         let files = ModelFiles {
-            model_dir: models_dir.join(MODEL_DIRECTORY),
+            model,
+            model_dir: models_dir.join(model.directory),
             ort_library: models_dir.join(ORT_LIBRARY),
         };
         for path in [
@@ -105,6 +96,7 @@ fn onnx_runtime(library: &Path) -> Result<ort::environment::Environment, Gateway
 /// fastembed running the local model in process. Inference runs on tokio's blocking pool,
 /// one batch at a time (the session is not shared between threads).
 pub struct LocalEmbedder {
+    model: &'static LocalModel,
     /// Independent ONNX Runtime sessions of the same model: batches run on them in parallel.
     sessions: Arc<Vec<Mutex<fastembed::TextEmbedding>>>,
     next: Arc<std::sync::atomic::AtomicUsize>,
@@ -115,7 +107,7 @@ impl std::fmt::Debug for LocalEmbedder {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("LocalEmbedder")
-            .field("model", &MODEL_ID)
+            .field("model", &self.model.id)
             .field("batch_size", &self.batch_size)
             .field("sessions", &self.sessions.len())
             .finish()
@@ -138,6 +130,7 @@ impl LocalEmbedder {
             .map(|_| Self::session(files, threads).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LocalEmbedder {
+            model: files.model,
             sessions: Arc::new(loaded),
             next: Arc::default(),
             batch_size: DEFAULT_EMBED_BATCH,
@@ -161,15 +154,23 @@ impl LocalEmbedder {
         .with_pooling(fastembed::Pooling::Mean);
         let mut options = fastembed::InitOptionsUserDefined::new()
             .with_environment(environment)
-            .with_max_length(MODEL_MAX_TOKENS)
+            .with_max_length(files.model.max_tokens)
             // Idle ONNX Runtime threads sleep instead of spinning: the model shares the CPU
             // with the ledger, the vector store and the HTTP server.
             .with_session_config("session.intra_op.allow_spinning", "0");
         if let Some(threads) = threads {
             options = options.with_intra_threads(threads.max(1));
         }
-        fastembed::TextEmbedding::try_new_from_user_defined(model, options)
-            .map_err(|error| GatewayError::ModelMissing(format!("loading {MODEL_ID}: {error}")))
+        fastembed::TextEmbedding::try_new_from_user_defined(model, options).map_err(|error| {
+            GatewayError::ModelMissing(format!("loading {}: {error}", files.model.id))
+        })
+    }
+
+    fn shape(&self) -> Shape {
+        Shape {
+            batch_size: self.batch_size,
+            dimension: self.model.dimension,
+        }
     }
 
     /// Sessions that can run at once.
@@ -185,7 +186,7 @@ impl LocalEmbedder {
 
     /// Embeds on the calling thread, on one session (a free one when there is).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, GatewayError> {
-        embed_on(&self.sessions, &self.next, texts, self.batch_size)
+        embed_on(&self.sessions, &self.next, texts, self.shape())
     }
 
     /// Embeds with every session at once, each on its own thread over a share of the texts
@@ -197,7 +198,7 @@ impl LocalEmbedder {
                 .chunks(share)
                 .zip(self.sessions.iter())
                 .map(|(part, session)| {
-                    scope.spawn(move || embed_locked(session, part, self.batch_size))
+                    scope.spawn(move || embed_locked(session, part, self.shape()))
                 })
                 .collect();
             let mut vectors = Vec::with_capacity(texts.len());
@@ -212,21 +213,28 @@ impl LocalEmbedder {
     }
 }
 
+/// Texts per ONNX Runtime call, and the dimension every vector must have.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    batch_size: usize,
+    dimension: usize,
+}
+
 /// Runs on a free session, or waits for the next one in turn when all are busy.
 fn embed_on(
     sessions: &[Mutex<fastembed::TextEmbedding>],
     next: &std::sync::atomic::AtomicUsize,
     texts: &[String],
-    batch_size: usize,
+    shape: Shape,
 ) -> Result<Vec<Vec<f32>>, GatewayError> {
     for session in sessions {
         if let Ok(mut model) = session.try_lock() {
-            return embed_with(&mut model, texts, batch_size);
+            return embed_with(&mut model, texts, shape);
         }
     }
     let turn = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % sessions.len().max(1);
     match sessions.get(turn) {
-        Some(session) => embed_locked(session, texts, batch_size),
+        Some(session) => embed_locked(session, texts, shape),
         None => Err(GatewayError::Embedder(
             "no embedding session is loaded".to_owned(),
         )),
@@ -236,28 +244,29 @@ fn embed_on(
 fn embed_locked(
     model: &Mutex<fastembed::TextEmbedding>,
     texts: &[String],
-    batch_size: usize,
+    shape: Shape,
 ) -> Result<Vec<Vec<f32>>, GatewayError> {
     let mut model = model
         .lock()
         .map_err(|_| GatewayError::Embedder("the embedding model lock is poisoned".to_owned()))?;
-    embed_with(&mut model, texts, batch_size)
+    embed_with(&mut model, texts, shape)
 }
 
 fn embed_with(
     model: &mut fastembed::TextEmbedding,
     texts: &[String],
-    batch_size: usize,
+    shape: Shape,
 ) -> Result<Vec<Vec<f32>>, GatewayError> {
     let vectors = model
-        .embed(texts, Some(batch_size))
+        .embed(texts, Some(shape.batch_size))
         .map_err(|error| GatewayError::Embedder(error.to_string()))?;
-    if vectors.len() != texts.len() || vectors.iter().any(|v| v.len() != MODEL_DIMENSION) {
+    if vectors.len() != texts.len() || vectors.iter().any(|v| v.len() != shape.dimension) {
         return Err(GatewayError::Embedder(format!(
-            "the model returned {} vectors for {} texts (dimension {:?}, expected {MODEL_DIMENSION})",
+            "the model returned {} vectors for {} texts (dimension {:?}, expected {})",
             vectors.len(),
             texts.len(),
-            vectors.first().map(Vec::len)
+            vectors.first().map(Vec::len),
+            shape.dimension
         )));
     }
     Ok(vectors)
@@ -266,11 +275,11 @@ fn embed_with(
 #[async_trait]
 impl Embedder for LocalEmbedder {
     fn model_id(&self) -> &str {
-        MODEL_ID
+        self.model.id
     }
 
     fn dimension(&self) -> usize {
-        MODEL_DIMENSION
+        self.model.dimension
     }
 
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
@@ -279,145 +288,9 @@ impl Embedder for LocalEmbedder {
         }
         let sessions = self.sessions.clone();
         let next = self.next.clone();
-        let batch_size = self.batch_size;
-        tokio::task::spawn_blocking(move || embed_on(&sessions, &next, &texts, batch_size))
+        let shape = self.shape();
+        tokio::task::spawn_blocking(move || embed_on(&sessions, &next, &texts, shape))
             .await
             .map_err(|error| GatewayError::Embedder(format!("embedding task failed: {error}")))?
-    }
-}
-
-/// Vectors embedded in `order` (`order[k]` is the original index of the `k`-th text) put back
-/// in the original order.
-fn unsort(vectors: Vec<Vec<f32>>, order: &[usize]) -> Vec<Vec<f32>> {
-    let mut placed: Vec<Vec<f32>> = vec![Vec::new(); vectors.len()];
-    for (vector, &index) in vectors.into_iter().zip(order) {
-        if let Some(slot) = placed.get_mut(index) {
-            *slot = vector;
-        }
-    }
-    placed
-}
-
-struct EmbedRequest {
-    texts: Vec<String>,
-    reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, GatewayError>>,
-}
-
-/// Batches embedding requests across jobs so the model stays busy: while one batch runs,
-/// requests queue; the next batch takes everything queued (up to `max_texts`) in one call.
-#[derive(Clone)]
-pub struct BatchingEmbedder {
-    sender: tokio::sync::mpsc::Sender<EmbedRequest>,
-    model_id: String,
-    dimension: usize,
-}
-
-impl std::fmt::Debug for BatchingEmbedder {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("BatchingEmbedder")
-            .field("model", &self.model_id)
-            .finish()
-    }
-}
-
-impl BatchingEmbedder {
-    /// Starts the batching task over `inner` (on the current tokio runtime), running up to
-    /// `parallel` batches at once (one per model session).
-    pub fn start(inner: Arc<dyn Embedder>, max_texts: usize, parallel: usize) -> BatchingEmbedder {
-        let (sender, mut receiver) = tokio::sync::mpsc::channel::<EmbedRequest>(1024);
-        let model_id = inner.model_id().to_owned();
-        let dimension = inner.dimension();
-        let max_texts = max_texts.max(1);
-        let slots = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
-        tokio::spawn(async move {
-            loop {
-                // Wait for a free session first, so requests keep queueing into the next batch.
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    break;
-                };
-                let Some(first) = receiver.recv().await else {
-                    break;
-                };
-                let mut batch = vec![first];
-                let mut texts: usize = batch[0].texts.len();
-                while texts < max_texts {
-                    match receiver.try_recv() {
-                        Ok(request) => {
-                            texts += request.texts.len();
-                            batch.push(request);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let sizes: Vec<usize> = batch.iter().map(|request| request.texts.len()).collect();
-                let all: Vec<String> = batch
-                    .iter_mut()
-                    .flat_map(|request| std::mem::take(&mut request.texts))
-                    .collect();
-                // Embedded sorted by length, so that the model's sub-batches do not pad a short
-                // chunk to the length of a long one; answered in request order.
-                let mut order: Vec<usize> = (0..all.len()).collect();
-                order.sort_by_key(|&index| all[index].len());
-                let mut slots: Vec<Option<String>> = all.into_iter().map(Some).collect();
-                let sorted: Vec<String> = order
-                    .iter()
-                    .filter_map(|&index| slots.get_mut(index).and_then(Option::take))
-                    .collect();
-                let inner = inner.clone();
-                tokio::spawn(async move {
-                    match inner
-                        .embed(sorted)
-                        .await
-                        .map(|vectors| unsort(vectors, &order))
-                    {
-                        Ok(vectors) => {
-                            let mut vectors = vectors.into_iter();
-                            for (request, size) in batch.into_iter().zip(sizes) {
-                                let _ = request
-                                    .reply
-                                    .send(Ok(vectors.by_ref().take(size).collect()));
-                            }
-                        }
-                        Err(error) => {
-                            for request in batch {
-                                let _ = request.reply.send(Err(error.clone()));
-                            }
-                        }
-                    }
-                    drop(slot);
-                });
-            }
-        });
-        BatchingEmbedder {
-            sender,
-            model_id,
-            dimension,
-        }
-    }
-}
-
-#[async_trait]
-impl Embedder for BatchingEmbedder {
-    fn model_id(&self) -> &str {
-        &self.model_id
-    }
-
-    fn dimension(&self) -> usize {
-        self.dimension
-    }
-
-    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.sender
-            .send(EmbedRequest { texts, reply })
-            .await
-            .map_err(|_| GatewayError::Embedder("the embedding batcher stopped".to_owned()))?;
-        answer.await.map_err(|_| {
-            GatewayError::Embedder("the embedding batcher dropped a request".to_owned())
-        })?
     }
 }
