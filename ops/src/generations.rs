@@ -45,7 +45,8 @@ pub struct CreateGeneration {
     pub max_tokens: Option<usize>,
     /// Tokens shared by neighbouring chunks (default: the server's configuration).
     pub overlap_tokens: Option<usize>,
-    /// Embedding model id (default, and the only one a server has: its own model).
+    /// Embedding model: a local model's id, a remote model's id, or `remote` for the
+    /// configured embedding server's (default: the server's own model).
     pub model: Option<String>,
     /// Backends (default: the server's).
     pub backends: Option<Vec<Backend>>,

@@ -157,6 +157,8 @@ fn changed(answer: &Value, as_json: bool, what: &str) -> anyhow::Result<()> {
 /// The settings of `cairn generation create`.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
+    /// Embedding model.
+    pub model: Option<String>,
     /// Most tokens per chunk.
     pub max_tokens: Option<usize>,
     /// Overlap.
@@ -175,6 +177,7 @@ pub async fn create(
     as_json: bool,
 ) -> anyhow::Result<()> {
     let body = json!({
+        "model": settings.model,
         "max_tokens": settings.max_tokens,
         "overlap_tokens": settings.overlap_tokens,
         "backends": settings.backends,

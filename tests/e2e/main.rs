@@ -10,6 +10,7 @@ mod common;
 mod connectors;
 mod contract;
 mod crash;
+mod embedding;
 mod erasure;
 mod eval;
 mod generations;

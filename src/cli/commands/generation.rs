@@ -26,6 +26,11 @@ enum GenerationCommand {
     /// Build a new generation beside the active one: one low-priority rebuild job per current
     /// head; new documents are projected into both. Unset settings come from the server.
     Create {
+        /// Embedding model: a local model's id (e.g.
+        /// `sentence-transformers/all-MiniLM-L6-v2@int8`), or `remote` for the configured
+        /// embedding server's (default: the server's own model).
+        #[arg(long)]
+        model: Option<String>,
         /// Most tokens per chunk.
         #[arg(long)]
         max_tokens: Option<usize>,
@@ -77,6 +82,7 @@ impl GenerationArgs {
         match command {
             GenerationCommand::Status => generation::status(&api, json).await?,
             GenerationCommand::Create {
+                model,
                 max_tokens,
                 overlap_tokens,
                 backends,
@@ -84,6 +90,7 @@ impl GenerationArgs {
                 reason,
             } => {
                 let settings = generation::Settings {
+                    model,
                     max_tokens,
                     overlap_tokens,
                     backends,
