@@ -47,6 +47,78 @@ fn a_qdrant_server_from_the_environment_with_its_key_kept_out_of_sight() {
 }
 
 #[test]
+fn an_embedding_server_with_its_key_kept_out_of_sight_and_its_model_resolved() {
+    let config = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
+    assert_eq!(config.embeddings, None);
+    assert_eq!(config.projection.model, gateways::embedder::MODEL_ID);
+    let remote = [
+        ("CAIRN_EMBEDDINGS_URL", "http://gpu-1:8080/v1/"),
+        ("CAIRN_EMBEDDINGS_MODEL", "bge-small"),
+        ("CAIRN_EMBEDDINGS_DIMENSIONS", "384"),
+        ("CAIRN_EMBEDDINGS_KEY", "s3cret-never-shown"),
+        ("CAIRN_MODEL", "remote"),
+    ];
+    let config = Config::load(&Overrides::default(), &env(&remote)).expect("config");
+    let server = config.embeddings.clone().expect("server");
+    assert_eq!(server.options.url, "http://gpu-1:8080/v1");
+    assert_eq!(server.options.key.as_deref(), Some("s3cret-never-shown"));
+    assert_eq!(server.options.batch, super::DEFAULT_REMOTE_BATCH);
+    assert_eq!(
+        config.projection.model,
+        "openai:bge-small@http://gpu-1:8080/v1"
+    );
+    assert!(!format!("{config:?}").contains("s3cret-never-shown"));
+    // The int8 model by id.
+    let config = Config::load(
+        &Overrides::default(),
+        &env(&[("CAIRN_MODEL", gateways::embedder::MINILM_INT8.id)]),
+    )
+    .expect("config");
+    assert_eq!(config.projection.model, gateways::embedder::MINILM_INT8.id);
+    // What cannot work is refused at start, and says why.
+    for (pairs, expected) in [
+        (vec![("CAIRN_MODEL", "remote")], "no embedding server"),
+        (
+            vec![("CAIRN_MODEL", "bge-large")],
+            "not a model this process can run",
+        ),
+        (
+            vec![("CAIRN_EMBEDDINGS_URL", "http://gpu-1:8080/v1")],
+            "embeddings.model",
+        ),
+        (
+            vec![
+                ("CAIRN_EMBEDDINGS_URL", "http://gpu-1:8080/v1"),
+                ("CAIRN_EMBEDDINGS_MODEL", "m"),
+            ],
+            "embeddings.dimensions",
+        ),
+        (
+            vec![
+                ("CAIRN_EMBEDDINGS_URL", "gpu-1:8080"),
+                ("CAIRN_EMBEDDINGS_MODEL", "m"),
+                ("CAIRN_EMBEDDINGS_DIMENSIONS", "8"),
+            ],
+            "not an http(s) URL",
+        ),
+        (
+            vec![
+                ("CAIRN_EMBEDDINGS_URL", "http://gpu-1:8080/v1"),
+                ("CAIRN_EMBEDDINGS_MODEL", "m"),
+                ("CAIRN_EMBEDDINGS_DIMENSIONS", "8"),
+                ("CAIRN_EMBEDDINGS_BATCH", "0"),
+            ],
+            "embeddings.batch",
+        ),
+    ] {
+        let error = Config::load(&Overrides::default(), &env(&pairs))
+            .expect_err("refused")
+            .to_string();
+        assert!(error.contains(expected), "{pairs:?}: {error}");
+    }
+}
+
+#[test]
 fn a_graph_from_the_environment_turns_the_graph_backend_on() {
     let config = Config::load(
         &Overrides::default(),
