@@ -30,6 +30,8 @@ pub struct ProjectBench {
     pub graph: Option<gateways::BoltOptions>,
     /// Then project a new revision of every document (chunk reuse).
     pub edits: bool,
+    /// One line per document: the records' titles.
+    pub one_line: bool,
     /// Project the PDFs of this folder (those with a text layer) instead of the corpus.
     pub pdfs: Option<std::path::PathBuf>,
     /// With `pdfs`: only the PDFs whose text makes at least this many chunks.
@@ -70,7 +72,7 @@ fn read_pdfs(folder: &Path) -> anyhow::Result<(Vec<Pdf>, Value)> {
     Ok((documents, Value::Object(refused)))
 }
 
-fn read_corpus(path: &Path, limit: usize) -> anyhow::Result<Vec<(String, String)>> {
+fn read_corpus(path: &Path, limit: usize, one_line: bool) -> anyhow::Result<Vec<(String, String)>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut documents = Vec::new();
@@ -83,7 +85,14 @@ fn read_corpus(path: &Path, limit: usize) -> anyhow::Result<Vec<(String, String)
             .to_owned();
         let title = record["title"].as_str().unwrap_or("");
         let body = record["text"].as_str().unwrap_or("");
-        documents.push((id, format!("{title}\n\n{body}")));
+        documents.push((
+            id,
+            if one_line {
+                title.to_owned()
+            } else {
+                format!("{title}\n\n{body}")
+            },
+        ));
     }
     Ok(documents)
 }
@@ -118,7 +127,10 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
                 .collect();
             (Vec::new(), Some((pdfs, refused)))
         }
-        None => (read_corpus(&bench.corpus, bench.docs)?, None),
+        None => (
+            read_corpus(&bench.corpus, bench.docs, bench.one_line)?,
+            None,
+        ),
     };
     let submissions: Vec<receipts::Submission> = match &pdfs {
         Some((pdfs, _)) => pdfs
@@ -294,7 +306,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     Ok(json!({
         "benchmark": "project",
         "corpus": bench.pdfs.as_ref().unwrap_or(&bench.corpus).display().to_string(),
-        "format": if pdfs.is_some() { "pdf" } else { "text" },
+        "format": if pdfs.is_some() { "pdf" } else if bench.one_line { "one line (titles)" } else { "text" },
         "pdf_pages": pdfs.as_ref().map(|(pdfs, _)| pdfs.iter().map(|(_, _, extracted)| extracted.pages.len()).sum::<usize>()),
         "pdfs_left_out": pdfs.as_ref().map(|(_, refused)| refused.clone()),
         "pdf_min_chunks": pdfs.as_ref().map(|_| bench.min_chunks),

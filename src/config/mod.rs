@@ -76,8 +76,10 @@ pub struct WorkerSettings {
 
 /// Default number of in-process workers of `cairn serve`.
 pub const DEFAULT_WORKERS: usize = 1;
-/// Default jobs per worker at once.
-pub const DEFAULT_WORKER_CONCURRENCY: usize = 4;
+/// Default jobs per worker at once. Enough that the embedding batcher holds a window of chunks
+/// to sort by length (up to 128): measured on SciFact, 8 jobs reach 0.70x of the raw embedder
+/// sorted by length, 32 jobs 0.91x.
+pub const DEFAULT_WORKER_CONCURRENCY: usize = 32;
 
 /// `[ledger]`: where the ledger is and how a process uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]

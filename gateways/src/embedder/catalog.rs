@@ -140,7 +140,7 @@ impl ModelCatalog {
             return Ok(match role {
                 EmbedRole::Projection => Arc::new(BatchingEmbedder::start(
                     Arc::new(embedder),
-                    batch * 4,
+                    batch * 16,
                     sessions,
                 )),
                 EmbedRole::Query => Arc::new(embedder),

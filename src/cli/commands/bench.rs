@@ -46,8 +46,9 @@ enum BenchCommand {
         /// Workers.
         #[arg(long, default_value_t = 1)]
         workers: usize,
-        /// Jobs each worker runs at once.
-        #[arg(long, default_value_t = 8)]
+        /// Jobs each worker runs at once (the default, like `workers.concurrency`'s, gives
+        /// the embedding batcher enough chunks to sort by length).
+        #[arg(long, default_value_t = crate::config::DEFAULT_WORKER_CONCURRENCY)]
         concurrency: usize,
         /// Also run the pipeline with this graph (a Bolt URL; user, password and database
         /// from CAIRN_GRAPH_USER, CAIRN_GRAPH_PASSWORD, CAIRN_GRAPH_DATABASE).
@@ -57,6 +58,10 @@ enum BenchCommand {
         /// rest with a new tag) and compare with the first projection (chunk reuse).
         #[arg(long)]
         edits: bool,
+        /// Project one line per document (the corpus records' titles): the case where each
+        /// job's fixed costs weigh most against its embedding.
+        #[arg(long)]
+        one_line: bool,
         /// Project the PDFs of this folder that have a text layer (at most `--docs`) instead
         /// of the corpus, e.g. pdf.js's `test/pdfs`: the pipeline extracts them again.
         #[arg(long)]
@@ -259,6 +264,7 @@ impl BenchArgs {
                 concurrency,
                 graph,
                 edits,
+                one_line,
                 pdfs,
                 min_chunks,
                 vectors,
@@ -286,6 +292,7 @@ impl BenchArgs {
                         concurrency: concurrency.max(1),
                         graph,
                         edits,
+                        one_line,
                         pdfs,
                         min_chunks,
                     },

@@ -12,9 +12,9 @@ use super::NodeArgs;
 pub struct WorkerArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Jobs run at once.
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
+    /// Jobs run at once (default: `workers.concurrency`).
+    #[arg(long)]
+    concurrency: Option<usize>,
     /// Lease owner name (default: host-pid).
     #[arg(long)]
     owner: Option<String>,
@@ -37,7 +37,7 @@ impl WorkerArgs {
         // Signals are handled from here on, through the model's loading.
         let shutdown = crate::shutdown_signal();
         let options = crate::WorkOptions {
-            concurrency,
+            concurrency: concurrency.unwrap_or(config.workers.concurrency),
             owner,
             simulate_work: simulate_work_ms.map(std::time::Duration::from_millis),
         };
