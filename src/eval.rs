@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::cli::client::Client;
+use crate::cli::client::{ok_or_error, Client};
 use crate::config::Config;
 
 /// How the evaluation runs.
@@ -38,6 +38,11 @@ pub struct BeirEval {
     /// Keep the data here (and reuse what an earlier run left: re-ingesting is all
     /// duplicates) instead of a temporary directory.
     pub data_dir: Option<PathBuf>,
+    /// Models to evaluate, one generation each (empty: `projection.model` only). The first is
+    /// the active generation's; each further one is built as a new generation beside it
+    /// (`POST /v1/ops/generations`), switched to once built, and evaluated in turn: the
+    /// comparison an operator makes before switching for real.
+    pub models: Vec<String>,
 }
 
 const DATASET: &str = "beir";
@@ -372,8 +377,21 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
         );
     }
     let lexical_only = eval.modes.iter().all(|mode| mode == "lexical");
+    anyhow::ensure!(
+        eval.models.len() <= 1 || !(eval.churn || lexical_only),
+        "--models compares generations' vectors: it needs a vector mode, and runs without --churn"
+    );
     let temporary = tempfile::tempdir().context("creating a temporary data directory")?;
     let mut config = config.clone();
+    let catalog = crate::projection::model_catalog(&config);
+    let models: Vec<String> = eval
+        .models
+        .iter()
+        .map(|model| catalog.resolve(model).map(|entry| entry.id))
+        .collect::<Result<_, _>>()?;
+    if let Some(first) = models.first() {
+        config.projection.model = first.clone();
+    }
     config.data_dir = eval
         .data_dir
         .clone()
@@ -475,23 +493,27 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
         "{:<8} {:>8} {:>11} {:>9} {:>9}",
         "mode", "nDCG@10", "recall@100", "p50 ms", "p99 ms"
     );
+    let first = crate::projection::generation(&config);
+    let mut generations = vec![first.clone()];
     for mode in eval.modes.iter().map(String::as_str) {
         let run = run_queries(&client, &corpus, mode, eval.budget_ms).await?;
-        let (ndcg, recall, count) = scores(&run, &corpus, None);
-        println!(
-            "{mode:<8} {ndcg:>8.4} {recall:>11.4} {:>9.1} {:>9.1}",
-            percentile(&run.latencies_ms, 0.5),
-            percentile(&run.latencies_ms, 0.99)
-        );
-        report[mode] = json!({
-            "ndcg_at_10": ndcg,
-            "recall_at_100": recall,
-            "queries": count,
-            "answered_as": run.answered,
-            "degraded": run.degraded,
-            "latency_ms": { "p50": percentile(&run.latencies_ms, 0.5), "p99": percentile(&run.latencies_ms, 0.99) },
-        });
+        report[mode] = mode_report(&run, &corpus, mode);
         before.insert(mode, run);
+    }
+    if models.len() > 1 {
+        let mut compared = vec![generation_report(&first, &report, &eval.modes)];
+        for model in &models[1..] {
+            let generation = build_and_switch(&client, model, started).await?;
+            println!("{} ({model})", generation.id);
+            let mut answers = json!({});
+            for mode in eval.modes.iter().map(String::as_str) {
+                let run = run_queries(&client, &corpus, mode, eval.budget_ms).await?;
+                answers[mode] = mode_report(&run, &corpus, mode);
+            }
+            compared.push(generation_report(&generation, &answers, &eval.modes));
+            generations.push(generation);
+        }
+        report["generations"] = Value::Array(compared);
     }
 
     if eval.churn {
@@ -511,18 +533,78 @@ pub async fn beir(config: &Config, eval: BeirEval) -> anyhow::Result<Value> {
         .await?
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))??;
     if let (Some(vectors), None) = (&config.vectors, &eval.data_dir) {
-        // The run's own collection on the server goes with its temporary data directory.
-        let generation = crate::projection::generation(&config);
-        gateways::ServerVectorStore::open(
-            vectors,
-            &generation.id,
-            gateways::embedder::MODEL_DIMENSION,
-        )
-        .await?
-        .delete_collection()
-        .await?;
+        // The run's own collections on the server go with its temporary data directory.
+        for generation in &generations {
+            gateways::ServerVectorStore::open(
+                vectors,
+                &generation.id,
+                usize::try_from(generation.dimension).unwrap_or(0),
+            )
+            .await?
+            .delete_collection()
+            .await?;
+        }
     }
     Ok(report)
+}
+
+/// One mode's scores and latencies, printed as a table row.
+fn mode_report(run: &Run, corpus: &Corpus, mode: &str) -> Value {
+    let (ndcg, recall, count) = scores(run, corpus, None);
+    println!(
+        "{mode:<8} {ndcg:>8.4} {recall:>11.4} {:>9.1} {:>9.1}",
+        percentile(&run.latencies_ms, 0.5),
+        percentile(&run.latencies_ms, 0.99)
+    );
+    json!({
+        "ndcg_at_10": ndcg,
+        "recall_at_100": recall,
+        "queries": count,
+        "answered_as": run.answered,
+        "degraded": run.degraded,
+        "latency_ms": { "p50": percentile(&run.latencies_ms, 0.5), "p99": percentile(&run.latencies_ms, 0.99) },
+    })
+}
+
+/// A generation's entry in the comparison: its id, model and each mode's scores.
+fn generation_report(
+    generation: &receipts::Generation,
+    answers: &Value,
+    modes: &[String],
+) -> Value {
+    let mut entry = json!({ "generation": generation.id, "model": generation.model });
+    for mode in modes {
+        entry[mode.as_str()] = answers[mode.as_str()].clone();
+    }
+    entry
+}
+
+/// Builds a generation of `model` beside the active one through the API, waits until every
+/// job has ended, and switches to it.
+async fn build_and_switch(
+    client: &Client,
+    model: &str,
+    started: Instant,
+) -> anyhow::Result<receipts::Generation> {
+    eprintln!("eval: building a generation with {model}");
+    let (status, created) = client
+        .post(
+            "/v1/ops/generations",
+            &json!({ "model": model, "reason": "cairn eval beir --models" }),
+        )
+        .await?;
+    let created = ok_or_error(status, created)?;
+    let view: receipts::GenerationView = serde_json::from_value(created["generation"].clone())
+        .with_context(|| format!("the created generation: {created}"))?;
+    wait_for_projection(client, started).await?;
+    let (status, switched) = client
+        .post(
+            &format!("/v1/ops/generations/{}/switch", view.id),
+            &json!({ "reason": "cairn eval beir --models" }),
+        )
+        .await?;
+    ok_or_error(status, switched)?;
+    Ok(view.generation())
 }
 
 /// Supersedes 20% of the documents with changed text, deletes 10%, and evaluates again.

@@ -426,6 +426,8 @@ mod extraction;
 pub use extraction::extract;
 mod project;
 pub use project::{project, ProjectBench};
+mod raw;
+pub use raw::models;
 
 mod database;
 mod queue_postgres;

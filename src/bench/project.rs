@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION};
+use gateways::embedder::ModelFiles;
 use gateways::{Chunker, EdgeVectorStore, ServerVectorStore, VectorPoint, VectorStore};
 use receipts::{JobState, Ledger};
 use serde_json::{json, Value};
@@ -72,7 +72,11 @@ fn read_pdfs(folder: &Path) -> anyhow::Result<(Vec<Pdf>, Value)> {
     Ok((documents, Value::Object(refused)))
 }
 
-fn read_corpus(path: &Path, limit: usize, one_line: bool) -> anyhow::Result<Vec<(String, String)>> {
+pub(super) fn read_corpus(
+    path: &Path,
+    limit: usize,
+    one_line: bool,
+) -> anyhow::Result<Vec<(String, String)>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut documents = Vec::new();
@@ -179,45 +183,27 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             .collect(),
     };
     let chunk_seconds = started.elapsed().as_secs_f64();
-    let raw_model = LocalEmbedder::load(
-        &files,
-        config.projection.embed_sessions,
-        config.projection.embed_threads,
-    )?
-    .with_batch_size(config.projection.embed_batch);
+    let raw_model = super::raw::Raw::open(&config, &config.projection.model)?;
     eprintln!(
-        "project: raw embedder on {} chunks of {} documents",
+        "project: raw embedder ({}) on {} chunks of {} documents",
+        config.projection.model,
         chunk_texts.len(),
         submissions.len()
     );
-    // In document order (as a pipeline meets them), then at its best: sorted by length, so
-    // that no batch pads short chunks to the length of a long one.
-    let raw_model = Arc::new(raw_model);
-    let mut sorted_texts = chunk_texts.clone();
-    sorted_texts.sort_by_key(String::len);
-    let embedder = raw_model.clone();
-    let started = Instant::now();
-    tokio::task::spawn_blocking(move || embedder.embed_parallel(&sorted_texts))
-        .await
-        .context("raw embedding, sorted")??;
-    let sorted_seconds = started.elapsed().as_secs_f64();
-    let raw_texts = chunk_texts.clone();
-    let embedder = raw_model.clone();
-    let started = Instant::now();
-    let vectors = tokio::task::spawn_blocking(move || embedder.embed_parallel(&raw_texts))
-        .await
-        .context("raw embedding")??;
-    let raw_seconds = started.elapsed().as_secs_f64();
+    // Sorted by length (the embedder at its best: no batch pads short chunks to the length of
+    // a long one), then in document order (as a pipeline meets them).
+    let (raw_seconds, sorted_seconds, vectors) = raw_model.time(&chunk_texts).await?;
     drop(raw_model);
+    let dimension = crate::projection::model_dimension(&config);
 
     // qdrant-edge alone: upsert the raw vectors in batches of 64.
     let store: Arc<dyn VectorStore> = match &config.vectors {
         Some(options) => {
-            Arc::new(ServerVectorStore::open(options, "upsert-only", MODEL_DIMENSION).await?)
+            Arc::new(ServerVectorStore::open(options, "upsert-only", dimension).await?)
         }
         None => Arc::new(EdgeVectorStore::open(
             &directory.path().join("upsert-only"),
-            MODEL_DIMENSION,
+            dimension,
         )?),
     };
     let store_name = store.name();
@@ -241,7 +227,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     let upsert_seconds = started.elapsed().as_secs_f64();
     drop(store);
     if let Some(options) = &config.vectors {
-        ServerVectorStore::open(options, "upsert-only", MODEL_DIMENSION)
+        ServerVectorStore::open(options, "upsert-only", dimension)
             .await?
             .delete_collection()
             .await?;
@@ -295,7 +281,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     );
     if let Some(options) = &config.vectors {
         let generation = crate::projection::generation(&config);
-        ServerVectorStore::open(options, &generation.id, MODEL_DIMENSION)
+        ServerVectorStore::open(options, &generation.id, dimension)
             .await?
             .delete_collection()
             .await?;
@@ -313,6 +299,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         "documents": submissions.len(),
         "chunks": chunk_texts.len(),
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "model": config.projection.model,
         "embed_batch": config.projection.embed_batch,
         "embed_sessions": config.projection.embed_sessions,
         "embed_threads_per_session": config.projection.embed_threads,

@@ -13,7 +13,7 @@ use testkit::embedding::{EmbeddingServer, Fault, FaultyEmbeddingProxy, SERVED_MO
 
 use crate::common::{admin_token, post_source};
 use crate::crash::spawn_serve_with;
-use crate::projection::wait_for_job;
+use crate::projection::{revision, wait_for_job};
 
 fn remote_env(url: &str, dimensions: &str) -> Vec<(String, String)> {
     [
@@ -124,15 +124,7 @@ async fn a_remote_embedder_projects_rides_out_an_outage_and_a_429_and_is_the_gen
     let mut retried = false;
     while !retried {
         for id in &revisions {
-            let detail: Value = http
-                .get(format!("{base}/v1/revisions/{id}"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .expect("revision")
-                .json()
-                .await
-                .expect("json");
+            let detail = revision(&http, &base, &token, id).await;
             if detail["job"]["last_error_code"] == "embedder_unavailable" {
                 retried = true;
             }

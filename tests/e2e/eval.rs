@@ -7,25 +7,36 @@ use std::path::PathBuf;
 
 use cairn::config::{Config, Overrides};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn churn_never_surfaces_retired_revisions_and_keeps_scores() {
+/// The default configuration, with the model files `scripts/setup-model` installed.
+fn config() -> Config {
     let models = std::env::var("CAIRN_MODELS_DIR")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/models").to_owned());
     let env = [("CAIRN_MODELS_DIR".to_owned(), models)].into();
-    let config = Config::load(&Overrides::default(), &env).expect("config");
+    Config::load(&Overrides::default(), &env).expect("config")
+}
+
+/// The slice of SciFact the tests evaluate on.
+fn scifact_200() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/scifact-200"
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_never_surfaces_retired_revisions_and_keeps_scores() {
+    let config = config();
     let report = cairn::eval::beir(
         &config,
         cairn::eval::BeirEval {
-            directory: PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/data/scifact-200"
-            )),
+            directory: scifact_200(),
             split: "train".to_owned(),
             limit_docs: 0,
             churn: true,
             budget_ms: 10_000,
             modes: vec!["vector".to_owned(), "lexical".to_owned(), "auto".to_owned()],
             data_dir: None,
+            models: Vec::new(),
         },
     )
     .await
@@ -71,4 +82,39 @@ async fn churn_never_surfaces_retired_revisions_and_keeps_scores() {
         );
         assert!(churn[mode]["results_checked"].as_u64().expect("checked") > 100);
     }
+}
+
+/// `--models`: the default model is projected, int8 is built as a second generation beside
+/// it through the API, switched to and evaluated; both generations' scores are reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_models_generation_is_built_switched_to_and_scored() {
+    let config = config();
+    let int8 = gateways::embedder::MINILM_INT8.id;
+    let report = cairn::eval::beir(
+        &config,
+        cairn::eval::BeirEval {
+            directory: scifact_200(),
+            split: "train".to_owned(),
+            limit_docs: 0,
+            churn: false,
+            budget_ms: 10_000,
+            modes: vec!["vector".to_owned()],
+            data_dir: None,
+            models: vec![gateways::embedder::MODEL_ID.to_owned(), int8.to_owned()],
+        },
+    )
+    .await
+    .expect("eval");
+    let generations = report["generations"].as_array().expect("generations");
+    assert_eq!(generations.len(), 2, "{report}");
+    assert_eq!(generations[0]["model"], gateways::embedder::MODEL_ID);
+    assert_eq!(generations[1]["model"], int8);
+    assert_ne!(generations[0]["generation"], generations[1]["generation"]);
+    for generation in generations {
+        let ndcg = generation["vector"]["ndcg_at_10"].as_f64().expect("ndcg");
+        assert!(ndcg > 0.5, "{generation}");
+        assert_eq!(generation["vector"]["degraded"], 0, "{generation}");
+    }
+    // The first generation's scores are the report's own.
+    assert_eq!(generations[0]["vector"], report["vector"]);
 }

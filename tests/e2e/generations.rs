@@ -440,15 +440,7 @@ async fn change_while_serving(
         async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
             loop {
-                let detail: Value = http
-                    .get(format!("{base}/v1/revisions/{id}"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await
-                    .expect("revision")
-                    .json()
-                    .await
-                    .expect("json");
+                let detail = crate::projection::revision(&http, &base, &token, &id).await;
                 if detail["job"]["state"] == "completed" {
                     break detail["receipts"]
                         .as_array()

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::crash::start;
 
-async fn revision(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value {
+pub(crate) async fn revision(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value {
     http.get(format!("{base}/v1/revisions/{id}"))
         .bearer_auth(token)
         .send()

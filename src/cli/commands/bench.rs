@@ -34,6 +34,23 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-queue.json")]
         out: PathBuf,
     },
+    /// Every model this configuration can run (fp32, int8, the embedding server's), called
+    /// directly on the same chunks: chunks per second in order and sorted, and each one's
+    /// cosine against the default model.
+    Models {
+        /// A BEIR corpus.jsonl.
+        #[arg(long, default_value = "../shared/eval/scifact/corpus.jsonl")]
+        corpus: PathBuf,
+        /// Documents whose chunks are embedded (from the start of the corpus).
+        #[arg(long, default_value_t = 400)]
+        docs: usize,
+        /// TOML configuration file (projection and embedding settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-models.json")]
+        out: PathBuf,
+    },
     /// Projection throughput (accepted to verified) against the raw embedder on the same
     /// chunks, qdrant-edge upsert rate and peak RSS.
     Project {
@@ -58,6 +75,11 @@ enum BenchCommand {
         /// rest with a new tag) and compare with the first projection (chunk reuse).
         #[arg(long)]
         edits: bool,
+        /// The model to project with (default: `projection.model`): a local model's id, or
+        /// `remote` for the embedding server's (`CAIRN_EMBEDDINGS_*`); the raw baseline calls
+        /// the same model directly.
+        #[arg(long)]
+        model: Option<String>,
         /// Project one line per document (the corpus records' titles): the case where each
         /// job's fixed costs weigh most against its embedding.
         #[arg(long)]
@@ -235,6 +257,16 @@ impl BenchArgs {
                 .await?;
                 write_report(&out, &report)?;
             }
+            BenchCommand::Models {
+                corpus,
+                docs,
+                config,
+                out,
+            } => {
+                let config = file_config(config, None, env)?;
+                let report = crate::bench::models(&config, &corpus, docs).await?;
+                write_report(&out, &report)?;
+            }
             BenchCommand::Search {
                 sizes,
                 queries,
@@ -270,8 +302,13 @@ impl BenchArgs {
                 vectors,
                 config,
                 out,
+                model,
             } => {
-                let config = file_config(config, vectors, env)?;
+                let mut env = env.clone();
+                if let Some(model) = model {
+                    env.insert("CAIRN_MODEL".to_owned(), model);
+                }
+                let config = file_config(config, vectors, &env)?;
                 let graph = graph.map(|url| {
                     let variable = |name: &str, default: &str| {
                         env.get(name).cloned().unwrap_or_else(|| default.to_owned())

@@ -37,6 +37,12 @@ enum EvalCommand {
         /// collection of this run's own.
         #[arg(long)]
         vectors: Option<String>,
+        /// Models to compare, one generation each (comma-separated; e.g.
+        /// `sentence-transformers/all-MiniLM-L6-v2,sentence-transformers/all-MiniLM-L6-v2@int8`
+        /// or `remote`): the first is projected, each further one built as a new generation
+        /// beside it, switched to and evaluated.
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
         /// TOML configuration file (projection and search settings).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -69,6 +75,7 @@ impl EvalArgs {
                     vectors,
                     config,
                     out,
+                    models,
                 },
         } = self;
         let config = file_config(config, vectors, env)?;
@@ -82,6 +89,7 @@ impl EvalArgs {
                 budget_ms,
                 modes,
                 data_dir,
+                models,
             },
         )
         .await?;
