@@ -101,6 +101,63 @@ pub(super) fn read_corpus(
     Ok(documents)
 }
 
+/// CPU seconds (user and system) this process's threads have used, by thread name with its
+/// digits dropped (`tokio-runtime-w`, `sqlx-sqlite-wo`, ONNX Runtime's pool, ...): where a
+/// phase's CPU went, from `/proc/self/task/*/stat` (Linux; empty elsewhere).
+fn thread_cpu() -> std::collections::BTreeMap<String, f64> {
+    let mut totals = std::collections::BTreeMap::new();
+    let ticks = 100.0; // USER_HZ on Linux.
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return totals;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `pid (name) state ...`: the name may hold spaces; fields follow the last `)`.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name: String = stat[open + 1..close]
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let cpu = |index: usize| {
+            fields
+                .get(index)
+                .and_then(|field| field.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // utime and stime are fields 14 and 15 of stat; 12 and 13 after the name.
+        *totals.entry(name).or_insert(0.0) += (cpu(11) + cpu(12)) / ticks;
+    }
+    totals
+}
+
+/// What each thread group used between two [`thread_cpu`] readings (seconds, largest first).
+fn cpu_between(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+) -> Value {
+    let mut used: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, seconds)| {
+            (
+                name.clone(),
+                seconds - before.get(name).copied().unwrap_or(0.0),
+            )
+        })
+        .filter(|(_, seconds)| *seconds > 0.0)
+        .collect();
+    used.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Value::Object(
+        used.into_iter()
+            .map(|(name, seconds)| (name, json!((seconds * 100.0).round() / 100.0)))
+            .collect(),
+    )
+}
+
 /// Peak resident memory of this process, in MiB (Linux `VmHWM`).
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -192,7 +249,9 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
     );
     // Sorted by length (the embedder at its best: no batch pads short chunks to the length of
     // a long one), then in document order (as a pipeline meets them).
+    let cpu_before = thread_cpu();
     let (raw_seconds, sorted_seconds, vectors) = raw_model.time(&chunk_texts).await?;
+    let raw_cpu = cpu_between(&cpu_before, &thread_cpu());
     drop(raw_model);
     let dimension = crate::projection::model_dimension(&config);
 
@@ -235,7 +294,9 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
 
     // The pipeline: accept every document, let leased workers project them all; with
     // `--graph`, again on a fresh ledger with the graph on (its jobs included).
+    let cpu_before = thread_cpu();
     let run = pipeline(&config, &submissions, &bench).await?;
+    let pipeline_cpu = cpu_between(&cpu_before, &thread_cpu());
     let edits = if bench.edits {
         eprintln!("project: new revisions of every document (edits)");
         Some(edit_phase(&run, &documents, &bench).await?)
@@ -318,6 +379,9 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
         "pipeline_over_raw": pipeline_rate / raw_rate,
         "pipeline_over_raw_sorted": pipeline_rate / sorted_rate,
         "chunker_alone_seconds": chunk_seconds,
+        "pipeline_cpu_seconds_by_thread": pipeline_cpu,
+        "raw_embedder_cpu_seconds_by_thread": raw_cpu,
+        "cpu_note": "CPU seconds by thread name: the pipeline's, and the raw embedder's for both of its runs (sorted and in order) together",
         "mean_stage_ms_per_job": stage_means,
         "vector_upsert": {
             "store": store_name,

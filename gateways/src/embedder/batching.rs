@@ -51,7 +51,10 @@ impl BatchingEmbedder {
         let model_id = inner.model_id().to_owned();
         let dimension = inner.dimension();
         let max_texts = max_texts.max(1);
-        let slots = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+        let parallel = parallel.max(1);
+        let slots = Arc::new(tokio::sync::Semaphore::new(parallel));
+        // Signalled whenever a batch ends.
+        let ended = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(async move {
             loop {
                 // Wait for a free session first, so requests keep queueing into the next batch.
@@ -63,13 +66,32 @@ impl BatchingEmbedder {
                 };
                 let mut batch = vec![first];
                 let mut texts: usize = batch[0].texts.len();
-                while texts < max_texts {
-                    match receiver.try_recv() {
-                        Ok(request) => {
-                            texts += request.texts.len();
-                            batch.push(request);
+                loop {
+                    while texts < max_texts {
+                        match receiver.try_recv() {
+                            Ok(request) => {
+                                texts += request.texts.len();
+                                batch.push(request);
+                            }
+                            Err(_) => break,
                         }
-                        Err(_) => break,
+                    }
+                    // A batch that is not full waits while another one runs (until requests
+                    // fill it, or a batch ends): an idle model gets work at once, a busy one
+                    // gets full batches instead of many small calls.
+                    let busy = slots.available_permits() + 1 < parallel;
+                    if texts >= max_texts || !busy {
+                        break;
+                    }
+                    tokio::select! {
+                        request = receiver.recv() => match request {
+                            Some(request) => {
+                                texts += request.texts.len();
+                                batch.push(request);
+                            }
+                            None => break,
+                        },
+                        () = ended.notified() => break,
                     }
                 }
                 let sizes: Vec<usize> = batch.iter().map(|request| request.texts.len()).collect();
@@ -87,6 +109,7 @@ impl BatchingEmbedder {
                     .filter_map(|&index| slots.get_mut(index).and_then(Option::take))
                     .collect();
                 let inner = inner.clone();
+                let ended = ended.clone();
                 tokio::spawn(async move {
                     match inner
                         .embed(sorted)
@@ -108,6 +131,9 @@ impl BatchingEmbedder {
                         }
                     }
                     drop(slot);
+                    // A stored permit if nobody waits: a batch that starts waiting later
+                    // sees it and goes (at worst one batch leaves before it is full).
+                    ended.notify_one();
                 });
             }
         });
