@@ -424,6 +424,7 @@ mod apalis_peer;
 
 mod extraction;
 pub use extraction::extract;
+mod corpus;
 mod project;
 pub use project::{project, ProjectBench};
 mod raw;

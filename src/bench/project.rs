@@ -72,35 +72,6 @@ fn read_pdfs(folder: &Path) -> anyhow::Result<(Vec<Pdf>, Value)> {
     Ok((documents, Value::Object(refused)))
 }
 
-pub(super) fn read_corpus(
-    path: &Path,
-    limit: usize,
-    one_line: bool,
-) -> anyhow::Result<Vec<(String, String)>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut documents = Vec::new();
-    for (number, line) in text.lines().enumerate().take(limit) {
-        let record: Value = serde_json::from_str(line)
-            .with_context(|| format!("{} line {}", path.display(), number + 1))?;
-        let id = record["_id"]
-            .as_str()
-            .context("a record without _id")?
-            .to_owned();
-        let title = record["title"].as_str().unwrap_or("");
-        let body = record["text"].as_str().unwrap_or("");
-        documents.push((
-            id,
-            if one_line {
-                title.to_owned()
-            } else {
-                format!("{title}\n\n{body}")
-            },
-        ));
-    }
-    Ok(documents)
-}
-
 /// CPU seconds (user and system) this process's threads have used, by thread name with its
 /// digits dropped (`tokio-runtime-w`, `sqlx-sqlite-wo`, ONNX Runtime's pool, ...): where a
 /// phase's CPU went, from `/proc/self/task/*/stat` (Linux; empty elsewhere).
@@ -189,7 +160,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             (Vec::new(), Some((pdfs, refused)))
         }
         None => (
-            read_corpus(&bench.corpus, bench.docs, bench.one_line)?,
+            super::corpus::read_corpus(&bench.corpus, bench.docs, bench.one_line)?,
             None,
         ),
     };

@@ -104,7 +104,7 @@ pub async fn models(
 ) -> anyhow::Result<Value> {
     let files = ModelFiles::locate(&config.projection.models_dir)?;
     let chunker = gateways::Chunker::new(files.tokenizer()?, config.projection.chunker)?;
-    let texts: Vec<String> = super::project::read_corpus(corpus, docs, false)?
+    let texts: Vec<String> = super::corpus::read_corpus(corpus, docs, false)?
         .iter()
         .flat_map(|(_, text)| chunker.chunk(text))
         .map(|chunk| chunk.text)
