@@ -86,6 +86,33 @@ async fn the_int8_model_is_its_own_model_close_to_fp32() {
 }
 
 #[tokio::test]
+async fn a_texts_vector_depends_on_its_batch_only_within_the_models_agreement() {
+    for model in [&MINILM, &MINILM_INT8] {
+        let files = ModelFiles::locate_model(&models_dir(), model).expect("setup-model ran");
+        let embedder = LocalEmbedder::load(&files, 1, Some(1)).expect("load");
+        let in_batch = embedder.embed(texts()).await.expect("embed");
+        let mut lowest = 1.0_f32;
+        for (text, batched) in texts().into_iter().zip(&in_batch) {
+            let alone = embedder.embed(vec![text]).await.expect("embed alone");
+            lowest = lowest.min(cosine(&alone[0], batched));
+        }
+        assert_eq!(embedder.agreement(), model.agreement);
+        assert!(
+            lowest >= model.agreement,
+            "{}: alone against in a batch, lowest cosine {lowest}",
+            model.id
+        );
+        if model.id == MINILM_INT8.id {
+            // Dynamic quantization scales each batch as a whole: the batch shows.
+            assert!(
+                lowest < 0.9999,
+                "int8 vectors do not depend on the batch: {lowest}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_real_server_with_the_same_weights_matches_the_local_model() {
     let server = EmbeddingServer::start().expect("start the embedding server");
     let remote = RemoteEmbedder::new(options(server.url())).expect("client");

@@ -330,9 +330,16 @@ pub fn bytes_drift(head: &SettledHead, found: Option<&str>) -> Option<Drift> {
 }
 
 /// The drift of a sampled chunk whose stored vector is not what the generation's model
-/// embeds for its text now (`cosine` between the two): a wrong or changed model.
-pub fn model_drift(head: &SettledHead, chunk_index: u32, cosine: f32) -> Option<Drift> {
-    if cosine >= MODEL_AGREEMENT {
+/// embeds for its text now (`cosine` between the two, below the model's `agreement`: the
+/// least cosine its own embeddings of one text have, [`MODEL_AGREEMENT`] for a model whose
+/// vectors do not depend on the batch): a wrong or changed model.
+pub fn model_drift(
+    head: &SettledHead,
+    chunk_index: u32,
+    cosine: f32,
+    agreement: f32,
+) -> Option<Drift> {
+    if cosine >= agreement {
         return None;
     }
     Some(drift(
@@ -343,7 +350,7 @@ pub fn model_drift(head: &SettledHead, chunk_index: u32, cosine: f32) -> Option<
         serde_json::json!({
             "sampled_chunk": chunk_index,
             "cosine": cosine,
-            "expected_at_least": MODEL_AGREEMENT,
+            "expected_at_least": agreement,
             "reason": "the stored vector is not what the generation's model embeds for this chunk",
         }),
     ))

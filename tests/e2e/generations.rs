@@ -201,9 +201,58 @@ async fn switch_when_complete(data: &Path, base: &str, id: &str) -> Value {
     }
 }
 
-/// Searches for the exact text of a one-chunk document in vector mode: the top hit's cosine is
-/// 1 only when the query was embedded with the model that embedded the document (fp32 against
-/// int8 vectors gives about 0.995).
+/// Searches for the exact text of the one-chunk `probe` document in vector mode and checks that
+/// the query was embedded with `model`: the score search answers is the cosine between the
+/// stored vector (read from the Qdrant server) and `model`'s embedding of the text alone, not
+/// the other model's. (int8 vectors depend on their batch, so an exact-text query does not
+/// score 1 against them: the comparison is with what each model gives.)
+async fn check_query_model(
+    probe: (&str, &str),
+    server: (&reqwest::Client, &str, &str),
+    qdrant_http: u16,
+    generation: &str,
+    model: &'static gateways::embedder::LocalModel,
+) {
+    use gateways::embedder::{Embedder, LocalEmbedder, ModelFiles, MINILM, MINILM_INT8};
+    let ((text, revision), (http, base, token)) = (probe, server);
+    let score = exact_text_score(http, base, token, text).await;
+    let point = gateways::vectors::point_id(revision.parse().expect("uuid"), 0);
+    let stored: Value = http
+        .get(format!(
+            "http://127.0.0.1:{qdrant_http}/collections/cairn-{generation}/points/{point}"
+        ))
+        .send()
+        .await
+        .expect("qdrant")
+        .json()
+        .await
+        .expect("point");
+    let stored: Vec<f32> = serde_json::from_value(stored["result"]["vector"].clone())
+        .unwrap_or_else(|_| panic!("no vector: {stored}"));
+    let models_dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models"));
+    let cosine_with = |vector: &[f32]| -> f64 {
+        let dot: f32 = vector.iter().zip(&stored).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        f64::from(dot / (norm(vector) * norm(&stored)))
+    };
+    let mut expected = Vec::new();
+    for candidate in [&MINILM, &MINILM_INT8] {
+        let files = ModelFiles::locate_model(&models_dir, candidate).expect("models");
+        let embedder = LocalEmbedder::load(&files, 1, Some(1)).expect("load");
+        let alone = embedder.embed(vec![text.to_owned()]).await.expect("embed");
+        expected.push((candidate.id, cosine_with(&alone[0])));
+    }
+    for (id, cosine) in expected {
+        let matches = (score - cosine).abs() < 1e-4;
+        assert_eq!(
+            matches,
+            id == model.id,
+            "search scored {score}; {id}'s query would score {cosine} (generation {generation})"
+        );
+    }
+}
+
+/// The top vector hit's score for `text`.
 async fn exact_text_score(http: &reqwest::Client, base: &str, token: &str, text: &str) -> f64 {
     let answer: Value = http
         .post(format!("{base}/v1/search"))
@@ -254,19 +303,20 @@ async fn a_model_change_to_int8_is_built_beside_switched_rolled_back_and_retired
     .await;
     let int8 = gateways::embedder::MINILM_INT8.id;
     let change = ["--model", int8, "--reason", "int8 is faster"];
-    change_while_serving(data.path(), server, &base, &change, Some(int8)).await;
+    let model = (&gateways::embedder::MINILM_INT8, qdrant.http_port());
+    change_while_serving(data.path(), server, &base, &change, Some(model)).await;
 }
 
 /// Builds the generation `create` describes beside the active one while traffic runs, then
 /// switches, rolls back, switches again and retires the first. `model`: the new generation's
-/// model, when the change is one (its documents stay whole, and its queries must be embedded
-/// with it).
+/// model and the Qdrant server's REST port, when the change is one (its documents stay whole,
+/// and its queries must be embedded with it).
 async fn change_while_serving(
     data: &Path,
     mut server: tokio::process::Child,
     base: &str,
     create: &[&str],
-    model: Option<&str>,
+    model: Option<(&'static gateways::embedder::LocalModel, u16)>,
 ) {
     let base = base.to_owned();
     let token = crate::common::admin_token(data);
@@ -283,6 +333,10 @@ async fn change_while_serving(
         )
         .await;
     }
+    // A source the traffic never writes: its exact text is the query that tells which model
+    // embedded a search's query.
+    let probe = document(99, 0);
+    let probe_revision = put(&http, &base, &token, &written, "probe", &probe).await;
     let before = crate::common::cairn_json(data, &base, &["generation", "status"]);
     let first = before["generations"][0]["id"]
         .as_str()
@@ -369,22 +423,11 @@ async fn change_while_serving(
     // Built while ingest continues: the switch succeeds once nothing is missing.
     let switched = switch_when_complete(data, &base, &second).await;
     assert_eq!(switched["change"]["previous"], first.as_str());
-    if let Some(model) = model {
-        assert_eq!(switched["generation"]["model"], model, "{switched}");
-        // Each generation's queries are embedded with its own model: an exact-text query
-        // scores 1 against its own document (embedding it with the other model would give
-        // about 0.995).
-        let text = written
-            .lock()
-            .await
-            .heads
-            .iter()
-            .find_map(|(_, head)| head.clone());
-        if let Some(revision) = text {
-            let text = written.lock().await.texts[&revision].clone();
-            let score = exact_text_score(&http, &base, &token, &text).await;
-            assert!(score > 0.9995, "int8 query against int8 vectors: {score}");
-        }
+    if let Some((model, qdrant_http)) = model {
+        assert_eq!(switched["generation"]["model"], model.id, "{switched}");
+        // Each generation's queries are embedded with its own model.
+        let probe = (probe.as_str(), probe_revision.as_str());
+        check_query_model(probe, (&http, &base, &token), qdrant_http, &second, model).await;
     }
     // The next searches answer from the new generation (checked chunk by chunk).
     let after: Vec<String> =
@@ -404,6 +447,12 @@ async fn change_while_serving(
         rolled.iter().all(|generation| *generation == first),
         "{rolled:?}"
     );
+    if let Some((_, qdrant_http)) = model {
+        // And back to the first model's queries with the first generation.
+        let probe = (probe.as_str(), probe_revision.as_str());
+        let fp32 = &gateways::embedder::MINILM;
+        check_query_model(probe, (&http, &base, &token), qdrant_http, &first, fp32).await;
+    }
     switch_when_complete(data, &base, &second).await;
 
     // Retire the first: its shard directory (or collection) is deleted and read back as gone.
@@ -470,8 +519,8 @@ async fn change_while_serving(
     let reverted = put(&http, &base, &token, &written, "pinned", &document(3, 0)).await;
     let vector = vector_receipt(reverted).await;
     assert_eq!(vector["evidence"]["generation"], second.as_str());
-    if let Some(model) = model {
-        assert_eq!(vector["evidence"]["model"], model, "{vector}");
+    if let Some((model, _)) = model {
+        assert_eq!(vector["evidence"]["model"], model.id, "{vector}");
     }
     // Nothing is embedded again: either the reverted revision's own points are still there
     // (the new generation built it before the traffic changed it: `reconciled`), or only the

@@ -502,7 +502,12 @@ impl Verifier {
         let dot: f32 = fresh.iter().zip(kept).map(|(a, b)| a * b).sum();
         let cosine = dot
             / (gateways::vectors::norm(fresh) * gateways::vectors::norm(kept)).max(f32::EPSILON);
-        Ok(rules::model_drift(head, index, cosine))
+        Ok(rules::model_drift(
+            head,
+            index,
+            cosine,
+            embedder.agreement(),
+        ))
     }
 }
 

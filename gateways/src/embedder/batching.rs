@@ -32,6 +32,7 @@ pub struct BatchingEmbedder {
     sender: tokio::sync::mpsc::Sender<EmbedRequest>,
     model_id: String,
     dimension: usize,
+    agreement: f32,
 }
 
 impl std::fmt::Debug for BatchingEmbedder {
@@ -50,6 +51,7 @@ impl BatchingEmbedder {
         let (sender, mut receiver) = tokio::sync::mpsc::channel::<EmbedRequest>(1024);
         let model_id = inner.model_id().to_owned();
         let dimension = inner.dimension();
+        let agreement = inner.agreement();
         let max_texts = max_texts.max(1);
         let parallel = parallel.max(1);
         let slots = Arc::new(tokio::sync::Semaphore::new(parallel));
@@ -141,6 +143,7 @@ impl BatchingEmbedder {
             sender,
             model_id,
             dimension,
+            agreement,
         }
     }
 }
@@ -153,6 +156,10 @@ impl Embedder for BatchingEmbedder {
 
     fn dimension(&self) -> usize {
         self.dimension
+    }
+
+    fn agreement(&self) -> f32 {
+        self.agreement
     }
 
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {

@@ -282,6 +282,10 @@ impl Embedder for LocalEmbedder {
         self.model.dimension
     }
 
+    fn agreement(&self) -> f32 {
+        self.model.agreement
+    }
+
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
         if texts.is_empty() {
             return Ok(Vec::new());

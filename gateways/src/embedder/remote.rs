@@ -305,6 +305,10 @@ impl Embedder for RemoteEmbedder {
         self.options.dimension
     }
 
+    fn agreement(&self) -> f32 {
+        super::REMOTE_AGREEMENT
+    }
+
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
         let mut vectors = Vec::with_capacity(texts.len());
         for batch in texts.chunks(self.options.batch) {
