@@ -103,6 +103,25 @@ fn an_embedding_server_with_its_key_kept_out_of_sight_and_its_model_resolved() {
         ),
         (
             vec![
+                ("CAIRN_EMBEDDINGS_URL", "https://user:s3cret@gpu-1:8080/v1"),
+                ("CAIRN_EMBEDDINGS_MODEL", "m"),
+                ("CAIRN_EMBEDDINGS_DIMENSIONS", "8"),
+            ],
+            "must not carry credentials",
+        ),
+        (
+            vec![
+                (
+                    "CAIRN_EMBEDDINGS_URL",
+                    "https://gpu-1:8080/v1?api-key=s3cret",
+                ),
+                ("CAIRN_EMBEDDINGS_MODEL", "m"),
+                ("CAIRN_EMBEDDINGS_DIMENSIONS", "8"),
+            ],
+            "must not carry credentials",
+        ),
+        (
+            vec![
                 ("CAIRN_EMBEDDINGS_URL", "http://gpu-1:8080/v1"),
                 ("CAIRN_EMBEDDINGS_MODEL", "m"),
                 ("CAIRN_EMBEDDINGS_DIMENSIONS", "8"),

@@ -105,6 +105,20 @@ impl Config {
                     options.url
                 );
             }
+            // The URL is part of the model id every generation, receipt and dashboard shows:
+            // a secret in it would be shown everywhere.
+            let authority = options
+                .url
+                .split("://")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .unwrap_or("");
+            if authority.contains('@') || options.url.contains('?') {
+                bail!(
+                    "embeddings.url must not carry credentials or a query string (it names the \
+                     model in every generation): put the key in CAIRN_EMBEDDINGS_KEY"
+                );
+            }
             if options.dimension == 0 || options.dimension > 65_536 {
                 bail!("embeddings.dimensions must be between 1 and 65536");
             }

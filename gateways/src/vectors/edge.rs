@@ -893,6 +893,10 @@ impl VectorStore for EdgeVectorStore {
                         exact: true,
                     })
                     .map_err(unavailable)?;
+                if count == 0 {
+                    // A revision not projected yet (the common case before a first write).
+                    return Ok((0, 0));
+                }
                 let current = shard
                     .count(CountRequest {
                         filter: Some(
