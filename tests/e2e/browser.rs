@@ -272,6 +272,7 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     let generations = generations.as_str().expect("generations text");
     assert!(generations.contains("active"), "{generations}");
     assert!(generations.contains("0 of 7"), "{generations}");
+    assert!(generations.contains(&generation.model), "{generations}");
 
     // Leases: the running job with its worker, stage and a lease countdown.
     let running = seeded.running.id.to_string();
