@@ -101,7 +101,7 @@ impl GraphStage {
     pub(crate) async fn run(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
-        stages.enter("graph read").await?;
+        stages.note("graph read");
         if let Some(erasure) = self
             .ledger
             .erasure(revision_of(job)?)

@@ -182,11 +182,17 @@ pub(crate) async fn record_receipt(
         .map_err(ledger_failure)
 }
 
-/// The stages of one run. Entering a stage reports it to the ledger (a fenced heartbeat, shown
-/// on the dashboard) and records how long the previous stage took
-/// (`cairn_projection_stage_seconds`). Every stage is entered before its step, so a lost lease
-/// or a cancel request stops the run before a write the ledger cannot fence (a vector-store
-/// write).
+tokio::task_local! {
+    /// The stage the run in this task has reached: the run's periodic heartbeat reports it.
+    pub(crate) static STAGE: std::cell::Cell<Option<&'static str>>;
+}
+
+/// The stages of one run, each recorded with how long the previous one took
+/// (`cairn_projection_stage_seconds`) and shown on the dashboard. A stage that comes before a
+/// write the ledger cannot fence (a vector- or graph-store write) is entered with
+/// [`Stages::enter`]: a fenced heartbeat that names it, so a lost lease or a cancel request
+/// stops the run before that write. Any other stage is [`Stages::note`]d: the run's periodic
+/// heartbeat (or the next fenced one) reports it, and the run costs no ledger write for it.
 pub(crate) struct Stages<'a> {
     ledger: &'a dyn WorkLedger,
     token: &'a LeaseToken,
@@ -204,9 +210,16 @@ impl<'a> Stages<'a> {
         }
     }
 
-    pub(crate) async fn enter(&mut self, stage: &'static str) -> Result<(), Failure> {
+    /// Enters `stage`, to be reported with the next heartbeat.
+    pub(crate) fn note(&mut self, stage: &'static str) {
         self.finish();
         self.current = Some((stage, Instant::now()));
+        let _ = STAGE.try_with(|current| current.set(Some(stage)));
+    }
+
+    /// Enters `stage` with a fenced heartbeat that names it (before an unfenced write).
+    pub(crate) async fn enter(&mut self, stage: &'static str) -> Result<(), Failure> {
+        self.note(stage);
         let beat = self
             .ledger
             .progress(self.token, stage)

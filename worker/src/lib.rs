@@ -236,7 +236,14 @@ struct Run {
 }
 
 impl Run {
-    async fn execute(mut self, job: Job) {
+    /// Runs `job` under its lease, with the stage its work reaches kept for its heartbeats.
+    async fn execute(self, job: Job) {
+        job::STAGE
+            .scope(std::cell::Cell::new(None), self.execute_in_scope(job))
+            .await;
+    }
+
+    async fn execute_in_scope(mut self, job: Job) {
         let Some(token) = LeaseToken::of(&job) else {
             return;
         };
@@ -255,7 +262,14 @@ impl Run {
                 result = &mut work => {
                     let ended = match result {
                         Ok(()) => self.ledger.complete(&token).await.map(|_| &self.stats.completed),
-                        Err(failure) => self.ledger.fail(&token, failure).await.map(|_| &self.stats.failed),
+                        Err(failure) => {
+                            // The stage it failed in, recorded with the failure (a noted stage
+                            // may not have been reported yet).
+                            if let Some(stage) = job::STAGE.try_with(std::cell::Cell::get).ok().flatten() {
+                                let _ = self.ledger.progress(&token, stage).await;
+                            }
+                            self.ledger.fail(&token, failure).await.map(|_| &self.stats.failed)
+                        }
                     };
                     match ended {
                         Ok(counter) => { counter.fetch_add(1, Ordering::Relaxed); }
@@ -263,7 +277,10 @@ impl Run {
                     }
                     return;
                 }
-                _ = heartbeat.tick() => match self.ledger.heartbeat(&token).await {
+                _ = heartbeat.tick() => match match job::STAGE.try_with(std::cell::Cell::get).ok().flatten() {
+                    Some(stage) => self.ledger.progress(&token, stage).await,
+                    None => self.ledger.heartbeat(&token).await,
+                } {
                     Ok(beat) if beat.cancel_requested => {
                         tracing::info!(job_id = %job.id, "cancel requested: stopping the run");
                         let failure = Failure {

@@ -145,9 +145,9 @@ impl Projector {
     async fn project(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
-        stages.enter("reading").await?;
+        stages.note("reading");
         let (revision, bytes) = revision_bytes(self.ledger.as_ref(), revision_of(job)?).await?;
-        stages.enter("chunking").await?;
+        stages.note("chunking");
         let copied = self.predecessor_chunks(&revision).await?;
         let chunks_from = if copied.is_some() {
             "predecessor"
@@ -172,7 +172,7 @@ impl Projector {
 
         // Relational: chunk rows in the ledger, read back by count and checksum.
         if self.has(Backend::Relational) {
-            stages.enter("relational write").await?;
+            stages.note("relational write");
             let step = Instant::now();
             let existing = self
                 .ledger
@@ -249,7 +249,7 @@ impl Projector {
             let mut write_ms = 0.0;
             let mut reused = 0;
             if !reconciled {
-                stages.enter("embedding").await?;
+                stages.note("embedding");
                 let step = Instant::now();
                 let (vectors_out, chunks_reused) =
                     self.embed_or_reuse(job, vectors.as_ref(), &chunks).await?;
@@ -291,7 +291,7 @@ impl Projector {
                 )
                 .await?;
             }
-            stages.enter("read-back").await?;
+            stages.note("read-back");
             let step = Instant::now();
             let stored = vectors
                 .revision_points(revision_of(job)?)
@@ -522,7 +522,7 @@ impl Projector {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         if self.has(Backend::Relational) {
-            stages.enter("relational exclude").await?;
+            stages.note("relational exclude");
             self.receipt(
                 token,
                 Backend::Relational,
@@ -574,7 +574,7 @@ impl Projector {
         let started = Instant::now();
         let mut stages = Stages::new(self.ledger.as_ref(), token, job.kind);
         if self.has(Backend::Relational) {
-            stages.enter("relational erase").await?;
+            stages.note("relational erase");
             if erasure.remaining != receipts::ErasureRemaining::default() {
                 return Err(retryable(
                     "readback_mismatch",
