@@ -100,6 +100,7 @@ impl Config {
         if graph.is_some() && !backends.contains(&Backend::Graph) {
             backends.push(Backend::Graph);
         }
+        let embeddings = embeddings(env, &file)?;
         let config = Config {
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
@@ -114,11 +115,11 @@ impl Config {
                 .or(file.backup.pg_bin.clone())
                 .or_else(newest_postgres_bin),
             graph,
-            embeddings: embeddings(env, &file)?,
+            projection: projection(env, &file, embeddings.as_ref())?,
+            embeddings,
             vectors: vectors(overrides, env, &file),
             http: http(env, &file)?,
             search: search(env, &file)?,
-            projection: projection(env, &file, embeddings(env, &file)?.as_ref())?,
             job_policies: job_policies(env, &file)?,
             workers: workers(env, &file)?,
             data_dir,

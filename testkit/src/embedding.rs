@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::ports::{answers, free_ports, stop_child};
+use crate::ports::{answers, await_ready, free_ports, stop_child};
 
 /// The model name the test server serves under.
 pub const SERVED_MODEL: &str = "all-MiniLM-L6-v2";
@@ -96,27 +96,17 @@ impl EmbeddingServer {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        self.child = Some(child);
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(60) {
-            if let Some(child) = self.child.as_mut() {
-                if let Some(status) = child.try_wait()? {
-                    self.child = None;
-                    return Err(io::Error::other(format!(
-                        "the embedding server exited at start ({status}): {}",
-                        self.log()
-                    )));
-                }
-            }
-            if answers(self.port, "/v1/models", 200) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(io::Error::other(format!(
-            "the embedding server did not answer in 60 s: {}",
-            self.log()
-        )))
+        let mut child = Some(child);
+        let started = await_ready(
+            &mut child,
+            "the embedding server",
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || answers(self.port, "/v1/models", 200),
+            || self.log(),
+        );
+        self.child = child;
+        started
     }
 
     /// The API's base URL (`http://127.0.0.1:PORT/v1`).

@@ -70,3 +70,37 @@ pub fn signal(pid: u32, name: &str) {
         .args([&format!("-{name}"), &pid.to_string()])
         .status();
 }
+
+/// Waits up to `limit` until `ready` says the server `child` runs is ready, checking every
+/// `poll`. An error when the server exits first (then `child` is emptied) or when time runs
+/// out; both carry what `log` returns.
+pub fn await_ready(
+    child: &mut Option<Child>,
+    what: &str,
+    limit: Duration,
+    poll: Duration,
+    mut ready: impl FnMut() -> bool,
+    log: impl Fn() -> String,
+) -> io::Result<()> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Some(running) = child.as_mut() {
+            if let Some(status) = running.try_wait()? {
+                *child = None;
+                return Err(io::Error::other(format!(
+                    "{what} exited at start ({status}): {}",
+                    log()
+                )));
+            }
+        }
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(poll);
+    }
+    Err(io::Error::other(format!(
+        "{what} did not become ready in {} s: {}",
+        limit.as_secs(),
+        log()
+    )))
+}

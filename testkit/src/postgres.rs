@@ -10,9 +10,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::ports::{free_ports, stop_child};
+use crate::ports::{await_ready, free_ports, stop_child};
 
 /// A PostgreSQL server owned by a test. Dropping it stops the server and removes its files.
 #[derive(Debug)]
@@ -174,35 +174,27 @@ impl PostgresServer {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        self.child = Some(child);
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            if let Some(child) = self.child.as_mut() {
-                if let Some(status) = child.try_wait()? {
-                    self.child = None;
-                    return Err(io::Error::other(format!(
-                        "postgres exited with {status}: {}",
-                        self.log()
-                    )));
-                }
-            }
-            // Ready is this server's own word (its `postmaster.pid` says `ready` on this
-            // port), not just an answer on the port, which could come from another server.
-            let ready = self.postmaster_ready()
+        let mut child = Some(child);
+        // Ready is this server's own word (its `postmaster.pid` says `ready` on this port),
+        // not just an answer on the port, which could come from another server.
+        let ready = || {
+            self.postmaster_ready()
                 && Command::new(self.bin.join("pg_isready"))
                     .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
                     .status()
                     .map(|status| status.success())
-                    .unwrap_or(false);
-            if ready {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(io::Error::other(format!(
-            "postgres did not become ready in 30 s: {}",
-            self.log()
-        )))
+                    .unwrap_or(false)
+        };
+        let started = await_ready(
+            &mut child,
+            "postgres",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            ready,
+            || self.log(),
+        );
+        self.child = child;
+        started
     }
 
     /// Stops the server by PID with a fast shutdown (`SIGINT`: open transactions are rolled
