@@ -33,7 +33,7 @@ use receipts::{
 use serde_json::json;
 
 use crate::job::{
-    extract, ledger_failure, millis, permanent, record_receipt, retryable, revision_bytes,
+    extract, inline, ledger_failure, millis, permanent, record_receipt, retryable, revision_bytes,
     revision_of, store_failure, Stages,
 };
 use crate::Work;
@@ -159,11 +159,18 @@ impl Projector {
             None => {
                 let extracted = extract(&revision, bytes).await?;
                 let chunker = self.chunker.clone();
-                tokio::task::spawn_blocking(move || chunker.chunk_extracted(&extracted))
-                    .await
-                    .map_err(|error| {
-                        permanent("chunker_failed", format!("chunking failed: {error}"))
-                    })?
+                if inline(
+                    extract::Format::of(&revision.media_type),
+                    revision.byte_length,
+                ) {
+                    chunker.chunk_extracted(&extracted)
+                } else {
+                    tokio::task::spawn_blocking(move || chunker.chunk_extracted(&extracted))
+                        .await
+                        .map_err(|error| {
+                            permanent("chunker_failed", format!("chunking failed: {error}"))
+                        })?
+                }
             }
         };
         let chunk_ms = millis(started);
