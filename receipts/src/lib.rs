@@ -104,6 +104,7 @@ pub mod secrets;
 pub mod sqlite;
 pub mod sync;
 pub mod validate;
+pub mod validity;
 pub mod verify;
 
 pub use auth::{Principal, Scope};
