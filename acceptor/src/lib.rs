@@ -493,6 +493,7 @@ fn admit_for(
         source_key: request.source_key,
         actor: principal.actor(),
         connector: None,
+        validity: Default::default(),
         change: Change::Put(document),
     })
 }
@@ -672,6 +673,7 @@ async fn delete_source(
         source_key: query.source_key,
         actor: principal.actor(),
         connector: None,
+        validity: Default::default(),
         change: Change::Delete {
             reason: query.reason,
         },

@@ -129,6 +129,7 @@ pub(crate) async fn delete_source(
         source_key: args.source_key,
         actor: principal.actor(),
         connector: None,
+        validity: Default::default(),
         change: Change::Delete {
             reason: Some(args.reason),
         },

@@ -428,6 +428,7 @@ impl Run<'_> {
             source_key: key.to_owned(),
             actor: self.connector.owner(),
             connector: Some(self.connector.id),
+            validity: Default::default(),
             change,
         }
     }

@@ -11,6 +11,7 @@ use crate::ids;
 use crate::model::{AcceptStatus, Acceptance, Change, Document, Submission};
 use crate::passages::{self, Passage};
 use crate::validate;
+use crate::validity::{self, Applied, Period, Rectangle, Validity};
 
 /// A submission validated and hashed off the writer task.
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub(crate) struct Prepared {
     pub(crate) actor: String,
     /// The owner it claims (`connector:<id>`), `None` for API ingest.
     pub(crate) owner: Option<String>,
+    /// When it holds, as the submission said.
+    pub(crate) validity: Validity,
     pub(crate) change: PreparedChange,
 }
 
@@ -119,6 +122,7 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
         source_key: submission.source_key,
         actor: submission.actor,
         owner: submission.connector.map(crate::model::owner_of),
+        validity: submission.validity,
         change,
     })
 }
@@ -147,14 +151,131 @@ pub(crate) struct Decision {
     pub(crate) owner: Option<String>,
     /// Whether that owner is a removed connector.
     pub(crate) owner_removed: bool,
+    /// The source's assertions so far: the last one's place and record time, and the
+    /// rectangles believed now ([`crate::validity`]).
+    pub(crate) assertions: Believed,
+}
+
+/// What the ledger believes about a source's validity now.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Believed {
+    /// The place of its last assertion (0: none yet).
+    pub(crate) last_seq: i64,
+    /// When its last assertion was recorded.
+    pub(crate) last_recorded_at: Option<Micros>,
+    /// Its rectangles with an open record end.
+    pub(crate) rectangles: Vec<Rectangle>,
+}
+
+/// The assertion an acceptance writes, and what it changes in the rectangles.
+#[derive(Debug, Clone)]
+pub(crate) struct AssertionWrite {
+    pub(crate) id: Uuid,
+    pub(crate) seq: i64,
+    pub(crate) revision_id: Uuid,
+    pub(crate) period: Period,
+    pub(crate) recorded_at: Micros,
+    pub(crate) cause: &'static str,
+    pub(crate) applied: Applied,
+}
+
+impl AssertionWrite {
+    /// The assertion of `revision_id` over the submission's period, recorded after the
+    /// source's last one; refused when the period is empty or not yet supported.
+    fn new(
+        item: &Prepared,
+        believed: &Believed,
+        revision_id: Uuid,
+        now: Micros,
+        cause: &'static str,
+    ) -> Result<AssertionWrite> {
+        let recorded_at = validity::record_time(now, believed.last_recorded_at);
+        let period = item.validity.period(recorded_at)?;
+        supported(&period, recorded_at)?;
+        let id = ids::new_v7();
+        Ok(AssertionWrite {
+            id,
+            seq: believed.last_seq + 1,
+            revision_id,
+            period,
+            recorded_at,
+            cause,
+            applied: validity::apply(&believed.rectangles, id, revision_id, period, recorded_at),
+        })
+    }
+
+    /// Whether it changes nothing that is believed: every believed rectangle it overlaps is
+    /// already of its revision, and together they cover its period.
+    fn changes_nothing(&self, believed: &Believed) -> bool {
+        let mut overlapped: Vec<&Rectangle> = believed
+            .rectangles
+            .iter()
+            .filter(|rectangle| rectangle.valid.overlaps(&self.period))
+            .collect();
+        if overlapped
+            .iter()
+            .any(|rectangle| rectangle.revision_id != self.revision_id)
+        {
+            return false;
+        }
+        overlapped.sort_by_key(|rectangle| rectangle.valid.from);
+        let mut covered_to = self.period.from;
+        for rectangle in overlapped {
+            if rectangle.valid.from > covered_to {
+                return false;
+            }
+            covered_to = covered_to.max(rectangle.valid.to);
+        }
+        covered_to >= self.period.to
+    }
+}
+
+/// The periods acceptance takes today: open, and starting no later than their record time.
+/// Such an assertion always holds now, so the revision it asserts is the source's effective
+/// one and its head. A period that starts later, or ends, moves the effective revision at a
+/// boundary that needs a scheduled job; those are refused with a typed error until it exists.
+fn supported(period: &Period, recorded_at: Micros) -> Result<()> {
+    if period.from > recorded_at {
+        return Err(LedgerError::invalid(
+            "validity_in_future",
+            format!(
+                "valid_from {} is later than now ({}); periods that start in the future are                  not supported yet",
+                validity::format_instant(period.from),
+                validity::format_instant(recorded_at)
+            ),
+        ));
+    }
+    if !period.is_open() {
+        return Err(LedgerError::invalid(
+            "validity_bounded",
+            format!(
+                "valid_to {} closes the period; bounded periods are not supported yet: leave                  valid_to out, and assert the next revision from that instant",
+                validity::format_instant(period.to)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What acceptance does with one item.
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Refused(LedgerError),
-    Duplicate(Uuid),
+    /// The revision is the head already; the assertion, when there is one, still changes
+    /// what is believed about its validity (a head asserted further back).
+    Duplicate(Uuid, Option<AssertionWrite>),
     Write(Write),
+}
+
+impl Outcome {
+    /// The assertion this outcome writes, if any.
+    pub(crate) fn assertion(&self) -> Option<&AssertionWrite> {
+        match self {
+            Outcome::Duplicate(_, assertion) => assertion.as_ref(),
+            Outcome::Write(write) => Some(&write.assertion),
+            Outcome::Refused(_) => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -166,6 +287,7 @@ pub(crate) struct Write {
     pub(crate) previous: Option<Uuid>,
     pub(crate) accepted_at: Micros,
     pub(crate) cause: &'static str,
+    pub(crate) assertion: AssertionWrite,
 }
 
 pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
@@ -192,9 +314,19 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 });
             }
             if decision.head == Some(*revision_id) {
-                return Outcome::Duplicate(*revision_id);
+                return duplicate(item, &decision.assertions, *revision_id, now);
             }
             let reverted = decision.existing_accepted_at.is_some();
+            let cause = if reverted {
+                "reverted_to_earlier_revision"
+            } else {
+                "accepted"
+            };
+            let assertion =
+                match AssertionWrite::new(item, &decision.assertions, *revision_id, now, cause) {
+                    Ok(assertion) => assertion,
+                    Err(error) => return Outcome::Refused(error),
+                };
             Outcome::Write(Write {
                 revision_id: *revision_id,
                 job_id: ids::new_v7(),
@@ -202,11 +334,8 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 tombstone: false,
                 previous: decision.head,
                 accepted_at: decision.existing_accepted_at.unwrap_or(now),
-                cause: if reverted {
-                    "reverted_to_earlier_revision"
-                } else {
-                    "accepted"
-                },
+                cause,
+                assertion,
             })
         }
         PreparedChange::Delete { .. } => match decision.head {
@@ -214,17 +343,40 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 dataset: item.dataset.clone(),
                 source_key: item.source_key.clone(),
             }),
-            Some(head) if decision.head_tombstone => Outcome::Duplicate(head),
-            Some(head) => Outcome::Write(Write {
-                revision_id: ids::new_v7(),
-                job_id: ids::new_v7(),
-                new_revision: true,
-                tombstone: true,
-                previous: Some(head),
-                accepted_at: now,
-                cause: "deleted",
-            }),
+            Some(head) if decision.head_tombstone => {
+                duplicate(item, &decision.assertions, head, now)
+            }
+            Some(head) => {
+                let revision_id = ids::new_v7();
+                match AssertionWrite::new(item, &decision.assertions, revision_id, now, "deleted") {
+                    Ok(assertion) => Outcome::Write(Write {
+                        revision_id,
+                        job_id: ids::new_v7(),
+                        new_revision: true,
+                        tombstone: true,
+                        previous: Some(head),
+                        accepted_at: now,
+                        cause: "deleted",
+                        assertion,
+                    }),
+                    Err(error) => Outcome::Refused(error),
+                }
+            }
         },
+    }
+}
+
+/// A submission of the head: nothing is written unless it gives a period that changes what
+/// is believed (the head asserted further back), which is then recorded as an assertion of
+/// the head alone.
+fn duplicate(item: &Prepared, believed: &Believed, head: Uuid, now: Micros) -> Outcome {
+    if !item.validity.is_given() {
+        return Outcome::Duplicate(head, None);
+    }
+    match AssertionWrite::new(item, believed, head, now, "reasserted") {
+        Ok(assertion) if assertion.changes_nothing(believed) => Outcome::Duplicate(head, None),
+        Ok(assertion) => Outcome::Duplicate(head, Some(assertion)),
+        Err(error) => Outcome::Refused(error),
     }
 }
 
@@ -309,7 +461,7 @@ pub(crate) fn answer(
 ) -> Result<Acceptance> {
     match outcome {
         Outcome::Refused(error) => Err(error),
-        Outcome::Duplicate(id) => duplicates
+        Outcome::Duplicate(id, _) => duplicates
             .get(&id)
             .cloned()
             .ok_or_else(|| LedgerError::Corrupt(format!("revision {id} has no job"))),
@@ -332,5 +484,131 @@ pub(crate) fn answer(
             previous_revision_id: write.previous,
             tombstone: write.tombstone,
         }),
+    }
+}
+
+/// One assertion row, as every engine stores it.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct AssertionRow {
+    pub(crate) id: Uuid,
+    pub(crate) dataset: String,
+    pub(crate) source_key: String,
+    pub(crate) seq: i64,
+    pub(crate) revision_id: Uuid,
+    pub(crate) valid_from: Micros,
+    pub(crate) valid_to: Micros,
+    pub(crate) recorded_at: Micros,
+    pub(crate) actor: String,
+    pub(crate) cause: &'static str,
+}
+
+/// One new rectangle row.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct RectangleRow {
+    pub(crate) id: Uuid,
+    pub(crate) dataset: String,
+    pub(crate) source_key: String,
+    pub(crate) revision_id: Uuid,
+    pub(crate) assertion_id: Uuid,
+    pub(crate) valid_from: Micros,
+    pub(crate) valid_to: Micros,
+    pub(crate) recorded_from: Micros,
+}
+
+/// A wave's validity writes, which every engine applies in this order in the acceptance's
+/// transaction: insert the assertions, close the believed rectangles they override (record
+/// end = the assertion's record time), insert the new rectangles.
+#[derive(Debug, Default, serde::Serialize)]
+pub(crate) struct ValidityRows {
+    pub(crate) assertions: Vec<AssertionRow>,
+    /// `(rectangle id, record end)`.
+    pub(crate) close: Vec<(Uuid, Micros)>,
+    pub(crate) insert: Vec<RectangleRow>,
+}
+
+impl ValidityRows {
+    /// The validity writes of a wave's outcomes.
+    pub(crate) fn of(wave: &[Prepared], outcomes: &[Outcome]) -> ValidityRows {
+        let mut rows = ValidityRows::default();
+        for (item, outcome) in wave.iter().zip(outcomes) {
+            if let Some(assertion) = outcome.assertion() {
+                rows.add(item, assertion);
+            }
+        }
+        rows
+    }
+
+    fn add(&mut self, item: &Prepared, assertion: &AssertionWrite) {
+        self.assertions.push(AssertionRow {
+            id: assertion.id,
+            dataset: item.dataset.clone(),
+            source_key: item.source_key.clone(),
+            seq: assertion.seq,
+            revision_id: assertion.revision_id,
+            valid_from: assertion.period.from,
+            valid_to: assertion.period.to,
+            recorded_at: assertion.recorded_at,
+            actor: item.actor.clone(),
+            cause: assertion.cause,
+        });
+        self.close.extend(
+            assertion
+                .applied
+                .close
+                .iter()
+                .map(|id| (*id, assertion.recorded_at)),
+        );
+        self.insert.extend(
+            assertion
+                .applied
+                .insert
+                .iter()
+                .map(|rectangle| RectangleRow {
+                    id: rectangle.id,
+                    dataset: item.dataset.clone(),
+                    source_key: item.source_key.clone(),
+                    revision_id: rectangle.revision_id,
+                    assertion_id: rectangle.assertion_id,
+                    valid_from: rectangle.valid.from,
+                    valid_to: rectangle.valid.to,
+                    recorded_from: rectangle.recorded_from,
+                }),
+        );
+    }
+
+    /// Whether there is nothing to write.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.assertions.is_empty()
+    }
+}
+
+/// A believed rectangle as an engine reads it: `(id, assertion id, revision id, valid_from,
+/// valid_to, recorded_from)`.
+pub(crate) type BelievedRow = (Uuid, Uuid, Uuid, Micros, Micros, Micros);
+
+impl Believed {
+    /// What an engine read for one source.
+    pub(crate) fn from_rows(
+        last_seq: Option<i64>,
+        last_recorded_at: Option<Micros>,
+        rows: Vec<BelievedRow>,
+    ) -> Believed {
+        Believed {
+            last_seq: last_seq.unwrap_or(0),
+            last_recorded_at,
+            rectangles: rows
+                .into_iter()
+                .map(
+                    |(id, assertion_id, revision_id, from, to, recorded_from)| Rectangle {
+                        id,
+                        assertion_id,
+                        revision_id,
+                        valid: Period { from, to },
+                        recorded_from,
+                        recorded_to: validity::OPEN,
+                    },
+                )
+                .collect(),
+        }
     }
 }

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
+use crate::clock::Micros;
 use crate::error::Result;
 use crate::model::{
     Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, Connector, ConnectorChanged,
@@ -20,6 +21,7 @@ use crate::model::{
     SourceListing, SourceView, Submission, SyncProgress, SyncRun, VerifyPass,
 };
 use crate::operations::Operations;
+use crate::validity::{Held, Timeline};
 
 /// Most reuse candidates [`Projections::chunks_with_hashes`] returns per text hash.
 pub const CANDIDATES_PER_HASH: usize = 4;
@@ -83,6 +85,19 @@ pub trait Reader: Send + Sync {
     /// History of one entity (`source` with `dataset/source_key`, `job`, `receipt` with
     /// `job_id/backend`, `block` with `dataset/sha256`, `token`), oldest first.
     async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>>;
+
+    /// A source's validity: its assertions and rectangles ([`crate::validity`]).
+    async fn timeline(&self, dataset: &str, source_key: &str) -> Result<Timeline>;
+
+    /// What held at `valid_at` as the ledger believed at `as_of`, if anything (a tombstone
+    /// says the source did not exist then).
+    async fn held_at(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        valid_at: Micros,
+        as_of: Micros,
+    ) -> Result<Option<Held>>;
 
     /// Ledger-wide counts.
     async fn counts(&self) -> Result<LedgerCounts>;

@@ -35,6 +35,7 @@ use crate::error::{LedgerError, Result};
 pub const OPEN: Micros = (1 << 53) - 1;
 
 /// A half-open period `[from, to)`; `to == OPEN` is open-ended.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Period {
     /// The first instant it covers.
@@ -62,6 +63,7 @@ impl Period {
 
 /// What a submission says about validity. Both absent: the revision holds from its record
 /// time on.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Validity {
     /// When it starts to hold (absent: its record time).
@@ -97,6 +99,7 @@ impl Validity {
 
 /// A revision holding over `valid` while cairn believed it, during `[recorded_from,
 /// recorded_to)`.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rectangle {
     /// Its id.
@@ -121,6 +124,7 @@ impl Rectangle {
 }
 
 /// One assertion, as the ledger records it (append-only).
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assertion {
     /// Its id.
@@ -137,6 +141,30 @@ pub struct Assertion {
     pub actor: String,
     /// Why (`accepted`, `reverted_to_earlier_revision`, `deleted`, ...).
     pub cause: String,
+}
+
+/// A source's validity as the ledger holds it: every assertion in ledger order and every
+/// rectangle, believed or not.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The assertions, in the source's own order.
+    pub assertions: Vec<Assertion>,
+    /// The rectangles, by record start then valid start.
+    pub rectangles: Vec<Rectangle>,
+    /// Which of the revisions named are tombstones (the source did not exist there).
+    pub tombstones: Vec<Uuid>,
+}
+
+/// What held at an instant as cairn knew it at another: the rectangle, and whether its
+/// revision is a tombstone.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The rectangle that answers.
+    pub rectangle: Rectangle,
+    /// Whether the source was deleted there.
+    pub tombstone: bool,
 }
 
 /// What applying one assertion changes: the believed rectangles to close at `recorded_at`,

@@ -32,11 +32,20 @@ pub struct Submission {
     /// live source that another owner holds is refused (`owned_by_connector`,
     /// `owned_by_another`); see [`crate::connectors::ownership`].
     pub connector: Option<uuid::Uuid>,
+    /// When the change holds (validity time); none given: from its record time on, which
+    /// is what an acceptance meant before validity existed. See [`crate::validity`].
+    pub validity: crate::validity::Validity,
     /// The change itself.
     pub change: Change,
 }
 
 impl Submission {
+    /// The same submission, holding over `validity`.
+    pub fn valid(mut self, validity: crate::validity::Validity) -> Submission {
+        self.validity = validity;
+        self
+    }
+
     /// New UTF-8 text content for a source, as `text/plain` without tags or metadata.
     pub fn text(dataset: &str, source_key: &str, actor: &str, text: &str) -> Submission {
         Submission::document(
@@ -61,6 +70,7 @@ impl Submission {
             source_key: source_key.to_owned(),
             actor: actor.to_owned(),
             connector: None,
+            validity: Default::default(),
             change: Change::Put(Document {
                 bytes,
                 media_type: media_type.to_owned(),

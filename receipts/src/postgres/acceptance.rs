@@ -17,7 +17,10 @@ use uuid::Uuid;
 
 use super::tsvector::TsVector;
 use super::PostgresLedger;
-use crate::acceptance::{self, classify, Decision, Outcome, Prepared, PreparedChange, Write};
+use crate::acceptance::{
+    self, classify, Believed, BelievedRow, Decision, Outcome, Prepared, PreparedChange,
+    ValidityRows, Write,
+};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
@@ -316,7 +319,10 @@ impl PostgresLedger {
         wave: &[Prepared],
         now: Micros,
     ) -> Result<Vec<Result<Acceptance>>> {
-        let decisions = decide(tx, wave).await?;
+        let mut decisions = decide(tx, wave).await?;
+        for (decision, believed) in decisions.iter_mut().zip(believed(tx, wave).await?) {
+            decision.assertions = believed;
+        }
         let outcomes: Vec<Outcome> = wave
             .iter()
             .zip(decisions)
@@ -326,7 +332,7 @@ impl PostgresLedger {
         let duplicates: Vec<Uuid> = outcomes
             .iter()
             .filter_map(|outcome| match outcome {
-                Outcome::Duplicate(id) => Some(*id),
+                Outcome::Duplicate(id, _) => Some(*id),
                 _ => None,
             })
             .collect();
@@ -380,6 +386,10 @@ impl PostgresLedger {
         }
         if !staged.wave.position.is_empty() {
             self.write_wave(tx, &staged, now).await?;
+        }
+        let validity = ValidityRows::of(wave, &outcomes);
+        if !validity.is_empty() {
+            write_validity(tx, &validity).await?;
         }
 
         Ok(wave
@@ -675,9 +685,92 @@ async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision
                 existing_accepted_at: row.try_get("existing_accepted_at")?,
                 owner: row.try_get("owner")?,
                 owner_removed: row.try_get::<Option<bool>, _>("owner_removed")? == Some(true),
+                assertions: Default::default(),
             })
         })
         .collect()
+}
+
+/// What the ledger believes about each item's validity (`receipts::validity`), in wave order:
+/// the source's last assertion and its believed rectangles.
+async fn believed(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Believed>> {
+    let datasets: Vec<&str> = wave.iter().map(|item| item.dataset.as_str()).collect();
+    let keys: Vec<&str> = wave.iter().map(|item| item.source_key.as_str()).collect();
+    let rows = planned(
+        "SELECT w.position, \
+           (SELECT max(a.seq) FROM assertions a \
+             WHERE a.dataset = w.dataset AND a.source_key = w.source_key) AS last_seq, \
+           (SELECT max(a.recorded_at) FROM assertions a \
+             WHERE a.dataset = w.dataset AND a.source_key = w.source_key) AS last_recorded_at, \
+           (SELECT coalesce(json_agg(json_build_array(v.id, v.assertion_id, v.revision_id, \
+                      v.valid_from, v.valid_to, v.recorded_from)), '[]')::text \
+              FROM validity v WHERE v.dataset = w.dataset AND v.source_key = w.source_key \
+               AND v.recorded_to = 9007199254740991) AS believed \
+         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(dataset, source_key, position) \
+         ORDER BY w.position",
+    )
+    .bind(&datasets)
+    .bind(&keys)
+    .fetch_all(&mut *tx)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let believed: String = row.try_get("believed")?;
+            let rectangles: Vec<BelievedRow> =
+                serde_json::from_str(&believed).map_err(|error| {
+                    LedgerError::Corrupt(format!("believed validity rectangles: {error}"))
+                })?;
+            Ok(Believed::from_rows(
+                row.try_get("last_seq")?,
+                row.try_get("last_recorded_at")?,
+                rectangles,
+            ))
+        })
+        .collect()
+}
+
+/// Writes a wave's validity rows ([`ValidityRows`], in its order), each list as one statement
+/// over its JSON.
+async fn write_validity(tx: &mut PgConnection, rows: &ValidityRows) -> Result<()> {
+    fn json(value: &impl serde::Serialize) -> Result<serde_json::Value> {
+        serde_json::to_value(value)
+            .map_err(|error| LedgerError::Internal(format!("encoding validity rows: {error}")))
+    }
+    planned(
+        "INSERT INTO assertions (id, dataset, source_key, seq, revision_id, valid_from, valid_to, \
+           recorded_at, actor, cause) \
+         SELECT id, dataset, source_key, seq, revision_id, valid_from, valid_to, recorded_at, \
+           actor, cause \
+         FROM jsonb_to_recordset($1) AS a(id uuid, dataset text, source_key text, seq bigint, \
+           revision_id uuid, valid_from bigint, valid_to bigint, recorded_at bigint, actor text, \
+           cause text)",
+    )
+    .bind(json(&rows.assertions)?)
+    .execute(&mut *tx)
+    .await?;
+    if !rows.close.is_empty() {
+        planned(
+            "UPDATE validity v SET recorded_to = (c.value ->> 1)::bigint \
+             FROM jsonb_array_elements($1) AS c \
+             WHERE v.id = (c.value ->> 0)::uuid",
+        )
+        .bind(json(&rows.close)?)
+        .execute(&mut *tx)
+        .await?;
+    }
+    planned(
+        "INSERT INTO validity (id, dataset, source_key, revision_id, assertion_id, valid_from, \
+           valid_to, recorded_from) \
+         SELECT id, dataset, source_key, revision_id, assertion_id, valid_from, valid_to, \
+           recorded_from \
+         FROM jsonb_to_recordset($1) AS r(id uuid, dataset text, source_key text, \
+           revision_id uuid, assertion_id uuid, valid_from bigint, valid_to bigint, \
+           recorded_from bigint)",
+    )
+    .bind(json(&rows.insert)?)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// The accepted items of a wave, as the parameters of the write statements.

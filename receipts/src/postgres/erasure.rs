@@ -127,6 +127,7 @@ impl PostgresLedger {
             .execute(&mut *tx)
             .await?
             .rows_affected() as i64;
+        assert_erasure(&mut tx, &request, revision, now).await?;
         let contents = sqlx::query(
             "DELETE FROM contents c WHERE c.sha256 = ANY($1) \
                AND NOT EXISTS (SELECT 1 FROM revisions r WHERE r.content_sha256 = c.sha256)",
@@ -289,4 +290,74 @@ impl PostgresLedger {
             },
         }))
     }
+}
+
+/// Validity after an erasure, as on SQLite (`sqlite::erasure::assert_erasure`): the erased
+/// revisions' assertions and rectangles go, and the erasure is asserted over all of valid time.
+async fn assert_erasure(
+    tx: &mut sqlx::PgConnection,
+    request: &crate::model::ErasureRequest,
+    erasure_revision: Uuid,
+    now: crate::clock::Micros,
+) -> Result<()> {
+    let (dataset, key) = (&request.dataset, &request.source_key);
+    for table in ["validity", "assertions"] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE dataset = $1 AND source_key = $2 AND revision_id NOT IN \
+               (SELECT id FROM revisions WHERE dataset = $1 AND source_key = $2)"
+        ))
+        .bind(dataset)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let row = sqlx::query(
+        "SELECT coalesce(max(seq), 0) AS seq, max(recorded_at) AS last FROM assertions \
+         WHERE dataset = $1 AND source_key = $2",
+    )
+    .bind(dataset)
+    .bind(key)
+    .fetch_one(&mut *tx)
+    .await?;
+    let recorded_at = crate::validity::record_time(now, row.try_get("last")?);
+    let seq: i64 = row.try_get("seq")?;
+    sqlx::query(
+        "UPDATE validity SET recorded_to = $3 WHERE dataset = $1 AND source_key = $2 \
+           AND recorded_to = $4",
+    )
+    .bind(dataset)
+    .bind(key)
+    .bind(recorded_at)
+    .bind(crate::validity::OPEN)
+    .execute(&mut *tx)
+    .await?;
+    let assertion = crate::ids::new_v7();
+    sqlx::query(
+        "INSERT INTO assertions (id, dataset, source_key, seq, revision_id, valid_from, \
+           valid_to, recorded_at, actor, cause) VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, 'erased')",
+    )
+    .bind(assertion)
+    .bind(dataset)
+    .bind(key)
+    .bind(seq + 1)
+    .bind(erasure_revision)
+    .bind(crate::validity::OPEN)
+    .bind(recorded_at)
+    .bind(&request.actor)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO validity (id, dataset, source_key, revision_id, assertion_id, valid_from, \
+           valid_to, recorded_from) VALUES ($1, $2, $3, $4, $5, 0, $6, $7)",
+    )
+    .bind(crate::ids::new_v7())
+    .bind(dataset)
+    .bind(key)
+    .bind(erasure_revision)
+    .bind(assertion)
+    .bind(crate::validity::OPEN)
+    .bind(recorded_at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }

@@ -42,6 +42,7 @@ mod projection;
 mod reads;
 mod tokens;
 mod tsvector;
+mod validity;
 mod verify;
 
 use std::sync::Arc;

@@ -338,6 +338,20 @@ impl Reader for PostgresLedger {
         .transpose()
     }
 
+    async fn timeline(&self, dataset: &str, source_key: &str) -> Result<crate::validity::Timeline> {
+        super::validity::timeline(&self.pool, dataset, source_key).await
+    }
+
+    async fn held_at(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        valid_at: crate::clock::Micros,
+        as_of: crate::clock::Micros,
+    ) -> Result<Option<crate::validity::Held>> {
+        super::validity::held_at(&self.pool, dataset, source_key, valid_at, as_of).await
+    }
+
     async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>> {
         sqlx::query("SELECT * FROM history WHERE entity = $1 AND entity_id = $2 ORDER BY seq")
             .bind(entity)

@@ -133,6 +133,7 @@ async fn erase_rows(
         .execute(&mut *connection)
         .await?
         .rows_affected() as i64;
+    assert_erasure(connection, request, &id, now).await?;
     let contents = sqlx::query(
         "DELETE FROM contents WHERE sha256 IN (SELECT value FROM json_each(?1)) \
            AND NOT EXISTS (SELECT 1 FROM revisions r WHERE r.content_sha256 = contents.sha256)",
@@ -294,4 +295,76 @@ pub(crate) async fn read(pool: &SqlitePool, revision_id: Uuid) -> Result<Option<
             contents: remaining.try_get("contents")?,
         },
     }))
+}
+
+/// Validity after an erasure: the erased revisions' assertions and rectangles go (their
+/// revisions are deleted already, which the tables' guards require), and the erasure is
+/// asserted over all of valid time, so that as known from now on the source held nothing at
+/// any time, and as known before now nothing of the erased revisions is left to find.
+async fn assert_erasure(
+    connection: &mut SqliteConnection,
+    request: &ErasureRequest,
+    erasure_revision: &str,
+    now: Micros,
+) -> Result<()> {
+    let (dataset, key) = (&request.dataset, &request.source_key);
+    for table in ["validity", "assertions"] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE dataset = ?1 AND source_key = ?2 AND revision_id NOT IN \
+               (SELECT id FROM revisions WHERE dataset = ?1 AND source_key = ?2)"
+        ))
+        .bind(dataset)
+        .bind(key)
+        .execute(&mut *connection)
+        .await?;
+    }
+    let row = sqlx::query(
+        "SELECT coalesce(max(seq), 0) AS seq, max(recorded_at) AS last FROM assertions \
+         WHERE dataset = ?1 AND source_key = ?2",
+    )
+    .bind(dataset)
+    .bind(key)
+    .fetch_one(&mut *connection)
+    .await?;
+    let recorded_at = crate::validity::record_time(now, row.try_get("last")?);
+    let seq: i64 = row.try_get("seq")?;
+    sqlx::query(
+        "UPDATE validity SET recorded_to = ?3 WHERE dataset = ?1 AND source_key = ?2 \
+           AND recorded_to = ?4",
+    )
+    .bind(dataset)
+    .bind(key)
+    .bind(recorded_at)
+    .bind(crate::validity::OPEN)
+    .execute(&mut *connection)
+    .await?;
+    let assertion = crate::ids::new_v7().to_string();
+    sqlx::query(
+        "INSERT INTO assertions (id, dataset, source_key, seq, revision_id, valid_from, \
+           valid_to, recorded_at, actor, cause) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, 'erased')",
+    )
+    .bind(&assertion)
+    .bind(dataset)
+    .bind(key)
+    .bind(seq + 1)
+    .bind(erasure_revision)
+    .bind(crate::validity::OPEN)
+    .bind(recorded_at)
+    .bind(&request.actor)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query(
+        "INSERT INTO validity (id, dataset, source_key, revision_id, assertion_id, valid_from, \
+           valid_to, recorded_from) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)",
+    )
+    .bind(crate::ids::new_v7().to_string())
+    .bind(dataset)
+    .bind(key)
+    .bind(erasure_revision)
+    .bind(&assertion)
+    .bind(crate::validity::OPEN)
+    .bind(recorded_at)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
 }

@@ -25,6 +25,7 @@ mod projection;
 mod reads;
 mod rows;
 mod tokens;
+mod validity;
 mod verify;
 mod writer;
 

@@ -388,6 +388,20 @@ impl Reader for SqliteLedger {
         .transpose()
     }
 
+    async fn timeline(&self, dataset: &str, source_key: &str) -> Result<crate::validity::Timeline> {
+        super::validity::timeline(&self.reads, dataset, source_key).await
+    }
+
+    async fn held_at(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        valid_at: crate::clock::Micros,
+        as_of: crate::clock::Micros,
+    ) -> Result<Option<crate::validity::Held>> {
+        super::validity::held_at(&self.reads, dataset, source_key, valid_at, as_of).await
+    }
+
     async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>> {
         sqlx::query("SELECT * FROM history WHERE entity = ? AND entity_id = ? ORDER BY seq")
             .bind(entity)

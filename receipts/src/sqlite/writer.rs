@@ -29,6 +29,7 @@ use crate::acceptance::Decision;
 use crate::acceptance::Outcome;
 use crate::acceptance::Prepared;
 use crate::acceptance::PreparedChange;
+use crate::acceptance::ValidityRows;
 use crate::auth::TokenChange;
 use crate::auth::TokenChanged;
 use crate::clock::Clock;
@@ -510,7 +511,7 @@ impl Writer {
         let duplicates: Vec<String> = outcomes
             .iter()
             .filter_map(|outcome| match outcome {
-                Outcome::Duplicate(id) => Some(id.to_string()),
+                Outcome::Duplicate(id, _) => Some(id.to_string()),
                 _ => None,
             })
             .collect();
@@ -538,12 +539,14 @@ impl Writer {
             }
         }
         let rows = staged.rows;
-        if !rows.is_empty() {
+        let validity = ValidityRows::of(wave, &outcomes);
+        if !rows.is_empty() || !validity.is_empty() {
             self.write_wave(
                 &rows,
                 &staged.passages,
                 &staged.contents,
                 &staged.bytes,
+                &validity,
                 now,
             )
             .await?;
@@ -608,6 +611,7 @@ impl Writer {
                     existing_accepted_at: row.try_get("existing_accepted_at")?,
                     owner: row.try_get("owner")?,
                     owner_removed: row.try_get::<i64, _>("owner_removed")? == 1,
+                    assertions: believed(row)?,
                 })
             })
             .collect()
@@ -623,6 +627,7 @@ impl Writer {
         passages: &[serde_json::Value],
         contents: &[(String, usize, usize)],
         bytes: &[u8],
+        validity: &ValidityRows,
         now: Micros,
     ) -> Result<()> {
         let backends: Vec<&str> = self
@@ -639,11 +644,11 @@ impl Writer {
             contents: json_text(contents),
             bytes,
             backends: json_text(&backends),
+            validity: json_text(validity),
         };
         if !self.faults.armed() {
             parameters
-                .bind(sqlx::query(steps::PARAMS))
-                .bind(1_i64)
+                .bind(sqlx::query(steps::PARAMS), true)
                 .execute(&mut self.connection)
                 .await?;
             return Ok(());
@@ -669,8 +674,7 @@ impl Writer {
     /// The same steps as the `accept_wave` trigger, one call each, with the fault points.
     async fn write_wave_step_by_step(&mut self, parameters: &WaveParameters<'_>) -> Result<()> {
         parameters
-            .bind(sqlx::query(steps::PARAMS))
-            .bind(0_i64)
+            .bind(sqlx::query(steps::PARAMS), false)
             .execute(&mut self.connection)
             .await?;
         let staged = [
@@ -678,6 +682,7 @@ impl Writer {
             (steps::REVISIONS, Some(FaultPoint::AfterRevision)),
             (steps::HEADS, Some(FaultPoint::AfterHeadMove)),
             (steps::QUEUE, None),
+            (steps::VALIDITY, None),
         ];
         for (step, point) in staged {
             sqlx::query(step).execute(&mut self.connection).await?;
@@ -716,21 +721,22 @@ pub(crate) mod steps {
     pub(crate) const REVISIONS: &str = include_str!("queries/accept_revisions.sql");
     pub(crate) const HEADS: &str = include_str!("queries/accept_move_heads.sql");
     pub(crate) const QUEUE: &str = include_str!("queries/accept_queue.sql");
+    pub(crate) const VALIDITY: &str = include_str!("queries/accept_validity.sql");
     pub(crate) const TABLES: &str = include_str!("queries/wave_table.sql");
 
     /// The `accept_wave` trigger: every step, in order, inside the staging `INSERT`.
     pub(crate) fn trigger() -> String {
         format!(
             "CREATE TEMP TRIGGER IF NOT EXISTS accept_wave AFTER INSERT ON wave_params \
-             WHEN NEW.run_steps = 1 BEGIN\n{RETAIN}\n{REVISIONS}\n{HEADS}\n{QUEUE}\nEND;"
+             WHEN NEW.run_steps = 1 BEGIN\n{RETAIN}\n{REVISIONS}\n{HEADS}\n{QUEUE}\n{VALIDITY}\nEND;"
         )
     }
 }
 
 /// Parameters of `accept_params.sql`: `?1` now, `?2` wave rows, `?3` passage offsets, `?4`
 /// contents as `[sha256, byte_length, offset]`, `?5` backends, `?6` every content's bytes
-/// end to end (one blob: no hex, no JSON string to parse) (`?7`, run every step, is bound by
-/// the caller).
+/// end to end (one blob: no hex, no JSON string to parse), `?7` run every step, `?8` the
+/// validity writes.
 pub(super) struct WaveParameters<'a> {
     now: Micros,
     rows: String,
@@ -738,12 +744,14 @@ pub(super) struct WaveParameters<'a> {
     contents: String,
     backends: String,
     bytes: &'a [u8],
+    validity: String,
 }
 
 impl WaveParameters<'_> {
     fn bind<'q>(
         &'q self,
         query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        run_steps: bool,
     ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
         query
             .bind(self.now)
@@ -752,6 +760,8 @@ impl WaveParameters<'_> {
             .bind(self.contents.as_str())
             .bind(self.backends.as_str())
             .bind(self.bytes)
+            .bind(i64::from(run_steps))
+            .bind(self.validity.as_str())
     }
 }
 
@@ -866,4 +876,20 @@ pub(super) fn duplicate_from_row(row: &SqliteRow) -> Result<Acceptance> {
         previous_revision_id: optional_uuid(row.try_get("previous_revision_id")?)?,
         tombstone: row.try_get::<i64, _>("tombstone")? == 1,
     })
+}
+
+/// What the decision row says the ledger believes about the item's validity.
+fn believed(row: &SqliteRow) -> Result<crate::acceptance::Believed> {
+    let rows: Option<String> = row.try_get("believed")?;
+    let rows: Vec<crate::acceptance::BelievedRow> = match rows {
+        Some(text) => serde_json::from_str(&text).map_err(|error| {
+            LedgerError::Corrupt(format!("believed validity rectangles: {error}"))
+        })?,
+        None => Vec::new(),
+    };
+    Ok(crate::acceptance::Believed::from_rows(
+        row.try_get("last_seq")?,
+        row.try_get("last_recorded_at")?,
+        rows,
+    ))
 }

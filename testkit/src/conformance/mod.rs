@@ -25,6 +25,7 @@ mod operations;
 mod projection;
 mod search;
 mod tokens;
+mod validity;
 mod verify;
 
 pub use acceptance::*;
@@ -37,6 +38,7 @@ pub use operations::*;
 pub use projection::*;
 pub use search::*;
 pub use tokens::*;
+pub use validity::*;
 pub use verify::*;
 
 /// A ledger under test with the clock and fault plan it was built with.
@@ -66,6 +68,7 @@ pub fn delete(dataset: &str, key: &str) -> Submission {
         source_key: key.to_owned(),
         actor: "test:conformance".to_owned(),
         connector: None,
+        validity: Default::default(),
         change: Change::Delete {
             reason: Some("test".to_owned()),
         },
@@ -278,6 +281,9 @@ macro_rules! ledger_conformance {
             hits_bind_to_current_searchable_revisions,
             lexical_search_ends_at_its_deadline,
             operations_read_jobs_activity_and_events,
+            validity_answers_what_held_and_what_was_known,
+            validity_refusals_are_typed_and_write_nothing,
+            validity_follows_replayed_assertions,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn graph_jobs_are_queued_beside_projection() {

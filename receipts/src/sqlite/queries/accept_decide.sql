@@ -10,7 +10,21 @@ SELECT
       WHERE revision.id = item.value ->> 'revision_id') AS existing_accepted_at,
     source.owner AS owner,
     coalesce((SELECT connector.state = 'removed' FROM connectors AS connector
-               WHERE connector.id = substr(source.owner, 11)), 0) AS owner_removed
+               WHERE connector.id = substr(source.owner, 11)), 0) AS owner_removed,
+    -- Validity (schema 16): the source's last assertion and its believed rectangles.
+    (SELECT max(assertion.seq) FROM assertions AS assertion
+      WHERE assertion.dataset = item.value ->> 'dataset'
+        AND assertion.source_key = item.value ->> 'source_key') AS last_seq,
+    (SELECT max(assertion.recorded_at) FROM assertions AS assertion
+      WHERE assertion.dataset = item.value ->> 'dataset'
+        AND assertion.source_key = item.value ->> 'source_key') AS last_recorded_at,
+    (SELECT json_group_array(json_array(rectangle.id, rectangle.assertion_id,
+                rectangle.revision_id, rectangle.valid_from, rectangle.valid_to,
+                rectangle.recorded_from))
+       FROM validity AS rectangle
+      WHERE rectangle.dataset = item.value ->> 'dataset'
+        AND rectangle.source_key = item.value ->> 'source_key'
+        AND rectangle.recorded_to = 9007199254740991) AS believed
 FROM json_each(?1) AS item
 LEFT JOIN sources AS source
     ON source.dataset = item.value ->> 'dataset' AND source.source_key = item.value ->> 'source_key'

@@ -41,6 +41,8 @@ CREATE TEMP TABLE IF NOT EXISTS wave_params (
     rows         TEXT NOT NULL,
     passages     TEXT NOT NULL,
     contents     TEXT NOT NULL,
+    -- `receipts::acceptance::ValidityRows` as JSON.
+    assertions   TEXT NOT NULL DEFAULT '{"assertions":[],"close":[],"insert":[]}',
     bytes        BLOB NOT NULL
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_superseded (

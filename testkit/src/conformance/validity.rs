@@ -1,0 +1,327 @@
+//! Conformance: validity time. Every acceptance that writes is an assertion over a period; the
+//! ledger keeps the assertions and the rectangles derived from them, and answers what held at
+//! T as known at R the same way on every engine, equal to replaying the assertions.
+
+use super::{must, put, Harness, START};
+use receipts::model::{Change, Submission};
+use receipts::validity::{Validity, OPEN};
+use receipts::Micros;
+use uuid::Uuid;
+
+const DAY: Micros = 86_400_000_000;
+
+/// The revision that held at `valid_at` as known at `as_of`, `None` when nothing did (a
+/// tombstone counts as nothing).
+async fn held(harness: &Harness, key: &str, valid_at: Micros, as_of: Micros) -> Option<Uuid> {
+    must(
+        harness.ledger.held_at("law", key, valid_at, as_of).await,
+        "held_at",
+    )
+    .filter(|held| !held.tombstone)
+    .map(|held| held.rectangle.revision_id)
+}
+
+async fn accept_at(
+    harness: &Harness,
+    at: Micros,
+    submission: Submission,
+) -> receipts::Result<Uuid> {
+    harness.clock.set(at);
+    let mut results = harness.ledger.accept(vec![submission]).await;
+    results
+        .pop()
+        .unwrap_or_else(|| Err(receipts::LedgerError::Unavailable("no result".to_owned())))
+        .map(|acceptance| acceptance.source_revision_id)
+}
+
+fn from(at: Micros) -> Validity {
+    Validity {
+        valid_from: Some(at),
+        valid_to: None,
+    }
+}
+
+/// The case: J1 accepted in January with no period, J2 accepted on 2 April valid from
+/// 1 March. Now J2 holds from March and J1 before; as known on 20 or 25 March, J1 held.
+pub async fn validity_answers_what_held_and_what_was_known(harness: Harness) {
+    let jan_10 = START + 9 * DAY;
+    let feb_15 = START + 45 * DAY;
+    let mar_1 = START + 59 * DAY;
+    let mar_20 = START + 78 * DAY;
+    let mar_25 = START + 83 * DAY;
+    let apr_2 = START + 91 * DAY;
+    let j1 = must(
+        accept_at(&harness, jan_10, put("law", "ruling", "J1: the rule holds")).await,
+        "J1",
+    );
+    let j2 = must(
+        accept_at(
+            &harness,
+            apr_2,
+            put("law", "ruling", "J2: the rule changed").valid(from(mar_1)),
+        )
+        .await,
+        "J2",
+    );
+    let now = apr_2 + DAY;
+    harness.clock.set(now);
+    assert_eq!(held(&harness, "ruling", now, now).await, Some(j2), "now");
+    assert_eq!(
+        held(&harness, "ruling", feb_15, now).await,
+        Some(j1),
+        "15 February"
+    );
+    assert_eq!(
+        held(&harness, "ruling", mar_20, now).await,
+        Some(j2),
+        "20 March"
+    );
+    assert_eq!(
+        held(&harness, "ruling", mar_20, mar_20).await,
+        Some(j1),
+        "as of 20 March"
+    );
+    assert_eq!(
+        held(&harness, "ruling", mar_20, mar_25).await,
+        Some(j1),
+        "20 March as of 25 March"
+    );
+    assert_eq!(
+        held(&harness, "ruling", jan_10 - 1, now).await,
+        None,
+        "before J1"
+    );
+    // The head is the effective revision.
+    let source = must(harness.ledger.source("law", "ruling").await, "source").expect("exists");
+    assert_eq!(source.head.id, j2);
+    let timeline = must(harness.ledger.timeline("law", "ruling").await, "timeline");
+    let asserted: Vec<(Uuid, Micros, Micros, Micros)> = timeline
+        .assertions
+        .iter()
+        .map(|a| (a.revision_id, a.valid.from, a.valid.to, a.recorded_at))
+        .collect();
+    assert_eq!(
+        asserted,
+        vec![(j1, jan_10, OPEN, jan_10), (j2, mar_1, OPEN, apr_2)]
+    );
+    // J1 [Jan 10, open) believed until 2 April, then [Jan 10, Mar 1); J2 [Mar 1, open).
+    let believed: Vec<(Uuid, Micros, Micros)> = timeline
+        .rectangles
+        .iter()
+        .filter(|r| r.recorded_to == OPEN)
+        .map(|r| (r.revision_id, r.valid.from, r.valid.to))
+        .collect();
+    assert_eq!(believed, vec![(j1, jan_10, mar_1), (j2, mar_1, OPEN)]);
+    // The store recorded each assertion in the source's history.
+    let history = must(
+        harness.ledger.history("source", "law/ruling").await,
+        "history",
+    );
+    let asserted = history
+        .iter()
+        .filter(|entry| entry.event == "asserted")
+        .count();
+    assert_eq!(asserted, 2, "{history:?}");
+}
+
+/// Periods acceptance refuses, with typed errors and nothing written.
+pub async fn validity_refusals_are_typed_and_write_nothing(harness: Harness) {
+    let at = START + DAY;
+    must(
+        accept_at(&harness, at, put("law", "a", "first")).await,
+        "first",
+    );
+    let before = must(harness.ledger.counts().await, "counts");
+    let cases = [
+        (from(at + DAY), "validity_in_future"),
+        (
+            Validity {
+                valid_from: Some(at - DAY),
+                valid_to: Some(at - DAY / 2),
+            },
+            "validity_bounded",
+        ),
+        (
+            Validity {
+                valid_from: Some(at - DAY),
+                valid_to: Some(at - DAY),
+            },
+            "empty_validity",
+        ),
+        (
+            Validity {
+                valid_from: None,
+                valid_to: Some(at - DAY),
+            },
+            "empty_validity",
+        ),
+    ];
+    for (validity, code) in cases {
+        let error = accept_at(&harness, at + 10, put("law", "a", "second").valid(validity))
+            .await
+            .expect_err(code);
+        assert_eq!(error.code(), code, "{validity:?}: {error}");
+    }
+    let after = must(harness.ledger.counts().await, "counts");
+    assert_eq!(before.revisions, after.revisions);
+    let timeline = must(harness.ledger.timeline("law", "a").await, "timeline");
+    assert_eq!(timeline.assertions.len(), 1);
+}
+
+/// A small deterministic generator (xorshift), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound.max(1)
+    }
+}
+
+/// Random sequences of puts, backdated corrections, reverts, reassertions of the head and
+/// deletions on three sources: for random (T, R) the ledger's answer equals replaying the
+/// assertions in ledger order (the last one recorded by R whose period holds T wins), and
+/// record time increases strictly per source. Then an erasure: nothing of the erased
+/// revisions is found at any T or R.
+pub async fn validity_follows_replayed_assertions(harness: Harness) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let keys = ["a", "b", "c"];
+    // Per source: (revision or None for a tombstone, valid_from, recorded_at) in ledger order.
+    let mut model: Vec<Vec<(Option<Uuid>, Micros, Micros)>> = vec![Vec::new(); keys.len()];
+    let mut texts: Vec<Vec<String>> = vec![Vec::new(); keys.len()];
+    let mut now = START;
+    for step in 0..60 {
+        // Some steps share the clock's microsecond: the ledger then records one later.
+        now += match rng.below(3) {
+            0 => 0,
+            1 => 1 + rng.below(1_000) as i64,
+            _ => (1 + rng.below(10) as i64) * DAY,
+        };
+        let source = rng.below(keys.len() as u64) as usize;
+        let key = keys[source];
+        let backdate = match rng.below(3) {
+            0 => None,
+            _ => Some(START + rng.below(((now - START) / 1_000).max(1) as u64) as i64 * 1_000),
+        };
+        let validity = Validity {
+            valid_from: backdate,
+            valid_to: None,
+        };
+        let (submission, tombstone) = match rng.below(10) {
+            0 | 1 if !texts[source].is_empty() => (
+                Submission {
+                    change: Change::Delete { reason: None },
+                    ..put("law", key, "unused")
+                },
+                true,
+            ),
+            2 | 3 if !texts[source].is_empty() => {
+                // A revert to an earlier text (or a reassertion of the head).
+                let earlier = texts[source][rng.below(texts[source].len() as u64) as usize].clone();
+                (put("law", key, &earlier), false)
+            }
+            _ => {
+                let text = format!("{key} text {step}");
+                texts[source].push(text.clone());
+                (put("law", key, &text), false)
+            }
+        };
+        let previous_head = must(harness.ledger.source("law", key).await, "source")
+            .map(|view| (view.head.id, view.head.tombstone));
+        let last = model[source].last().map(|(_, _, recorded)| *recorded);
+        let result = accept_at(&harness, now, submission.valid(validity)).await;
+        let revision = match result {
+            Ok(revision) => revision,
+            Err(error) if error.code() == "source_not_found" => continue,
+            Err(error) => panic!("step {step}: {error}"),
+        };
+        // What the ledger recorded: an assertion, unless nothing changed (a duplicate).
+        let timeline = must(harness.ledger.timeline("law", key).await, "timeline");
+        let recorded = timeline.assertions.len() > model[source].len();
+        let duplicate = previous_head.map(|(id, _)| id) == Some(revision);
+        if !recorded {
+            assert!(duplicate, "step {step}: a write without an assertion");
+            continue;
+        }
+        let assertion = timeline.assertions.last().expect("recorded");
+        let expected_at = match last {
+            Some(last) if last >= now => last + 1,
+            _ => now,
+        };
+        assert_eq!(
+            assertion.recorded_at, expected_at,
+            "step {step}: record time"
+        );
+        assert_eq!(assertion.revision_id, revision, "step {step}");
+        assert_eq!(
+            assertion.seq as usize,
+            model[source].len() + 1,
+            "step {step}"
+        );
+        assert_eq!(
+            assertion.valid.from,
+            backdate.unwrap_or(expected_at),
+            "step {step}"
+        );
+        model[source].push((
+            (!tombstone).then_some(revision),
+            assertion.valid.from,
+            assertion.recorded_at,
+        ));
+    }
+    harness.clock.set(now + DAY);
+    let end = now + DAY;
+    for (source, key) in keys.iter().enumerate() {
+        for _ in 0..40 {
+            let valid_at = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
+            let as_of = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
+            let expected = model[source]
+                .iter()
+                .rev()
+                .find(|(_, from, recorded)| *recorded <= as_of && *from <= valid_at)
+                .and_then(|(revision, _, _)| *revision);
+            assert_eq!(
+                held(&harness, key, valid_at, as_of).await,
+                expected,
+                "{key} at {valid_at} as of {as_of}"
+            );
+        }
+    }
+    // Erasure: no query at any T or R finds an erased revision.
+    let erased: Vec<Uuid> = model[0]
+        .iter()
+        .filter_map(|(revision, _, _)| *revision)
+        .collect();
+    harness.clock.set(end + DAY);
+    must(
+        harness
+            .ledger
+            .erase(receipts::model::ErasureRequest {
+                dataset: "law".to_owned(),
+                source_key: "a".to_owned(),
+                actor: "test:conformance".to_owned(),
+                reason: "request 1".to_owned(),
+            })
+            .await,
+        "erase",
+    );
+    let timeline = must(harness.ledger.timeline("law", "a").await, "timeline");
+    assert!(
+        timeline
+            .assertions
+            .iter()
+            .all(|assertion| !erased.contains(&assertion.revision_id)),
+        "an erased revision's assertion is left"
+    );
+    for _ in 0..40 {
+        let valid_at = START + rng.below(((end + 2 * DAY - START) / 1_000) as u64) as i64 * 1_000;
+        let as_of = START + rng.below(((end + 2 * DAY - START) / 1_000) as u64) as i64 * 1_000;
+        let found = held(&harness, "a", valid_at, as_of).await;
+        assert!(
+            found.is_none(),
+            "erased source found at {valid_at} as of {as_of}: {found:?}"
+        );
+    }
+}
