@@ -54,9 +54,13 @@ impl Reader for PostgresLedger {
             .find(|revision| revision.id == head_id)
             .cloned()
             .ok_or_else(|| LedgerError::Corrupt(format!("head {head_id} missing")))?;
+        // Head moves only: a source's history also holds its assertions (validity time).
         let head_history = self
             .history("source", &format!("{dataset}/{source_key}"))
-            .await?;
+            .await?
+            .into_iter()
+            .filter(|entry| entry.event == "head_moved")
+            .collect();
         Ok(Some(SourceView {
             dataset: dataset.to_owned(),
             source_key: source_key.to_owned(),

@@ -89,7 +89,8 @@ impl Reader for SqliteLedger {
             .cloned()
             .ok_or_else(|| LedgerError::Corrupt(format!("head {head_id} missing")))?;
         let history = sqlx::query(
-            "SELECT * FROM history WHERE entity = 'source' AND entity_id = ? ORDER BY seq",
+            "SELECT * FROM history WHERE entity = 'source' AND entity_id = ? \
+               AND event = 'head_moved' ORDER BY seq",
         )
         .bind(format!("{dataset}/{source_key}"))
         .fetch_all(&self.reads)
