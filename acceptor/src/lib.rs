@@ -136,6 +136,7 @@ pub fn routes(ledger: Arc<dyn AcceptLedger>, config: AcceptorConfig) -> OpenApiR
         .routes(utoipa_axum::routes!(put_source, delete_source, get_source))
         .routes(utoipa_axum::routes!(put_batch))
         .routes(utoipa_axum::routes!(list_sources))
+        .routes(utoipa_axum::routes!(get_timeline))
         .routes(utoipa_axum::routes!(get_revision))
         .routes(utoipa_axum::routes!(get_content))
         .routes(utoipa_axum::routes!(block_content));
@@ -218,6 +219,56 @@ struct SourceRequest {
     /// Any JSON object, at most 64 KiB serialised.
     #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
+    /// Validity time: when this revision starts to hold. Epoch microseconds or RFC 3339 with
+    /// an offset (`2026-03-01T00:00:00Z`); absent: from its acceptance. Earlier than now is a
+    /// correction that reaches back. A start in the future is refused for now
+    /// (`validity_in_future`).
+    #[schema(schema_with = instant_schema)]
+    valid_from: Option<Value>,
+    /// When it stops holding (absent: never). Bounded periods are refused for now
+    /// (`validity_bounded`).
+    #[schema(schema_with = instant_schema)]
+    valid_to: Option<Value>,
+}
+
+/// An instant on the wire: epoch microseconds or RFC 3339 with an offset.
+fn instant_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0.0))
+                .maximum(Some(9_007_199_254_740_990.0))
+                .description(Some("epoch microseconds")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(utoipa::openapi::schema::SchemaFormat::KnownFormat(
+                    utoipa::openapi::schema::KnownFormat::DateTime,
+                )))
+                .description(Some("RFC 3339 with an offset")),
+        )
+        .build()
+        .into()
+}
+
+/// A submission's validity from its wire fields (typed refusals for bad instants).
+fn validity_of(
+    valid_from: Option<&Value>,
+    valid_to: Option<&Value>,
+) -> Result<receipts::validity::Validity, ApiError> {
+    let instant = |field: &str, value: Option<&Value>| {
+        value
+            .filter(|value| !value.is_null())
+            .map(|value| receipts::validity::parse_instant(field, value))
+            .transpose()
+    };
+    Ok(receipts::validity::Validity {
+        valid_from: instant("valid_from", valid_from)?,
+        valid_to: instant("valid_to", valid_to)?,
+    })
 }
 
 /// The batch body: up to `limits.max_batch_items` (1000) items. Each item should be a
@@ -248,6 +299,8 @@ struct SourceQuery {
     source_key: String,
     reason: Option<String>,
     erase: Option<bool>,
+    /// Deletes: when the source stops existing (validity time; absent: now).
+    valid_from: Option<String>,
     limit: Option<u32>,
     offset: Option<u32>,
 }
@@ -305,6 +358,15 @@ impl IntoParams for SourceQuery {
                     .build(),
                 "Deletes: erase every trace of every revision instead of a tombstone (scope \
                  `erase`; `reason` required).",
+            ),
+            parameter(
+                "valid_from",
+                false,
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .build(),
+                "Deletes: the instant from which the source no longer exists (validity time): \
+                 epoch microseconds or RFC 3339 with an offset; absent: now.",
             ),
             parameter(
                 "limit",
@@ -390,6 +452,8 @@ pub fn admit_text(
             media_type: document.media_type,
             tags: document.tags,
             metadata: None,
+            valid_from: None,
+            valid_to: None,
         },
     )
 }
@@ -401,6 +465,7 @@ fn admit_for(
     validate::dataset(&request.dataset)?;
     validate::source_key(&request.source_key)?;
     principal.require_dataset(&request.dataset)?;
+    let validity = validity_of(request.valid_from.as_ref(), request.valid_to.as_ref())?;
     let bytes = match (request.content, request.content_base64) {
         (Some(_), Some(_)) => {
             return Err(ApiError::unprocessable(
@@ -493,7 +558,7 @@ fn admit_for(
         source_key: request.source_key,
         actor: principal.actor(),
         connector: None,
-        validity: Default::default(),
+        validity,
         change: Change::Put(document),
     })
 }
@@ -668,12 +733,18 @@ async fn delete_source(
     }
     let principal = auth.require(Scope::Ingest)?;
     principal.require_dataset(&query.dataset)?;
+    // A query string carries text: digits are epoch microseconds, anything else RFC 3339.
+    let valid_from = query.valid_from.as_deref().map(|text| {
+        text.parse::<i64>()
+            .map_or_else(|_| Value::String(text.to_owned()), Value::from)
+    });
+    let validity = validity_of(valid_from.as_ref(), None)?;
     let submission = Submission {
         dataset: query.dataset,
         source_key: query.source_key,
         actor: principal.actor(),
         connector: None,
-        validity: Default::default(),
+        validity,
         change: Change::Delete {
             reason: query.reason,
         },
@@ -715,6 +786,35 @@ async fn get_source(
         }
         .into()),
     }
+}
+
+/// A source's validity timeline: every assertion (which revision was asserted over which
+/// period, when, by whom) and every rectangle derived from them (which revision held over a
+/// valid period while cairn believed it). Instants are epoch microseconds; an open end is
+/// 2^53 - 1.
+#[utoipa::path(get, path = "/v1/sources/timeline", tag = "ingest", security(("bearer" = [])),
+    params(SourceQuery),
+    responses((status = 200, description = "The assertions and rectangles, oldest first.", body = receipts::validity::Timeline), ApiErrors))]
+async fn get_timeline(
+    State(state): State<AcceptorState>,
+    auth: Auth,
+    query: Result<Query<SourceQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
+    let query = source_query(query)?;
+    principal.require_dataset(&query.dataset)?;
+    let timeline = state
+        .ledger
+        .timeline(&query.dataset, &query.source_key)
+        .await?;
+    if timeline.assertions.is_empty() {
+        return Err(LedgerError::SourceNotFound {
+            dataset: query.dataset,
+            source_key: query.source_key,
+        }
+        .into());
+    }
+    Ok(Json(timeline).into_response())
 }
 
 /// Which heads to list.

@@ -23,4 +23,5 @@ mod prometheus;
 mod server;
 mod tokens;
 mod topology;
+mod validity;
 mod verify;

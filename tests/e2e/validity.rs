@@ -1,0 +1,172 @@
+//! Validity time through the API: periods on the wire, typed refusals that write nothing, and
+//! a source's timeline.
+
+use serde_json::{json, Value};
+
+use crate::common::{app, assert_error};
+
+/// `2020-01-01T00:00:00Z` and `2020-03-01T00:00:00Z` in epoch microseconds.
+const JAN_1_2020: i64 = 1_577_836_800_000_000;
+const MAR_1_2020: i64 = 1_583_020_800_000_000;
+const OPEN: i64 = (1 << 53) - 1;
+
+fn believed(timeline: &Value) -> Vec<(String, i64, i64)> {
+    timeline["rectangles"]
+        .as_array()
+        .expect("rectangles")
+        .iter()
+        .filter(|rectangle| rectangle["recorded_to"] == OPEN)
+        .map(|rectangle| {
+            (
+                rectangle["revision_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                rectangle["valid"]["from"].as_i64().unwrap_or_default(),
+                rectangle["valid"]["to"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
+    let app = app().await;
+    let put = |content: &str, extra: Value| {
+        let mut body = json!({"dataset": "law", "source_key": "ruling", "content": content});
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        body
+    };
+    // J1 holds from 1 January 2020 (a correction reaching back), J2 from 1 March 2020 (given
+    // in another offset, and as epoch microseconds the second time).
+    let (status, j1) = app
+        .put(
+            &app.admin,
+            put("J1", json!({"valid_from": "2020-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{j1}");
+    let (status, j2) = app
+        .put(
+            &app.admin,
+            put("J2", json!({"valid_from": "2020-03-01T01:00:00+01:00"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{j2}");
+    let (status, timeline) = app
+        .call(
+            "GET",
+            "/v1/sources/timeline?dataset=law&source_key=ruling",
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{timeline}");
+    let j1_id = j1["source_revision_id"].as_str().expect("id").to_owned();
+    let j2_id = j2["source_revision_id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        believed(&timeline),
+        vec![
+            (j1_id.clone(), JAN_1_2020, MAR_1_2020),
+            (j2_id.clone(), MAR_1_2020, OPEN)
+        ]
+    );
+    assert_eq!(timeline["assertions"].as_array().map(Vec::len), Some(2));
+
+    // Refusals: typed, and nothing written.
+    let before = app.counts().await;
+    let future = chrono_free_future();
+    for (extra, code) in [
+        (json!({"valid_from": "2020-03-01"}), "invalid_instant"),
+        (
+            json!({"valid_from": "2020-03-01T00:00:00"}),
+            "invalid_instant",
+        ),
+        (json!({"valid_from": true}), "invalid_instant"),
+        (json!({"valid_from": -5}), "invalid_instant"),
+        (json!({"valid_from": future}), "validity_in_future"),
+        (
+            json!({"valid_from": JAN_1_2020, "valid_to": MAR_1_2020}),
+            "validity_bounded",
+        ),
+        (
+            json!({"valid_from": MAR_1_2020, "valid_to": MAR_1_2020}),
+            "empty_validity",
+        ),
+    ] {
+        let result = app.put(&app.admin, put("J3", extra.clone())).await;
+        assert_error(&result, 422, code);
+    }
+    assert_eq!(app.counts().await, before);
+
+    // The head again, asserted further back: an assertion, no new revision.
+    let (status, again) = app
+        .put(&app.admin, put("J2", json!({"valid_from": JAN_1_2020})))
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["status"], "duplicate");
+    assert_eq!(app.counts().await.revisions, before.revisions);
+    let (_, timeline) = app
+        .call(
+            "GET",
+            "/v1/sources/timeline?dataset=law&source_key=ruling",
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(believed(&timeline), vec![(j2_id, JAN_1_2020, OPEN)]);
+
+    // A deletion that reaches back: gone from 1 March 2020.
+    let (status, tombstone) = app
+        .call(
+            "DELETE",
+            &format!("/v1/sources?dataset=law&source_key=ruling&valid_from={MAR_1_2020}"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{tombstone}");
+    let (_, timeline) = app
+        .call(
+            "GET",
+            "/v1/sources/timeline?dataset=law&source_key=ruling",
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    let gone = tombstone["source_revision_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(believed(&timeline)[1], (gone.clone(), MAR_1_2020, OPEN));
+    assert_eq!(timeline["tombstones"], json!([gone]));
+    let result = app
+        .call(
+            "DELETE",
+            "/v1/sources?dataset=law&source_key=ruling&valid_from=yesterday",
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_error(&result, 422, "invalid_instant");
+    let result = app
+        .call(
+            "GET",
+            "/v1/sources/timeline?dataset=law&source_key=nothing",
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_error(&result, 404, "source_not_found");
+}
+
+/// An instant a day from now, as epoch microseconds.
+fn chrono_free_future() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_micros() as i64)
+        .unwrap_or_default();
+    now + 86_400_000_000
+}
