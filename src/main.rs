@@ -49,6 +49,8 @@ enum Command {
     Block(commands::BlockArgs),
     /// Erase a source: every trace of every revision, in every store.
     Erase(commands::EraseArgs),
+    /// A source's validity timeline: its assertions, and which revision held when.
+    Timeline(commands::TimelineArgs),
     /// Manage API tokens (works on the data directory directly).
     Token(commands::TokenArgs),
     /// Retrieval quality through the API.
@@ -112,6 +114,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,
         Command::Erase(command) => command.run(&env).await,
+        Command::Timeline(command) => command.run(&env).await,
         Command::Token(command) => command.run(&env).await,
         Command::Eval(command) => command.run(&env).await,
         Command::Migrate(command) => command.run(&env).await,

@@ -75,6 +75,41 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
     );
     assert_eq!(timeline["assertions"].as_array().map(Vec::len), Some(2));
 
+    // `cairn timeline` prints the same, as people read it.
+    let (base, server) = app.listen().await;
+    let admin = app.admin.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["timeline", "--dataset", "law", "--source-key", "ruling"])
+            .env("CAIRN_SERVER", &base)
+            .env("CAIRN_TOKEN", &admin)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("cairn timeline");
+    server.abort();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        printed.contains(&format!(
+            "[2020-01-01T00:00:00.000000Z, 2020-03-01T00:00:00.000000Z)  {}",
+            &j1_id.replace('-', "")[..8]
+        )),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!(
+            "[2020-03-01T00:00:00.000000Z, open)  {}",
+            &j2_id.replace('-', "")[..8]
+        )),
+        "{printed}"
+    );
+
     // Refusals: typed, and nothing written.
     let before = app.counts().await;
     let future = chrono_free_future();
