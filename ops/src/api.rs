@@ -576,13 +576,34 @@ pub async fn job_detail(
         receipts.push(json!({ "receipt": receipt, "history": trail }));
     }
     // A sync run names a connector, not a source or a revision.
-    let (source, revision) = match job.revision_id {
+    let (source, revision, timeline) = match job.revision_id {
         Some(revision_id) => (
             ledger.source(&job.dataset, &job.source_key).await?,
             ledger.revision(revision_id).await?,
+            Some(ledger.timeline(&job.dataset, &job.source_key).await?),
         ),
-        None => (None, None),
+        None => (None, None, None),
     };
+    // Validity time: the assertions, and which revision holds when as believed now.
+    let timeline = timeline.map(|timeline| {
+        let mut believed: Vec<_> = timeline
+            .rectangles
+            .iter()
+            .filter(|rectangle| rectangle.recorded_to == receipts::validity::OPEN)
+            .map(|rectangle| {
+                json!({
+                    "revision_id": rectangle.revision_id,
+                    "tombstone": timeline.tombstones.contains(&rectangle.revision_id),
+                    "valid_from": rectangle.valid.from,
+                    "valid_to": (rectangle.valid.to != receipts::validity::OPEN)
+                        .then_some(rectangle.valid.to),
+                    "believed_since": rectangle.recorded_from,
+                })
+            })
+            .collect();
+        believed.sort_by_key(|period| period["valid_from"].as_i64());
+        json!({ "assertions": timeline.assertions, "held": believed })
+    });
     let now = ledger.clock_now();
     let mut detail = json!({
         "now": now,
@@ -600,6 +621,7 @@ pub async fn job_detail(
             "deleted": source.deleted,
             "revisions": source.revisions,
             "head_history": source.head_history,
+            "timeline": timeline,
         })),
     });
     // Lists that grow with every retry or revision come newest first, one page at a time.
@@ -607,6 +629,9 @@ pub async fn job_detail(
     if let Some(source) = detail.get_mut("source") {
         page_newest_first(source, "revisions", (limit, offset), true);
         page_newest_first(source, "head_history", (limit, offset), false);
+        if let Some(timeline) = source.get_mut("timeline") {
+            page_newest_first(timeline, "assertions", (limit, offset), false);
+        }
     }
     Ok(Json(detail))
 }

@@ -177,6 +177,26 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
         .to_owned();
     assert_eq!(believed(&timeline)[1], (gone.clone(), MAR_1_2020, OPEN));
     assert_eq!(timeline["tombstones"], json!([gone]));
+    // The dashboard's job view shows the source's validity.
+    let job = tombstone["projection_job_id"].as_str().expect("job");
+    let (status, detail) = app
+        .call(
+            "GET",
+            &format!("/v1/ops/jobs/{job}"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{detail}");
+    let held = &detail["source"]["timeline"]["held"];
+    assert_eq!(held[1]["revision_id"], json!(gone));
+    assert_eq!(held[1]["tombstone"], true);
+    assert_eq!(held[1]["valid_from"], MAR_1_2020);
+    assert!(held[1]["valid_to"].is_null());
+    assert_eq!(
+        detail["source"]["timeline"]["assertions"][0]["cause"], "deleted",
+        "newest first"
+    );
     let result = app
         .call(
             "DELETE",
