@@ -250,6 +250,11 @@ fn instant_schema() -> utoipa::openapi::schema::Schema {
                 )))
                 .description(Some("RFC 3339 with an offset")),
         )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Null)
+                .description(Some("absent")),
+        )
         .build()
         .into()
 }
@@ -694,6 +699,12 @@ fn source_query(
     if let Some(reason) = &query.reason {
         validate::reason(reason)?;
     }
+    // Paging is checked whichever method the query serves: a bad page is refused, never ignored.
+    PageParams {
+        limit: query.limit,
+        offset: query.offset,
+    }
+    .resolve()?;
     Ok(query)
 }
 
