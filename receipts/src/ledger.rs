@@ -21,7 +21,7 @@ use crate::model::{
     SourceListing, SourceView, Submission, SyncProgress, SyncRun, VerifyPass,
 };
 use crate::operations::Operations;
-use crate::validity::{Held, Timeline};
+use crate::validity::{At, Held, Timeline};
 
 /// Most reuse candidates [`Projections::chunks_with_hashes`] returns per text hash.
 pub const CANDIDATES_PER_HASH: usize = 4;
@@ -74,6 +74,27 @@ pub trait Reader: Send + Sync {
     /// vector hit's chunk text in that generation. Answers in the order asked; unknown
     /// revisions are left out.
     async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>>;
+
+    /// [`Reader::lexical_search`] at a point in both times: the passages of the revisions held
+    /// at `at.valid_at` as believed at `at.as_of` (current heads' passages and past ones).
+    async fn lexical_search_at(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: At,
+    ) -> Result<Vec<LexicalHit>>;
+
+    /// [`Reader::bind_hits`] at a point in both times: `current` says the revision held at
+    /// `at.valid_at` as believed at `at.as_of` (and is no tombstone); `vector_searchable` that
+    /// it was projected in the generation (it has chunk rows there).
+    async fn bind_hits_at(
+        &self,
+        hits: &[HitRef],
+        generation: &str,
+        at: At,
+    ) -> Result<Vec<BoundHit>>;
 
     /// The erasure a tombstone revision stands for, with a fresh read-back of what the ledger
     /// still holds of the erased revisions (`None`: the revision is not an erasure).

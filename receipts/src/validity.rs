@@ -156,6 +156,15 @@ pub struct Timeline {
     pub tombstones: Vec<Uuid>,
 }
 
+/// A point in both times: what held at `valid_at` as the ledger believed at `as_of`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct At {
+    /// Valid time.
+    pub valid_at: Micros,
+    /// Record time.
+    pub as_of: Micros,
+}
+
 /// What held at an instant as cairn knew it at another: the rectangle, and whether its
 /// revision is a tombstone.
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]

@@ -109,3 +109,37 @@ INSERT INTO validity (id, dataset, source_key, revision_id, assertion_id, valid_
 SELECT gen_random_uuid(), dataset, source_key, revision_id, id, at, next_at, next_at,
        9007199254740991
 FROM validity_backfill WHERE next_at IS NOT NULL;
+
+-- Past passages: the lexical index of revisions that are no longer head, as on SQLite (see
+-- its schema 16): kept from the passages a head move deletes, once per revision, unless the
+-- revision is gone.
+CREATE TABLE past_passages (
+    id            bigserial PRIMARY KEY,
+    dataset       text     NOT NULL,
+    source_key    text     NOT NULL,
+    revision_id   uuid     NOT NULL,
+    passage_index bigint   NOT NULL CHECK (passage_index >= 0),
+    byte_start    bigint   NOT NULL CHECK (byte_start >= 0),
+    byte_end      bigint   NOT NULL CHECK (byte_end > byte_start),
+    words         tsvector NOT NULL,
+    text          text,
+    section       text,
+    page          bigint,
+    UNIQUE (revision_id, passage_index)
+);
+CREATE INDEX past_passages_by_source ON past_passages (dataset, source_key);
+CREATE INDEX past_passages_words ON past_passages USING gin (words);
+
+CREATE FUNCTION passages_archived() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO past_passages (dataset, source_key, revision_id, passage_index, byte_start,
+        byte_end, words, text, section, page)
+    SELECT o.dataset, o.source_key, o.revision_id, o.passage_index, o.byte_start, o.byte_end,
+           o.words, o.text, o.section, o.page
+    FROM old_rows o
+    WHERE EXISTS (SELECT 1 FROM revisions r WHERE r.id = o.revision_id)
+    ON CONFLICT (revision_id, passage_index) DO NOTHING;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER passages_archived AFTER DELETE ON passages REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION passages_archived();

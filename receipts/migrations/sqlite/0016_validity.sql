@@ -116,3 +116,48 @@ SELECT lower(hex(randomblob(4))) || '-' || lower(hex(randomblob(2))) || '-4'
        dataset, source_key, revision_id, id, at, next_at, next_at, 9007199254740991
 FROM validity_backfill WHERE next_at IS NOT NULL;
 DROP TABLE validity_backfill;
+
+-- Past passages: the lexical index of revisions that are no longer head, for searches at a
+-- past valid or record time. The index of current heads (`passages`) stays as it is; when a
+-- head's passages leave it (its source moved on), this trigger keeps a copy here, once per
+-- revision, unless the revision itself is gone (an erasure deletes it after its passages, and
+-- then removes these copies too). Revisions superseded before this schema have none: an
+-- answer that needs them says its history is partial.
+CREATE TABLE past_passages (
+    id            INTEGER PRIMARY KEY,
+    dataset       TEXT    NOT NULL,
+    source_key    TEXT    NOT NULL,
+    revision_id   TEXT    NOT NULL,
+    passage_index INTEGER NOT NULL CHECK (passage_index >= 0),
+    byte_start    INTEGER NOT NULL CHECK (byte_start >= 0),
+    byte_end      INTEGER NOT NULL CHECK (byte_end > byte_start),
+    text          TEXT,
+    section       TEXT,
+    page          INTEGER,
+    UNIQUE (revision_id, passage_index)
+) STRICT;
+CREATE INDEX past_passages_by_source ON past_passages(dataset, source_key);
+CREATE VIRTUAL TABLE past_passages_fts USING fts5(
+    text, content = '', contentless_delete = 1, tokenize = 'porter unicode61'
+);
+CREATE TRIGGER past_passages_ad AFTER DELETE ON past_passages BEGIN
+    DELETE FROM past_passages_fts WHERE rowid = OLD.id;
+END;
+CREATE TRIGGER passages_archived AFTER DELETE ON passages
+WHEN NOT EXISTS (SELECT 1 FROM past_passages
+                 WHERE revision_id = OLD.revision_id AND passage_index = OLD.passage_index)
+BEGIN
+    INSERT INTO past_passages (dataset, source_key, revision_id, passage_index, byte_start,
+        byte_end, text, section, page)
+    SELECT OLD.dataset, OLD.source_key, OLD.revision_id, OLD.passage_index, OLD.byte_start,
+           OLD.byte_end, OLD.text, OLD.section, OLD.page
+    FROM revisions AS revision WHERE revision.id = OLD.revision_id;
+    INSERT INTO past_passages_fts (rowid, text)
+    SELECT archived.id,
+           coalesce(archived.text, CAST(substr(content.bytes, archived.byte_start + 1,
+                                               archived.byte_end - archived.byte_start) AS TEXT))
+    FROM past_passages AS archived
+    JOIN revisions AS revision ON revision.id = archived.revision_id
+    JOIN contents AS content ON content.sha256 = revision.content_sha256
+    WHERE archived.revision_id = OLD.revision_id AND archived.passage_index = OLD.passage_index;
+END;

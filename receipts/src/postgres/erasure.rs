@@ -293,7 +293,7 @@ impl PostgresLedger {
 }
 
 /// Validity after an erasure, as on SQLite (`sqlite::erasure::assert_erasure`): the erased
-/// revisions' assertions and rectangles go, and the erasure is asserted over all of valid time.
+/// revisions' assertions, rectangles and past passages go, and the erasure is asserted over all of valid time.
 async fn assert_erasure(
     tx: &mut sqlx::PgConnection,
     request: &crate::model::ErasureRequest,
@@ -301,7 +301,7 @@ async fn assert_erasure(
     now: crate::clock::Micros,
 ) -> Result<()> {
     let (dataset, key) = (&request.dataset, &request.source_key);
-    for table in ["validity", "assertions"] {
+    for table in ["validity", "assertions", "past_passages"] {
         sqlx::query(&format!(
             "DELETE FROM {table} WHERE dataset = $1 AND source_key = $2 AND revision_id NOT IN \
                (SELECT id FROM revisions WHERE dataset = $1 AND source_key = $2)"

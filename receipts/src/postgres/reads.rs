@@ -16,6 +16,7 @@ use crate::model::{
     RevisionDetail, SourceListing, SourceView,
 };
 use crate::passages;
+use crate::validity::At;
 
 /// The query's stems ([`passages::query_stems`]: stemmed as the index was), or `None` when
 /// the query has no words.
@@ -161,163 +162,33 @@ impl Reader for PostgresLedger {
         limit: u32,
         deadline: Option<std::time::Instant>,
     ) -> Result<Vec<LexicalHit>> {
-        let Some(words) = ts_query(query) else {
-            return Ok(Vec::new());
-        };
-        let mut tx = self.pool.begin().await?;
-        if let Some(deadline) = deadline {
-            // The server cancels the statement at the deadline: nothing keeps running after
-            // the caller gives up, and `SET LOCAL` ends with the transaction.
-            let left = deadline
-                .saturating_duration_since(std::time::Instant::now())
-                .as_millis()
-                .clamp(1, i32::MAX as u128);
-            sqlx::query(&format!("SET LOCAL statement_timeout = {left}"))
-                .execute(&mut *tx)
-                .await?;
-        }
-        let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
-        let sql = if slow {
-            "SELECT '' AS dataset, '' AS source_key, NULL::uuid AS revision_id, \
-               0::bigint AS passage_index, '' AS text, 0::float8 AS score \
-             FROM pg_sleep(3600) WHERE $1::text[] IS NOT NULL AND $2::text[] IS NOT NULL AND $3 > 0"
-        } else {
-            // Rank first (ids and byte ranges), then cut the text of the page only.
-            // BM25 (k1 = 1.2, b = 0.75), as FTS5 ranks on SQLite: the query's stems, each
-            // stem's document frequency counted from the GIN index, the collection size from
-            // the planner's statistics (counted when the table was never analysed), term
-            // frequencies from the matching passages' `tsvector` positions, and the length
-            // normalised by the matching passages' mean length. Rank first (ids and byte
-            // ranges), then cut the text of the page only.
-            "WITH terms AS MATERIALIZED ( \
-               SELECT DISTINCT t.lexeme, quote_literal(t.lexeme)::tsquery AS query \
-               FROM unnest($1::text[]) AS t(lexeme)), \
-             everything AS ( \
-               SELECT greatest(coalesce((SELECT reltuples FROM pg_class \
-                 WHERE oid = 'passages'::regclass AND reltuples > 0), \
-                 (SELECT count(*) FROM passages)), 1)::float8 AS n), \
-             weights AS MATERIALIZED ( \
-               SELECT terms.lexeme, \
-                 ln(1 + (greatest(everything.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf \
-               FROM terms CROSS JOIN everything CROSS JOIN LATERAL ( \
-                 SELECT count(*)::float8 AS n FROM passages p WHERE p.words @@ terms.query) df), \
-             matched AS MATERIALIZED ( \
-               SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
-                 p.byte_start, p.byte_end, p.text, p.section, p.page, p.words, \
-                 length(p.words)::float8 AS dl \
-               FROM passages p \
-               WHERE p.words @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM terms) \
-                 AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2))), \
-             mean AS MATERIALIZED (SELECT greatest(avg(dl), 1) AS dl FROM matched), \
-             ranked AS ( \
-               SELECT m.dataset, m.source_key, m.revision_id, m.passage_index, m.byte_start, \
-                 m.byte_end, m.text, m.section, m.page, \
-                 sum(w.idf * (tf.n * 2.2) / (tf.n + 1.2 * (0.25 + 0.75 * m.dl / mean.dl))) AS rank \
-               FROM matched m CROSS JOIN mean \
-               CROSS JOIN LATERAL ( \
-                 SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS n \
-                 FROM unnest(m.words) AS u) tf \
-               JOIN weights w ON w.lexeme = tf.lexeme \
-               GROUP BY m.id, m.dataset, m.source_key, m.revision_id, m.passage_index, \
-                 m.byte_start, m.byte_end, m.text, m.section, m.page \
-               ORDER BY rank DESC, m.id LIMIT $3) \
-             SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
-               coalesce(k.text, convert_from(substring(c.bytes FROM k.byte_start::int + 1 \
-                 FOR (k.byte_end - k.byte_start)::int), 'UTF8')) AS text, \
-               k.section, k.page, k.rank::float8 AS score \
-             FROM ranked k \
-             JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
-               AND s.head_revision_id = k.revision_id \
-             JOIN revisions r ON r.id = k.revision_id \
-             JOIN contents c ON c.sha256 = r.content_sha256 \
-             ORDER BY k.rank DESC, k.dataset, k.source_key"
-        };
-        let result = sqlx::query(sql)
-            .bind(&words)
-            .bind(datasets)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await;
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(sqlx::Error::Database(error))
-                if error.code().as_deref() == Some(QUERY_CANCELED) =>
-            {
-                return Err(LedgerError::DeadlineExceeded(format!(
-                    "lexical search cancelled by the server at its deadline ({error})"
-                )))
-            }
-            Err(error) => return Err(error.into()),
-        };
-        tx.commit().await?;
-        rows.iter()
-            .map(|row| {
-                Ok(LexicalHit {
-                    dataset: row.try_get("dataset")?,
-                    source_key: row.try_get("source_key")?,
-                    revision_id: row.try_get("revision_id")?,
-                    passage_index: row.try_get("passage_index")?,
-                    text: row.try_get("text")?,
-                    section: row.try_get("section")?,
-                    page: row.try_get("page")?,
-                    score: row.try_get("score")?,
-                })
-            })
-            .collect()
+        self.lexical(query, datasets, limit, deadline, None).await
+    }
+
+    async fn lexical_search_at(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: At,
+    ) -> Result<Vec<LexicalHit>> {
+        self.lexical(query, datasets, limit, deadline, Some(at))
+            .await
     }
 
     async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>> {
-        if hits.is_empty() {
-            return Ok(Vec::new());
-        }
-        let revisions: Vec<Uuid> = hits.iter().map(|hit| hit.revision_id).collect();
-        let chunks: Vec<Option<i64>> = hits
-            .iter()
-            .map(|hit| hit.chunk_index.map(i64::from))
-            .collect();
-        let rows = sqlx::query(
-            "SELECT a.position, r.dataset, r.source_key, \
-               coalesce(s.head_revision_id = r.id AND NOT r.tombstone, false) AS current, \
-               EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
-                 AND sr.generation = $3) AS searchable, \
-               c.text, c.section, c.page, r.accepted_at, r.actor \
-             FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
-             JOIN revisions r ON r.id = a.revision_id \
-             LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
-             LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = $3 \
-               AND c.chunk_index = a.chunk_index \
-             ORDER BY a.position",
-        )
-        .bind(&revisions)
-        .bind(&chunks)
-        .bind(generation)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let position: i64 = row.try_get("position")?;
-                let hit = *usize::try_from(position - 1)
-                    .ok()
-                    .and_then(|index| hits.get(index))
-                    .ok_or_else(|| {
-                        LedgerError::Internal(format!("bound hit {position} was not asked"))
-                    })?;
-                Ok(BoundHit {
-                    hit,
-                    dataset: row.try_get("dataset")?,
-                    source_key: row.try_get("source_key")?,
-                    current: row.try_get("current")?,
-                    vector_searchable: row.try_get("searchable")?,
-                    chunk_text: row.try_get("text")?,
-                    section: row.try_get("section")?,
-                    page: row.try_get("page")?,
-                    accepted_at: row.try_get("accepted_at")?,
-                    actor: row.try_get("actor")?,
-                })
-            })
-            .collect()
+        self.bind(hits, generation, None).await
     }
 
+    async fn bind_hits_at(
+        &self,
+        hits: &[HitRef],
+        generation: &str,
+        at: At,
+    ) -> Result<Vec<BoundHit>> {
+        self.bind(hits, generation, Some(at)).await
+    }
     async fn erasure(&self, revision_id: Uuid) -> Result<Option<crate::model::Erasure>> {
         self.read_erasure(revision_id).await
     }
@@ -472,3 +343,237 @@ impl Reader for PostgresLedger {
         Ok(())
     }
 }
+
+impl PostgresLedger {
+    /// BM25 over the current heads' passages, or at `at` over the passages of the revisions
+    /// held then (current and past ones, one corpus).
+    async fn lexical(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+    ) -> Result<Vec<LexicalHit>> {
+        let Some(words) = ts_query(query) else {
+            return Ok(Vec::new());
+        };
+        let mut tx = self.pool.begin().await?;
+        if let Some(deadline) = deadline {
+            // The server cancels the statement at the deadline: nothing keeps running after
+            // the caller gives up, and `SET LOCAL` ends with the transaction.
+            let left = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .clamp(1, i32::MAX as u128);
+            sqlx::query(&format!("SET LOCAL statement_timeout = {left}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
+        let sql = if slow {
+            "SELECT '' AS dataset, '' AS source_key, NULL::uuid AS revision_id, \
+               0::bigint AS passage_index, '' AS text, 0::float8 AS score \
+             FROM pg_sleep(3600) WHERE $1::text[] IS NOT NULL AND $2::text[] IS NOT NULL AND $3 > 0"
+        } else if at.is_some() {
+            TEMPORAL_LEXICAL.as_str()
+        } else {
+            LEXICAL
+        };
+        let mut statement = sqlx::query(sql)
+            .bind(&words)
+            .bind(datasets)
+            .bind(i64::from(limit));
+        if let (Some(at), false) = (at, slow) {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        let result = statement.fetch_all(&mut *tx).await;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(QUERY_CANCELED) =>
+            {
+                return Err(LedgerError::DeadlineExceeded(format!(
+                    "lexical search cancelled by the server at its deadline ({error})"
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        tx.commit().await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LexicalHit {
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    revision_id: row.try_get("revision_id")?,
+                    passage_index: row.try_get("passage_index")?,
+                    text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
+                    score: row.try_get("score")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Binds hits, as on SQLite (`sqlite::reads`): `current` is the head, or at `at` "held
+    /// then"; `vector_searchable` is "verified in the generation", or at `at` "projected in it".
+    async fn bind(
+        &self,
+        hits: &[HitRef],
+        generation: &str,
+        at: Option<At>,
+    ) -> Result<Vec<BoundHit>> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let revisions: Vec<Uuid> = hits.iter().map(|hit| hit.revision_id).collect();
+        let chunks: Vec<Option<i64>> = hits
+            .iter()
+            .map(|hit| hit.chunk_index.map(i64::from))
+            .collect();
+        let (current, searchable) = match at {
+            None => (
+                "coalesce(s.head_revision_id = r.id AND NOT r.tombstone, false)",
+                "EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
+                   AND sr.generation = $3)",
+            ),
+            Some(_) => (
+                "NOT r.tombstone AND EXISTS (SELECT 1 FROM validity v \
+                   WHERE v.revision_id = r.id AND v.valid_from <= $4 AND $4 < v.valid_to \
+                   AND v.recorded_from <= $5 AND $5 < v.recorded_to)",
+                "EXISTS (SELECT 1 FROM chunks pc WHERE pc.revision_id = r.id \
+                   AND pc.generation = $3)",
+            ),
+        };
+        let sql = format!(
+            "SELECT a.position, r.dataset, r.source_key, \
+               {current} AS current, {searchable} AS searchable, \
+               c.text, c.section, c.page, r.accepted_at, r.actor \
+             FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
+             JOIN revisions r ON r.id = a.revision_id \
+             LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = $3 \
+               AND c.chunk_index = a.chunk_index \
+             ORDER BY a.position"
+        );
+        let mut statement = sqlx::query(&sql)
+            .bind(&revisions)
+            .bind(&chunks)
+            .bind(generation);
+        if let Some(at) = at {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        let rows = statement.fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let position: i64 = row.try_get("position")?;
+                let hit = *usize::try_from(position - 1)
+                    .ok()
+                    .and_then(|index| hits.get(index))
+                    .ok_or_else(|| {
+                        LedgerError::Internal(format!("bound hit {position} was not asked"))
+                    })?;
+                Ok(BoundHit {
+                    hit,
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    current: row.try_get("current")?,
+                    vector_searchable: row.try_get("searchable")?,
+                    chunk_text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
+                    accepted_at: row.try_get("accepted_at")?,
+                    actor: row.try_get("actor")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// BM25 (k1 = 1.2, b = 0.75) over the current heads' passages, as FTS5 ranks on SQLite: the
+/// query's stems, each stem's document frequency counted from the GIN index, the collection
+/// size from the planner's statistics (counted when the table was never analysed), term
+/// frequencies from the matching passages' `tsvector` positions, and the length normalised by
+/// the matching passages' mean length. Rank first (ids and byte ranges), then cut the text of
+/// the page only.
+const LEXICAL: &str = "WITH terms AS MATERIALIZED ( \
+               SELECT DISTINCT t.lexeme, quote_literal(t.lexeme)::tsquery AS query \
+               FROM unnest($1::text[]) AS t(lexeme)), \
+             everything AS ( \
+               SELECT greatest(coalesce((SELECT reltuples FROM pg_class \
+                 WHERE oid = 'passages'::regclass AND reltuples > 0), \
+                 (SELECT count(*) FROM passages)), 1)::float8 AS n), \
+             weights AS MATERIALIZED ( \
+               SELECT terms.lexeme, \
+                 ln(1 + (greatest(everything.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf \
+               FROM terms CROSS JOIN everything CROSS JOIN LATERAL ( \
+                 SELECT count(*)::float8 AS n FROM passages p WHERE p.words @@ terms.query) df), \
+             matched AS MATERIALIZED ( \
+               SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
+                 p.byte_start, p.byte_end, p.text, p.section, p.page, p.words, \
+                 length(p.words)::float8 AS dl \
+               FROM passages p \
+               WHERE p.words @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM terms) \
+                 AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2))), \
+             mean AS MATERIALIZED (SELECT greatest(avg(dl), 1) AS dl FROM matched), \
+             ranked AS ( \
+               SELECT m.dataset, m.source_key, m.revision_id, m.passage_index, m.byte_start, \
+                 m.byte_end, m.text, m.section, m.page, \
+                 sum(w.idf * (tf.n * 2.2) / (tf.n + 1.2 * (0.25 + 0.75 * m.dl / mean.dl))) AS rank \
+               FROM matched m CROSS JOIN mean \
+               CROSS JOIN LATERAL ( \
+                 SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1)::float8 AS n \
+                 FROM unnest(m.words) AS u) tf \
+               JOIN weights w ON w.lexeme = tf.lexeme \
+               GROUP BY m.id, m.dataset, m.source_key, m.revision_id, m.passage_index, \
+                 m.byte_start, m.byte_end, m.text, m.section, m.page \
+               ORDER BY rank DESC, m.id LIMIT $3) \
+             SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
+               coalesce(k.text, convert_from(substring(c.bytes FROM k.byte_start::int + 1 \
+                 FOR (k.byte_end - k.byte_start)::int), 'UTF8')) AS text, \
+               k.section, k.page, k.rank::float8 AS score \
+             FROM ranked k \
+             JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
+               AND s.head_revision_id = k.revision_id \
+             JOIN revisions r ON r.id = k.revision_id \
+             JOIN contents c ON c.sha256 = r.content_sha256 \
+             ORDER BY k.rank DESC, k.dataset, k.source_key";
+
+/// [`LEXICAL`] at a point in time (`$4` valid, `$5` record time): one corpus of the current
+/// heads' passages and the past passages (a revision whose passages are current counts once),
+/// matched only where the revision's believed rectangle at `$5` holds `$4`, and no tombstone.
+static TEMPORAL_LEXICAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let corpus = "(SELECT id, dataset, source_key, revision_id, passage_index, byte_start, \
+         byte_end, text, section, page, words FROM passages \
+       UNION ALL SELECT -pp.id, pp.dataset, pp.source_key, pp.revision_id, pp.passage_index, \
+         pp.byte_start, pp.byte_end, pp.text, pp.section, pp.page, pp.words FROM past_passages pp \
+       WHERE NOT EXISTS (SELECT 1 FROM passages c WHERE c.revision_id = pp.revision_id)) p";
+    let held = "AND EXISTS (SELECT 1 FROM validity v WHERE v.revision_id = p.revision_id \
+         AND v.valid_from <= $4 AND $4 < v.valid_to \
+         AND v.recorded_from <= $5 AND $5 < v.recorded_to)";
+    LEXICAL
+        .replacen(
+            "SELECT count(*)::float8 AS n FROM passages p WHERE",
+            &format!("SELECT count(*)::float8 AS n FROM {corpus} WHERE"),
+            1,
+        )
+        .replacen(
+            "FROM passages p \
+               WHERE p.words @@",
+            &format!("FROM {corpus} WHERE p.words @@"),
+            1,
+        )
+        .replacen(
+            "AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2))), ",
+            &format!("AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2)) {held}), "),
+            1,
+        )
+        .replacen(
+            "JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
+               AND s.head_revision_id = k.revision_id \
+             JOIN revisions r ON r.id = k.revision_id ",
+            "JOIN revisions r ON r.id = k.revision_id AND NOT r.tombstone ",
+            1,
+        )
+});

@@ -297,7 +297,7 @@ pub(crate) async fn read(pool: &SqlitePool, revision_id: Uuid) -> Result<Option<
     }))
 }
 
-/// Validity after an erasure: the erased revisions' assertions and rectangles go (their
+/// Validity after an erasure: the erased revisions' assertions, rectangles and past passages go (their
 /// revisions are deleted already, which the tables' guards require), and the erasure is
 /// asserted over all of valid time, so that as known from now on the source held nothing at
 /// any time, and as known before now nothing of the erased revisions is left to find.
@@ -308,7 +308,7 @@ async fn assert_erasure(
     now: Micros,
 ) -> Result<()> {
     let (dataset, key) = (&request.dataset, &request.source_key);
-    for table in ["validity", "assertions"] {
+    for table in ["validity", "assertions", "past_passages"] {
         sqlx::query(&format!(
             "DELETE FROM {table} WHERE dataset = ?1 AND source_key = ?2 AND revision_id NOT IN \
                (SELECT id FROM revisions WHERE dataset = ?1 AND source_key = ?2)"

@@ -25,6 +25,7 @@ use crate::model::LexicalHit;
 use crate::model::RevisionDetail;
 use crate::model::SourceListing;
 use crate::model::SourceView;
+use crate::validity::At;
 use async_trait::async_trait;
 use sqlx::Row;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,175 +198,32 @@ impl Reader for SqliteLedger {
         limit: u32,
         deadline: Option<std::time::Instant>,
     ) -> Result<Vec<LexicalHit>> {
-        let Some(fts) = fts_query(query) else {
-            return Ok(Vec::new());
-        };
-        let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
-        let sql = if slow {
-            "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000000) \
-             SELECT '' AS dataset, '' AS source_key, '' AS revision_id, 0 AS passage_index, \
-             '' AS text, NULL AS section, NULL AS page, 0.0 AS score \
-             FROM n WHERE x = -?3 AND ?1 <> ?2"
-        } else {
-            // Rank first (passage ids and positions only), then read the text of the page:
-            // reading every match's bytes before the LIMIT made common-word queries slow.
-            "WITH ranked AS ( \
-               SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
-                 p.byte_start, p.byte_end, p.text, p.section, p.page, \
-                 bm25(passages_fts) AS rank \
-               FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
-               WHERE passages_fts MATCH ?1 \
-                 AND (json_array_length(?2) = 0 \
-                      OR p.dataset IN (SELECT value FROM json_each(?2))) \
-               ORDER BY rank LIMIT ?3) \
-             SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
-               coalesce(k.text, CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) \
-                 AS TEXT)) AS text, \
-               k.section, k.page, -k.rank AS score \
-             FROM ranked k \
-             JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
-                AND s.head_revision_id = k.revision_id \
-             JOIN revisions r ON r.id = k.revision_id \
-             JOIN contents c ON c.sha256 = r.content_sha256 \
-             ORDER BY k.rank"
-        };
-        // The query runs in a task of its own, so a caller that stops waiting (a client that
-        // hung up, a cancelled tool call) cannot leave a connection behind with the progress
-        // handler still installed: the task always removes it before the connection goes back
-        // to the pool. The handler runs every 1,000 SQLite VM steps and interrupts the query
-        // once the deadline passes, or as soon as the caller has gone.
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
-        let pool = self.reads.clone();
-        let datasets = json_text(datasets);
-        let query = async move {
-            let mut connection = pool.acquire().await?;
-            if let Some(deadline) = deadline {
-                connection
-                    .lock_handle()
-                    .await?
-                    .set_progress_handler(1_000, move || {
-                        !abandoned.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
-                    });
-            }
-            let result = sqlx::query(sql)
-                .bind(fts)
-                .bind(datasets)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *connection)
-                .await;
-            if deadline.is_some() {
-                connection.lock_handle().await?.remove_progress_handler();
-            }
-            Ok::<_, LedgerError>(result)
-        };
-        let result = tokio::spawn(query)
+        self.lexical(query, datasets, limit, deadline, None).await
+    }
+
+    async fn lexical_search_at(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: At,
+    ) -> Result<Vec<LexicalHit>> {
+        self.lexical(query, datasets, limit, deadline, Some(at))
             .await
-            .map_err(|error| LedgerError::Internal(format!("lexical search task: {error}")))??;
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(error)
-                if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) =>
-            {
-                return Err(LedgerError::DeadlineExceeded(format!(
-                    "lexical search interrupted at its deadline ({error})"
-                )))
-            }
-            Err(error) => return Err(error.into()),
-        };
-        rows.iter()
-            .map(|row| {
-                Ok(LexicalHit {
-                    dataset: row.try_get("dataset")?,
-                    source_key: row.try_get("source_key")?,
-                    revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
-                    passage_index: row.try_get("passage_index")?,
-                    text: row.try_get("text")?,
-                    section: row.try_get("section")?,
-                    page: row.try_get("page")?,
-                    score: row.try_get("score")?,
-                })
-            })
-            .collect()
     }
 
     async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>> {
-        if hits.is_empty() {
-            return Ok(Vec::new());
-        }
-        let asked: Vec<(String, Option<u32>)> = hits
-            .iter()
-            .map(|hit| (hit.revision_id.to_string(), hit.chunk_index))
-            .collect();
-        // One row of JSON instead of a row per hit: sqlx hands each row across threads, which
-        // cost more than the query itself (1.3 ms against 0.3 ms for 20 hits). `CROSS JOIN`
-        // keeps the asked hits as the outer loop (the planner cannot size a `json_each`). Each
-        // row names its hit by position in `hits`; the order is restored here, not by a sort
-        // in SQL.
-        let packed: Option<String> = sqlx::query_scalar(
-            "WITH asked AS (SELECT key AS position, value ->> 0 AS revision_id, \
-                 value ->> 1 AS chunk_index FROM json_each(?1)) \
-             SELECT json_group_array(json_array(a.position, r.dataset, r.source_key, \
-               coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0), \
-               EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
-                 AND sr.generation = ?2), \
-               c.text, c.section, c.page, r.accepted_at, r.actor)) \
-             FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
-             LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
-             LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
-               AND c.chunk_index = a.chunk_index",
-        )
-        .bind(json_text(&asked))
-        .bind(generation)
-        .fetch_one(&self.reads)
-        .await?;
-        type Packed = (
-            usize,
-            String,
-            String,
-            i64,
-            i64,
-            Option<String>,
-            Option<String>,
-            Option<i64>,
-            i64,
-            String,
-        );
-        let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
-            .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
-        rows.sort_unstable_by_key(|row| row.0);
-        rows.into_iter()
-            .map(
-                |(
-                    position,
-                    dataset,
-                    source_key,
-                    current,
-                    searchable,
-                    text,
-                    section,
-                    page,
-                    accepted_at,
-                    actor,
-                )| {
-                    let hit = *hits.get(position).ok_or_else(|| {
-                        LedgerError::Internal(format!("bound hit {position} was not asked"))
-                    })?;
-                    Ok(BoundHit {
-                        hit,
-                        dataset,
-                        source_key,
-                        current: current != 0,
-                        vector_searchable: searchable != 0,
-                        chunk_text: text,
-                        section,
-                        page,
-                        accepted_at,
-                        actor,
-                    })
-                },
-            )
-            .collect()
+        self.bind(hits, generation, None).await
+    }
+
+    async fn bind_hits_at(
+        &self,
+        hits: &[HitRef],
+        generation: &str,
+        at: At,
+    ) -> Result<Vec<BoundHit>> {
+        self.bind(hits, generation, Some(at)).await
     }
 
     async fn erasure(&self, revision_id: Uuid) -> Result<Option<Erasure>> {
@@ -521,6 +379,251 @@ impl Reader for SqliteLedger {
         Ok(())
     }
 }
+
+impl SqliteLedger {
+    /// BM25 over the lexical index: of current heads, or at `at` of the revisions held then
+    /// (current heads' passages and past passages).
+    async fn lexical(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+    ) -> Result<Vec<LexicalHit>> {
+        let Some(fts) = fts_query(query) else {
+            return Ok(Vec::new());
+        };
+        let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
+        let sql = if slow {
+            "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000000) \
+             SELECT '' AS dataset, '' AS source_key, '' AS revision_id, 0 AS passage_index, \
+             '' AS text, NULL AS section, NULL AS page, 0.0 AS score \
+             FROM n WHERE x = -?3 AND ?1 <> ?2"
+        } else if at.is_some() {
+            TEMPORAL_LEXICAL
+        } else {
+            // Rank first (passage ids and positions only), then read the text of the page:
+            // reading every match's bytes before the LIMIT made common-word queries slow.
+            "WITH ranked AS ( \
+               SELECT p.id, p.dataset, p.source_key, p.revision_id, p.passage_index, \
+                 p.byte_start, p.byte_end, p.text, p.section, p.page, \
+                 bm25(passages_fts) AS rank \
+               FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
+               WHERE passages_fts MATCH ?1 \
+                 AND (json_array_length(?2) = 0 \
+                      OR p.dataset IN (SELECT value FROM json_each(?2))) \
+               ORDER BY rank LIMIT ?3) \
+             SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
+               coalesce(k.text, CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) \
+                 AS TEXT)) AS text, \
+               k.section, k.page, -k.rank AS score \
+             FROM ranked k \
+             JOIN sources s ON s.dataset = k.dataset AND s.source_key = k.source_key \
+                AND s.head_revision_id = k.revision_id \
+             JOIN revisions r ON r.id = k.revision_id \
+             JOIN contents c ON c.sha256 = r.content_sha256 \
+             ORDER BY k.rank"
+        };
+        // The query runs in a task of its own, so a caller that stops waiting (a client that
+        // hung up, a cancelled tool call) cannot leave a connection behind with the progress
+        // handler still installed: the task always removes it before the connection goes back
+        // to the pool. The handler runs every 1,000 SQLite VM steps and interrupts the query
+        // once the deadline passes, or as soon as the caller has gone.
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
+        let pool = self.reads.clone();
+        let datasets = json_text(datasets);
+        let query = async move {
+            let mut connection = pool.acquire().await?;
+            if let Some(deadline) = deadline {
+                connection
+                    .lock_handle()
+                    .await?
+                    .set_progress_handler(1_000, move || {
+                        !abandoned.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
+                    });
+            }
+            let mut statement = sqlx::query(sql)
+                .bind(fts)
+                .bind(datasets)
+                .bind(i64::from(limit));
+            if let (Some(at), false) = (at, slow) {
+                statement = statement.bind(at.valid_at).bind(at.as_of);
+            }
+            let result = statement.fetch_all(&mut *connection).await;
+            if deadline.is_some() {
+                connection.lock_handle().await?.remove_progress_handler();
+            }
+            Ok::<_, LedgerError>(result)
+        };
+        let result = tokio::spawn(query)
+            .await
+            .map_err(|error| LedgerError::Internal(format!("lexical search task: {error}")))??;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(error)
+                if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) =>
+            {
+                return Err(LedgerError::DeadlineExceeded(format!(
+                    "lexical search interrupted at its deadline ({error})"
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        rows.iter()
+            .map(|row| {
+                Ok(LexicalHit {
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+                    passage_index: row.try_get("passage_index")?,
+                    text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
+                    score: row.try_get("score")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Binds hits to the ledger: `current` is "its source's head" or, at `at`, "held then";
+    /// `vector_searchable` is "verified in the generation" or, at `at`, "projected in it"
+    /// (its chunk rows are there; the receipts of a revision that is no longer head are
+    /// superseded, its points kept).
+    async fn bind(
+        &self,
+        hits: &[HitRef],
+        generation: &str,
+        at: Option<At>,
+    ) -> Result<Vec<BoundHit>> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asked: Vec<(String, Option<u32>)> = hits
+            .iter()
+            .map(|hit| (hit.revision_id.to_string(), hit.chunk_index))
+            .collect();
+        // One row of JSON instead of a row per hit: sqlx hands each row across threads, which
+        // cost more than the query itself (1.3 ms against 0.3 ms for 20 hits). `CROSS JOIN`
+        // keeps the asked hits as the outer loop (the planner cannot size a `json_each`). Each
+        // row names its hit by position in `hits`; the order is restored here, not by a sort
+        // in SQL.
+        let (current, searchable) = match at {
+            None => (
+                "coalesce(s.head_revision_id = r.id AND r.tombstone = 0, 0)",
+                "EXISTS (SELECT 1 FROM searchable_revisions sr WHERE sr.revision_id = r.id \
+                   AND sr.generation = ?2)",
+            ),
+            Some(_) => (
+                "r.tombstone = 0 AND EXISTS (SELECT 1 FROM validity v \
+                   WHERE v.revision_id = r.id AND v.valid_from <= ?3 AND ?3 < v.valid_to \
+                   AND v.recorded_from <= ?4 AND ?4 < v.recorded_to)",
+                "EXISTS (SELECT 1 FROM chunks pc WHERE pc.revision_id = r.id \
+                   AND pc.generation = ?2)",
+            ),
+        };
+        let sql = format!(
+            "WITH asked AS (SELECT key AS position, value ->> 0 AS revision_id, \
+                 value ->> 1 AS chunk_index FROM json_each(?1)) \
+             SELECT json_group_array(json_array(a.position, r.dataset, r.source_key, \
+               {current}, {searchable}, \
+               c.text, c.section, c.page, r.accepted_at, r.actor)) \
+             FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
+             LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
+             LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
+               AND c.chunk_index = a.chunk_index"
+        );
+        let mut statement = sqlx::query_scalar(&sql)
+            .bind(json_text(&asked))
+            .bind(generation);
+        if let Some(at) = at {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        let packed: Option<String> = statement.fetch_one(&self.reads).await?;
+        type Packed = (
+            usize,
+            String,
+            String,
+            i64,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            i64,
+            String,
+        );
+        let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
+            .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
+        rows.sort_unstable_by_key(|row| row.0);
+        rows.into_iter()
+            .map(
+                |(
+                    position,
+                    dataset,
+                    source_key,
+                    current,
+                    searchable,
+                    text,
+                    section,
+                    page,
+                    accepted_at,
+                    actor,
+                )| {
+                    let hit = *hits.get(position).ok_or_else(|| {
+                        LedgerError::Internal(format!("bound hit {position} was not asked"))
+                    })?;
+                    Ok(BoundHit {
+                        hit,
+                        dataset,
+                        source_key,
+                        current: current != 0,
+                        vector_searchable: searchable != 0,
+                        chunk_text: text,
+                        section,
+                        page,
+                        accepted_at,
+                        actor,
+                    })
+                },
+            )
+            .collect()
+    }
+}
+
+/// BM25 at a point in time (`?4` valid, `?5` record time): the passages of current heads and
+/// the past passages, each only where its revision's believed rectangle at `?5` holds `?4`
+/// (one probe of `validity_by_revision` per match) and it is no tombstone. A revision whose
+/// passages are current is ranked from the current index only. FTS5 ranks each index on its
+/// own statistics; the two lists are merged by score.
+const TEMPORAL_LEXICAL: &str = "WITH ranked AS (SELECT * FROM ( \
+       SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.byte_start, \
+         p.byte_end, p.text, p.section, p.page, bm25(passages_fts) AS rank \
+       FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
+       WHERE passages_fts MATCH ?1 \
+         AND (json_array_length(?2) = 0 OR p.dataset IN (SELECT value FROM json_each(?2))) \
+         AND EXISTS (SELECT 1 FROM validity v WHERE v.revision_id = p.revision_id \
+           AND v.valid_from <= ?4 AND ?4 < v.valid_to \
+           AND v.recorded_from <= ?5 AND ?5 < v.recorded_to) \
+       UNION ALL \
+       SELECT pp.dataset, pp.source_key, pp.revision_id, pp.passage_index, pp.byte_start, \
+         pp.byte_end, pp.text, pp.section, pp.page, bm25(past_passages_fts) AS rank \
+       FROM past_passages_fts JOIN past_passages pp ON pp.id = past_passages_fts.rowid \
+       WHERE past_passages_fts MATCH ?1 \
+         AND (json_array_length(?2) = 0 OR pp.dataset IN (SELECT value FROM json_each(?2))) \
+         AND EXISTS (SELECT 1 FROM validity v WHERE v.revision_id = pp.revision_id \
+           AND v.valid_from <= ?4 AND ?4 < v.valid_to \
+           AND v.recorded_from <= ?5 AND ?5 < v.recorded_to) \
+         AND NOT EXISTS (SELECT 1 FROM passages c WHERE c.revision_id = pp.revision_id)) \
+     ORDER BY rank LIMIT ?3) \
+   SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
+     coalesce(k.text, CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) \
+       AS TEXT)) AS text, \
+     k.section, k.page, -k.rank AS score \
+   FROM ranked k \
+   JOIN revisions r ON r.id = k.revision_id AND r.tombstone = 0 \
+   JOIN contents c ON c.sha256 = r.content_sha256 \
+   ORDER BY k.rank";
 
 #[cfg(test)]
 mod fts_tests {

@@ -112,6 +112,71 @@ pub async fn validity_answers_what_held_and_what_was_known(harness: Harness) {
         .map(|r| (r.revision_id, r.valid.from, r.valid.to))
         .collect();
     assert_eq!(believed, vec![(j1, jan_10, mar_1), (j2, mar_1, OPEN)]);
+    // Lexical search at a point in time finds the revision held then, from the past
+    // passages when it is no longer head; today's search finds the head only.
+    let lexical_at = |valid_at: Micros, as_of: Micros| {
+        let ledger = harness.ledger.clone();
+        async move {
+            let at = receipts::validity::At { valid_at, as_of };
+            must(
+                ledger
+                    .lexical_search_at("rule", &["law".to_owned()], 10, None, at)
+                    .await,
+                "lexical_search_at",
+            )
+            .into_iter()
+            .map(|hit| hit.revision_id)
+            .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        lexical_at(feb_15, now).await,
+        vec![j1],
+        "lexical, 15 February"
+    );
+    assert_eq!(lexical_at(mar_20, now).await, vec![j2], "lexical, 20 March");
+    assert_eq!(
+        lexical_at(mar_20, mar_25).await,
+        vec![j1],
+        "lexical, 20 March as of 25 March"
+    );
+    assert_eq!(
+        lexical_at(jan_10 - 1, now).await,
+        Vec::<Uuid>::new(),
+        "lexical, before J1"
+    );
+    let today = must(
+        harness.ledger.lexical_search("rule", &[], 10, None).await,
+        "lexical",
+    );
+    assert_eq!(
+        today.iter().map(|hit| hit.revision_id).collect::<Vec<_>>(),
+        vec![j2]
+    );
+    // Binding at a point in time: held then, not head now.
+    let refs = [j1, j2].map(|revision_id| receipts::HitRef {
+        revision_id,
+        chunk_index: None,
+    });
+    let at = receipts::validity::At {
+        valid_at: feb_15,
+        as_of: now,
+    };
+    let bound = must(
+        harness.ledger.bind_hits_at(&refs, "g", at).await,
+        "bind_hits_at",
+    );
+    let current: Vec<(Uuid, bool)> = bound
+        .iter()
+        .map(|b| (b.hit.revision_id, b.current))
+        .collect();
+    assert_eq!(current, vec![(j1, true), (j2, false)]);
+    let bound = must(harness.ledger.bind_hits(&refs, "g").await, "bind_hits");
+    let current: Vec<(Uuid, bool)> = bound
+        .iter()
+        .map(|b| (b.hit.revision_id, b.current))
+        .collect();
+    assert_eq!(current, vec![(j1, false), (j2, true)]);
     // The store recorded each assertion in the source's history.
     let history = must(
         harness.ledger.history("source", "law/ruling").await,
@@ -323,5 +388,38 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
             found.is_none(),
             "erased source found at {valid_at} as of {as_of}: {found:?}"
         );
+        let at = receipts::validity::At { valid_at, as_of };
+        let hits = must(
+            harness
+                .ledger
+                .lexical_search_at("text", &[], 100, None, at)
+                .await,
+            "lexical_search_at",
+        );
+        assert!(
+            hits.iter().all(|hit| hit.source_key != "a"),
+            "an erased revision's passage at {valid_at} as of {as_of}"
+        );
+    }
+    // Every lexical answer at random points holds only revisions held then.
+    for _ in 0..20 {
+        let valid_at = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
+        let as_of = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
+        let at = receipts::validity::At { valid_at, as_of };
+        for hit in must(
+            harness
+                .ledger
+                .lexical_search_at("text", &[], 100, None, at)
+                .await,
+            "lexical_search_at",
+        ) {
+            let held = held(&harness, &hit.source_key, valid_at, as_of).await;
+            assert_eq!(
+                held,
+                Some(hit.revision_id),
+                "{} at {valid_at} as of {as_of}",
+                hit.source_key
+            );
+        }
     }
 }
