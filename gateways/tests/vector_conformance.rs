@@ -115,6 +115,21 @@ mod checks {
             async move { store.count_points(selector).await.expect("count") }
         };
         assert_eq!(count(source("docs", "a")).await, 5, "current or not");
+        // Search finds current points only; `search_any` the superseded revision's too (the
+        // candidates of a search at a past time), in the datasets asked.
+        let docs = ["docs".to_owned()];
+        let current = store.search(unit(7), &docs, 20).await.expect("search");
+        assert!(
+            current.iter().all(|hit| hit.revision_id != old),
+            "{current:?}"
+        );
+        let any = store
+            .search_any(unit(7), &docs, 20)
+            .await
+            .expect("search_any");
+        assert!(any.iter().any(|hit| hit.revision_id == old), "{any:?}");
+        assert!(any.iter().any(|hit| hit.revision_id == new), "{any:?}");
+        assert!(any.iter().all(|hit| hit.dataset == "docs"), "{any:?}");
         // A revision that became head after the erasure is spared.
         let later = Uuid::now_v7();
         project(store.as_ref(), "docs", "a", later, 1, 11).await;

@@ -435,6 +435,14 @@ impl VectorStore for FailingSearchVectors {
             message: "injected search failure".to_owned(),
         })
     }
+    async fn search_any(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.search(vector, datasets, limit).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -535,6 +535,14 @@ impl VectorStore for FaultyVectors {
     ) -> Result<Vec<VectorHit>, GatewayError> {
         self.real.search(vector, datasets, limit).await
     }
+    async fn search_any(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.real.search_any(vector, datasets, limit).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

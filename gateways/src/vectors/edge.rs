@@ -355,6 +355,64 @@ impl std::fmt::Debug for EdgeVectorStore {
 }
 
 impl EdgeVectorStore {
+    /// The nearest points in `datasets` (empty: every dataset), current ones only or any.
+    async fn nearest(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+        current_only: bool,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        // No datasets: every dataset (an empty `should` would match nothing).
+        let filter = Filter {
+            should: (!datasets.is_empty()).then(|| {
+                datasets
+                    .iter()
+                    .map(|d| keyword(&self.fields.dataset, d))
+                    .collect()
+            }),
+            must: current_only.then(|| vec![flag(&self.fields.is_current, true)]),
+            ..Filter::default()
+        };
+        self.with_shard(false, move |shard| {
+            let points = shard
+                .search(SearchRequest {
+                    query: qdrant_edge::QueryEnum::Nearest(qdrant_edge::NamedQuery::default_dense(
+                        vector,
+                    )),
+                    filter: Some(filter),
+                    params: None,
+                    limit,
+                    offset: 0,
+                    with_payload: Some(WithPayloadInterface::Bool(true)),
+                    with_vector: None,
+                    score_threshold: None,
+                })
+                .map_err(unavailable)?;
+            Ok(points
+                .into_iter()
+                .filter_map(|point| {
+                    let revision_id = payload_text(&point.payload, "revision_id")?.parse().ok()?;
+                    let chunk_index = point
+                        .payload
+                        .as_ref()?
+                        .0
+                        .get("chunk_index")?
+                        .as_u64()
+                        .and_then(|index| u32::try_from(index).ok())?;
+                    Some(VectorHit {
+                        dataset: payload_text(&point.payload, "dataset")?,
+                        source_key: payload_text(&point.payload, "source_key")?,
+                        revision_id,
+                        chunk_index,
+                        score: point.score,
+                    })
+                })
+                .collect())
+        })
+        .await
+    }
+
     /// Opens the shard at `path`, creating it (cosine distance, `dimension`, payload indexes)
     /// when it does not exist yet.
     pub fn open(path: &Path, dimension: usize) -> Result<EdgeVectorStore, GatewayError> {
@@ -1225,53 +1283,15 @@ impl VectorStore for EdgeVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        // No datasets: every dataset (an empty `should` would match nothing).
-        let filter = Filter {
-            should: (!datasets.is_empty()).then(|| {
-                datasets
-                    .iter()
-                    .map(|d| keyword(&self.fields.dataset, d))
-                    .collect()
-            }),
-            must: Some(vec![flag(&self.fields.is_current, true)]),
-            ..Filter::default()
-        };
-        self.with_shard(false, move |shard| {
-            let points = shard
-                .search(SearchRequest {
-                    query: qdrant_edge::QueryEnum::Nearest(qdrant_edge::NamedQuery::default_dense(
-                        vector,
-                    )),
-                    filter: Some(filter),
-                    params: None,
-                    limit,
-                    offset: 0,
-                    with_payload: Some(WithPayloadInterface::Bool(true)),
-                    with_vector: None,
-                    score_threshold: None,
-                })
-                .map_err(unavailable)?;
-            Ok(points
-                .into_iter()
-                .filter_map(|point| {
-                    let revision_id = payload_text(&point.payload, "revision_id")?.parse().ok()?;
-                    let chunk_index = point
-                        .payload
-                        .as_ref()?
-                        .0
-                        .get("chunk_index")?
-                        .as_u64()
-                        .and_then(|index| u32::try_from(index).ok())?;
-                    Some(VectorHit {
-                        dataset: payload_text(&point.payload, "dataset")?,
-                        source_key: payload_text(&point.payload, "source_key")?,
-                        revision_id,
-                        chunk_index,
-                        score: point.score,
-                    })
-                })
-                .collect())
-        })
-        .await
+        self.nearest(vector, datasets, limit, true).await
+    }
+
+    async fn search_any(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.nearest(vector, datasets, limit, false).await
     }
 }

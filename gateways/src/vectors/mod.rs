@@ -225,6 +225,15 @@ pub trait VectorStore: Send + Sync + 'static {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError>;
+    /// Nearest points of any revision, current or not, in `datasets`, best first: the
+    /// candidates of a search at a past valid or record time, which binding then narrows to
+    /// the revisions held then.
+    async fn search_any(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError>;
     /// The stored vectors of these point ids, in order (`None` where a point is missing or
     /// has another dimension): where a projection reuses the vector of an unchanged chunk.
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError>;

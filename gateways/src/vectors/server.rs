@@ -223,6 +223,52 @@ fn current_payload(
 }
 
 impl ServerVectorStore {
+    /// The nearest points in `datasets` (empty: every dataset), current ones only or any.
+    async fn nearest(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+        current_only: bool,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        let mut filter = if current_only {
+            Filter::must([flag("is_current", true)])
+        } else {
+            Filter::default()
+        };
+        if !datasets.is_empty() {
+            filter.should = datasets
+                .iter()
+                .map(|dataset| keyword("dataset", dataset))
+                .collect();
+        }
+        // One attempt: the caller's search deadline bounds it.
+        let response = self
+            .client
+            .search_points(
+                SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
+                    .filter(filter)
+                    .with_payload(true),
+            )
+            .await
+            .map_err(classify)?;
+        Ok(response
+            .result
+            .into_iter()
+            .filter_map(|point| {
+                let revision_id = text(&point.payload, "revision_id")?.parse().ok()?;
+                let chunk_index = u32::try_from(integer(&point.payload, "chunk_index")?).ok()?;
+                Some(VectorHit {
+                    dataset: text(&point.payload, "dataset")?,
+                    source_key: text(&point.payload, "source_key")?,
+                    revision_id,
+                    chunk_index,
+                    score: point.score,
+                })
+            })
+            .collect())
+    }
+
     /// Connects to the server and makes sure the generation's collection exists (cosine
     /// distance, `dimension`) with its payload indexes; refuses a collection of another
     /// dimension. Concurrent openers (several workers starting at once) are fine.
@@ -572,38 +618,16 @@ impl VectorStore for ServerVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        let mut filter = Filter::must([flag("is_current", true)]);
-        if !datasets.is_empty() {
-            filter.should = datasets
-                .iter()
-                .map(|dataset| keyword("dataset", dataset))
-                .collect();
-        }
-        // One attempt: the caller's search deadline bounds it.
-        let response = self
-            .client
-            .search_points(
-                SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
-                    .filter(filter)
-                    .with_payload(true),
-            )
-            .await
-            .map_err(classify)?;
-        Ok(response
-            .result
-            .into_iter()
-            .filter_map(|point| {
-                let revision_id = text(&point.payload, "revision_id")?.parse().ok()?;
-                let chunk_index = u32::try_from(integer(&point.payload, "chunk_index")?).ok()?;
-                Some(VectorHit {
-                    dataset: text(&point.payload, "dataset")?,
-                    source_key: text(&point.payload, "source_key")?,
-                    revision_id,
-                    chunk_index,
-                    score: point.score,
-                })
-            })
-            .collect())
+        self.nearest(vector, datasets, limit, true).await
+    }
+
+    async fn search_any(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.nearest(vector, datasets, limit, false).await
     }
 
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
