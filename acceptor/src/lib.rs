@@ -223,40 +223,12 @@ struct SourceRequest {
     /// an offset (`2026-03-01T00:00:00Z`); absent: from its acceptance. Earlier than now is a
     /// correction that reaches back. A start in the future is refused for now
     /// (`validity_in_future`).
-    #[schema(schema_with = instant_schema)]
+    #[schema(schema_with = receipts::http::instant_schema)]
     valid_from: Option<Value>,
     /// When it stops holding (absent: never). Bounded periods are refused for now
     /// (`validity_bounded`).
-    #[schema(schema_with = instant_schema)]
+    #[schema(schema_with = receipts::http::instant_schema)]
     valid_to: Option<Value>,
-}
-
-/// An instant on the wire: epoch microseconds or RFC 3339 with an offset.
-fn instant_schema() -> utoipa::openapi::schema::Schema {
-    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
-    OneOfBuilder::new()
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .minimum(Some(0.0))
-                .maximum(Some(9_007_199_254_740_990.0))
-                .description(Some("epoch microseconds")),
-        )
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .format(Some(utoipa::openapi::schema::SchemaFormat::KnownFormat(
-                    utoipa::openapi::schema::KnownFormat::DateTime,
-                )))
-                .description(Some("RFC 3339 with an offset")),
-        )
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::Null)
-                .description(Some("absent")),
-        )
-        .build()
-        .into()
 }
 
 /// A submission's validity from its wire fields (typed refusals for bad instants).

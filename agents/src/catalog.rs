@@ -153,7 +153,11 @@ impl ToolName {
                     "budget_ms": {"type": "integer", "minimum": search::api::MIN_BUDGET_MS,
                         "description": "Time for the whole search (default: the server's)."},
                     "snippet_chars": {"type": "integer", "minimum": 50, "maximum": MAX_SNIPPET_CHARS,
-                        "default": DEFAULT_SNIPPET_CHARS, "description": "Longest snippet per hit."}
+                        "default": DEFAULT_SNIPPET_CHARS, "description": "Longest snippet per hit."},
+                    "valid_at": {"type": ["integer", "string"],
+                        "description": "Search what held at this instant (epoch microseconds, or RFC 3339 with an offset such as 2026-03-01T00:00:00Z), as known now or at as_of."},
+                    "as_of": {"type": ["integer", "string"],
+                        "description": "Search what cairn believed at this instant (at least 5 s ago), about valid_at (default: the same instant): the basis of a past decision."}
                 },
                 "required": ["query"],
                 "additionalProperties": false

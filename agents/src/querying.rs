@@ -34,6 +34,8 @@ struct SearchArgs {
     mode: Option<String>,
     budget_ms: Option<i64>,
     snippet_chars: Option<i64>,
+    valid_at: Option<Value>,
+    as_of: Option<Value>,
 }
 
 /// Runs `search`: the answer, the datasets it searched and its hit count (for the log).
@@ -75,6 +77,8 @@ pub(crate) async fn search(
         mode: args.mode,
         group_by_source: Some(true),
         expand: None,
+        valid_at: args.valid_at,
+        as_of: args.as_of,
     };
     let query = search::api::parse(body, principal, &shared.searcher).map_err(|error| {
         let mut error = ToolError::from(error);

@@ -239,7 +239,7 @@ fn supported(period: &Period, recorded_at: Micros) -> Result<()> {
         return Err(LedgerError::invalid(
             "validity_in_future",
             format!(
-                "valid_from {} is later than now ({}); periods that start in the future are                  not supported yet",
+                "valid_from {} is later than now ({}); periods that start in the future are not supported yet",
                 validity::format_instant(period.from),
                 validity::format_instant(recorded_at)
             ),
@@ -249,7 +249,7 @@ fn supported(period: &Period, recorded_at: Micros) -> Result<()> {
         return Err(LedgerError::invalid(
             "validity_bounded",
             format!(
-                "valid_to {} closes the period; bounded periods are not supported yet: leave                  valid_to out, and assert the next revision from that instant",
+                "valid_to {} closes the period; bounded periods are not supported yet: leave valid_to out, and assert the next revision from that instant",
                 validity::format_instant(period.to)
             ),
         ));

@@ -593,3 +593,31 @@ pub fn reason_schema() -> utoipa::openapi::schema::Object {
 pub fn optional_datasets() -> utoipa::openapi::schema::Array {
     optional_names(dataset_schema(), 1, None)
 }
+
+/// An instant on the wire: epoch microseconds or RFC 3339 with an offset.
+pub fn instant_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0.0))
+                .maximum(Some(9_007_199_254_740_990.0))
+                .description(Some("epoch microseconds")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(utoipa::openapi::schema::SchemaFormat::KnownFormat(
+                    utoipa::openapi::schema::KnownFormat::DateTime,
+                )))
+                .description(Some("RFC 3339 with an offset")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Null)
+                .description(Some("absent")),
+        )
+        .build()
+        .into()
+}

@@ -3,6 +3,7 @@
 //! Order of checks: bearer token (401), `search` scope and dataset allowlist (403), body (413,
 //! 415, 422 with a stable code per field), admission (429 `overloaded` with `Retry-After`).
 
+use receipts::validity::At;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,6 +86,58 @@ pub struct SearchBody {
     /// `links`: add each result's linked current sources (needs a graph store).
     #[schema(pattern = "^links$")]
     pub expand: Option<String>,
+    /// Search as it held at this valid time (epoch microseconds or RFC 3339 with an offset),
+    /// as known at `as_of` (default: now).
+    #[schema(schema_with = receipts::http::instant_schema)]
+    pub valid_at: Option<serde_json::Value>,
+    /// Search as the ledger believed at this record time, about `valid_at` (default: the same
+    /// instant). At least `AS_OF_SETTLED` (5 s) in the past, so that the answer can be
+    /// reproduced: a commit in flight could still land before a later instant.
+    #[schema(schema_with = receipts::http::instant_schema)]
+    pub as_of: Option<serde_json::Value>,
+}
+
+/// How far in the past an `as_of` must lie: acceptance transactions commit within it, so no
+/// later commit can change what was believed at that instant.
+pub const AS_OF_SETTLED: receipts::Micros = 5_000_000;
+
+/// The point in both times a body asks for, if any.
+fn point_in_time(body: &SearchBody) -> Result<Option<At>, ApiError> {
+    let instant = |field: &str, value: Option<&serde_json::Value>| {
+        value
+            .filter(|value| !value.is_null())
+            .map(|value| receipts::validity::parse_instant(field, value))
+            .transpose()
+            .map_err(ApiError::from)
+    };
+    let valid_at = instant("valid_at", body.valid_at.as_ref())?;
+    let as_of = instant("as_of", body.as_of.as_ref())?;
+    let now = receipts::Clock::now_micros(&receipts::SystemClock);
+    if let Some(as_of) = as_of {
+        if as_of > now - AS_OF_SETTLED {
+            return Err(ApiError::unprocessable(
+                "as_of_unsettled",
+                format!(
+                    "as_of {} is less than {} s before now ({}): commits in flight could still change what was believed then; ask about an earlier instant, or leave as_of out to search as known now",
+                    receipts::validity::format_instant(as_of),
+                    AS_OF_SETTLED / 1_000_000,
+                    receipts::validity::format_instant(now)
+                ),
+            ));
+        }
+    }
+    Ok(match (valid_at, as_of) {
+        (None, None) => None,
+        (Some(valid_at), None) => Some(At {
+            valid_at,
+            as_of: now,
+        }),
+        (None, Some(as_of)) => Some(At {
+            valid_at: as_of,
+            as_of,
+        }),
+        (Some(valid_at), Some(as_of)) => Some(At { valid_at, as_of }),
+    })
 }
 
 fn query_schema() -> utoipa::openapi::schema::Object {
@@ -102,6 +155,7 @@ pub fn parse(
     searcher: &Searcher,
 ) -> Result<Query, ApiError> {
     let settings = searcher.settings();
+    let at = point_in_time(&body)?;
     let text = body.query.trim();
     let chars = text.chars().count();
     if chars == 0 || chars > MAX_QUERY_CHARS {
@@ -169,6 +223,7 @@ pub fn parse(
         budget: Duration::from_millis(u64::try_from(budget_ms).unwrap_or(1)),
         mode,
         group_by_source: body.group_by_source.unwrap_or(true),
+        at,
     })
 }
 

@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateways::{EmbedRole, Embedders, GatewayError, VectorHit, VectorStores};
+use receipts::validity::At;
 use receipts::{BoundHit, HitRef, LedgerError, LexicalHit, SearchLedger};
 use serde::Serialize;
 use uuid::Uuid;
@@ -178,6 +179,9 @@ pub struct Query {
     pub mode: Mode,
     /// One result per source (its best passage) instead of one per passage.
     pub group_by_source: bool,
+    /// Search as it held at a valid time, as the ledger believed at a record time (`None`:
+    /// the current revisions, as today).
+    pub at: Option<At>,
 }
 
 /// One result.
@@ -259,6 +263,12 @@ pub struct SearchResponse {
     /// The projection generation the query searched (the one active when it started); `None`
     /// without a vector store or before any generation exists.
     pub generation: Option<String>,
+    /// The valid time searched (absent: now, the current revisions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub valid_at: Option<receipts::Micros>,
+    /// The record time searched (absent: now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<receipts::Micros>,
 }
 
 /// Why a search has no answer.
@@ -660,7 +670,22 @@ impl Searcher {
             phases,
             budget_ms: u64::try_from(query.budget.as_millis()).unwrap_or(u64::MAX),
             generation: searched,
+            valid_at: query.at.map(|at| at.valid_at),
+            as_of: query.at.map(|at| at.as_of),
         })
+    }
+
+    /// Binds hits now, or at the query's point in time.
+    async fn bind(
+        &self,
+        refs: &[HitRef],
+        generation: &str,
+        at: Option<At>,
+    ) -> Result<Vec<BoundHit>, LedgerError> {
+        match at {
+            None => self.ledger.bind_hits(refs, generation).await,
+            Some(at) => self.ledger.bind_hits_at(refs, generation, at).await,
+        }
     }
 
     fn allowed(query: &Query, dataset: &str) -> bool {
@@ -719,10 +744,17 @@ impl Searcher {
         let mut search_ms = 0.0;
         loop {
             let searching = Instant::now();
-            let hits = store
-                .search(vector.clone(), &query.datasets, limit)
-                .await
-                .map_err(PhaseFailure::Store)?;
+            // At a past time the candidates are every revision's points; binding keeps those
+            // held then.
+            let hits = match query.at {
+                None => store.search(vector.clone(), &query.datasets, limit).await,
+                Some(_) => {
+                    store
+                        .search_any(vector.clone(), &query.datasets, limit)
+                        .await
+                }
+            }
+            .map_err(PhaseFailure::Store)?;
             search_ms += ms(searching);
             // Bind only as many hits as the page needs: the first `needed` hits, then the
             // rest of this round's hits only when drops (or several chunks of one source)
@@ -750,7 +782,9 @@ impl Searcher {
             }
             let (candidates, dropped) = Self::in_rank_order(&hits, &bound);
             let enough = self.distinct(query, &hits, &bound) >= wanted;
-            if query.mode == Mode::Vector {
+            // Searches at a past time fetch every revision's points: they would teach the
+            // over-fetch for current searches too much.
+            if query.mode == Mode::Vector && query.at.is_none() {
                 if let Some(position) = Self::position_of(query, &hits, &bound, wanted) {
                     self.overfetch.observe(wanted, position);
                 }
@@ -843,8 +877,7 @@ impl Searcher {
     ) -> Result<Vec<(HitRef, Option<Candidate>)>, PhaseFailure> {
         let refs: Vec<HitRef> = hits.iter().map(|hit| hit_ref(hit)).collect();
         let bound = self
-            .ledger
-            .bind_hits(&refs, generation)
+            .bind(&refs, generation, query.at)
             .await
             .map_err(PhaseFailure::Ledger)?;
         let by_ref: HashMap<HitRef, &BoundHit> = bound.iter().map(|b| (b.hit, b)).collect();
@@ -886,11 +919,19 @@ impl Searcher {
     ) -> Result<PhaseOutcome, PhaseFailure> {
         let started = Instant::now();
         let limit = u32::try_from(query.top_k.max(fusion::CANDIDATE_WINDOW)).unwrap_or(u32::MAX);
-        let hits = self
-            .ledger
-            .lexical_search(&query.text, &query.datasets, limit, Some(deadline))
-            .await
-            .map_err(PhaseFailure::Ledger)?;
+        let hits = match query.at {
+            None => {
+                self.ledger
+                    .lexical_search(&query.text, &query.datasets, limit, Some(deadline))
+                    .await
+            }
+            Some(at) => {
+                self.ledger
+                    .lexical_search_at(&query.text, &query.datasets, limit, Some(deadline), at)
+                    .await
+            }
+        }
+        .map_err(PhaseFailure::Ledger)?;
         let search_ms = ms(started);
         let binding = Instant::now();
         let (candidates, dropped) = self.bind_lexical_hits(query, hits, generation).await?;
@@ -919,8 +960,7 @@ impl Searcher {
             .into_iter()
             .collect();
         let bound = self
-            .ledger
-            .bind_hits(&revisions, generation)
+            .bind(&revisions, generation, query.at)
             .await
             .map_err(PhaseFailure::Ledger)?;
         let by_revision: HashMap<Uuid, &BoundHit> =
@@ -1024,8 +1064,7 @@ impl Searcher {
                     .collect::<HashSet<_>>()
                     .into_iter()
                     .collect();
-                self.ledger
-                    .bind_hits(&refs, generation)
+                self.bind(&refs, generation, query.at)
                     .await?
                     .iter()
                     .map(|b| (b.hit.revision_id, b.current))

@@ -238,6 +238,7 @@ fn query(text: &str, mode: Mode, budget_ms: u64) -> Query {
         budget: Duration::from_millis(budget_ms),
         mode,
         group_by_source: true,
+        at: None,
     }
 }
 

@@ -205,6 +205,7 @@ async fn burst(
                 budget,
                 mode: Mode::Auto,
                 group_by_source: true,
+                at: None,
             };
             tokio::spawn(async move {
                 let began = Instant::now();
@@ -337,6 +338,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             budget: Duration::from_secs(10),
             mode,
             group_by_source: true,
+            at: None,
         };
         // Warm-up, alike for both sides: caches, the model's first runs, and the searcher's
         // learned over-fetch (its first queries fetch two hits per result).

@@ -225,3 +225,136 @@ fn chrono_free_future() -> i64 {
         .unwrap_or_default();
     now + 86_400_000_000
 }
+
+/// `2020-02-15T00:00:00Z` and `2020-03-20T00:00:00Z`.
+const FEB_15_2020: i64 = 1_581_724_800_000_000;
+const MAR_20_2020: i64 = 1_584_662_400_000_000;
+
+/// The case through a served cairn (embedded default: SQLite, qdrant-edge, the local
+/// model), in every search mode: J1 holds from January, J2 (accepted later) from March.
+/// Search finds J2 now, J1 at 15 February and J2 at 20 March as known now; as cairn knew it
+/// between the two acceptances, J1, at 20 March too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = crate::crash::start(data.path()).await;
+    let token = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    let put = |content: &str, valid_from: &str| {
+        json!({"dataset": "law", "source_key": "ruling", "content": content,
+               "valid_from": valid_from})
+    };
+    let j1 = crate::common::post_source(
+        &http,
+        &base,
+        &token,
+        &put(
+            "The ruling: the speed limit on the coastal road is fifty kilometres per hour.",
+            "2020-01-01T00:00:00Z",
+        ),
+    )
+    .await;
+    crate::projection::wait_for_job(&http, &base, &token, &j1, "completed").await;
+    // Between the two acceptances: what cairn told people then.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let between = now_micros();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let j2 = crate::common::post_source(
+        &http,
+        &base,
+        &token,
+        &put(
+            "The ruling: the speed limit on the coastal road is seventy kilometres per hour.",
+            "2020-03-01T00:00:00Z",
+        ),
+    )
+    .await;
+    crate::projection::wait_for_job(&http, &base, &token, &j2, "completed").await;
+    // An as_of must have settled (5 s): refused until then, typed.
+    let search = |mode: &str, at: Value| {
+        let mut body = json!({"query": "speed limit on the coastal road", "mode": mode,
+                              "datasets": ["law"], "top_k": 5});
+        if let (Some(body), Some(at)) = (body.as_object_mut(), at.as_object()) {
+            body.extend(at.clone());
+        }
+        let request = http
+            .post(format!("{base}/v1/search"))
+            .bearer_auth(&token)
+            .json(&body);
+        async move {
+            let response = request.send().await.expect("search");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    let (status, refused) = search("lexical", json!({"as_of": between})).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["code"], "as_of_unsettled", "{refused}");
+    let (status, refused) = search("lexical", json!({"valid_at": "2020-02-15"})).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["code"], "invalid_instant", "{refused}");
+    tokio::time::sleep(std::time::Duration::from_millis(5_200)).await;
+    let revisions = |answer: &Value| -> Vec<String> {
+        answer["results"]
+            .as_array()
+            .map(|results| {
+                results
+                    .iter()
+                    .map(|hit| {
+                        hit["source_revision_id"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for mode in ["lexical", "vector", "auto"] {
+        let cases = [
+            (json!({}), &j2, "now"),
+            (json!({"valid_at": FEB_15_2020}), &j1, "15 February"),
+            (json!({"valid_at": "2020-03-20T00:00:00Z"}), &j2, "20 March"),
+            (
+                json!({"as_of": between}),
+                &j1,
+                "as known between the acceptances",
+            ),
+            (
+                json!({"valid_at": MAR_20_2020, "as_of": between}),
+                &j1,
+                "20 March as known between the acceptances",
+            ),
+        ];
+        for (at, expected, case) in cases {
+            let (status, answer) = search(mode, at.clone()).await;
+            assert_eq!(status, 200, "{mode} {case}: {answer}");
+            assert_eq!(
+                revisions(&answer),
+                vec![expected.clone()],
+                "{mode} {case}: {answer}"
+            );
+            assert_eq!(
+                answer["valid_at"].as_i64().is_some(),
+                at.as_object().is_some_and(|at| !at.is_empty()),
+                "{mode} {case}: the answer echoes its point in time"
+            );
+        }
+        // Before J1 held: nothing.
+        let (_, answer) = search(mode, json!({"valid_at": "2019-06-01T00:00:00Z"})).await;
+        assert_eq!(
+            revisions(&answer),
+            Vec::<String>::new(),
+            "{mode}: before J1"
+        );
+    }
+    server.kill().await.expect("stop");
+}
+
+/// Now, in epoch microseconds.
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_micros() as i64)
+        .unwrap_or_default()
+}

@@ -25,6 +25,12 @@ pub struct SearchArgs {
     /// One result per passage instead of one per source.
     #[arg(long)]
     all_passages: bool,
+    /// Search what held at this instant (RFC 3339 with an offset, or epoch microseconds).
+    #[arg(long)]
+    valid_at: Option<String>,
+    /// Search what cairn believed at this instant (at least 5 s ago), about --valid-at.
+    #[arg(long)]
+    as_of: Option<String>,
     /// Print the server's JSON.
     #[arg(long)]
     json: bool,
@@ -42,6 +48,8 @@ impl SearchArgs {
             budget_ms,
             mode,
             all_passages,
+            valid_at,
+            as_of,
             json,
             client,
         } = self;
@@ -57,6 +65,19 @@ impl SearchArgs {
         }
         if let Some(budget_ms) = budget_ms {
             body["budget_ms"] = serde_json::json!(budget_ms);
+        }
+        // Digits are epoch microseconds; anything else goes as RFC 3339 for the server to read.
+        let instant = |text: String| {
+            text.parse::<i64>().map_or_else(
+                |_| serde_json::json!(text),
+                |micros| serde_json::json!(micros),
+            )
+        };
+        if let Some(valid_at) = valid_at {
+            body["valid_at"] = instant(valid_at);
+        }
+        if let Some(as_of) = as_of {
+            body["as_of"] = instant(as_of);
         }
         crate::cli::client::search(&api, &body, json).await?;
 
