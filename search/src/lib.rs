@@ -217,6 +217,11 @@ pub struct SearchResult {
     pub accepted_at: receipts::Micros,
     /// Who submitted it (`token:<name>`).
     pub accepted_by: String,
+    /// Validity time: when the revision holds, as the ledger believes at the point searched
+    /// (now by default): from this instant (microseconds since the Unix epoch)...
+    pub valid_from: Option<receipts::Micros>,
+    /// ...until this one (absent: open).
+    pub valid_to: Option<receipts::Micros>,
     /// With `"expand": "links"`: the current sources this result's source links to (bound
     /// to the ledger like every result).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -400,6 +405,8 @@ struct Candidate {
     vector_searchable: bool,
     accepted_at: receipts::Micros,
     actor: String,
+    /// When its revision holds, at the point searched (now by default).
+    valid: Option<receipts::validity::Period>,
 }
 
 impl Candidate {
@@ -903,6 +910,7 @@ impl Searcher {
                         vector_searchable: true,
                         accepted_at: bound.accepted_at,
                         actor: bound.actor.clone(),
+                        valid: bound.valid,
                     })
                 });
                 (reference, candidate)
@@ -977,6 +985,7 @@ impl Searcher {
                     vector_searchable: bound.vector_searchable,
                     accepted_at: bound.accepted_at,
                     actor: bound.actor.clone(),
+                    valid: bound.valid,
                     dataset: hit.dataset,
                     source_key: hit.source_key,
                     revision_id: hit.revision_id,
@@ -1104,6 +1113,11 @@ impl Searcher {
                     },
                     accepted_at: candidate.accepted_at,
                     accepted_by: candidate.actor.clone(),
+                    valid_from: candidate.valid.map(|valid| valid.from),
+                    valid_to: candidate
+                        .valid
+                        .filter(|valid| !valid.is_open())
+                        .map(|valid| valid.to),
                     links: None,
                 });
             }

@@ -311,27 +311,47 @@ async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
             .unwrap_or_default()
     };
     for mode in ["lexical", "vector", "auto"] {
+        let open = Value::Null;
         let cases = [
-            (json!({}), &j2, "now"),
-            (json!({"valid_at": FEB_15_2020}), &j1, "15 February"),
-            (json!({"valid_at": "2020-03-20T00:00:00Z"}), &j2, "20 March"),
+            (json!({}), &j2, (json!(MAR_1_2020), open.clone()), "now"),
+            (
+                json!({"valid_at": FEB_15_2020}),
+                &j1,
+                (json!(JAN_1_2020), json!(MAR_1_2020)),
+                "15 February",
+            ),
+            (
+                json!({"valid_at": "2020-03-20T00:00:00Z"}),
+                &j2,
+                (json!(MAR_1_2020), open.clone()),
+                "20 March",
+            ),
             (
                 json!({"as_of": between}),
                 &j1,
+                (json!(JAN_1_2020), open.clone()),
                 "as known between the acceptances",
             ),
             (
                 json!({"valid_at": MAR_20_2020, "as_of": between}),
                 &j1,
+                (json!(JAN_1_2020), open.clone()),
                 "20 March as known between the acceptances",
             ),
         ];
-        for (at, expected, case) in cases {
+        for (at, expected, (from, to), case) in cases {
             let (status, answer) = search(mode, at.clone()).await;
             assert_eq!(status, 200, "{mode} {case}: {answer}");
             assert_eq!(
                 revisions(&answer),
                 vec![expected.clone()],
+                "{mode} {case}: {answer}"
+            );
+            // Each hit carries its period, as believed at the point searched.
+            let hit = &answer["results"][0];
+            assert_eq!(
+                (&hit["valid_from"], &hit["valid_to"]),
+                (&from, &to),
                 "{mode} {case}: {answer}"
             );
             assert_eq!(

@@ -16,7 +16,7 @@ use crate::model::{
     RevisionDetail, SourceListing, SourceView,
 };
 use crate::passages;
-use crate::validity::At;
+use crate::validity::{At, Period};
 
 /// The query's stems ([`passages::query_stems`]: stemmed as the index was), or `None` when
 /// the query has no words.
@@ -449,7 +449,10 @@ impl PostgresLedger {
         let sql = format!(
             "SELECT a.position, r.dataset, r.source_key, \
                {current} AS current, {searchable} AS searchable, \
-               c.text, c.section, c.page, r.accepted_at, r.actor \
+               c.text, c.section, c.page, r.accepted_at, r.actor, \
+               (SELECT ARRAY[v.valid_from, v.valid_to] FROM validity v \
+                 WHERE v.revision_id = r.id AND v.valid_from <= $4 AND $4 < v.valid_to \
+                   AND v.recorded_from <= $5 AND $5 < v.recorded_to LIMIT 1) AS valid \
              FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
              JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
@@ -457,14 +460,20 @@ impl PostgresLedger {
                AND c.chunk_index = a.chunk_index \
              ORDER BY a.position"
         );
-        let mut statement = sqlx::query(&sql)
+        // The period: at the point asked, or now.
+        let now = crate::operations::Operations::clock_now(self);
+        let point = at.unwrap_or(At {
+            valid_at: now,
+            as_of: now,
+        });
+        let rows = sqlx::query(&sql)
             .bind(&revisions)
             .bind(&chunks)
-            .bind(generation);
-        if let Some(at) = at {
-            statement = statement.bind(at.valid_at).bind(at.as_of);
-        }
-        let rows = statement.fetch_all(&self.pool).await?;
+            .bind(generation)
+            .bind(point.valid_at)
+            .bind(point.as_of)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|row| {
                 let position: i64 = row.try_get("position")?;
@@ -485,6 +494,15 @@ impl PostgresLedger {
                     page: row.try_get("page")?,
                     accepted_at: row.try_get("accepted_at")?,
                     actor: row.try_get("actor")?,
+                    valid: row.try_get::<Option<Vec<i64>>, _>("valid")?.and_then(
+                        |valid| match valid.as_slice() {
+                            [from, to] => Some(Period {
+                                from: *from,
+                                to: *to,
+                            }),
+                            _ => None,
+                        },
+                    ),
                 })
             })
             .collect()

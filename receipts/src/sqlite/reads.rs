@@ -25,7 +25,7 @@ use crate::model::LexicalHit;
 use crate::model::RevisionDetail;
 use crate::model::SourceListing;
 use crate::model::SourceView;
-use crate::validity::At;
+use crate::validity::{At, Period};
 use async_trait::async_trait;
 use sqlx::Row;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -528,19 +528,28 @@ impl SqliteLedger {
                  value ->> 1 AS chunk_index FROM json_each(?1)) \
              SELECT json_group_array(json_array(a.position, r.dataset, r.source_key, \
                {current}, {searchable}, \
-               c.text, c.section, c.page, r.accepted_at, r.actor)) \
+               c.text, c.section, c.page, r.accepted_at, r.actor, \
+               (SELECT json_array(v.valid_from, v.valid_to) FROM validity v \
+                 WHERE v.revision_id = r.id AND v.valid_from <= ?3 AND ?3 < v.valid_to \
+                   AND v.recorded_from <= ?4 AND ?4 < v.recorded_to LIMIT 1))) \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
              LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
                AND c.chunk_index = a.chunk_index"
         );
-        let mut statement = sqlx::query_scalar(&sql)
+        // The period: at the point asked, or now.
+        let now = crate::operations::Operations::clock_now(self);
+        let point = at.unwrap_or(At {
+            valid_at: now,
+            as_of: now,
+        });
+        let packed: Option<String> = sqlx::query_scalar(&sql)
             .bind(json_text(&asked))
-            .bind(generation);
-        if let Some(at) = at {
-            statement = statement.bind(at.valid_at).bind(at.as_of);
-        }
-        let packed: Option<String> = statement.fetch_one(&self.reads).await?;
+            .bind(generation)
+            .bind(point.valid_at)
+            .bind(point.as_of)
+            .fetch_one(&self.reads)
+            .await?;
         type Packed = (
             usize,
             String,
@@ -552,6 +561,7 @@ impl SqliteLedger {
             Option<i64>,
             i64,
             String,
+            Option<(i64, i64)>,
         );
         let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
             .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
@@ -569,6 +579,7 @@ impl SqliteLedger {
                     page,
                     accepted_at,
                     actor,
+                    valid,
                 )| {
                     let hit = *hits.get(position).ok_or_else(|| {
                         LedgerError::Internal(format!("bound hit {position} was not asked"))
@@ -584,6 +595,7 @@ impl SqliteLedger {
                         page,
                         accepted_at,
                         actor,
+                        valid: valid.map(|(from, to)| Period { from, to }),
                     })
                 },
             )

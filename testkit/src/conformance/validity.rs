@@ -171,7 +171,24 @@ pub async fn validity_answers_what_held_and_what_was_known(harness: Harness) {
         .map(|b| (b.hit.revision_id, b.current))
         .collect();
     assert_eq!(current, vec![(j1, true), (j2, false)]);
+    // Each bound hit carries the period its revision holds over, at the point asked.
+    assert_eq!(
+        bound[0].valid,
+        Some(receipts::validity::Period {
+            from: jan_10,
+            to: mar_1
+        })
+    );
+    assert_eq!(bound[1].valid, None, "J2 did not hold on 15 February");
     let bound = must(harness.ledger.bind_hits(&refs, "g").await, "bind_hits");
+    assert_eq!(
+        bound[1].valid,
+        Some(receipts::validity::Period {
+            from: mar_1,
+            to: OPEN
+        }),
+        "now"
+    );
     let current: Vec<(Uuid, bool)> = bound
         .iter()
         .map(|b| (b.hit.revision_id, b.current))
