@@ -165,6 +165,27 @@ pub struct At {
     pub as_of: Micros,
 }
 
+impl Timeline {
+    /// A timeline from an engine's rows: the assertions in ledger order, and each rectangle
+    /// with whether its revision is a tombstone.
+    pub(crate) fn assemble(
+        assertions: Vec<Assertion>,
+        rectangles: impl IntoIterator<Item = (Rectangle, bool)>,
+    ) -> Timeline {
+        let mut timeline = Timeline {
+            assertions,
+            ..Timeline::default()
+        };
+        for (rectangle, tombstone) in rectangles {
+            if tombstone && !timeline.tombstones.contains(&rectangle.revision_id) {
+                timeline.tombstones.push(rectangle.revision_id);
+            }
+            timeline.rectangles.push(rectangle);
+        }
+        timeline
+    }
+}
+
 /// What held at an instant as cairn knew it at another: the rectangle, and whether its
 /// revision is a tombstone.
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]

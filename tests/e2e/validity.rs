@@ -10,6 +10,17 @@ const JAN_1_2020: i64 = 1_577_836_800_000_000;
 const MAR_1_2020: i64 = 1_583_020_800_000_000;
 const OPEN: i64 = (1 << 53) - 1;
 
+/// `GET /v1/sources/timeline` of law/ruling: status and body.
+async fn timeline_of(app: &crate::common::TestApp) -> (axum::http::StatusCode, Value) {
+    app.call(
+        "GET",
+        "/v1/sources/timeline?dataset=law&source_key=ruling",
+        Some(&app.admin),
+        None,
+    )
+    .await
+}
+
 fn believed(timeline: &Value) -> Vec<(String, i64, i64)> {
     timeline["rectangles"]
         .as_array()
@@ -55,14 +66,7 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
         )
         .await;
     assert_eq!(status, 202, "{j2}");
-    let (status, timeline) = app
-        .call(
-            "GET",
-            "/v1/sources/timeline?dataset=law&source_key=ruling",
-            Some(&app.admin),
-            None,
-        )
-        .await;
+    let (status, timeline) = timeline_of(&app).await;
     assert_eq!(status, 200, "{timeline}");
     let j1_id = j1["source_revision_id"].as_str().expect("id").to_owned();
     let j2_id = j2["source_revision_id"].as_str().expect("id").to_owned();
@@ -143,14 +147,7 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
     assert_eq!(status, 202, "{again}");
     assert_eq!(again["status"], "duplicate");
     assert_eq!(app.counts().await.revisions, before.revisions);
-    let (_, timeline) = app
-        .call(
-            "GET",
-            "/v1/sources/timeline?dataset=law&source_key=ruling",
-            Some(&app.admin),
-            None,
-        )
-        .await;
+    let (_, timeline) = timeline_of(&app).await;
     assert_eq!(believed(&timeline), vec![(j2_id, JAN_1_2020, OPEN)]);
 
     // A deletion that reaches back: gone from 1 March 2020.
@@ -163,14 +160,7 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
         )
         .await;
     assert_eq!(status, 202, "{tombstone}");
-    let (_, timeline) = app
-        .call(
-            "GET",
-            "/v1/sources/timeline?dataset=law&source_key=ruling",
-            Some(&app.admin),
-            None,
-        )
-        .await;
+    let (_, timeline) = timeline_of(&app).await;
     let gone = tombstone["source_revision_id"]
         .as_str()
         .expect("id")

@@ -54,11 +54,7 @@ pub(crate) async fn timeline(pool: &PgPool, dataset: &str, key: &str) -> Result<
         })
     })
     .collect::<Result<Vec<_>>>()?;
-    let mut timeline = Timeline {
-        assertions,
-        ..Timeline::default()
-    };
-    for row in sqlx::query(&format!(
+    let rectangles = sqlx::query(&format!(
         "SELECT {RECTANGLE_COLUMNS} FROM validity v LEFT JOIN revisions r ON r.id = v.revision_id \
          WHERE v.dataset = $1 AND v.source_key = $2 ORDER BY v.recorded_from, v.valid_from"
     ))
@@ -66,14 +62,10 @@ pub(crate) async fn timeline(pool: &PgPool, dataset: &str, key: &str) -> Result<
     .bind(key)
     .fetch_all(pool)
     .await?
-    {
-        let (rectangle, tombstone) = rectangle(&row)?;
-        if tombstone && !timeline.tombstones.contains(&rectangle.revision_id) {
-            timeline.tombstones.push(rectangle.revision_id);
-        }
-        timeline.rectangles.push(rectangle);
-    }
-    Ok(timeline)
+    .iter()
+    .map(rectangle)
+    .collect::<Result<Vec<_>>>()?;
+    Ok(Timeline::assemble(assertions, rectangles))
 }
 
 /// The rectangle that holds `valid_at` as believed at `as_of`.
