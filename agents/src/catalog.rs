@@ -172,7 +172,11 @@ impl ToolName {
                     "offset": {"type": "integer", "minimum": 0, "default": 0,
                         "description": "First character of the window (a previous next_offset)."},
                     "max_chars": {"type": "integer", "minimum": 1, "maximum": MAX_WINDOW_CHARS,
-                        "default": DEFAULT_WINDOW_CHARS}
+                        "default": DEFAULT_WINDOW_CHARS},
+                    "valid_at": {"type": ["integer", "string"],
+                        "description": "With revision_id: the valid_at of the search that found it (a past revision is readable at the point it held)."},
+                    "as_of": {"type": ["integer", "string"],
+                        "description": "With revision_id: the as_of of the search that found it."}
                 },
                 "additionalProperties": false
             }),

@@ -26,8 +26,12 @@ const MAX_SPANS: usize = 50;
 
 /// Which document.
 enum Target {
-    Revision(Uuid),
-    Head { dataset: String, source_key: String },
+    /// A revision, with the point in time it was found at (a search at `valid_at`/`as_of`).
+    Revision(Uuid, Option<receipts::validity::At>),
+    Head {
+        dataset: String,
+        source_key: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -38,6 +42,8 @@ struct ReadArgs {
     source_key: Option<String>,
     offset: Option<i64>,
     max_chars: Option<i64>,
+    valid_at: Option<Value>,
+    as_of: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,10 +76,16 @@ pub(crate) async fn read_document(
     arguments: Option<Map<String, Value>>,
 ) -> Result<CallToolResult, ToolError> {
     let args: ReadArgs = crate::handler::arguments(arguments)?;
+    let at = point_in_time(args.valid_at.as_ref(), args.as_of.as_ref())?;
     let target = match (args.revision_id, args.dataset, args.source_key) {
-        (Some(id), None, None) => Target::Revision(Uuid::parse_str(id.trim()).map_err(|_| {
-            ToolError::arguments("`revision_id` is not a revision id (a UUID from a search hit)")
-        })?),
+        (Some(id), None, None) => Target::Revision(
+            Uuid::parse_str(id.trim()).map_err(|_| {
+                ToolError::arguments(
+                    "`revision_id` is not a revision id (a UUID from a search hit)",
+                )
+            })?,
+            at,
+        ),
         (None, Some(dataset), Some(source_key)) => Target::Head {
             dataset,
             source_key,
@@ -106,7 +118,7 @@ async fn resolve(
     target: Target,
 ) -> Result<(Revision, bool), ToolError> {
     match target {
-        Target::Revision(id) => {
+        Target::Revision(id, at) => {
             let detail = shared
                 .ledger
                 .revision(id)
@@ -115,12 +127,32 @@ async fn resolve(
             principal
                 .require_dataset(&detail.revision.dataset)
                 .map_err(|_| not_found("that revision"))?;
-            if !detail.is_head && !principal.has(Scope::Ingest) && !principal.has(Scope::OpsRead) {
+            // A revision a search at a point in time returned may be read at that point: it
+            // held then, as the ledger believed then.
+            let held_then = match at {
+                Some(at) => shared
+                    .ledger
+                    .held_at(
+                        &detail.revision.dataset,
+                        &detail.revision.source_key,
+                        at.valid_at,
+                        at.as_of,
+                    )
+                    .await?
+                    .is_some_and(|held| !held.tombstone && held.rectangle.revision_id == id),
+                None => false,
+            };
+            if !detail.is_head
+                && !held_then
+                && !principal.has(Scope::Ingest)
+                && !principal.has(Scope::OpsRead)
+            {
                 return Err(ToolError::new(
                     "revision_not_current",
-                    "that revision is no longer its source's current revision; this token \
-                     reads current revisions only (older ones need the `ingest` or `ops:read` \
-                     scope). Read the current one with `dataset` and `source_key`.",
+                    "that revision is not its source's current revision; this token reads \
+                     current revisions, and a past one at the `valid_at`/`as_of` its search \
+                     found it at (others need the `ingest` or `ops:read` scope). Read the \
+                     current one with `dataset` and `source_key`.",
                 ));
             }
             Ok((detail.revision, detail.is_head))
@@ -413,7 +445,7 @@ pub(crate) async fn read_resource(
         )
     };
     let target = if let Some(id) = uri.strip_prefix("cairn://revision/") {
-        Target::Revision(Uuid::parse_str(id).map_err(|_| unknown())?)
+        Target::Revision(Uuid::parse_str(id).map_err(|_| unknown())?, None)
     } else if let Some(rest) = uri.strip_prefix("cairn://source/") {
         let (dataset, key) = rest.split_once('/').ok_or_else(unknown)?;
         Target::Head {
@@ -456,4 +488,31 @@ mod tests {
         assert_eq!(percent_decode("bad%2"), None);
         assert_eq!(percent_decode("%ff"), None);
     }
+}
+
+/// The point in time a read names (`valid_at`, `as_of`, as search takes them), if any.
+fn point_in_time(
+    valid_at: Option<&Value>,
+    as_of: Option<&Value>,
+) -> Result<Option<receipts::validity::At>, ToolError> {
+    let instant = |field: &str, value: Option<&Value>| {
+        value
+            .filter(|value| !value.is_null())
+            .map(|value| receipts::validity::parse_instant(field, value))
+            .transpose()
+            .map_err(|error| ToolError::arguments(error.to_string()))
+    };
+    let valid_at = instant("valid_at", valid_at)?;
+    let as_of = instant("as_of", as_of)?;
+    let now = receipts::Clock::now_micros(&receipts::SystemClock);
+    Ok(match (valid_at, as_of) {
+        (None, None) => None,
+        (valid_at, as_of) => {
+            let as_of = as_of.unwrap_or(now);
+            Some(receipts::validity::At {
+                valid_at: valid_at.unwrap_or(as_of),
+                as_of,
+            })
+        }
+    })
 }

@@ -198,6 +198,8 @@ async def hits_are_current_while_sources_change(config):
             source, _ = await call(client, "get_source", {"dataset": "docs", "source_key": "churn.md"})
             assert source["head"]["revision_id"] == head and source["job"]["state"], source
         # An older revision: a search-only token may not read it; docs_rw (ingest) may.
+        before_deletion = time.time_ns() // 1000
+        last = head
         await expect_error(client, "delete_source", {"dataset": "docs", "source_key": "churn.md", "confirm": "other.md", "reason": "test"}, "confirmation_mismatch")
         deleted, is_error = await call(client, "delete_source", {"dataset": "docs", "source_key": "churn.md", "confirm": "churn.md", "reason": "the agent test deletes it"})
         assert not is_error and deleted["receipt"]["tombstone"] is True, deleted
@@ -212,6 +214,15 @@ async def hits_are_current_while_sources_change(config):
         old = config["superseded_revision"]
         error = await expect_error(client, "read_document", {"revision_id": old}, "revision_not_current")
         assert "dataset" in error["message"], error
+        # Searched at a point in time, the deleted source's last version is found, and readable
+        # at that point (only there).
+        answer, _ = await call(client, "search", {"query": "churning quokka", "mode": "lexical", "top_k": 10, "valid_at": before_deletion})
+        found = [hit["revision_id"] for hit in answer["hits"] if hit["source_key"] == "churn.md"]
+        assert found == [last], (found, last, answer)
+        window, is_error = await call(client, "read_document", {"revision_id": last, "valid_at": before_deletion})
+        assert not is_error and "version 5" in window["text"], window
+        await expect_error(client, "read_document", {"revision_id": last}, "revision_not_current")
+        await expect_error(client, "read_document", {"revision_id": old, "valid_at": before_deletion}, "revision_not_current")
 
 
 async def unauthenticated_is_401(config):
