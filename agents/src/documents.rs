@@ -467,29 +467,6 @@ pub(crate) async fn read_resource(
     ]))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_offsets_become_character_offsets() {
-        let text = "aé中b";
-        assert_eq!(
-            char_offsets(text, &[0, 1, 3, 6, 7, 99]),
-            vec![0, 1, 2, 3, 4, 4]
-        );
-        assert_eq!(char_offsets("", &[0]), vec![0]);
-    }
-
-    #[test]
-    fn percent_escapes_decode() {
-        assert_eq!(percent_decode("a%2Fb%20c").as_deref(), Some("a/b c"));
-        assert_eq!(percent_decode("plain/key").as_deref(), Some("plain/key"));
-        assert_eq!(percent_decode("bad%2"), None);
-        assert_eq!(percent_decode("%ff"), None);
-    }
-}
-
 /// The point in time a read names (`valid_at`, `as_of`, as search takes them), if any.
 fn point_in_time(
     valid_at: Option<&Value>,
@@ -515,4 +492,27 @@ fn point_in_time(
             })
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_offsets_become_character_offsets() {
+        let text = "aé中b";
+        assert_eq!(
+            char_offsets(text, &[0, 1, 3, 6, 7, 99]),
+            vec![0, 1, 2, 3, 4, 4]
+        );
+        assert_eq!(char_offsets("", &[0]), vec![0]);
+    }
+
+    #[test]
+    fn percent_escapes_decode() {
+        assert_eq!(percent_decode("a%2Fb%20c").as_deref(), Some("a/b c"));
+        assert_eq!(percent_decode("plain/key").as_deref(), Some("plain/key"));
+        assert_eq!(percent_decode("bad%2"), None);
+        assert_eq!(percent_decode("%ff"), None);
+    }
 }
