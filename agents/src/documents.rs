@@ -472,26 +472,9 @@ fn point_in_time(
     valid_at: Option<&Value>,
     as_of: Option<&Value>,
 ) -> Result<Option<receipts::validity::At>, ToolError> {
-    let instant = |field: &str, value: Option<&Value>| {
-        value
-            .filter(|value| !value.is_null())
-            .map(|value| receipts::validity::parse_instant(field, value))
-            .transpose()
-            .map_err(|error| ToolError::arguments(error.to_string()))
-    };
-    let valid_at = instant("valid_at", valid_at)?;
-    let as_of = instant("as_of", as_of)?;
     let now = receipts::Clock::now_micros(&receipts::SystemClock);
-    Ok(match (valid_at, as_of) {
-        (None, None) => None,
-        (valid_at, as_of) => {
-            let as_of = as_of.unwrap_or(now);
-            Some(receipts::validity::At {
-                valid_at: valid_at.unwrap_or(as_of),
-                as_of,
-            })
-        }
-    })
+    receipts::validity::point_in_time(valid_at, as_of, now)
+        .map_err(|error| ToolError::arguments(error.to_string()))
 }
 
 #[cfg(test)]

@@ -300,6 +300,34 @@ pub fn parse_instant(field: &str, value: &serde_json::Value) -> Result<Micros> {
     Ok(micros)
 }
 
+/// The point in both times a request names with `valid_at` and `as_of` (wire instants, null
+/// or absent when not given), if any: `valid_at` alone is as known `now`; `as_of` alone is
+/// about itself (what the ledger believed then, about then).
+pub fn point_in_time(
+    valid_at: Option<&serde_json::Value>,
+    as_of: Option<&serde_json::Value>,
+    now: Micros,
+) -> Result<Option<At>> {
+    let instant = |field: &str, value: Option<&serde_json::Value>| {
+        value
+            .filter(|value| !value.is_null())
+            .map(|value| parse_instant(field, value))
+            .transpose()
+    };
+    let valid_at = instant("valid_at", valid_at)?;
+    let as_of = instant("as_of", as_of)?;
+    Ok(match (valid_at, as_of) {
+        (None, None) => None,
+        (valid_at, as_of) => {
+            let as_of = as_of.unwrap_or(now);
+            Some(At {
+                valid_at: valid_at.unwrap_or(as_of),
+                as_of,
+            })
+        }
+    })
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` to epoch microseconds.
 fn parse_rfc3339(text: &str) -> std::result::Result<Micros, String> {
     let bytes = text.as_bytes();

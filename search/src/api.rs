@@ -101,43 +101,28 @@ pub struct SearchBody {
 /// later commit can change what was believed at that instant.
 pub const AS_OF_SETTLED: receipts::Micros = 5_000_000;
 
-/// The point in both times a body asks for, if any.
+/// The point in both times a body asks for, if any; an `as_of` that has not settled is
+/// refused.
 fn point_in_time(body: &SearchBody) -> Result<Option<At>, ApiError> {
-    let instant = |field: &str, value: Option<&serde_json::Value>| {
-        value
-            .filter(|value| !value.is_null())
-            .map(|value| receipts::validity::parse_instant(field, value))
-            .transpose()
-            .map_err(ApiError::from)
-    };
-    let valid_at = instant("valid_at", body.valid_at.as_ref())?;
-    let as_of = instant("as_of", body.as_of.as_ref())?;
     let now = receipts::Clock::now_micros(&receipts::SystemClock);
-    if let Some(as_of) = as_of {
-        if as_of > now - AS_OF_SETTLED {
+    let at = receipts::validity::point_in_time(body.valid_at.as_ref(), body.as_of.as_ref(), now)?;
+    let asked = body.as_of.as_ref().is_some_and(|as_of| !as_of.is_null());
+    if let Some(at) = at.filter(|_| asked) {
+        if at.as_of > now - AS_OF_SETTLED {
             return Err(ApiError::unprocessable(
                 "as_of_unsettled",
                 format!(
-                    "as_of {} is less than {} s before now ({}): commits in flight could still change what was believed then; ask about an earlier instant, or leave as_of out to search as known now",
-                    receipts::validity::format_instant(as_of),
+                    "as_of {} is less than {} s before now ({}): commits in flight could still \
+                     change what was believed then; ask about an earlier instant, or leave \
+                     as_of out to search as known now",
+                    receipts::validity::format_instant(at.as_of),
                     AS_OF_SETTLED / 1_000_000,
                     receipts::validity::format_instant(now)
                 ),
             ));
         }
     }
-    Ok(match (valid_at, as_of) {
-        (None, None) => None,
-        (Some(valid_at), None) => Some(At {
-            valid_at,
-            as_of: now,
-        }),
-        (None, Some(as_of)) => Some(At {
-            valid_at: as_of,
-            as_of,
-        }),
-        (Some(valid_at), Some(as_of)) => Some(At { valid_at, as_of }),
-    })
+    Ok(at)
 }
 
 fn query_schema() -> utoipa::openapi::schema::Object {
