@@ -21,7 +21,7 @@ use crate::model::{
     SourceListing, SourceView, Submission, SyncProgress, SyncRun, VerifyPass,
 };
 use crate::operations::Operations;
-use crate::validity::{At, Held, Timeline};
+use crate::validity::{At, Held, Period, Timeline};
 
 /// Most reuse candidates [`Projections::chunks_with_hashes`] returns per text hash.
 pub const CANDIDATES_PER_HASH: usize = 4;
@@ -119,6 +119,11 @@ pub trait Reader: Send + Sync {
         valid_at: Micros,
         as_of: Micros,
     ) -> Result<Option<Held>>;
+
+    /// The valid period each of these revisions holds over at `at` (valid time, as believed
+    /// at the record time), for those a believed rectangle holds then: a search page's
+    /// periods, read once for the page.
+    async fn periods(&self, revisions: &[Uuid], at: At) -> Result<Vec<(Uuid, Period)>>;
 
     /// Ledger-wide counts.
     async fn counts(&self) -> Result<LedgerCounts>;

@@ -405,8 +405,6 @@ struct Candidate {
     vector_searchable: bool,
     accepted_at: receipts::Micros,
     actor: String,
-    /// When its revision holds, at the point searched (now by default).
-    valid: Option<receipts::validity::Period>,
 }
 
 impl Candidate {
@@ -661,7 +659,9 @@ impl Searcher {
             _ => Answered::Lexical,
         };
         let fusing = Instant::now();
-        let (results, final_drops) = self.assemble(&query, &lists, answered, generation).await?;
+        let (mut results, final_drops) =
+            self.assemble(&query, &lists, answered, generation).await?;
+        self.add_periods(&query, &mut results).await;
         stale_dropped += final_drops;
         if results.len() < query.top_k && stale_dropped > 0 {
             degradations.push("stale_dropped".to_owned());
@@ -680,6 +680,39 @@ impl Searcher {
             valid_at: query.at.map(|at| at.valid_at),
             as_of: query.at.map(|at| at.as_of),
         })
+    }
+
+    /// Each result's validity period at the point searched (now by default), read once for
+    /// the page. Without it (the ledger failed) the results are still right, without periods.
+    async fn add_periods(&self, query: &Query, results: &mut [SearchResult]) {
+        let at = query.at.unwrap_or_else(|| {
+            let now = receipts::Clock::now_micros(&receipts::SystemClock);
+            At {
+                valid_at: now,
+                as_of: now,
+            }
+        });
+        let revisions: Vec<Uuid> = results
+            .iter()
+            .map(|result| result.source_revision_id)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        match self.ledger.periods(&revisions, at).await {
+            Ok(periods) => {
+                let periods: HashMap<Uuid, receipts::validity::Period> =
+                    periods.into_iter().collect();
+                for result in results.iter_mut() {
+                    if let Some(period) = periods.get(&result.source_revision_id) {
+                        result.valid_from = Some(period.from);
+                        result.valid_to = (!period.is_open()).then_some(period.to);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "search: the page's validity periods could not be read")
+            }
+        }
     }
 
     /// Binds hits now, or at the query's point in time.
@@ -910,7 +943,6 @@ impl Searcher {
                         vector_searchable: true,
                         accepted_at: bound.accepted_at,
                         actor: bound.actor.clone(),
-                        valid: bound.valid,
                     })
                 });
                 (reference, candidate)
@@ -985,7 +1017,6 @@ impl Searcher {
                     vector_searchable: bound.vector_searchable,
                     accepted_at: bound.accepted_at,
                     actor: bound.actor.clone(),
-                    valid: bound.valid,
                     dataset: hit.dataset,
                     source_key: hit.source_key,
                     revision_id: hit.revision_id,
@@ -1113,11 +1144,8 @@ impl Searcher {
                     },
                     accepted_at: candidate.accepted_at,
                     accepted_by: candidate.actor.clone(),
-                    valid_from: candidate.valid.map(|valid| valid.from),
-                    valid_to: candidate
-                        .valid
-                        .filter(|valid| !valid.is_open())
-                        .map(|valid| valid.to),
+                    valid_from: None,
+                    valid_to: None,
                     links: None,
                 });
             }

@@ -56,7 +56,4 @@ pub struct BoundHit {
     pub accepted_at: crate::Micros,
     /// Who submitted it (`token:<name>`), as history records it.
     pub actor: String,
-    /// When the revision holds, as the ledger believes at the point asked (now for
-    /// [`crate::Reader::bind_hits`]): the valid period of its rectangle there, if one holds it.
-    pub valid: Option<crate::validity::Period>,
 }

@@ -16,7 +16,7 @@ use crate::model::{
     RevisionDetail, SourceListing, SourceView,
 };
 use crate::passages;
-use crate::validity::{At, Period};
+use crate::validity::At;
 
 /// The query's stems ([`passages::query_stems`]: stemmed as the index was), or `None` when
 /// the query has no words.
@@ -225,6 +225,37 @@ impl Reader for PostgresLedger {
         as_of: crate::clock::Micros,
     ) -> Result<Option<crate::validity::Held>> {
         super::validity::held_at(&self.pool, dataset, source_key, valid_at, as_of).await
+    }
+
+    async fn periods(
+        &self,
+        revisions: &[Uuid],
+        at: At,
+    ) -> Result<Vec<(Uuid, crate::validity::Period)>> {
+        if revisions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT v.revision_id, v.valid_from, v.valid_to FROM validity v \
+             WHERE v.revision_id = ANY($1) AND v.valid_from <= $2 AND $2 < v.valid_to \
+               AND v.recorded_from <= $3 AND $3 < v.recorded_to",
+        )
+        .bind(revisions)
+        .bind(at.valid_at)
+        .bind(at.as_of)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("revision_id")?,
+                    crate::validity::Period {
+                        from: row.try_get("valid_from")?,
+                        to: row.try_get("valid_to")?,
+                    },
+                ))
+            })
+            .collect()
     }
 
     async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>> {
@@ -449,10 +480,7 @@ impl PostgresLedger {
         let sql = format!(
             "SELECT a.position, r.dataset, r.source_key, \
                {current} AS current, {searchable} AS searchable, \
-               c.text, c.section, c.page, r.accepted_at, r.actor, \
-               (SELECT ARRAY[v.valid_from, v.valid_to] FROM validity v \
-                 WHERE v.revision_id = r.id AND v.valid_from <= $4 AND $4 < v.valid_to \
-                   AND v.recorded_from <= $5 AND $5 < v.recorded_to LIMIT 1) AS valid \
+               c.text, c.section, c.page, r.accepted_at, r.actor \
              FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS a(revision_id, chunk_index, position) \
              JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
@@ -460,20 +488,14 @@ impl PostgresLedger {
                AND c.chunk_index = a.chunk_index \
              ORDER BY a.position"
         );
-        // The period: at the point asked, or now.
-        let now = crate::operations::Operations::clock_now(self);
-        let point = at.unwrap_or(At {
-            valid_at: now,
-            as_of: now,
-        });
-        let rows = sqlx::query(&sql)
+        let mut statement = sqlx::query(&sql)
             .bind(&revisions)
             .bind(&chunks)
-            .bind(generation)
-            .bind(point.valid_at)
-            .bind(point.as_of)
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(generation);
+        if let Some(at) = at {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        let rows = statement.fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| {
                 let position: i64 = row.try_get("position")?;
@@ -494,15 +516,6 @@ impl PostgresLedger {
                     page: row.try_get("page")?,
                     accepted_at: row.try_get("accepted_at")?,
                     actor: row.try_get("actor")?,
-                    valid: row.try_get::<Option<Vec<i64>>, _>("valid")?.and_then(
-                        |valid| match valid.as_slice() {
-                            [from, to] => Some(Period {
-                                from: *from,
-                                to: *to,
-                            }),
-                            _ => None,
-                        },
-                    ),
                 })
             })
             .collect()

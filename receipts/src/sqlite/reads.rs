@@ -25,7 +25,7 @@ use crate::model::LexicalHit;
 use crate::model::RevisionDetail;
 use crate::model::SourceListing;
 use crate::model::SourceView;
-use crate::validity::{At, Period};
+use crate::validity::At;
 use async_trait::async_trait;
 use sqlx::Row;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -259,6 +259,39 @@ impl Reader for SqliteLedger {
         as_of: crate::clock::Micros,
     ) -> Result<Option<crate::validity::Held>> {
         super::validity::held_at(&self.reads, dataset, source_key, valid_at, as_of).await
+    }
+
+    async fn periods(
+        &self,
+        revisions: &[Uuid],
+        at: At,
+    ) -> Result<Vec<(Uuid, crate::validity::Period)>> {
+        if revisions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = revisions.iter().map(Uuid::to_string).collect();
+        let rows = sqlx::query(
+            "SELECT v.revision_id, v.valid_from, v.valid_to FROM json_each(?1) AS asked \
+             CROSS JOIN validity v ON v.revision_id = asked.value \
+             WHERE v.valid_from <= ?2 AND ?2 < v.valid_to \
+               AND v.recorded_from <= ?3 AND ?3 < v.recorded_to",
+        )
+        .bind(json_text(&ids))
+        .bind(at.valid_at)
+        .bind(at.as_of)
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+                    crate::validity::Period {
+                        from: row.try_get("valid_from")?,
+                        to: row.try_get("valid_to")?,
+                    },
+                ))
+            })
+            .collect()
     }
 
     async fn history(&self, entity: &str, entity_id: &str) -> Result<Vec<HistoryEntry>> {
@@ -528,28 +561,19 @@ impl SqliteLedger {
                  value ->> 1 AS chunk_index FROM json_each(?1)) \
              SELECT json_group_array(json_array(a.position, r.dataset, r.source_key, \
                {current}, {searchable}, \
-               c.text, c.section, c.page, r.accepted_at, r.actor, \
-               (SELECT json_array(v.valid_from, v.valid_to) FROM validity v \
-                 WHERE v.revision_id = r.id AND v.valid_from <= ?3 AND ?3 < v.valid_to \
-                   AND v.recorded_from <= ?4 AND ?4 < v.recorded_to LIMIT 1))) \
+               c.text, c.section, c.page, r.accepted_at, r.actor)) \
              FROM asked a CROSS JOIN revisions r ON r.id = a.revision_id \
              LEFT JOIN sources s ON s.dataset = r.dataset AND s.source_key = r.source_key \
              LEFT JOIN chunks c ON c.revision_id = r.id AND c.generation = ?2 \
                AND c.chunk_index = a.chunk_index"
         );
-        // The period: at the point asked, or now.
-        let now = crate::operations::Operations::clock_now(self);
-        let point = at.unwrap_or(At {
-            valid_at: now,
-            as_of: now,
-        });
-        let packed: Option<String> = sqlx::query_scalar(&sql)
+        let mut statement = sqlx::query_scalar(&sql)
             .bind(json_text(&asked))
-            .bind(generation)
-            .bind(point.valid_at)
-            .bind(point.as_of)
-            .fetch_one(&self.reads)
-            .await?;
+            .bind(generation);
+        if let Some(at) = at {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        let packed: Option<String> = statement.fetch_one(&self.reads).await?;
         type Packed = (
             usize,
             String,
@@ -561,7 +585,6 @@ impl SqliteLedger {
             Option<i64>,
             i64,
             String,
-            Option<(i64, i64)>,
         );
         let mut rows: Vec<Packed> = serde_json::from_str(packed.as_deref().unwrap_or("[]"))
             .map_err(|error| LedgerError::Corrupt(format!("bound hits: {error}")))?;
@@ -579,7 +602,6 @@ impl SqliteLedger {
                     page,
                     accepted_at,
                     actor,
-                    valid,
                 )| {
                     let hit = *hits.get(position).ok_or_else(|| {
                         LedgerError::Internal(format!("bound hit {position} was not asked"))
@@ -595,7 +617,6 @@ impl SqliteLedger {
                         page,
                         accepted_at,
                         actor,
-                        valid: valid.map(|(from, to)| Period { from, to }),
                     })
                 },
             )

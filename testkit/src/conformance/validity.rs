@@ -171,23 +171,39 @@ pub async fn validity_answers_what_held_and_what_was_known(harness: Harness) {
         .map(|b| (b.hit.revision_id, b.current))
         .collect();
     assert_eq!(current, vec![(j1, true), (j2, false)]);
-    // Each bound hit carries the period its revision holds over, at the point asked.
-    assert_eq!(
-        bound[0].valid,
-        Some(receipts::validity::Period {
-            from: jan_10,
-            to: mar_1
-        })
-    );
-    assert_eq!(bound[1].valid, None, "J2 did not hold on 15 February");
     let bound = must(harness.ledger.bind_hits(&refs, "g").await, "bind_hits");
+    let current: Vec<(Uuid, bool)> = bound
+        .iter()
+        .map(|b| (b.hit.revision_id, b.current))
+        .collect();
+    assert_eq!(current, vec![(j1, false), (j2, true)]);
+    // The period each revision holds over, at the point asked: J1 from 10 January to 1 March
+    // on 15 February; J2 did not hold then; now J2 from 1 March on.
+    let periods = must(harness.ledger.periods(&[j1, j2], at).await, "periods");
     assert_eq!(
-        bound[1].valid,
-        Some(receipts::validity::Period {
-            from: mar_1,
-            to: OPEN
-        }),
-        "now"
+        periods,
+        vec![(
+            j1,
+            receipts::validity::Period {
+                from: jan_10,
+                to: mar_1
+            }
+        )]
+    );
+    let today = receipts::validity::At {
+        valid_at: now,
+        as_of: now,
+    };
+    let periods = must(harness.ledger.periods(&[j1, j2], today).await, "periods");
+    assert_eq!(
+        periods,
+        vec![(
+            j2,
+            receipts::validity::Period {
+                from: mar_1,
+                to: OPEN
+            }
+        )]
     );
     let current: Vec<(Uuid, bool)> = bound
         .iter()
