@@ -236,15 +236,9 @@ fn validity_of(
     valid_from: Option<&Value>,
     valid_to: Option<&Value>,
 ) -> Result<receipts::validity::Validity, ApiError> {
-    let instant = |field: &str, value: Option<&Value>| {
-        value
-            .filter(|value| !value.is_null())
-            .map(|value| receipts::validity::parse_instant(field, value))
-            .transpose()
-    };
     Ok(receipts::validity::Validity {
-        valid_from: instant("valid_from", valid_from)?,
-        valid_to: instant("valid_to", valid_to)?,
+        valid_from: receipts::validity::optional_instant("valid_from", valid_from)?,
+        valid_to: receipts::validity::optional_instant("valid_to", valid_to)?,
     })
 }
 

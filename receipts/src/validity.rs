@@ -300,6 +300,15 @@ pub fn parse_instant(field: &str, value: &serde_json::Value) -> Result<Micros> {
     Ok(micros)
 }
 
+/// An optional instant from the wire: absent or `null` is none, anything else must be one
+/// ([`parse_instant`]).
+pub fn optional_instant(field: &str, value: Option<&serde_json::Value>) -> Result<Option<Micros>> {
+    value
+        .filter(|value| !value.is_null())
+        .map(|value| parse_instant(field, value))
+        .transpose()
+}
+
 /// The point in both times a request names with `valid_at` and `as_of` (wire instants, null
 /// or absent when not given), if any: `valid_at` alone is as known `now`; `as_of` alone is
 /// about itself (what the ledger believed then, about then).
@@ -308,14 +317,8 @@ pub fn point_in_time(
     as_of: Option<&serde_json::Value>,
     now: Micros,
 ) -> Result<Option<At>> {
-    let instant = |field: &str, value: Option<&serde_json::Value>| {
-        value
-            .filter(|value| !value.is_null())
-            .map(|value| parse_instant(field, value))
-            .transpose()
-    };
-    let valid_at = instant("valid_at", valid_at)?;
-    let as_of = instant("as_of", as_of)?;
+    let valid_at = optional_instant("valid_at", valid_at)?;
+    let as_of = optional_instant("as_of", as_of)?;
     Ok(match (valid_at, as_of) {
         (None, None) => None,
         (valid_at, as_of) => {
