@@ -230,21 +230,13 @@ impl AssertionWrite {
     }
 }
 
-/// The periods acceptance takes today: open, and starting no later than their record time.
-/// Such an assertion always holds now, so the revision it asserts is the source's effective
-/// one and its head. A period that starts later, or ends, moves the effective revision at a
-/// boundary that needs a scheduled job; those are refused with a typed error until it exists.
-fn supported(period: &Period, recorded_at: Micros) -> Result<()> {
-    if period.from > recorded_at {
-        return Err(LedgerError::invalid(
-            "validity_in_future",
-            format!(
-                "valid_from {} is later than now ({}); periods that start in the future are not supported yet",
-                validity::format_instant(period.from),
-                validity::format_instant(recorded_at)
-            ),
-        ));
-    }
+/// The periods acceptance takes: open ones. An open period that starts no later than its
+/// record time holds now, so the revision it asserts becomes the source's effective one and
+/// its head at once. One that starts later is **scheduled**: its revision is stored and its
+/// job waits for `valid_from`, when the worker that claims it moves the head first
+/// ([`crate::WorkLedger::cross_boundary`]). A bounded period would move the effective revision
+/// back at its end, which nothing schedules yet; it is refused with a typed error.
+fn supported(period: &Period, _recorded_at: Micros) -> Result<()> {
     if !period.is_open() {
         return Err(LedgerError::invalid(
             "validity_bounded",
@@ -288,6 +280,41 @@ pub(crate) struct Write {
     pub(crate) accepted_at: Micros,
     pub(crate) cause: &'static str,
     pub(crate) assertion: AssertionWrite,
+    /// Whether the head moves to the revision now. A revision that holds only from a later
+    /// instant is stored and asserted without moving the head: its job waits for `run_at`.
+    pub(crate) moves_head: bool,
+    /// When its job may run: now, or the instant its period starts.
+    pub(crate) run_at: Micros,
+}
+
+/// Where an assertion leaves the source's head: `(moves_head, run_at)`. Its revision holds
+/// now when its period has started at its record time (its jobs run from `now`, the ledger's
+/// clock, which a record time bumped past the source's last one may lead by microseconds); otherwise it is scheduled for the
+/// period's start, which a source needs a head before (a source whose first revision holds
+/// only later would be listed with nothing current, and is refused).
+fn placement(
+    item: &Prepared,
+    head: Option<Uuid>,
+    assertion: &AssertionWrite,
+    now: Micros,
+) -> Result<(bool, Micros)> {
+    if assertion.period.contains(assertion.recorded_at) {
+        return Ok((true, now));
+    }
+    if head.is_none() {
+        return Err(LedgerError::invalid(
+            "validity_in_future",
+            format!(
+                "{}/{} has no revision yet, and this one holds only from {}: a source's first \
+                 revision must hold now; accept it without valid_from (or with an earlier one) \
+                 and assert the change from that instant",
+                item.dataset,
+                item.source_key,
+                validity::format_instant(assertion.period.from)
+            ),
+        ));
+    }
+    Ok((false, assertion.period.from))
 }
 
 pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
@@ -314,7 +341,7 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 });
             }
             if decision.head == Some(*revision_id) {
-                return duplicate(item, &decision.assertions, *revision_id, now);
+                return duplicate(item, &decision, *revision_id, now);
             }
             let reverted = decision.existing_accepted_at.is_some();
             let cause = if reverted {
@@ -327,6 +354,14 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                     Ok(assertion) => assertion,
                     Err(error) => return Outcome::Refused(error),
                 };
+            let (moves_head, run_at) = match placement(item, decision.head, &assertion, now) {
+                Ok(placed) => placed,
+                Err(error) => return Outcome::Refused(error),
+            };
+            // A scheduled revision submitted again with the same period: its receipt again.
+            if !moves_head && reverted && assertion.changes_nothing(&decision.assertions) {
+                return Outcome::Duplicate(*revision_id, None);
+            }
             Outcome::Write(Write {
                 revision_id: *revision_id,
                 job_id: ids::new_v7(),
@@ -336,6 +371,8 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 accepted_at: decision.existing_accepted_at.unwrap_or(now),
                 cause,
                 assertion,
+                moves_head,
+                run_at,
             })
         }
         PreparedChange::Delete { .. } => match decision.head {
@@ -343,13 +380,19 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 dataset: item.dataset.clone(),
                 source_key: item.source_key.clone(),
             }),
-            Some(head) if decision.head_tombstone => {
-                duplicate(item, &decision.assertions, head, now)
-            }
+            Some(head) if decision.head_tombstone => duplicate(item, &decision, head, now),
             Some(head) => {
                 let revision_id = ids::new_v7();
-                match AssertionWrite::new(item, &decision.assertions, revision_id, now, "deleted") {
-                    Ok(assertion) => Outcome::Write(Write {
+                let written = AssertionWrite::new(
+                    item,
+                    &decision.assertions,
+                    revision_id,
+                    now,
+                    "deleted",
+                )
+                .and_then(|assertion| {
+                    let (moves_head, run_at) = placement(item, Some(head), &assertion, now)?;
+                    Ok(Write {
                         revision_id,
                         job_id: ids::new_v7(),
                         new_revision: true,
@@ -358,7 +401,12 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                         accepted_at: now,
                         cause: "deleted",
                         assertion,
-                    }),
+                        moves_head,
+                        run_at,
+                    })
+                });
+                match written {
+                    Ok(write) => Outcome::Write(write),
                     Err(error) => Outcome::Refused(error),
                 }
             }
@@ -368,16 +416,35 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
 
 /// A submission of the head: nothing is written unless it gives a period that changes what
 /// is believed (the head asserted further back), which is then recorded as an assertion of
-/// the head alone.
-fn duplicate(item: &Prepared, believed: &Believed, head: Uuid, now: Micros) -> Outcome {
+/// the head alone. The head asserted from a later instant, over a revision scheduled before
+/// it, must take the head back at that instant: that assertion is scheduled like any other.
+fn duplicate(item: &Prepared, decision: &Decision, head: Uuid, now: Micros) -> Outcome {
     if !item.validity.is_given() {
         return Outcome::Duplicate(head, None);
     }
-    match AssertionWrite::new(item, believed, head, now, "reasserted") {
-        Ok(assertion) if assertion.changes_nothing(believed) => Outcome::Duplicate(head, None),
-        Ok(assertion) => Outcome::Duplicate(head, Some(assertion)),
-        Err(error) => Outcome::Refused(error),
+    let believed = &decision.assertions;
+    let assertion = match AssertionWrite::new(item, believed, head, now, "reasserted") {
+        Ok(assertion) => assertion,
+        Err(error) => return Outcome::Refused(error),
+    };
+    if assertion.changes_nothing(believed) {
+        return Outcome::Duplicate(head, None);
     }
+    if assertion.period.contains(assertion.recorded_at) {
+        return Outcome::Duplicate(head, Some(assertion));
+    }
+    Outcome::Write(Write {
+        revision_id: head,
+        job_id: ids::new_v7(),
+        new_revision: false,
+        tombstone: decision.head_tombstone,
+        previous: Some(head),
+        accepted_at: decision.existing_accepted_at.unwrap_or(now),
+        cause: "reasserted",
+        run_at: assertion.period.from,
+        moves_head: false,
+        assertion,
+    })
 }
 
 /// The results of items answered slot by slot, in item order; a slot left unanswered (a bug)

@@ -78,6 +78,7 @@ pub(crate) fn ledger_failure(error: LedgerError) -> Failure {
     match error {
         LedgerError::LeaseLost { .. } => retryable("lease_lost", message),
         LedgerError::GenerationMismatch { .. } => permanent("generation_mismatch", message),
+        LedgerError::Invalid { code, .. } => permanent(code, message),
         error if error.is_retryable() => retryable("relational_unavailable", message),
         _ => permanent("ledger_error", message),
     }

@@ -658,6 +658,15 @@ impl Work for Projector {
     async fn run(&self, job: &Job) -> Result<(), Failure> {
         let token = LeaseToken::of(job)
             .ok_or_else(|| permanent("not_leased", "the job was handed over without a lease"))?;
+        // A job that waited (a revision scheduled from a later instant, or a retry) first
+        // makes sure its revision is the head once its validity has begun; a job queued to run
+        // at once projects the head acceptance just moved, and costs no extra write.
+        if job.run_at > job.created_at && job.kind != JobKind::Sync {
+            self.ledger
+                .cross_boundary(&token)
+                .await
+                .map_err(ledger_failure)?;
+        }
         match job.kind {
             JobKind::Project => self.project(job, &token).await,
             JobKind::Tombstone => self.exclude(job, &token).await,

@@ -420,17 +420,18 @@ impl PostgresLedger {
                    SELECT j.id, w.actor, 'superseded_by:' || w.revision_id AS cause \
                    FROM {counted} JOIN jobs j ON j.dataset = w.dataset AND j.source_key = w.source_key \
                    WHERE j.state IN ('pending', 'running', 'retry_wait') \
+                     AND (w.moves_head OR j.run_at >= w.run_at) \
                      AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.revision_id = j.revision_id)), \
                  receipts AS ( \
                    UPDATE projection_receipts r SET state = 'superseded', \
-                     updated_at = GREATEST($11, r.changed_at), \
+                     updated_at = GREATEST($13, r.changed_at), \
                      changed_by = gone.actor, change_cause = gone.cause, \
-                     changed_at = GREATEST($11, r.changed_at), \
+                     changed_at = GREATEST($13, r.changed_at), \
                      change_seq = r.change_seq + 1 \
                    FROM gone WHERE r.job_id = gone.id AND r.state IN ('pending', 'running', 'written')) \
                  UPDATE jobs j SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
                    lease_expires_at = NULL, changed_by = gone.actor, change_cause = gone.cause, \
-                   changed_at = GREATEST($11, j.changed_at), change_seq = j.change_seq + 1 \
+                   changed_at = GREATEST($13, j.changed_at), change_seq = j.change_seq + 1 \
                  FROM gone WHERE j.id = gone.id \
                    AND j.state IN ('pending', 'running', 'retry_wait')"
             )))
@@ -442,7 +443,7 @@ impl PostgresLedger {
                 &staged.wave,
                 planned(&format!(
                     "DELETE FROM passages p USING {counted} \
-                     WHERE p.dataset = w.dataset AND p.source_key = w.source_key"
+                     WHERE p.dataset = w.dataset AND p.source_key = w.source_key AND w.moves_head"
                 )),
             )
             .execute(&mut *tx)
@@ -496,9 +497,11 @@ impl PostgresLedger {
 }
 
 /// Everything new a wave writes, in one statement (data-modifying CTEs; all of them run to
-/// completion whatever the main query reads): the wave is `$1` to `$10` ([`bind_wave`]), the
-/// clock `$11`, the job policies `$12`, a job's backends `$13`, the bytes `$14` to `$16`, the new
-/// revisions `$17` to `$28`, the passages `$29` to `$36`, the owners `$37` and `$38`. The sub-statements share one snapshot,
+/// completion whatever the main query reads): the wave is `$1` to `$12` ([`bind_wave`]), the
+/// clock `$13`, the job policies `$14`, a job's backends `$15`, the bytes `$16` to `$18`, the new
+/// revisions `$19` to `$30`, the passages `$31` to `$38`, the owners `$39` and `$40`. A scheduled
+/// item (`moves_head` false: its validity starts later) moves no head, its jobs wait for its
+/// `run_at`, and its passages go to `past_passages` until the head moves to it. The sub-statements share one snapshot,
 /// so the supersession and the passage deletion ran before, and none of them reads another's
 /// rows except through `RETURNING`; the foreign keys (revision to bytes, head, job and passage
 /// to revision, receipt to job) are checked at the statement's end, when every row is there.
@@ -513,27 +516,27 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let wave = wave_relation(None);
     let channel = super::WORK_CHANNEL;
     format!(
-        "WITH policy AS (SELECT * FROM jsonb_to_recordset($12::jsonb) \
+        "WITH policy AS (SELECT * FROM jsonb_to_recordset($14::jsonb) \
                          AS p(kind text, max_attempts bigint)), \
          stored AS ( \
            INSERT INTO contents (sha256, byte_length, bytes, created_at) \
-           SELECT c.sha256, c.byte_length, c.bytes, $11 \
-           FROM unnest($14::text[], $15::bigint[], $16::bytea[]) AS c(sha256, byte_length, bytes) \
+           SELECT c.sha256, c.byte_length, c.bytes, $13 \
+           FROM unnest($16::text[], $17::bigint[], $18::bytea[]) AS c(sha256, byte_length, bytes) \
            ON CONFLICT (sha256) DO NOTHING), \
          revised AS ( \
            INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
              media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
              accepted_at) \
-           SELECT r.*, $11 \
-           FROM unnest($17::uuid[], $18::text[], $19::text[], $20::text[], $21::bigint[], \
-                       $22::text[], $23::jsonb[], $24::jsonb[], $25::boolean[], $26::uuid[], \
-                       $27::text[], $28::text[]) AS r), \
+           SELECT r.*, $13 \
+           FROM unnest($19::uuid[], $20::text[], $21::text[], $22::text[], $23::bigint[], \
+                       $24::text[], $25::jsonb[], $26::jsonb[], $27::boolean[], $28::uuid[], \
+                       $29::text[], $30::text[]) AS r), \
          moved AS ( \
            INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
              changed_by, change_cause, changed_at, change_seq, owner) \
-           SELECT dataset, source_key, revision_id, $11, actor, cause, $11, 1, \
-             (SELECT o.owner FROM unnest($37::bigint[], $38::text[]) AS o(position, owner) \
-              WHERE o.position = w.position) FROM {wave} \
+           SELECT dataset, source_key, revision_id, $13, actor, cause, $13, 1, \
+             (SELECT o.owner FROM unnest($39::bigint[], $40::text[]) AS o(position, owner) \
+              WHERE o.position = w.position) FROM {wave} WHERE w.moves_head \
            ON CONFLICT (dataset, source_key) DO UPDATE SET \
              head_revision_id = excluded.head_revision_id, owner = excluded.owner, \
              changed_by = excluded.changed_by, \
@@ -544,18 +547,30 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              byte_end, words, text, section, page) \
            SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
              p.byte_end, p.words, p.text, p.section, p.page \
-           FROM unnest($29::bigint[], $30::bigint[], $31::bigint[], $32::bigint[], \
-                       $33::tsvector[], $34::text[], $35::text[], $36::bigint[]) \
+           FROM unnest($31::bigint[], $32::bigint[], $33::bigint[], $34::bigint[], \
+                       $35::tsvector[], $36::text[], $37::text[], $38::bigint[]) \
                   AS p(position, passage_index, byte_start, byte_end, words, text, section, \
                        page) \
            JOIN {wave} ON w.position = p.position \
-           WHERE NOT w.tombstone), \
+           WHERE NOT w.tombstone AND w.moves_head), \
+         archived AS ( \
+           INSERT INTO past_passages (dataset, source_key, revision_id, passage_index, \
+             byte_start, byte_end, words, text, section, page) \
+           SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
+             p.byte_end, p.words, p.text, p.section, p.page \
+           FROM unnest($31::bigint[], $32::bigint[], $33::bigint[], $34::bigint[], \
+                       $35::tsvector[], $36::text[], $37::text[], $38::bigint[]) \
+                  AS p(position, passage_index, byte_start, byte_end, words, text, section, \
+                       page) \
+           JOIN {wave} ON w.position = p.position \
+           WHERE NOT w.tombstone AND NOT w.moves_head \
+           ON CONFLICT (revision_id, passage_index) DO NOTHING), \
          queued AS ( \
            INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
              max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
              generation) \
            SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
-             p.max_attempts, $11, $11, w.actor, w.cause, $11, \
+             p.max_attempts, w.run_at, $13, w.actor, w.cause, $13, \
              (SELECT id FROM generations WHERE state = 'active') \
            FROM {wave} JOIN policy p ON p.kind = w.kind \
            RETURNING id, changed_by, change_cause), \
@@ -564,14 +579,14 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
              generation) \
            SELECT gen_random_uuid(), w.revision_id, w.dataset, w.source_key, w.kind, \
-             'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11, g.id \
+             'pending', 0, p.max_attempts, w.run_at, $13, w.actor, w.cause, $13, g.id \
            FROM {wave} JOIN policy p ON p.kind = w.kind \
            CROSS JOIN generations g WHERE g.state IN ('building', 'standby') \
            RETURNING id, changed_by, change_cause, generation), \
          beside_receipts AS ( \
            INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
              change_cause, changed_at) \
-           SELECT q.id, b.value, 'pending', $11, q.changed_by, q.change_cause, $11 \
+           SELECT q.id, b.value, 'pending', $13, q.changed_by, q.change_cause, $13 \
            FROM beside q JOIN generations g ON g.id = q.generation \
            CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
            WHERE b.value <> 'graph'), \
@@ -579,27 +594,27 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
            INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
              max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
            SELECT w.graph_job_id, w.revision_id, w.dataset, w.source_key, 'graph', \
-             'pending', 0, p.max_attempts, $11, $11, w.actor, w.cause, $11 \
+             'pending', 0, p.max_attempts, w.run_at, $13, w.actor, w.cause, $13 \
            FROM {wave} JOIN policy p ON p.kind = 'graph' \
            WHERE w.graph_job_id IS NOT NULL \
            RETURNING id, changed_by, change_cause), \
          graph_receipts AS ( \
            INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
              change_cause, changed_at) \
-           SELECT q.id, 'graph', 'pending', $11, q.changed_by, q.change_cause, $11 \
+           SELECT q.id, 'graph', 'pending', $13, q.changed_by, q.change_cause, $13 \
            FROM graphed q), \
          woken AS (SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM queued LIMIT 1) AS one) \
          INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
            change_cause, changed_at) \
-         SELECT q.id, b.backend, 'pending', $11, q.changed_by, q.change_cause, $11 \
-         FROM queued q CROSS JOIN unnest($13::text[]) AS b(backend) \
+         SELECT q.id, b.backend, 'pending', $13, q.changed_by, q.change_cause, $13 \
+         FROM queued q CROSS JOIN unnest($15::text[]) AS b(backend) \
          WHERE (SELECT count(*) FROM woken) >= 0"
     )
 });
 
-/// The wave's rows (the ten arrays `$1` to `$10` that [`bind_wave`] binds) as a relation
+/// The wave's rows (the twelve arrays `$1` to `$12` that [`bind_wave`] binds) as a relation
 /// named `w`. Typed arrays arrive in binary and cost the server a copy (a JSON array of row
-/// objects was parsed again by every statement). A statement's own parameters start at `$11`.
+/// objects was parsed again by every statement). A statement's own parameters start at `$13`.
 ///
 /// With `Some(rows)`, for statements that read the tables by the wave's keys: a `LIMIT` of the
 /// exact row count (so it never cuts) is how the planner learns the count. A set-returning
@@ -613,13 +628,14 @@ fn wave_relation(rows: Option<usize>) -> String {
         .unwrap_or_default();
     format!(
         "(SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[], \
-         $5::boolean[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::uuid[]) \
+         $5::boolean[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::uuid[], \
+         $11::bigint[], $12::boolean[]) \
          AS r(position, dataset, source_key, revision_id, tombstone, actor, cause, job_id, \
-         kind, graph_job_id){limit}) AS w"
+         kind, graph_job_id, run_at, moves_head){limit}) AS w"
     )
 }
 
-/// Binds the wave's columns as `$1` to `$10`, in [`wave_relation`]'s order.
+/// Binds the wave's columns as `$1` to `$12`, in [`wave_relation`]'s order.
 fn bind_wave<'q>(
     wave: &'q WaveColumns,
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -635,6 +651,8 @@ fn bind_wave<'q>(
         .bind(&wave.job_id)
         .bind(&wave.kind)
         .bind(&wave.graph_job_id)
+        .bind(&wave.run_at)
+        .bind(&wave.moves_head)
 }
 
 /// What the ledger holds for each item of a wave, in wave order.
@@ -821,6 +839,10 @@ struct WaveColumns {
     kind: Vec<&'static str>,
     /// The graph job's id, when the graph is a backend.
     graph_job_id: Vec<Option<Uuid>>,
+    /// When its jobs may run (a scheduled item's validity start).
+    run_at: Vec<i64>,
+    /// Whether the head moves to it now (false: scheduled).
+    moves_head: Vec<bool>,
 }
 
 /// One column per field of a new revision, in the `revisions` statement's order.
@@ -910,6 +932,8 @@ impl Staged {
         wave.job_id.push(write.job_id);
         wave.kind.push(kind.as_str());
         wave.graph_job_id.push(graph.then(ids::new_v7));
+        wave.run_at.push(write.run_at);
+        wave.moves_head.push(write.moves_head);
         if write.new_revision {
             let revisions = &mut self.revisions;
             revisions.id.push(write.revision_id);

@@ -238,4 +238,26 @@ impl Projections for PostgresLedger {
     async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
         self.load_receipts(job_id).await
     }
+
+    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        // The source's advisory lock first, as acceptance takes it before any job row: the
+        // two never wait on each other in opposite orders.
+        let source: Option<(String, String)> =
+            sqlx::query_as("SELECT dataset, source_key FROM jobs WHERE id = $1")
+                .bind(lease.job_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some((dataset, source_key)) = &source {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(super::acceptance::source_lock(dataset, source_key))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let now = self.now(&mut tx).await?;
+        let job = fence(&mut tx, lease, now).await?;
+        super::validity::cross(&mut tx, &job, lease, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }

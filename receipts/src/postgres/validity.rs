@@ -1,11 +1,13 @@
-//! Validity reads on PostgreSQL: a source's timeline and what held at (T, R), as on SQLite
-//! (`sqlite::validity`). The writes are part of acceptance and erasure.
+//! Validity on PostgreSQL: a source's timeline, what held at (T, R) and the crossing of a
+//! scheduled boundary, as on SQLite (`sqlite::validity`). The other writes are part of
+//! acceptance and erasure.
 
-use sqlx::postgres::{PgPool, PgRow};
+use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::Row;
 
 use crate::clock::Micros;
 use crate::error::Result;
+use crate::model::{Job, LeaseToken};
 use crate::validity::{Assertion, Held, Period, Rectangle, Timeline};
 
 const RECTANGLE_COLUMNS: &str = "v.id, v.assertion_id, v.revision_id, v.valid_from, v.valid_to, \
@@ -94,4 +96,107 @@ pub(crate) async fn held_at(
         })
     })
     .transpose()
+}
+
+/// The crossing of `job`'s boundary, inside the caller's transaction (which holds the
+/// source's advisory lock and the job's fenced row): see `sqlite::validity::cross`.
+pub(super) async fn cross(
+    connection: &mut PgConnection,
+    job: &Job,
+    token: &LeaseToken,
+    now: Micros,
+) -> Result<()> {
+    let Some(revision) = job.revision_id else {
+        return Ok(());
+    };
+    let head: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT head_revision_id FROM sources WHERE dataset = $1 AND source_key = $2",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .fetch_optional(&mut *connection)
+    .await?;
+    if head == Some(revision) {
+        return Ok(());
+    }
+    let held: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT revision_id FROM validity WHERE dataset = $1 AND source_key = $2 \
+           AND recorded_to = $3 AND valid_from <= $4 AND valid_to > $4",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(crate::validity::OPEN)
+    .bind(now)
+    .fetch_optional(&mut *connection)
+    .await?;
+    // Not scheduled for now: an erasure's job, or a revision a later assertion overrode
+    // (whose job that assertion superseded). The job runs as it would have.
+    if held != Some(revision) {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE sources SET head_revision_id = $3, changed_by = $4, \
+           change_cause = 'validity_boundary', changed_at = $5, change_seq = change_seq + 1 \
+         WHERE dataset = $1 AND source_key = $2",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(revision)
+    .bind(&token.owner)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?;
+    // The former head's unfinished work, and anything else due by now; jobs scheduled for
+    // later boundaries stay, and an erasure's jobs always run.
+    sqlx::query(
+        "WITH gone AS ( \
+           SELECT j.id FROM jobs j WHERE j.dataset = $1 AND j.source_key = $2 \
+             AND j.state IN ('pending', 'running', 'retry_wait') AND j.revision_id <> $3 \
+             AND (j.revision_id = $4 OR j.run_at <= $5) \
+             AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.revision_id = j.revision_id)), \
+         receipts AS ( \
+           UPDATE projection_receipts r SET state = 'superseded', \
+             updated_at = GREATEST($5, r.changed_at), changed_by = $6, change_cause = $7, \
+             changed_at = GREATEST($5, r.changed_at), change_seq = r.change_seq + 1 \
+           FROM gone WHERE r.job_id = gone.id AND r.state IN ('pending', 'running', 'written')) \
+         UPDATE jobs j SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+           lease_expires_at = NULL, changed_by = $6, change_cause = $7, \
+           changed_at = GREATEST($5, j.changed_at), change_seq = j.change_seq + 1 \
+         FROM gone WHERE j.id = gone.id",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(revision)
+    .bind(head)
+    .bind(now)
+    .bind(&token.owner)
+    .bind(format!("superseded_by:{revision}"))
+    .execute(&mut *connection)
+    .await?;
+    // The lexical index follows the head: the former head's passages are archived by their
+    // delete trigger, and the new head's come back from the archive acceptance put them in.
+    sqlx::query("DELETE FROM passages WHERE dataset = $1 AND source_key = $2")
+        .bind(&job.dataset)
+        .bind(&job.source_key)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(
+        "INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, \
+           byte_end, words, text, section, page) \
+         SELECT dataset, source_key, revision_id, passage_index, byte_start, byte_end, words, \
+           text, section, page \
+         FROM past_passages WHERE revision_id = $1",
+    )
+    .bind(revision)
+    .execute(&mut *connection)
+    .await?;
+    tracing::info!(
+        dataset = %job.dataset,
+        source_key = %job.source_key,
+        revision = %revision,
+        former_head = ?head,
+        job = %job.id,
+        "validity boundary crossed: the head moved to the revision scheduled for now"
+    );
+    Ok(())
 }

@@ -646,6 +646,13 @@ impl Projections for SqliteLedger {
     async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
         self.load_receipts(job_id).await
     }
+
+    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<()> {
+        self.project_command(ProjectCommand::Cross {
+            token: lease.clone(),
+        })
+        .await
+    }
 }
 
 #[async_trait]

@@ -39,6 +39,10 @@ pub(crate) enum ProjectCommand {
         token: LeaseToken,
         update: ReceiptUpdate,
     },
+    /// A scheduled revision's boundary ([`super::validity::cross`]).
+    Cross {
+        token: LeaseToken,
+    },
 }
 
 /// Runs one projection write.
@@ -59,6 +63,7 @@ pub(crate) async fn run(
         ProjectCommand::Receipt { token, update } => {
             receipt(connection, &token, &update, now).await
         }
+        ProjectCommand::Cross { token } => super::validity::cross(connection, &token, now).await,
     }
 }
 
@@ -82,7 +87,11 @@ pub(crate) async fn lose_last_chunk(
 }
 
 /// The job, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
-async fn fence(connection: &mut SqliteConnection, token: &LeaseToken, now: Micros) -> Result<Job> {
+pub(super) async fn fence(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> Result<Job> {
     let row = sqlx::query(
         "SELECT * FROM jobs WHERE id = ?1 AND lease_id = ?2 AND state = 'running' \
          AND lease_expires_at > ?3 AND deadline_at > ?3",

@@ -1,12 +1,14 @@
-//! Validity reads on SQLite: a source's timeline and what held at (T, R). The writes are part
-//! of acceptance (`queries/accept_validity.sql`) and erasure.
+//! Validity on SQLite: a source's timeline and what held at (T, R), and the crossing of a
+//! scheduled boundary ([`cross`]). The other writes are part of acceptance
+//! (`queries/accept_validity.sql`) and erasure.
 
-use sqlx::sqlite::{SqlitePool, SqliteRow};
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
 use sqlx::Row;
 
 use super::rows::parse_uuid;
 use crate::clock::Micros;
 use crate::error::Result;
+use crate::model::LeaseToken;
 use crate::validity::{Assertion, Held, Period, Rectangle, Timeline};
 
 const RECTANGLE_COLUMNS: &str = "v.id, v.assertion_id, v.revision_id, v.valid_from, v.valid_to, \
@@ -95,4 +97,132 @@ pub(crate) async fn held_at(
         })
     })
     .transpose()
+}
+
+/// Moves a source's head to the revision of the leased job when that revision is scheduled
+/// (held from a boundary that has come) and is not the head yet: the same head move,
+/// supersession and swap of lexical passages as acceptance makes, recorded by the same
+/// triggers with cause `validity_boundary`. Nothing happens when the revision is the head
+/// already, or when the ledger does not believe the revision holds now.
+pub(crate) async fn cross(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> Result<()> {
+    let job = super::projection::fence(connection, token, now).await?;
+    let Some(revision) = job.revision_id.map(|id| id.to_string()) else {
+        return Ok(());
+    };
+    let head: Option<String> = sqlx::query_scalar(
+        "SELECT head_revision_id FROM sources WHERE dataset = ?1 AND source_key = ?2",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .fetch_optional(&mut *connection)
+    .await?;
+    if head.as_deref() == Some(revision.as_str()) {
+        return Ok(());
+    }
+    let held: Option<String> = sqlx::query_scalar(
+        "SELECT revision_id FROM validity WHERE dataset = ?1 AND source_key = ?2 \
+           AND recorded_to = ?3 AND valid_from <= ?4 AND valid_to > ?4",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(crate::validity::OPEN)
+    .bind(now)
+    .fetch_optional(&mut *connection)
+    .await?;
+    // Not scheduled for now: an erasure's job, or a revision a later assertion overrode
+    // (whose job that assertion superseded). The job runs as it would have.
+    if held.as_deref() != Some(revision.as_str()) {
+        return Ok(());
+    }
+    let cause = format!("superseded_by:{revision}");
+    sqlx::query(
+        "UPDATE sources SET head_revision_id = ?3, changed_by = ?4, \
+           change_cause = 'validity_boundary', changed_at = ?5, change_seq = change_seq + 1 \
+         WHERE dataset = ?1 AND source_key = ?2",
+    )
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(&revision)
+    .bind(&token.owner)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?;
+    // The former head's unfinished work, and anything else due by now, is superseded; jobs
+    // scheduled for later boundaries stay. An erasure's jobs always run.
+    const GONE: &str = "SELECT id FROM jobs WHERE dataset = ?1 AND source_key = ?2 \
+           AND state IN ('pending', 'running', 'retry_wait') AND revision_id <> ?3 \
+           AND (revision_id = ?4 OR run_at <= ?5) \
+           AND NOT EXISTS (SELECT 1 FROM erasures AS erased \
+                           WHERE erased.revision_id = jobs.revision_id)";
+    sqlx::query(&format!(
+        "UPDATE projection_receipts SET state = 'superseded', updated_at = ?5, changed_by = ?6, \
+           change_cause = ?7, changed_at = ?5, change_seq = change_seq + 1 \
+         WHERE job_id IN ({GONE}) AND state IN ('pending', 'running', 'written')"
+    ))
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(&revision)
+    .bind(&head)
+    .bind(now)
+    .bind(&token.owner)
+    .bind(&cause)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query(&format!(
+        "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+           lease_expires_at = NULL, changed_by = ?6, change_cause = ?7, changed_at = ?5, \
+           change_seq = change_seq + 1 \
+         WHERE id IN ({GONE})"
+    ))
+    .bind(&job.dataset)
+    .bind(&job.source_key)
+    .bind(&revision)
+    .bind(&head)
+    .bind(now)
+    .bind(&token.owner)
+    .bind(&cause)
+    .execute(&mut *connection)
+    .await?;
+    // The lexical index follows the head: the former head's passages are archived by their
+    // delete trigger, and the new head's come back from the archive acceptance put them in.
+    sqlx::query("DELETE FROM passages WHERE dataset = ?1 AND source_key = ?2")
+        .bind(&job.dataset)
+        .bind(&job.source_key)
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(
+        "INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, \
+           byte_end, text, section, page) \
+         SELECT dataset, source_key, revision_id, passage_index, byte_start, byte_end, text, \
+           section, page \
+         FROM past_passages WHERE revision_id = ?1",
+    )
+    .bind(&revision)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query(
+        "INSERT INTO passages_fts (rowid, text) \
+         SELECT indexed.id, coalesce(indexed.text, CAST(substr(content.bytes, \
+           indexed.byte_start + 1, indexed.byte_end - indexed.byte_start) AS TEXT)) \
+         FROM passages AS indexed \
+         JOIN revisions AS revision ON revision.id = indexed.revision_id \
+         JOIN contents AS content ON content.sha256 = revision.content_sha256 \
+         WHERE indexed.revision_id = ?1",
+    )
+    .bind(&revision)
+    .execute(&mut *connection)
+    .await?;
+    tracing::info!(
+        dataset = %job.dataset,
+        source_key = %job.source_key,
+        revision = %revision,
+        former_head = ?head,
+        job = %job.id,
+        "validity boundary crossed: the head moved to the revision scheduled for now"
+    );
+    Ok(())
 }

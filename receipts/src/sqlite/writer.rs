@@ -854,6 +854,8 @@ impl Staged {
             "job_id": write.job_id.to_string(),
             "kind": kind.as_str(),
             "graph_job_id": graph.then(|| ids::new_v7().to_string()),
+            "moves_head": i64::from(write.moves_head),
+            "run_at": write.run_at,
         }));
     }
 }

@@ -230,8 +230,12 @@ pub async fn validity_refusals_are_typed_and_write_nothing(harness: Harness) {
         "first",
     );
     let before = must(harness.ledger.counts().await, "counts");
+    // A source's first revision must hold now: one valid only from tomorrow is refused.
+    let error = accept_at(&harness, at + 5, put("law", "fresh", "later").valid(from(at + DAY)))
+        .await
+        .expect_err("a first revision valid from tomorrow");
+    assert_eq!(error.code(), "validity_in_future", "{error}");
     let cases = [
-        (from(at + DAY), "validity_in_future"),
         (
             Validity {
                 valid_from: Some(at - DAY),
@@ -290,6 +294,7 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
     let mut model: Vec<Vec<(Option<Uuid>, Micros, Micros)>> = vec![Vec::new(); keys.len()];
     let mut texts: Vec<Vec<String>> = vec![Vec::new(); keys.len()];
     let mut now = START;
+    let mut scheduled = 0;
     for step in 0..60 {
         // Some steps share the clock's microsecond: the ledger then records one later.
         now += match rng.below(3) {
@@ -299,8 +304,12 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
         };
         let source = rng.below(keys.len() as u64) as usize;
         let key = keys[source];
-        let backdate = match rng.below(3) {
+        let previous_head = must(harness.ledger.source("law", key).await, "source")
+            .map(|view| (view.head.id, view.head.tombstone));
+        // Backdated, or (once the source has a head) scheduled up to five days ahead.
+        let backdate = match rng.below(4) {
             0 => None,
+            1 if previous_head.is_some() => Some(now + 1 + rng.below(5 * DAY as u64) as i64),
             _ => Some(START + rng.below(((now - START) / 1_000).max(1) as u64) as i64 * 1_000),
         };
         let validity = Validity {
@@ -326,8 +335,6 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
                 (put("law", key, &text), false)
             }
         };
-        let previous_head = must(harness.ledger.source("law", key).await, "source")
-            .map(|view| (view.head.id, view.head.tombstone));
         let last = model[source].last().map(|(_, _, recorded)| *recorded);
         let result = accept_at(&harness, now, submission.valid(validity)).await;
         let revision = match result {
@@ -338,7 +345,11 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
         // What the ledger recorded: an assertion, unless nothing changed (a duplicate).
         let timeline = must(harness.ledger.timeline("law", key).await, "timeline");
         let recorded = timeline.assertions.len() > model[source].len();
-        let duplicate = previous_head.map(|(id, _)| id) == Some(revision);
+        // A duplicate is of the head, or of a revision scheduled with the same period.
+        let duplicate = previous_head.map(|(id, _)| id) == Some(revision)
+            || model[source]
+                .iter()
+                .any(|(known, _, _)| *known == Some(revision));
         if !recorded {
             assert!(duplicate, "step {step}: a write without an assertion");
             continue;
@@ -363,14 +374,44 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
             backdate.unwrap_or(expected_at),
             "step {step}"
         );
+        scheduled += usize::from(assertion.valid.from > assertion.recorded_at);
         model[source].push((
             (!tombstone).then_some(revision),
             assertion.valid.from,
             assertion.recorded_at,
         ));
     }
-    harness.clock.set(now + DAY);
-    let end = now + DAY;
+    assert!(scheduled > 0, "the sequence scheduled nothing");
+    // Every boundary has come by `end`: once the due jobs have crossed theirs, each head is
+    // the revision the ledger believes holds now (a tombstone when nothing does).
+    let end = now + 6 * DAY;
+    harness.clock.set(end);
+    loop {
+        let claimed = must(harness.ledger.claim("test:conformance", 100).await, "claim");
+        if claimed.is_empty() {
+            break;
+        }
+        for job in claimed {
+            let token = receipts::LeaseToken::of(&job).expect("a claimed job is leased");
+            must(harness.ledger.cross_boundary(&token).await, "cross");
+            must(harness.ledger.complete(&token).await, "complete");
+        }
+    }
+    for (source, key) in keys.iter().enumerate() {
+        let Some(view) = must(harness.ledger.source("law", key).await, "source") else {
+            continue;
+        };
+        let expected = model[source]
+            .iter()
+            .rev()
+            .find(|(_, from, _)| *from <= end)
+            .and_then(|(revision, _, _)| *revision);
+        assert_eq!(
+            (!view.head.tombstone).then_some(view.head.id),
+            expected,
+            "{key}: the head after every boundary"
+        );
+    }
     for (source, key) in keys.iter().enumerate() {
         for _ in 0..40 {
             let valid_at = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
@@ -455,4 +496,149 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
             );
         }
     }
+}
+
+/// A revision valid from a later instant is scheduled: it is stored and asserted, the head
+/// stays, and its job waits for the boundary. Once the clock reaches it, the job that claims
+/// it moves the head (cause `validity_boundary`) and the lexical index with it; until then the
+/// default search does not return it, while a search at a later `valid_at` does. A deletion
+/// can be scheduled the same way ("gone from X").
+pub async fn scheduled_revisions_take_the_head_at_their_boundary(harness: Harness) {
+    let at = START + DAY;
+    let boundary = at + DAY;
+    let j1 = must(
+        accept_at(&harness, at, put("law", "s", "heron rules apply")).await,
+        "J1",
+    );
+    harness.clock.set(at + 10);
+    let receipt = harness
+        .ledger
+        .accept(vec![
+            put("law", "s", "egret rules apply").valid(from(boundary))
+        ])
+        .await
+        .pop()
+        .expect("one result");
+    let receipt = must(receipt, "J2");
+    let j2 = receipt.source_revision_id;
+    assert_ne!(j1, j2);
+    let head = |view: Option<receipts::model::SourceView>| view.map(|view| view.head.id);
+    assert_eq!(
+        head(must(harness.ledger.source("law", "s").await, "source")),
+        Some(j1),
+        "the head stays until the boundary"
+    );
+    let job = must(harness.ledger.job(receipt.projection_job_id).await, "job")
+        .expect("the receipt's job");
+    assert_eq!(job.run_at, boundary, "the job waits for the boundary");
+    // Submitted again with the same period: the same receipt, nothing new.
+    let again = harness
+        .ledger
+        .accept(vec![
+            put("law", "s", "egret rules apply").valid(from(boundary))
+        ])
+        .await
+        .pop()
+        .expect("one result");
+    let again = must(again, "J2 again");
+    assert_eq!(again.status, receipts::model::AcceptStatus::Duplicate);
+    assert_eq!(again.projection_job_id, receipt.projection_job_id);
+
+    let lexical = |query: &'static str| {
+        let ledger = harness.ledger.clone();
+        async move {
+            must(
+                ledger
+                    .lexical_search(query, &["law".to_owned()], 10, None)
+                    .await,
+                "lexical",
+            )
+            .into_iter()
+            .map(|hit| hit.revision_id)
+            .collect::<Vec<Uuid>>()
+        }
+    };
+    assert_eq!(lexical("egret").await, Vec::<Uuid>::new(), "not before");
+    assert_eq!(lexical("heron").await, vec![j1]);
+    let later = receipts::validity::At {
+        valid_at: boundary + 1,
+        as_of: at + 20,
+    };
+    let ahead = must(
+        harness
+            .ledger
+            .lexical_search_at("egret", &["law".to_owned()], 10, None, later)
+            .await,
+        "lexical at",
+    );
+    assert_eq!(
+        ahead.iter().map(|hit| hit.revision_id).collect::<Vec<_>>(),
+        vec![j2],
+        "what will hold is found at its valid time"
+    );
+
+    // Before the boundary no claim takes the job.
+    harness.clock.set(boundary - 1);
+    let claimed = must(harness.ledger.claim("test:conformance", 10).await, "claim");
+    assert!(claimed.iter().all(|job| job.revision_id != Some(j2)));
+    for job in &claimed {
+        let token = receipts::LeaseToken::of(job).expect("leased");
+        must(harness.ledger.complete(&token).await, "complete J1");
+    }
+    harness.clock.set(boundary + 1);
+    let claimed = must(harness.ledger.claim("test:conformance", 10).await, "claim");
+    let job = claimed
+        .iter()
+        .find(|job| job.revision_id == Some(j2))
+        .expect("the scheduled job is due");
+    let token = receipts::LeaseToken::of(job).expect("leased");
+    must(harness.ledger.cross_boundary(&token).await, "cross");
+    // Crossing again changes nothing.
+    must(harness.ledger.cross_boundary(&token).await, "cross again");
+    assert_eq!(
+        head(must(harness.ledger.source("law", "s").await, "source")),
+        Some(j2),
+        "the head moved at the boundary"
+    );
+    assert_eq!(lexical("egret").await, vec![j2]);
+    assert_eq!(lexical("heron").await, Vec::<Uuid>::new());
+    let history = must(harness.ledger.history("source", "law/s").await, "history");
+    assert!(
+        history
+            .iter()
+            .any(|entry| entry.cause == "validity_boundary"),
+        "{history:?}"
+    );
+    must(harness.ledger.complete(&token).await, "complete J2");
+
+    // Gone from a later instant: the deletion is scheduled too.
+    let gone = boundary + DAY;
+    harness.clock.set(boundary + 10);
+    let deleted = harness
+        .ledger
+        .accept(vec![Submission {
+            change: Change::Delete { reason: None },
+            ..put("law", "s", "unused")
+        }
+        .valid(from(gone))])
+        .await
+        .pop()
+        .expect("one result");
+    let deleted = must(deleted, "delete");
+    assert!(deleted.tombstone);
+    assert_eq!(
+        head(must(harness.ledger.source("law", "s").await, "source")),
+        Some(j2)
+    );
+    harness.clock.set(gone + 1);
+    let claimed = must(harness.ledger.claim("test:conformance", 10).await, "claim");
+    let job = claimed
+        .iter()
+        .find(|job| job.id == deleted.projection_job_id)
+        .expect("the deletion is due");
+    let token = receipts::LeaseToken::of(job).expect("leased");
+    must(harness.ledger.cross_boundary(&token).await, "cross");
+    let view = must(harness.ledger.source("law", "s").await, "source").expect("source");
+    assert!(view.head.tombstone, "gone from the boundary on");
+    assert_eq!(lexical("egret").await, Vec::<Uuid>::new());
 }

@@ -3,12 +3,16 @@
 -- receipt), and swap the lexical passages to the new heads. The job whose id the receipt names
 -- writes the active generation; every other live generation (one being built, or a former
 -- active one kept for rollback) gets a job of its own, with a receipt per backend it holds.
+-- A scheduled item (`moves_head = 0`) supersedes only the jobs scheduled at or after its own
+-- start, which its open period overrides; its jobs wait for `run_at`, and its passages are
+-- kept in `past_passages` until the head moves to it.
 DELETE FROM wave_superseded;
 INSERT INTO wave_superseded (job_id, actor, cause)
 SELECT job.id, wave.actor, 'superseded_by:' || wave.revision_id
 FROM wave AS wave
 CROSS JOIN jobs AS job ON job.dataset = wave.dataset AND job.source_key = wave.source_key
 WHERE job.state IN ('pending', 'running', 'retry_wait')
+  AND (wave.moves_head = 1 OR job.run_at >= wave.run_at)
   -- An erasure's jobs erase the stores whatever comes next.
   AND NOT EXISTS (SELECT 1 FROM erasures AS erased WHERE erased.revision_id = job.revision_id);
 UPDATE projection_receipts
@@ -26,7 +30,7 @@ SET state = 'superseded', lease_id = NULL, lease_owner = NULL, lease_expires_at 
 WHERE id IN (SELECT job_id FROM wave_superseded);
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
     run_at, created_at, changed_by, change_cause, changed_at, generation)
-SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params),
+SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), run_at, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params),
     (SELECT id FROM generations WHERE state = 'active')
 FROM wave;
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
@@ -38,7 +42,7 @@ INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, ma
 SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2)
          || '-' || substr('89ab', 1 + abs(random() % 4), 1) || substr(hex(randomblob(2)), 2) || '-'
          || hex(randomblob(6))),
-    wave.revision_id, wave.dataset, wave.source_key, wave.kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), (SELECT now FROM wave_params), (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params),
+    wave.revision_id, wave.dataset, wave.source_key, wave.kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), wave.run_at, (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params),
     g.id
 FROM wave CROSS JOIN generations AS g WHERE g.state IN ('building', 'standby');
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
@@ -52,20 +56,21 @@ JOIN generations AS g ON g.id = job.generation AND g.state IN ('building', 'stan
 WHERE backend.value <> 'graph';
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
     run_at, created_at, changed_by, change_cause, changed_at)
-SELECT graph_job_id, revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), (SELECT now FROM wave_params), (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
+SELECT graph_job_id, revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), run_at, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
 FROM wave WHERE graph_job_id IS NOT NULL;
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
     changed_at)
 SELECT graph_job_id, 'graph', 'pending', (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
 FROM wave WHERE graph_job_id IS NOT NULL;
 DELETE FROM passages
-WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave);
+WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave WHERE moves_head = 1);
 INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end,
     text, section, page)
 SELECT wave.dataset, wave.source_key, wave.revision_id, passage.passage_index, passage.byte_start,
        passage.byte_end, passage.text, passage.section, passage.page
 FROM wave_passages AS passage
-JOIN wave ON wave.position = passage.position;
+JOIN wave ON wave.position = passage.position
+WHERE wave.moves_head = 1;
 INSERT INTO passages_fts (rowid, text)
 SELECT indexed.id,
        coalesce(indexed.text, CAST(substr(content.bytes, indexed.byte_start + 1,
@@ -73,4 +78,19 @@ SELECT indexed.id,
 FROM wave
 JOIN passages AS indexed ON indexed.revision_id = wave.revision_id
 JOIN contents AS content ON content.sha256 = wave.sha256
-WHERE wave.tombstone = 0;
+WHERE wave.tombstone = 0 AND wave.moves_head = 1;
+INSERT INTO past_passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end,
+    text, section, page)
+SELECT wave.dataset, wave.source_key, wave.revision_id, passage.passage_index, passage.byte_start,
+       passage.byte_end, passage.text, passage.section, passage.page
+FROM wave_passages AS passage
+JOIN wave ON wave.position = passage.position
+WHERE wave.archive = 1;
+INSERT INTO past_passages_fts (rowid, text)
+SELECT archived.id,
+       coalesce(archived.text, CAST(substr(content.bytes, archived.byte_start + 1,
+                                           archived.byte_end - archived.byte_start) AS TEXT))
+FROM wave
+JOIN past_passages AS archived ON archived.revision_id = wave.revision_id
+JOIN contents AS content ON content.sha256 = wave.sha256
+WHERE wave.archive = 1;

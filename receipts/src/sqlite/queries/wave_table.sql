@@ -20,6 +20,12 @@ CREATE TEMP TABLE IF NOT EXISTS wave (
     graph_job_id         TEXT,
     owner                TEXT,
     bucket               INTEGER NOT NULL,
+    -- 1: the head moves to the revision now; 0: it is scheduled (validity from `run_at`).
+    moves_head           INTEGER NOT NULL,
+    -- When its jobs may run.
+    run_at               INTEGER NOT NULL,
+    -- 1: a scheduled revision's passages go to `past_passages` (none there yet).
+    archive              INTEGER NOT NULL,
     UNIQUE (dataset, source_key)
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_passages (
