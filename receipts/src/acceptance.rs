@@ -191,7 +191,6 @@ impl AssertionWrite {
     ) -> Result<AssertionWrite> {
         let recorded_at = validity::record_time(now, believed.last_recorded_at);
         let period = item.validity.period(recorded_at)?;
-        supported(&period, recorded_at)?;
         let id = ids::new_v7();
         Ok(AssertionWrite {
             id,
@@ -230,25 +229,6 @@ impl AssertionWrite {
     }
 }
 
-/// The periods acceptance takes: open ones. An open period that starts no later than its
-/// record time holds now, so the revision it asserts becomes the source's effective one and
-/// its head at once. One that starts later is **scheduled**: its revision is stored and its
-/// job waits for `valid_from`, when the worker that claims it moves the head first
-/// ([`crate::WorkLedger::cross_boundary`]). A bounded period would move the effective revision
-/// back at its end, which nothing schedules yet; it is refused with a typed error.
-fn supported(period: &Period, _recorded_at: Micros) -> Result<()> {
-    if !period.is_open() {
-        return Err(LedgerError::invalid(
-            "validity_bounded",
-            format!(
-                "valid_to {} closes the period; bounded periods are not supported yet: leave valid_to out, and assert the next revision from that instant",
-                validity::format_instant(period.to)
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// What acceptance does with one item.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -280,41 +260,117 @@ pub(crate) struct Write {
     pub(crate) accepted_at: Micros,
     pub(crate) cause: &'static str,
     pub(crate) assertion: AssertionWrite,
-    /// Whether the head moves to the revision now. A revision that holds only from a later
-    /// instant is stored and asserted without moving the head: its job waits for `run_at`.
+    /// Where the assertion leaves the head, and which jobs it queues.
+    pub(crate) placement: Placement,
+}
+
+/// Where an assertion leaves its source's head, and when its jobs run. Every period is
+/// accepted: one that holds now moves the head at once; one that starts later is
+/// **scheduled** (its job waits for `valid_from`, and the worker that claims it then moves the
+/// head first: [`crate::WorkLedger::cross_boundary`]); one that ended before now is
+/// **history** only (policy: only revisions that hold now or later are projected, so its job
+/// is superseded at once and temporal searches over its period report partial history). A
+/// bounded period that holds now or later also schedules the **return** of the revision that
+/// holds after it, at `valid_to`.
+#[derive(Debug, Clone)]
+pub(crate) struct Placement {
+    /// Whether the head moves to the revision now.
     pub(crate) moves_head: bool,
     /// When its job may run: now, or the instant its period starts.
     pub(crate) run_at: Micros,
+    /// Whether it holds only in the past: its job is superseded at once.
+    pub(crate) historical: bool,
+    /// The revision that takes the head back when a bounded period ends.
+    pub(crate) returns: Option<Return>,
 }
 
-/// Where an assertion leaves the source's head: `(moves_head, run_at)`. Its revision holds
-/// now when its period has started at its record time (its jobs run from `now`, the ledger's
-/// clock, which a record time bumped past the source's last one may lead by microseconds); otherwise it is scheduled for the
-/// period's start, which a source needs a head before (a source whose first revision holds
-/// only later would be listed with nothing current, and is refused).
-fn placement(
-    item: &Prepared,
-    head: Option<Uuid>,
-    assertion: &AssertionWrite,
-    now: Micros,
-) -> Result<(bool, Micros)> {
-    if assertion.period.contains(assertion.recorded_at) {
-        return Ok((true, now));
+/// A job scheduled at a bounded period's end for the revision that holds from then on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Return {
+    pub(crate) job_id: Uuid,
+    pub(crate) revision_id: Uuid,
+    pub(crate) at: Micros,
+}
+
+impl Placement {
+    /// Where `assertion` leaves a source whose head is `head` and whose believed rectangles
+    /// were `believed` before it, at the ledger's clock `now`. Its revision holds now when its
+    /// period contains its record time (its jobs then run from `now`, which a record time
+    /// bumped past the source's last one may lead by microseconds). A source needs a head
+    /// before anything is scheduled or recorded as history (one whose first revision holds
+    /// only later, or only before, would be listed with nothing current), and a bounded period
+    /// needs something to hold after it.
+    fn of(
+        item: &Prepared,
+        head: Option<Uuid>,
+        believed: &Believed,
+        assertion: &AssertionWrite,
+        now: Micros,
+    ) -> Result<Placement> {
+        let period = assertion.period;
+        let recorded_at = assertion.recorded_at;
+        let moves_head = period.contains(recorded_at);
+        let historical = period.to <= recorded_at;
+        if head.is_none() && !moves_head {
+            return Err(LedgerError::invalid(
+                "validity_in_future",
+                format!(
+                    "{}/{} has no revision yet, and this one holds only over [{}, {}): a \
+                     source's first revision must hold now; accept it without a period (or with \
+                     one that contains now), then assert the others",
+                    item.dataset,
+                    item.source_key,
+                    validity::format_instant(period.from),
+                    end(period.to)
+                ),
+            ));
+        }
+        let returns = if period.is_open() || historical {
+            None
+        } else {
+            let after = believed.after(&assertion.applied);
+            match validity::held(&after, period.to, recorded_at) {
+                None => {
+                    return Err(LedgerError::invalid(
+                        "validity_gap",
+                        format!(
+                            "{}/{}: nothing would hold after valid_to {}; leave valid_to out, or \
+                             first assert what holds from then on (a deletion with that \
+                             valid_from, for one that is gone)",
+                            item.dataset,
+                            item.source_key,
+                            validity::format_instant(period.to)
+                        ),
+                    ))
+                }
+                Some(next) if next.revision_id == assertion.revision_id => None,
+                Some(next) => Some(Return {
+                    job_id: ids::new_v7(),
+                    revision_id: next.revision_id,
+                    at: period.to,
+                }),
+            }
+        };
+        Ok(Placement {
+            moves_head,
+            run_at: if moves_head || historical {
+                now
+            } else {
+                period.from
+            },
+            historical,
+            returns,
+        })
     }
-    if head.is_none() {
-        return Err(LedgerError::invalid(
-            "validity_in_future",
-            format!(
-                "{}/{} has no revision yet, and this one holds only from {}: a source's first \
-                 revision must hold now; accept it without valid_from (or with an earlier one) \
-                 and assert the change from that instant",
-                item.dataset,
-                item.source_key,
-                validity::format_instant(assertion.period.from)
-            ),
-        ));
+}
+
+/// A period's end as people read it.
+fn end(to: Micros) -> String {
+    if to == validity::OPEN {
+        "open".to_owned()
+    } else {
+        validity::format_instant(to)
     }
-    Ok((false, assertion.period.from))
 }
 
 pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outcome {
@@ -354,12 +410,14 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                     Ok(assertion) => assertion,
                     Err(error) => return Outcome::Refused(error),
                 };
-            let (moves_head, run_at) = match placement(item, decision.head, &assertion, now) {
-                Ok(placed) => placed,
-                Err(error) => return Outcome::Refused(error),
-            };
+            let placement =
+                match Placement::of(item, decision.head, &decision.assertions, &assertion, now) {
+                    Ok(placement) => placement,
+                    Err(error) => return Outcome::Refused(error),
+                };
             // A scheduled revision submitted again with the same period: its receipt again.
-            if !moves_head && reverted && assertion.changes_nothing(&decision.assertions) {
+            if !placement.moves_head && reverted && assertion.changes_nothing(&decision.assertions)
+            {
                 return Outcome::Duplicate(*revision_id, None);
             }
             Outcome::Write(Write {
@@ -371,8 +429,7 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
                 accepted_at: decision.existing_accepted_at.unwrap_or(now),
                 cause,
                 assertion,
-                moves_head,
-                run_at,
+                placement,
             })
         }
         PreparedChange::Delete { .. } => match decision.head {
@@ -383,28 +440,28 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
             Some(head) if decision.head_tombstone => duplicate(item, &decision, head, now),
             Some(head) => {
                 let revision_id = ids::new_v7();
-                let written = AssertionWrite::new(
-                    item,
-                    &decision.assertions,
-                    revision_id,
-                    now,
-                    "deleted",
-                )
-                .and_then(|assertion| {
-                    let (moves_head, run_at) = placement(item, Some(head), &assertion, now)?;
-                    Ok(Write {
-                        revision_id,
-                        job_id: ids::new_v7(),
-                        new_revision: true,
-                        tombstone: true,
-                        previous: Some(head),
-                        accepted_at: now,
-                        cause: "deleted",
-                        assertion,
-                        moves_head,
-                        run_at,
-                    })
-                });
+                let written =
+                    AssertionWrite::new(item, &decision.assertions, revision_id, now, "deleted")
+                        .and_then(|assertion| {
+                            let placement = Placement::of(
+                                item,
+                                Some(head),
+                                &decision.assertions,
+                                &assertion,
+                                now,
+                            )?;
+                            Ok(Write {
+                                revision_id,
+                                job_id: ids::new_v7(),
+                                new_revision: true,
+                                tombstone: true,
+                                previous: Some(head),
+                                accepted_at: now,
+                                cause: "deleted",
+                                assertion,
+                                placement,
+                            })
+                        });
                 match written {
                     Ok(write) => Outcome::Write(write),
                     Err(error) => Outcome::Refused(error),
@@ -415,9 +472,10 @@ pub(crate) fn classify(item: &Prepared, decision: Decision, now: Micros) -> Outc
 }
 
 /// A submission of the head: nothing is written unless it gives a period that changes what
-/// is believed (the head asserted further back), which is then recorded as an assertion of
-/// the head alone. The head asserted from a later instant, over a revision scheduled before
-/// it, must take the head back at that instant: that assertion is scheduled like any other.
+/// is believed. An open one that holds now (the head asserted further back) is recorded as an
+/// assertion of the head alone. Any other (from a later instant, over a revision scheduled
+/// before it; bounded, so that another revision returns at its end; in the past only) is
+/// placed like any assertion, with a job of its own.
 fn duplicate(item: &Prepared, decision: &Decision, head: Uuid, now: Micros) -> Outcome {
     if !item.validity.is_given() {
         return Outcome::Duplicate(head, None);
@@ -430,9 +488,15 @@ fn duplicate(item: &Prepared, decision: &Decision, head: Uuid, now: Micros) -> O
     if assertion.changes_nothing(believed) {
         return Outcome::Duplicate(head, None);
     }
-    if assertion.period.contains(assertion.recorded_at) {
+    if assertion.period.contains(assertion.recorded_at) && assertion.period.is_open() {
         return Outcome::Duplicate(head, Some(assertion));
     }
+    let mut placement = match Placement::of(item, Some(head), believed, &assertion, now) {
+        Ok(placement) => placement,
+        Err(error) => return Outcome::Refused(error),
+    };
+    // The head stays the head until a boundary moves it: its job projects it again at most.
+    placement.moves_head = false;
     Outcome::Write(Write {
         revision_id: head,
         job_id: ids::new_v7(),
@@ -441,9 +505,8 @@ fn duplicate(item: &Prepared, decision: &Decision, head: Uuid, now: Micros) -> O
         previous: Some(head),
         accepted_at: decision.existing_accepted_at.unwrap_or(now),
         cause: "reasserted",
-        run_at: assertion.period.from,
-        moves_head: false,
         assertion,
+        placement,
     })
 }
 
@@ -654,6 +717,17 @@ impl ValidityRows {
 pub(crate) type BelievedRow = (Uuid, Uuid, Uuid, Micros, Micros, Micros);
 
 impl Believed {
+    /// The rectangles believed once `applied` is: these without the ones it closes, and the
+    /// ones it adds.
+    fn after(&self, applied: &validity::Applied) -> Vec<Rectangle> {
+        self.rectangles
+            .iter()
+            .filter(|rectangle| !applied.close.contains(&rectangle.id))
+            .cloned()
+            .chain(applied.insert.iter().cloned())
+            .collect()
+    }
+
     /// What an engine read for one source.
     pub(crate) fn from_rows(
         last_seq: Option<i64>,

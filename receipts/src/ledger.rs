@@ -287,10 +287,11 @@ pub trait Projections: Send + Sync {
     /// holds from an instant that has come) and is not its source's head yet, moves the head
     /// to it, supersedes the former head's unfinished jobs and swaps the lexical passages, as
     /// acceptance does for a revision that holds at once (cause `validity_boundary`). Does
-    /// nothing when the revision is the head already, or is not believed to hold now (an
-    /// erasure's job). Every job runs it before its first store write, so a store's
-    /// current flag never moves ahead of the ledger's head.
-    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<()>;
+    /// nothing when the revision is the head already, or is an erasure's. Answers whether the
+    /// job goes on: `false` when a later assertion overrode its revision at this instant, and
+    /// the job was superseded (`validity_overridden`). A job that waited runs it before its
+    /// first store write, so a store's current flag never moves ahead of the ledger's head.
+    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<bool>;
 }
 
 /// Connectors and their runs. Every change goes through [`Connectors::change_connector`]; a

@@ -125,11 +125,6 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
         ),
         (json!({"valid_from": true}), "invalid_instant"),
         (json!({"valid_from": -5}), "invalid_instant"),
-        (json!({"valid_from": future}), "validity_in_future"),
-        (
-            json!({"valid_from": JAN_1_2020, "valid_to": MAR_1_2020}),
-            "validity_bounded",
-        ),
         (
             json!({"valid_from": MAR_1_2020, "valid_to": MAR_1_2020}),
             "empty_validity",
@@ -138,6 +133,24 @@ async fn periods_on_the_wire_make_a_timeline_and_bad_ones_write_nothing() {
         let result = app.put(&app.admin, put("J3", extra.clone())).await;
         assert_error(&result, 422, code);
     }
+    // A source's first revision must hold now.
+    let result = app
+        .put(
+            &app.admin,
+            json!({"dataset": "law", "source_key": "fresh", "content": "later",
+                   "valid_from": future}),
+        )
+        .await;
+    assert_error(&result, 422, "validity_in_future");
+    // A bounded period with nothing to hold after it.
+    let result = app
+        .put(
+            &app.admin,
+            json!({"dataset": "law", "source_key": "fresh", "content": "for a while",
+                   "valid_from": JAN_1_2020, "valid_to": future}),
+        )
+        .await;
+    assert_error(&result, 422, "validity_gap");
     assert_eq!(app.counts().await, before);
 
     // The head again, asserted further back: an assertion, no new revision.
@@ -367,4 +380,106 @@ fn now_micros() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|elapsed| elapsed.as_micros() as i64)
         .unwrap_or_default()
+}
+
+/// A revision valid from a few seconds ahead, through a served cairn (embedded default): it
+/// is accepted at once, and the default search goes on returning the revision before it in
+/// every mode, while a lexical search at a later `valid_at` finds it. At the boundary its job
+/// moves the head and projects it: the default search then returns it in every mode, the
+/// vector store's current flag included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_revision_takes_over_at_its_boundary_in_every_mode() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut server, base) = crate::crash::start(data.path()).await;
+    let token = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    let j1 = crate::common::post_source(
+        &http,
+        &base,
+        &token,
+        &json!({"dataset": "law", "source_key": "ruling",
+                "content": "The ruling: the ferry to the island leaves every hour from pier one."}),
+    )
+    .await;
+    crate::projection::wait_for_job(&http, &base, &token, &j1, "completed").await;
+    let boundary = now_micros() + 6_000_000;
+    let response = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(&token)
+        .json(&json!({"dataset": "law", "source_key": "ruling", "valid_from": boundary,
+                      "content": "The ruling: the ferry to the island leaves every half hour from pier two."}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(response.status().as_u16(), 202);
+    let j2: Value = response.json().await.expect("json");
+    let j1_id = j1.clone();
+    let j2_id = j2["source_revision_id"].as_str().expect("id").to_owned();
+    let search = |mode: &str, at: Value| {
+        let mut body = json!({"query": "when does the ferry to the island leave", "mode": mode,
+                              "datasets": ["law"], "top_k": 5});
+        if let (Some(body), Some(at)) = (body.as_object_mut(), at.as_object()) {
+            body.extend(at.clone());
+        }
+        let request = http
+            .post(format!("{base}/v1/search"))
+            .bearer_auth(&token)
+            .json(&body);
+        async move {
+            let response = request.send().await.expect("search");
+            assert_eq!(response.status().as_u16(), 200);
+            let answer = response.json::<Value>().await.expect("json");
+            answer["results"]
+                .as_array()
+                .map(|results| {
+                    results
+                        .iter()
+                        .map(|hit| {
+                            hit["source_revision_id"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        }
+    };
+    for mode in ["lexical", "vector", "auto"] {
+        assert_eq!(
+            search(mode, json!({})).await,
+            vec![j1_id.clone()],
+            "{mode}: before the boundary"
+        );
+    }
+    assert_eq!(
+        search("lexical", json!({"valid_at": boundary + 1_000_000})).await,
+        vec![j2_id.clone()],
+        "lexical at a valid time after the boundary"
+    );
+    let detail = crate::projection::revision(&http, &base, &token, &j2_id).await;
+    assert_eq!(detail["job"]["state"], "pending", "{detail}");
+    assert_eq!(detail["job"]["run_at"], json!(boundary), "{detail}");
+    crate::projection::wait_for_job(&http, &base, &token, &j2_id, "completed").await;
+    assert!(now_micros() >= boundary, "the job ran before its boundary");
+    for mode in ["lexical", "vector", "auto"] {
+        assert_eq!(
+            search(mode, json!({})).await,
+            vec![j2_id.clone()],
+            "{mode}: after the boundary"
+        );
+    }
+    let response = http
+        .get(format!("{base}/v1/sources?dataset=law&source_key=ruling"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("source");
+    let view: Value = response.json().await.expect("json");
+    assert_eq!(view["head"]["id"], json!(j2_id), "{view}");
+    assert_eq!(
+        view["head_history"][0]["cause"], "validity_boundary",
+        "{view}"
+    );
+    server.kill().await.expect("stop");
 }

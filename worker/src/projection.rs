@@ -661,11 +661,18 @@ impl Work for Projector {
         // A job that waited (a revision scheduled from a later instant, or a retry) first
         // makes sure its revision is the head once its validity has begun; a job queued to run
         // at once projects the head acceptance just moved, and costs no extra write.
-        if job.run_at > job.created_at && job.kind != JobKind::Sync {
-            self.ledger
+        if job.run_at > job.created_at
+            && job.kind != JobKind::Sync
+            && !self
+                .ledger
                 .cross_boundary(&token)
                 .await
-                .map_err(ledger_failure)?;
+                .map_err(ledger_failure)?
+        {
+            return Err(retryable(
+                "lease_lost",
+                "a later assertion overrode the revision at its boundary: the job was superseded",
+            ));
         }
         match job.kind {
             JobKind::Project => self.project(job, &token).await,

@@ -420,18 +420,20 @@ impl PostgresLedger {
                    SELECT j.id, w.actor, 'superseded_by:' || w.revision_id AS cause \
                    FROM {counted} JOIN jobs j ON j.dataset = w.dataset AND j.source_key = w.source_key \
                    WHERE j.state IN ('pending', 'running', 'retry_wait') \
-                     AND (w.moves_head OR j.run_at >= w.run_at) \
+                     AND CASE WHEN w.moves_head THEN j.state <> 'pending' OR j.run_at < w.valid_to \
+                              ELSE j.state = 'pending' AND j.run_at > $20 \
+                                   AND j.run_at >= w.valid_from AND j.run_at < w.valid_to END \
                      AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.revision_id = j.revision_id)), \
                  receipts AS ( \
                    UPDATE projection_receipts r SET state = 'superseded', \
-                     updated_at = GREATEST($13, r.changed_at), \
+                     updated_at = GREATEST($20, r.changed_at), \
                      changed_by = gone.actor, change_cause = gone.cause, \
-                     changed_at = GREATEST($13, r.changed_at), \
+                     changed_at = GREATEST($20, r.changed_at), \
                      change_seq = r.change_seq + 1 \
                    FROM gone WHERE r.job_id = gone.id AND r.state IN ('pending', 'running', 'written')) \
                  UPDATE jobs j SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
                    lease_expires_at = NULL, changed_by = gone.actor, change_cause = gone.cause, \
-                   changed_at = GREATEST($13, j.changed_at), change_seq = j.change_seq + 1 \
+                   changed_at = GREATEST($20, j.changed_at), change_seq = j.change_seq + 1 \
                  FROM gone WHERE j.id = gone.id \
                    AND j.state IN ('pending', 'running', 'retry_wait')"
             )))
@@ -497,11 +499,13 @@ impl PostgresLedger {
 }
 
 /// Everything new a wave writes, in one statement (data-modifying CTEs; all of them run to
-/// completion whatever the main query reads): the wave is `$1` to `$12` ([`bind_wave`]), the
-/// clock `$13`, the job policies `$14`, a job's backends `$15`, the bytes `$16` to `$18`, the new
-/// revisions `$19` to `$30`, the passages `$31` to `$38`, the owners `$39` and `$40`. A scheduled
-/// item (`moves_head` false: its validity starts later) moves no head, its jobs wait for its
-/// `run_at`, and its passages go to `past_passages` until the head moves to it. The sub-statements share one snapshot,
+/// completion whatever the main query reads): the wave is `$1` to `$19` ([`bind_wave`]), the
+/// clock `$20`, the job policies `$21`, a job's backends `$22`, the bytes `$23` to `$25`, the new
+/// revisions `$26` to `$37`, the passages `$38` to `$45`, the owners `$46` and `$47`. An item
+/// that does not move the head ([`crate::acceptance::Placement`]: scheduled from a later
+/// instant, or history only) keeps its passages in `past_passages` until the head moves to it;
+/// its jobs wait for its `run_at` (a history-only item's job is superseded at once); a bounded
+/// period that holds now or later queues the return of the revision holding after it. The sub-statements share one snapshot,
 /// so the supersession and the passage deletion ran before, and none of them reads another's
 /// rows except through `RETURNING`; the foreign keys (revision to bytes, head, job and passage
 /// to revision, receipt to job) are checked at the statement's end, when every row is there.
@@ -516,26 +520,26 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let wave = wave_relation(None);
     let channel = super::WORK_CHANNEL;
     format!(
-        "WITH policy AS (SELECT * FROM jsonb_to_recordset($14::jsonb) \
+        "WITH policy AS (SELECT * FROM jsonb_to_recordset($21::jsonb) \
                          AS p(kind text, max_attempts bigint)), \
          stored AS ( \
            INSERT INTO contents (sha256, byte_length, bytes, created_at) \
-           SELECT c.sha256, c.byte_length, c.bytes, $13 \
-           FROM unnest($16::text[], $17::bigint[], $18::bytea[]) AS c(sha256, byte_length, bytes) \
+           SELECT c.sha256, c.byte_length, c.bytes, $20 \
+           FROM unnest($23::text[], $24::bigint[], $25::bytea[]) AS c(sha256, byte_length, bytes) \
            ON CONFLICT (sha256) DO NOTHING), \
          revised AS ( \
            INSERT INTO revisions (id, dataset, source_key, content_sha256, byte_length, \
              media_type, tags, metadata, tombstone, previous_revision_id, actor, reason, \
              accepted_at) \
-           SELECT r.*, $13 \
-           FROM unnest($19::uuid[], $20::text[], $21::text[], $22::text[], $23::bigint[], \
-                       $24::text[], $25::jsonb[], $26::jsonb[], $27::boolean[], $28::uuid[], \
-                       $29::text[], $30::text[]) AS r), \
+           SELECT r.*, $20 \
+           FROM unnest($26::uuid[], $27::text[], $28::text[], $29::text[], $30::bigint[], \
+                       $31::text[], $32::jsonb[], $33::jsonb[], $34::boolean[], $35::uuid[], \
+                       $36::text[], $37::text[]) AS r), \
          moved AS ( \
            INSERT INTO sources AS s (dataset, source_key, head_revision_id, created_at, \
              changed_by, change_cause, changed_at, change_seq, owner) \
-           SELECT dataset, source_key, revision_id, $13, actor, cause, $13, 1, \
-             (SELECT o.owner FROM unnest($39::bigint[], $40::text[]) AS o(position, owner) \
+           SELECT dataset, source_key, revision_id, $20, actor, cause, $20, 1, \
+             (SELECT o.owner FROM unnest($46::bigint[], $47::text[]) AS o(position, owner) \
               WHERE o.position = w.position) FROM {wave} WHERE w.moves_head \
            ON CONFLICT (dataset, source_key) DO UPDATE SET \
              head_revision_id = excluded.head_revision_id, owner = excluded.owner, \
@@ -547,8 +551,8 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              byte_end, words, text, section, page) \
            SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
              p.byte_end, p.words, p.text, p.section, p.page \
-           FROM unnest($31::bigint[], $32::bigint[], $33::bigint[], $34::bigint[], \
-                       $35::tsvector[], $36::text[], $37::text[], $38::bigint[]) \
+           FROM unnest($38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], \
+                       $42::tsvector[], $43::text[], $44::text[], $45::bigint[]) \
                   AS p(position, passage_index, byte_start, byte_end, words, text, section, \
                        page) \
            JOIN {wave} ON w.position = p.position \
@@ -558,8 +562,8 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              byte_start, byte_end, words, text, section, page) \
            SELECT w.dataset, w.source_key, w.revision_id, p.passage_index, p.byte_start, \
              p.byte_end, p.words, p.text, p.section, p.page \
-           FROM unnest($31::bigint[], $32::bigint[], $33::bigint[], $34::bigint[], \
-                       $35::tsvector[], $36::text[], $37::text[], $38::bigint[]) \
+           FROM unnest($38::bigint[], $39::bigint[], $40::bigint[], $41::bigint[], \
+                       $42::tsvector[], $43::text[], $44::text[], $45::bigint[]) \
                   AS p(position, passage_index, byte_start, byte_end, words, text, section, \
                        page) \
            JOIN {wave} ON w.position = p.position \
@@ -567,54 +571,87 @@ static WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
            ON CONFLICT (revision_id, passage_index) DO NOTHING), \
          queued AS ( \
            INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-             max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+             max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at, \
              generation) \
-           SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, 'pending', 0, \
-             p.max_attempts, w.run_at, $13, w.actor, w.cause, $13, \
+           SELECT w.job_id, w.revision_id, w.dataset, w.source_key, w.kind, w.job_state, 0, \
+             p.max_attempts, w.run_at, \
+             CASE WHEN w.run_at > $20 THEN 'scheduled: its validity starts then' ELSE 'accepted' END, $20, w.actor, w.cause, $20, \
              (SELECT id FROM generations WHERE state = 'active') \
            FROM {wave} JOIN policy p ON p.kind = w.kind \
+           RETURNING id, state, changed_by, change_cause), \
+         returns_queued AS ( \
+           INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+             max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at, \
+             generation) \
+           SELECT w.return_job_id, w.return_revision_id, w.dataset, w.source_key, \
+             CASE WHEN r.tombstone THEN 'tombstone' ELSE 'project' END, 'pending', 0, \
+             p.max_attempts, w.return_at, 'scheduled: a bounded validity ends then', $20, w.actor, \
+             'validity_returns', $20, \
+             (SELECT id FROM generations WHERE state = 'active') \
+           FROM {wave} JOIN revisions r ON r.id = w.return_revision_id \
+           JOIN policy p ON p.kind = CASE WHEN r.tombstone THEN 'tombstone' ELSE 'project' END \
+           WHERE w.return_job_id IS NOT NULL \
+           RETURNING id, state, changed_by, change_cause), \
+         returns_graph AS ( \
+           INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
+             max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at) \
+           SELECT w.return_graph_job_id, w.return_revision_id, w.dataset, w.source_key, \
+             'graph', 'pending', 0, p.max_attempts, w.return_at, \
+             'scheduled: a bounded validity ends then', $20, w.actor, \
+             'validity_returns', $20 \
+           FROM {wave} JOIN policy p ON p.kind = 'graph' \
+           WHERE w.return_graph_job_id IS NOT NULL \
            RETURNING id, changed_by, change_cause), \
+         returns_graph_receipts AS ( \
+           INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
+             change_cause, changed_at) \
+           SELECT q.id, 'graph', 'pending', $20, q.changed_by, q.change_cause, $20 \
+           FROM returns_graph q), \
          beside AS ( \
            INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-             max_attempts, run_at, created_at, changed_by, change_cause, changed_at, \
+             max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at, \
              generation) \
            SELECT gen_random_uuid(), w.revision_id, w.dataset, w.source_key, w.kind, \
-             'pending', 0, p.max_attempts, w.run_at, $13, w.actor, w.cause, $13, g.id \
+             'pending', 0, p.max_attempts, w.run_at, \
+             CASE WHEN w.run_at > $20 THEN 'scheduled: its validity starts then' ELSE 'accepted' END, $20, w.actor, w.cause, $20, g.id \
            FROM {wave} JOIN policy p ON p.kind = w.kind \
            CROSS JOIN generations g WHERE g.state IN ('building', 'standby') \
+             AND w.job_state = 'pending' \
            RETURNING id, changed_by, change_cause, generation), \
          beside_receipts AS ( \
            INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
              change_cause, changed_at) \
-           SELECT q.id, b.value, 'pending', $13, q.changed_by, q.change_cause, $13 \
+           SELECT q.id, b.value, 'pending', $20, q.changed_by, q.change_cause, $20 \
            FROM beside q JOIN generations g ON g.id = q.generation \
            CROSS JOIN jsonb_array_elements_text(g.backends) AS b(value) \
            WHERE b.value <> 'graph'), \
          graphed AS ( \
            INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, \
-             max_attempts, run_at, created_at, changed_by, change_cause, changed_at) \
+             max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, changed_at) \
            SELECT w.graph_job_id, w.revision_id, w.dataset, w.source_key, 'graph', \
-             'pending', 0, p.max_attempts, w.run_at, $13, w.actor, w.cause, $13 \
+             'pending', 0, p.max_attempts, w.run_at, \
+             CASE WHEN w.run_at > $20 THEN 'scheduled: its validity starts then' ELSE 'accepted' END, $20, w.actor, w.cause, $20 \
            FROM {wave} JOIN policy p ON p.kind = 'graph' \
            WHERE w.graph_job_id IS NOT NULL \
            RETURNING id, changed_by, change_cause), \
          graph_receipts AS ( \
            INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
              change_cause, changed_at) \
-           SELECT q.id, 'graph', 'pending', $13, q.changed_by, q.change_cause, $13 \
+           SELECT q.id, 'graph', 'pending', $20, q.changed_by, q.change_cause, $20 \
            FROM graphed q), \
          woken AS (SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM queued LIMIT 1) AS one) \
          INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, \
            change_cause, changed_at) \
-         SELECT q.id, b.backend, 'pending', $13, q.changed_by, q.change_cause, $13 \
-         FROM queued q CROSS JOIN unnest($15::text[]) AS b(backend) \
+         SELECT q.id, b.backend, q.state, $20, q.changed_by, q.change_cause, $20 \
+         FROM (SELECT * FROM queued UNION ALL SELECT * FROM returns_queued) q \
+         CROSS JOIN unnest($22::text[]) AS b(backend) \
          WHERE (SELECT count(*) FROM woken) >= 0"
     )
 });
 
-/// The wave's rows (the twelve arrays `$1` to `$12` that [`bind_wave`] binds) as a relation
+/// The wave's rows (the nineteen arrays `$1` to `$19` that [`bind_wave`] binds) as a relation
 /// named `w`. Typed arrays arrive in binary and cost the server a copy (a JSON array of row
-/// objects was parsed again by every statement). A statement's own parameters start at `$13`.
+/// objects was parsed again by every statement). A statement's own parameters start at `$20`.
 ///
 /// With `Some(rows)`, for statements that read the tables by the wave's keys: a `LIMIT` of the
 /// exact row count (so it never cuts) is how the planner learns the count. A set-returning
@@ -629,13 +666,15 @@ fn wave_relation(rows: Option<usize>) -> String {
     format!(
         "(SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[], \
          $5::boolean[], $6::text[], $7::text[], $8::uuid[], $9::text[], $10::uuid[], \
-         $11::bigint[], $12::boolean[]) \
+         $11::bigint[], $12::boolean[], $13::bigint[], $14::bigint[], $15::text[], \
+         $16::uuid[], $17::uuid[], $18::bigint[], $19::uuid[]) \
          AS r(position, dataset, source_key, revision_id, tombstone, actor, cause, job_id, \
-         kind, graph_job_id, run_at, moves_head){limit}) AS w"
+         kind, graph_job_id, run_at, moves_head, valid_from, valid_to, job_state, \
+         return_job_id, return_revision_id, return_at, return_graph_job_id){limit}) AS w"
     )
 }
 
-/// Binds the wave's columns as `$1` to `$12`, in [`wave_relation`]'s order.
+/// Binds the wave's columns as `$1` to `$19`, in [`wave_relation`]'s order.
 fn bind_wave<'q>(
     wave: &'q WaveColumns,
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -653,6 +692,13 @@ fn bind_wave<'q>(
         .bind(&wave.graph_job_id)
         .bind(&wave.run_at)
         .bind(&wave.moves_head)
+        .bind(&wave.valid_from)
+        .bind(&wave.valid_to)
+        .bind(&wave.job_state)
+        .bind(&wave.return_job_id)
+        .bind(&wave.return_revision_id)
+        .bind(&wave.return_at)
+        .bind(&wave.return_graph_job_id)
 }
 
 /// What the ledger holds for each item of a wave, in wave order.
@@ -841,8 +887,18 @@ struct WaveColumns {
     graph_job_id: Vec<Option<Uuid>>,
     /// When its jobs may run (a scheduled item's validity start).
     run_at: Vec<i64>,
-    /// Whether the head moves to it now (false: scheduled).
+    /// Whether the head moves to it now (false: scheduled, or history only).
     moves_head: Vec<bool>,
+    /// Its asserted period: which scheduled jobs it overrides.
+    valid_from: Vec<i64>,
+    valid_to: Vec<i64>,
+    /// Its job's first state: `pending`, or `superseded` for history only.
+    job_state: Vec<&'static str>,
+    /// A bounded period's return: the job, the revision holding after it, when.
+    return_job_id: Vec<Option<Uuid>>,
+    return_revision_id: Vec<Option<Uuid>>,
+    return_at: Vec<Option<i64>>,
+    return_graph_job_id: Vec<Option<Uuid>>,
 }
 
 /// One column per field of a new revision, in the `revisions` statement's order.
@@ -931,9 +987,25 @@ impl Staged {
         wave.cause.push(write.cause);
         wave.job_id.push(write.job_id);
         wave.kind.push(kind.as_str());
-        wave.graph_job_id.push(graph.then(ids::new_v7));
-        wave.run_at.push(write.run_at);
-        wave.moves_head.push(write.moves_head);
+        let placement = &write.placement;
+        let returns = placement.returns;
+        wave.graph_job_id
+            .push((graph && !placement.historical).then(ids::new_v7));
+        wave.run_at.push(placement.run_at);
+        wave.moves_head.push(placement.moves_head);
+        wave.valid_from.push(write.assertion.period.from);
+        wave.valid_to.push(write.assertion.period.to);
+        wave.job_state.push(if placement.historical {
+            "superseded"
+        } else {
+            "pending"
+        });
+        wave.return_job_id.push(returns.map(|back| back.job_id));
+        wave.return_revision_id
+            .push(returns.map(|back| back.revision_id));
+        wave.return_at.push(returns.map(|back| back.at));
+        wave.return_graph_job_id
+            .push(returns.filter(|_| graph).map(|_| ids::new_v7()));
         if write.new_revision {
             let revisions = &mut self.revisions;
             revisions.id.push(write.revision_id);

@@ -239,7 +239,7 @@ impl Projections for PostgresLedger {
         self.load_receipts(job_id).await
     }
 
-    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<()> {
+    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         // The source's advisory lock first, as acceptance takes it before any job row: the
         // two never wait on each other in opposite orders.
@@ -256,8 +256,8 @@ impl Projections for PostgresLedger {
         }
         let now = self.now(&mut tx).await?;
         let job = fence(&mut tx, lease, now).await?;
-        super::validity::cross(&mut tx, &job, lease, now).await?;
+        let goes_on = super::validity::cross(&mut tx, &job, lease, now).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(goes_on)
     }
 }

@@ -105,9 +105,9 @@ pub(super) async fn cross(
     job: &Job,
     token: &LeaseToken,
     now: Micros,
-) -> Result<()> {
+) -> Result<bool> {
     let Some(revision) = job.revision_id else {
-        return Ok(());
+        return Ok(true);
     };
     let head: Option<uuid::Uuid> = sqlx::query_scalar(
         "SELECT head_revision_id FROM sources WHERE dataset = $1 AND source_key = $2",
@@ -117,7 +117,7 @@ pub(super) async fn cross(
     .fetch_optional(&mut *connection)
     .await?;
     if head == Some(revision) {
-        return Ok(());
+        return Ok(true);
     }
     let held: Option<uuid::Uuid> = sqlx::query_scalar(
         "SELECT revision_id FROM validity WHERE dataset = $1 AND source_key = $2 \
@@ -129,10 +129,36 @@ pub(super) async fn cross(
     .bind(now)
     .fetch_optional(&mut *connection)
     .await?;
-    // Not scheduled for now: an erasure's job, or a revision a later assertion overrode
-    // (whose job that assertion superseded). The job runs as it would have.
     if held != Some(revision) {
-        return Ok(());
+        // An erasure's job runs whatever holds.
+        let erased: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM erasures WHERE revision_id = $1)")
+                .bind(revision)
+                .fetch_one(&mut *connection)
+                .await?;
+        if erased {
+            return Ok(true);
+        }
+        // A later assertion overrode the revision over this instant: the job has nothing to
+        // project, and ends superseded (its receipts too).
+        sqlx::query(
+            "WITH receipts AS ( \
+               UPDATE projection_receipts SET state = 'superseded', \
+                 updated_at = GREATEST($2, changed_at), changed_by = $3, \
+                 change_cause = 'validity_overridden', changed_at = GREATEST($2, changed_at), \
+                 change_seq = change_seq + 1 \
+               WHERE job_id = $1 AND state IN ('pending', 'running', 'written')) \
+             UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+               lease_expires_at = NULL, changed_by = $3, change_cause = 'validity_overridden', \
+               changed_at = GREATEST($2, changed_at), change_seq = change_seq + 1 \
+             WHERE id = $1",
+        )
+        .bind(job.id)
+        .bind(now)
+        .bind(&token.owner)
+        .execute(&mut *connection)
+        .await?;
+        return Ok(false);
     }
     sqlx::query(
         "UPDATE sources SET head_revision_id = $3, changed_by = $4, \
@@ -146,13 +172,14 @@ pub(super) async fn cross(
     .bind(now)
     .execute(&mut *connection)
     .await?;
-    // The former head's unfinished work, and anything else due by now; jobs scheduled for
-    // later boundaries stay, and an erasure's jobs always run.
+    // The former head's unfinished work (running, waiting for a retry, or due); jobs
+    // scheduled for later boundaries stay, the former head's return among them, and an
+    // erasure's jobs always run.
     sqlx::query(
         "WITH gone AS ( \
            SELECT j.id FROM jobs j WHERE j.dataset = $1 AND j.source_key = $2 \
              AND j.state IN ('pending', 'running', 'retry_wait') AND j.revision_id <> $3 \
-             AND (j.revision_id = $4 OR j.run_at <= $5) \
+             AND (j.state <> 'pending' OR j.run_at <= $5) AND $4::uuid IS DISTINCT FROM $3 \
              AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.revision_id = j.revision_id)), \
          receipts AS ( \
            UPDATE projection_receipts r SET state = 'superseded', \
@@ -198,5 +225,5 @@ pub(super) async fn cross(
         job = %job.id,
         "validity boundary crossed: the head moved to the revision scheduled for now"
     );
-    Ok(())
+    Ok(true)
 }

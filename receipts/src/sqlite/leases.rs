@@ -453,3 +453,24 @@ async fn resume(
         .await?;
     Ok(())
 }
+
+/// The job, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
+pub(super) async fn fence(
+    connection: &mut SqliteConnection,
+    token: &LeaseToken,
+    now: Micros,
+) -> Result<Job> {
+    let row = sqlx::query(
+        "SELECT * FROM jobs WHERE id = ?1 AND lease_id = ?2 AND state = 'running' \
+         AND lease_expires_at > ?3 AND deadline_at > ?3",
+    )
+    .bind(token.job_id.to_string())
+    .bind(&token.lease_id)
+    .bind(now)
+    .fetch_optional(&mut *connection)
+    .await?;
+    match row {
+        Some(row) => job_from_row(&row),
+        None => Err(lease_lost(connection, token, now).await),
+    }
+}

@@ -647,11 +647,16 @@ impl Projections for SqliteLedger {
         self.load_receipts(job_id).await
     }
 
-    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<()> {
+    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<bool> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
         self.project_command(ProjectCommand::Cross {
             token: lease.clone(),
+            reply,
         })
-        .await
+        .await?;
+        answer
+            .await
+            .map_err(|_| LedgerError::Unavailable("the ledger writer stopped mid-write".to_owned()))
     }
 }
 

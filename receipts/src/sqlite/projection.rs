@@ -18,10 +18,9 @@
 
 use sqlx::sqlite::SqliteConnection;
 
-use super::rows::job_from_row;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::model::{ChunkRow, Generation, Job, LeaseToken, ReceiptState, ReceiptUpdate};
+use crate::model::{ChunkRow, Generation, LeaseToken, ReceiptState, ReceiptUpdate};
 
 /// A projection write, run by the writer.
 #[derive(Debug)]
@@ -39,9 +38,11 @@ pub(crate) enum ProjectCommand {
         token: LeaseToken,
         update: ReceiptUpdate,
     },
-    /// A scheduled revision's boundary ([`super::validity::cross`]).
+    /// A scheduled revision's boundary ([`super::validity::cross`]); `reply` gets whether the
+    /// job goes on, once the write is done.
     Cross {
         token: LeaseToken,
+        reply: tokio::sync::oneshot::Sender<bool>,
     },
 }
 
@@ -63,7 +64,12 @@ pub(crate) async fn run(
         ProjectCommand::Receipt { token, update } => {
             receipt(connection, &token, &update, now).await
         }
-        ProjectCommand::Cross { token } => super::validity::cross(connection, &token, now).await,
+        ProjectCommand::Cross { token, reply } => {
+            let goes_on = super::validity::cross(connection, &token, now).await?;
+            // The caller may have gone (its run was cancelled): the write stands either way.
+            let _ = reply.send(goes_on);
+            Ok(())
+        }
     }
 }
 
@@ -84,27 +90,6 @@ pub(crate) async fn lose_last_chunk(
     .execute(&mut *connection)
     .await?;
     Ok(())
-}
-
-/// The job, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
-pub(super) async fn fence(
-    connection: &mut SqliteConnection,
-    token: &LeaseToken,
-    now: Micros,
-) -> Result<Job> {
-    let row = sqlx::query(
-        "SELECT * FROM jobs WHERE id = ?1 AND lease_id = ?2 AND state = 'running' \
-         AND lease_expires_at > ?3 AND deadline_at > ?3",
-    )
-    .bind(token.job_id.to_string())
-    .bind(&token.lease_id)
-    .bind(now)
-    .fetch_optional(&mut *connection)
-    .await?;
-    match row {
-        Some(row) => job_from_row(&row),
-        None => Err(super::leases::lease_lost(connection, token, now).await),
-    }
 }
 
 async fn activate(
@@ -155,7 +140,7 @@ async fn write_chunks(
     chunks: &[ChunkRow],
     now: Micros,
 ) -> Result<()> {
-    let job = fence(connection, token, now).await?;
+    let job = super::leases::fence(connection, token, now).await?;
     let revision = job.revision()?.to_string();
     sqlx::query("DELETE FROM chunks WHERE revision_id = ? AND generation = ?")
         .bind(&revision)
@@ -185,7 +170,7 @@ async fn receipt(
     update: &ReceiptUpdate,
     now: Micros,
 ) -> Result<()> {
-    let job = fence(connection, token, now).await?;
+    let job = super::leases::fence(connection, token, now).await?;
     let evidence = update.evidence.to_string();
     sqlx::query(
         "INSERT INTO projection_receipts (job_id, backend, state, evidence, updated_at, changed_by, \

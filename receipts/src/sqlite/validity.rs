@@ -103,15 +103,17 @@ pub(crate) async fn held_at(
 /// (held from a boundary that has come) and is not the head yet: the same head move,
 /// supersession and swap of lexical passages as acceptance makes, recorded by the same
 /// triggers with cause `validity_boundary`. Nothing happens when the revision is the head
-/// already, or when the ledger does not believe the revision holds now.
+/// already, or is an erasure's. When the ledger no longer believes the revision holds now (a
+/// later assertion overrode it), the job itself is superseded (`validity_overridden`) and the
+/// answer is `false`: the worker stops without writing.
 pub(crate) async fn cross(
     connection: &mut SqliteConnection,
     token: &LeaseToken,
     now: Micros,
-) -> Result<()> {
-    let job = super::projection::fence(connection, token, now).await?;
+) -> Result<bool> {
+    let job = super::leases::fence(connection, token, now).await?;
     let Some(revision) = job.revision_id.map(|id| id.to_string()) else {
-        return Ok(());
+        return Ok(true);
     };
     let head: Option<String> = sqlx::query_scalar(
         "SELECT head_revision_id FROM sources WHERE dataset = ?1 AND source_key = ?2",
@@ -121,7 +123,7 @@ pub(crate) async fn cross(
     .fetch_optional(&mut *connection)
     .await?;
     if head.as_deref() == Some(revision.as_str()) {
-        return Ok(());
+        return Ok(true);
     }
     let held: Option<String> = sqlx::query_scalar(
         "SELECT revision_id FROM validity WHERE dataset = ?1 AND source_key = ?2 \
@@ -133,10 +135,41 @@ pub(crate) async fn cross(
     .bind(now)
     .fetch_optional(&mut *connection)
     .await?;
-    // Not scheduled for now: an erasure's job, or a revision a later assertion overrode
-    // (whose job that assertion superseded). The job runs as it would have.
     if held.as_deref() != Some(revision.as_str()) {
-        return Ok(());
+        // An erasure's job runs whatever holds.
+        let erased: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM erasures WHERE revision_id = ?1)")
+                .bind(&revision)
+                .fetch_one(&mut *connection)
+                .await?;
+        if erased {
+            return Ok(true);
+        }
+        // A later assertion overrode the revision over this instant: the job has nothing to
+        // project, and ends superseded (its receipts too).
+        sqlx::query(
+            "UPDATE projection_receipts SET state = 'superseded', updated_at = ?2, \
+               changed_by = ?3, change_cause = 'validity_overridden', changed_at = ?2, \
+               change_seq = change_seq + 1 \
+             WHERE job_id = ?1 AND state IN ('pending', 'running', 'written')",
+        )
+        .bind(job.id.to_string())
+        .bind(now)
+        .bind(&token.owner)
+        .execute(&mut *connection)
+        .await?;
+        sqlx::query(
+            "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+               lease_expires_at = NULL, changed_by = ?3, change_cause = 'validity_overridden', \
+               changed_at = ?2, change_seq = change_seq + 1 \
+             WHERE id = ?1",
+        )
+        .bind(job.id.to_string())
+        .bind(now)
+        .bind(&token.owner)
+        .execute(&mut *connection)
+        .await?;
+        return Ok(false);
     }
     let cause = format!("superseded_by:{revision}");
     sqlx::query(
@@ -151,11 +184,12 @@ pub(crate) async fn cross(
     .bind(now)
     .execute(&mut *connection)
     .await?;
-    // The former head's unfinished work, and anything else due by now, is superseded; jobs
-    // scheduled for later boundaries stay. An erasure's jobs always run.
+    // The former head's unfinished work (running, waiting for a retry, or due) is superseded;
+    // jobs scheduled for later boundaries stay, the former head's return among them. An
+    // erasure's jobs always run.
     const GONE: &str = "SELECT id FROM jobs WHERE dataset = ?1 AND source_key = ?2 \
            AND state IN ('pending', 'running', 'retry_wait') AND revision_id <> ?3 \
-           AND (revision_id = ?4 OR run_at <= ?5) \
+           AND (state <> 'pending' OR run_at <= ?5) AND ?4 IS NOT ?3 \
            AND NOT EXISTS (SELECT 1 FROM erasures AS erased \
                            WHERE erased.revision_id = jobs.revision_id)";
     sqlx::query(&format!(
@@ -224,5 +258,5 @@ pub(crate) async fn cross(
         job = %job.id,
         "validity boundary crossed: the head moved to the revision scheduled for now"
     );
-    Ok(())
+    Ok(true)
 }

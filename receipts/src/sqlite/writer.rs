@@ -792,6 +792,8 @@ impl Staged {
         } else {
             JobKind::Project
         };
+        let placement = &write.placement;
+        let returns = placement.returns;
         let (sha256, byte_length, media_type, tags, metadata, reason) = match &item.change {
             PreparedChange::Put {
                 document,
@@ -853,9 +855,16 @@ impl Staged {
             "cause": write.cause,
             "job_id": write.job_id.to_string(),
             "kind": kind.as_str(),
-            "graph_job_id": graph.then(|| ids::new_v7().to_string()),
-            "moves_head": i64::from(write.moves_head),
-            "run_at": write.run_at,
+            "graph_job_id": (graph && !placement.historical).then(|| ids::new_v7().to_string()),
+            "moves_head": i64::from(placement.moves_head),
+            "run_at": placement.run_at,
+            "valid_from": write.assertion.period.from,
+            "valid_to": write.assertion.period.to,
+            "job_state": if placement.historical { "superseded" } else { "pending" },
+            "return_job_id": returns.map(|back| back.job_id.to_string()),
+            "return_revision_id": returns.map(|back| back.revision_id.to_string()),
+            "return_at": returns.map(|back| back.at),
+            "return_graph_job_id": returns.filter(|_| graph).map(|_| ids::new_v7().to_string()),
         }));
     }
 }

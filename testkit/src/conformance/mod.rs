@@ -285,6 +285,7 @@ macro_rules! ledger_conformance {
             validity_refusals_are_typed_and_write_nothing,
             validity_follows_replayed_assertions,
             scheduled_revisions_take_the_head_at_their_boundary,
+            bounded_periods_return_the_head_at_their_end,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn graph_jobs_are_queued_beside_projection() {

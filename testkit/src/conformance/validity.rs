@@ -231,18 +231,27 @@ pub async fn validity_refusals_are_typed_and_write_nothing(harness: Harness) {
     );
     let before = must(harness.ledger.counts().await, "counts");
     // A source's first revision must hold now: one valid only from tomorrow is refused.
-    let error = accept_at(&harness, at + 5, put("law", "fresh", "later").valid(from(at + DAY)))
-        .await
-        .expect_err("a first revision valid from tomorrow");
+    let error = accept_at(
+        &harness,
+        at + 5,
+        put("law", "fresh", "later").valid(from(at + DAY)),
+    )
+    .await
+    .expect_err("a first revision valid from tomorrow");
     assert_eq!(error.code(), "validity_in_future", "{error}");
+    // A bounded period with nothing to hold after it.
+    let error = accept_at(
+        &harness,
+        at + 6,
+        put("law", "gap", "for a while").valid(Validity {
+            valid_from: Some(at - DAY),
+            valid_to: Some(at + DAY),
+        }),
+    )
+    .await
+    .expect_err("nothing after it");
+    assert_eq!(error.code(), "validity_gap", "{error}");
     let cases = [
-        (
-            Validity {
-                valid_from: Some(at - DAY),
-                valid_to: Some(at - DAY / 2),
-            },
-            "validity_bounded",
-        ),
         (
             Validity {
                 valid_from: Some(at - DAY),
@@ -270,6 +279,52 @@ pub async fn validity_refusals_are_typed_and_write_nothing(harness: Harness) {
     assert_eq!(timeline.assertions.len(), 1);
 }
 
+/// What one source was told, in ledger order: (revision or `None` for a tombstone, valid
+/// period, record time).
+type Said = (Option<Uuid>, receipts::validity::Period, Micros);
+
+/// Runs every job due at `at` as a worker would start it (crossing its boundary first), then
+/// checks that each source's head is the revision the model says holds at `at` (a tombstone
+/// when nothing does).
+async fn settle(harness: &Harness, at: Micros, keys: &[&str], model: &[Vec<Said>]) {
+    harness.clock.set(at);
+    loop {
+        let claimed = must(harness.ledger.claim("test:conformance", 100).await, "claim");
+        if claimed.is_empty() {
+            break;
+        }
+        for job in claimed {
+            let token = receipts::LeaseToken::of(&job).expect("a claimed job is leased");
+            // A job whose revision no longer holds is superseded by its crossing; one claimed
+            // beside a crossing that moved its source's head, by that crossing.
+            match harness.ledger.cross_boundary(&token).await {
+                Ok(true) => {}
+                Ok(false) | Err(receipts::LedgerError::LeaseLost { .. }) => continue,
+                Err(error) => panic!("cross: {error}"),
+            }
+            match harness.ledger.complete(&token).await {
+                Ok(_) | Err(receipts::LedgerError::LeaseLost { .. }) => {}
+                Err(error) => panic!("complete: {error}"),
+            }
+        }
+    }
+    for (source, key) in keys.iter().enumerate() {
+        let Some(view) = must(harness.ledger.source("law", key).await, "source") else {
+            continue;
+        };
+        let expected = model[source]
+            .iter()
+            .rev()
+            .find(|(_, valid, _)| valid.contains(at))
+            .and_then(|(revision, _, _)| *revision);
+        assert_eq!(
+            (!view.head.tombstone).then_some(view.head.id),
+            expected,
+            "{key}: the head at {at}, every due boundary crossed"
+        );
+    }
+}
+
 /// A small deterministic generator (xorshift), so that a failure replays.
 struct Rng(u64);
 
@@ -290,31 +345,42 @@ impl Rng {
 pub async fn validity_follows_replayed_assertions(harness: Harness) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let keys = ["a", "b", "c"];
-    // Per source: (revision or None for a tombstone, valid_from, recorded_at) in ledger order.
-    let mut model: Vec<Vec<(Option<Uuid>, Micros, Micros)>> = vec![Vec::new(); keys.len()];
+    let mut model: Vec<Vec<Said>> = vec![Vec::new(); keys.len()];
     let mut texts: Vec<Vec<String>> = vec![Vec::new(); keys.len()];
     let mut now = START;
     let mut scheduled = 0;
-    for step in 0..60 {
+    let mut bounded = 0;
+    for step in 0..120 {
         // Some steps share the clock's microsecond: the ledger then records one later.
-        now += match rng.below(3) {
+        let step_by = match rng.below(3) {
             0 => 0,
             1 => 1 + rng.below(1_000) as i64,
-            _ => (1 + rng.below(10) as i64) * DAY,
+            _ => (1 + rng.below(3) as i64) * DAY,
         };
+        now += step_by;
+        // Now and then, a day or more on (past every record time bumped beyond the clock),
+        // the workers catch up: every due job crosses its boundary.
+        if step_by >= DAY {
+            settle(&harness, now, &keys, &model).await;
+        }
         let source = rng.below(keys.len() as u64) as usize;
         let key = keys[source];
         let previous_head = must(harness.ledger.source("law", key).await, "source")
             .map(|view| (view.head.id, view.head.tombstone));
-        // Backdated, or (once the source has a head) scheduled up to five days ahead.
+        // Backdated, or (once the source has a head) scheduled up to two days ahead.
         let backdate = match rng.below(4) {
             0 => None,
-            1 if previous_head.is_some() => Some(now + 1 + rng.below(5 * DAY as u64) as i64),
+            1 if previous_head.is_some() => Some(now + 1 + rng.below(2 * DAY as u64) as i64),
             _ => Some(START + rng.below(((now - START) / 1_000).max(1) as u64) as i64 * 1_000),
+        };
+        // Some periods end, up to three days after they start.
+        let until = match rng.below(3) {
+            0 => Some(backdate.unwrap_or(now) + 1 + rng.below(3 * DAY as u64) as i64),
+            _ => None,
         };
         let validity = Validity {
             valid_from: backdate,
-            valid_to: None,
+            valid_to: until,
         };
         let (submission, tombstone) = match rng.below(10) {
             0 | 1 if !texts[source].is_empty() => (
@@ -339,7 +405,14 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
         let result = accept_at(&harness, now, submission.valid(validity)).await;
         let revision = match result {
             Ok(revision) => revision,
-            Err(error) if error.code() == "source_not_found" => continue,
+            Err(error)
+                if matches!(
+                    error.code(),
+                    "source_not_found" | "validity_gap" | "validity_in_future" | "empty_validity"
+                ) =>
+            {
+                continue
+            }
             Err(error) => panic!("step {step}: {error}"),
         };
         // What the ledger recorded: an assertion, unless nothing changed (a duplicate).
@@ -374,44 +447,21 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
             backdate.unwrap_or(expected_at),
             "step {step}"
         );
+        assert_eq!(assertion.valid.to, until.unwrap_or(OPEN), "step {step}");
         scheduled += usize::from(assertion.valid.from > assertion.recorded_at);
+        bounded += usize::from(until.is_some());
         model[source].push((
             (!tombstone).then_some(revision),
-            assertion.valid.from,
+            assertion.valid,
             assertion.recorded_at,
         ));
     }
     assert!(scheduled > 0, "the sequence scheduled nothing");
+    assert!(bounded > 0, "the sequence bounded nothing");
     // Every boundary has come by `end`: once the due jobs have crossed theirs, each head is
-    // the revision the ledger believes holds now (a tombstone when nothing does).
-    let end = now + 6 * DAY;
-    harness.clock.set(end);
-    loop {
-        let claimed = must(harness.ledger.claim("test:conformance", 100).await, "claim");
-        if claimed.is_empty() {
-            break;
-        }
-        for job in claimed {
-            let token = receipts::LeaseToken::of(&job).expect("a claimed job is leased");
-            must(harness.ledger.cross_boundary(&token).await, "cross");
-            must(harness.ledger.complete(&token).await, "complete");
-        }
-    }
-    for (source, key) in keys.iter().enumerate() {
-        let Some(view) = must(harness.ledger.source("law", key).await, "source") else {
-            continue;
-        };
-        let expected = model[source]
-            .iter()
-            .rev()
-            .find(|(_, from, _)| *from <= end)
-            .and_then(|(revision, _, _)| *revision);
-        assert_eq!(
-            (!view.head.tombstone).then_some(view.head.id),
-            expected,
-            "{key}: the head after every boundary"
-        );
-    }
+    // the revision the ledger believes holds then.
+    let end = now + 10 * DAY;
+    settle(&harness, end, &keys, &model).await;
     for (source, key) in keys.iter().enumerate() {
         for _ in 0..40 {
             let valid_at = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
@@ -419,7 +469,7 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
             let expected = model[source]
                 .iter()
                 .rev()
-                .find(|(_, from, recorded)| *recorded <= as_of && *from <= valid_at)
+                .find(|(_, valid, recorded)| *recorded <= as_of && valid.contains(valid_at))
                 .and_then(|(revision, _, _)| *revision);
             assert_eq!(
                 held(&harness, key, valid_at, as_of).await,
@@ -531,6 +581,7 @@ pub async fn scheduled_revisions_take_the_head_at_their_boundary(harness: Harnes
     let job = must(harness.ledger.job(receipt.projection_job_id).await, "job")
         .expect("the receipt's job");
     assert_eq!(job.run_at, boundary, "the job waits for the boundary");
+    assert_eq!(job.run_at_rule, "scheduled: its validity starts then");
     // Submitted again with the same period: the same receipt, nothing new.
     let again = harness
         .ledger
@@ -641,4 +692,163 @@ pub async fn scheduled_revisions_take_the_head_at_their_boundary(harness: Harnes
     let view = must(harness.ledger.source("law", "s").await, "source").expect("source");
     assert!(view.head.tombstone, "gone from the boundary on");
     assert_eq!(lexical("egret").await, Vec::<Uuid>::new());
+}
+
+/// Claims what is due at `at` and crosses each job's boundary; answers the jobs that went on.
+async fn cross_due(harness: &Harness, at: Micros) -> Vec<receipts::model::Job> {
+    harness.clock.set(at);
+    let mut went_on = Vec::new();
+    for job in must(harness.ledger.claim("test:conformance", 100).await, "claim") {
+        let token = receipts::LeaseToken::of(&job).expect("a claimed job is leased");
+        if must(harness.ledger.cross_boundary(&token).await, "cross") {
+            must(harness.ledger.complete(&token).await, "complete");
+            went_on.push(job);
+        }
+    }
+    went_on
+}
+
+/// Bounded periods: a correction that held only in the past is history (the head stays, its
+/// job is superseded at once, a search at its valid time finds it); one that holds now moves
+/// the head and schedules the return of the revision before it at its end; one in the future
+/// is scheduled at both ends. A scheduled job whose revision a later assertion overrode is
+/// superseded when it comes due, and goes no further.
+pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
+    let at = START + 20 * DAY;
+    let head = |harness: &Harness| {
+        let ledger = harness.ledger.clone();
+        async move {
+            must(ledger.source("law", "b").await, "source")
+                .map(|view| view.head.id)
+                .expect("the source")
+        }
+    };
+    let accept = |at: Micros, text: &'static str, from: Micros, to: Option<Micros>| {
+        let harness = &harness;
+        async move {
+            harness.clock.set(at);
+            let mut results = harness
+                .ledger
+                .accept(vec![put("law", "b", text).valid(Validity {
+                    valid_from: Some(from),
+                    valid_to: to,
+                })])
+                .await;
+            must(results.pop().expect("one result"), text)
+        }
+    };
+    let j1 = accept(at, "plover original text", at - 10 * DAY, None).await;
+    cross_due(&harness, at + 1).await;
+
+    // History only: [at - 5d, at - 4d), accepted now.
+    let correction = accept(
+        at + 10,
+        "avocet corrected text",
+        at - 5 * DAY,
+        Some(at - 4 * DAY),
+    )
+    .await;
+    assert_eq!(head(&harness).await, j1.source_revision_id);
+    let job = must(
+        harness.ledger.job(correction.projection_job_id).await,
+        "job",
+    )
+    .expect("job");
+    assert_eq!(
+        job.state,
+        receipts::JobState::Superseded,
+        "history is not projected"
+    );
+    assert_eq!(
+        held(&harness, "b", at - 5 * DAY + 1, at + 11).await,
+        Some(correction.source_revision_id)
+    );
+    assert_eq!(
+        held(&harness, "b", at - 4 * DAY, at + 11).await,
+        Some(j1.source_revision_id)
+    );
+    let found = must(
+        harness
+            .ledger
+            .lexical_search_at(
+                "avocet",
+                &["law".to_owned()],
+                10,
+                None,
+                receipts::validity::At {
+                    valid_at: at - 5 * DAY + 1,
+                    as_of: at + 11,
+                },
+            )
+            .await,
+        "lexical at",
+    );
+    assert_eq!(
+        found.iter().map(|hit| hit.revision_id).collect::<Vec<_>>(),
+        vec![correction.source_revision_id]
+    );
+
+    // Holding now, until tomorrow: the head moves now and returns to J1 at the end.
+    let now_bounded = accept(at + 20, "stilt interim text", at - DAY, Some(at + DAY)).await;
+    assert_eq!(head(&harness).await, now_bounded.source_revision_id);
+    let went_on = cross_due(&harness, at + 30).await;
+    assert_eq!(
+        went_on
+            .iter()
+            .map(|job| job.revision_id)
+            .collect::<Vec<_>>(),
+        vec![Some(now_bounded.source_revision_id)],
+        "the return waits for the end"
+    );
+    let went_on = cross_due(&harness, at + DAY).await;
+    assert_eq!(
+        went_on
+            .iter()
+            .map(|job| job.revision_id)
+            .collect::<Vec<_>>(),
+        vec![Some(j1.source_revision_id)],
+        "J1 returns at the end"
+    );
+    assert_eq!(head(&harness).await, j1.source_revision_id);
+
+    // In the future, for a day: scheduled at both ends.
+    let later = accept(
+        at + DAY + 10,
+        "godwit later text",
+        at + 2 * DAY,
+        Some(at + 3 * DAY),
+    )
+    .await;
+    assert_eq!(head(&harness).await, j1.source_revision_id);
+    assert!(cross_due(&harness, at + 2 * DAY - 1).await.is_empty());
+    cross_due(&harness, at + 2 * DAY).await;
+    assert_eq!(head(&harness).await, later.source_revision_id);
+    cross_due(&harness, at + 3 * DAY).await;
+    assert_eq!(head(&harness).await, j1.source_revision_id);
+
+    // Scheduled, then overridden by the head asserted again over every time: the job that
+    // comes due is superseded, and the head stays.
+    let overridden = accept(
+        at + 3 * DAY + 10,
+        "curlew scheduled text",
+        at + 5 * DAY,
+        None,
+    )
+    .await;
+    let again = accept(
+        at + 3 * DAY + 20,
+        "plover original text",
+        at - 10 * DAY,
+        None,
+    )
+    .await;
+    assert_eq!(again.source_revision_id, j1.source_revision_id);
+    assert!(cross_due(&harness, at + 5 * DAY).await.is_empty());
+    let job = must(
+        harness.ledger.job(overridden.projection_job_id).await,
+        "job",
+    )
+    .expect("job");
+    assert_eq!(job.state, receipts::JobState::Superseded);
+    assert_eq!(head(&harness).await, j1.source_revision_id);
 }

@@ -3,16 +3,21 @@
 -- receipt), and swap the lexical passages to the new heads. The job whose id the receipt names
 -- writes the active generation; every other live generation (one being built, or a former
 -- active one kept for rollback) gets a job of its own, with a receipt per backend it holds.
--- A scheduled item (`moves_head = 0`) supersedes only the jobs scheduled at or after its own
--- start, which its open period overrides; its jobs wait for `run_at`, and its passages are
--- kept in `past_passages` until the head moves to it.
+-- An item that moves the head supersedes the source's unfinished jobs but those scheduled at or
+-- after its period's end; one that does not (scheduled from a later instant, or history only)
+-- supersedes only the scheduled jobs inside its period, which it overrides. A scheduled item's
+-- jobs wait for `run_at`; a history-only item's job is superseded at once; both keep their
+-- passages in `past_passages` until the head moves to them. A bounded period that holds now or
+-- later queues the return of the revision holding after it, at its end.
 DELETE FROM wave_superseded;
 INSERT INTO wave_superseded (job_id, actor, cause)
 SELECT job.id, wave.actor, 'superseded_by:' || wave.revision_id
 FROM wave AS wave
 CROSS JOIN jobs AS job ON job.dataset = wave.dataset AND job.source_key = wave.source_key
 WHERE job.state IN ('pending', 'running', 'retry_wait')
-  AND (wave.moves_head = 1 OR job.run_at >= wave.run_at)
+  AND CASE WHEN wave.moves_head = 1 THEN job.state <> 'pending' OR job.run_at < wave.valid_to
+           ELSE job.state = 'pending' AND job.run_at > (SELECT now FROM wave_params)
+                AND job.run_at >= wave.valid_from AND job.run_at < wave.valid_to END
   -- An erasure's jobs erase the stores whatever comes next.
   AND NOT EXISTS (SELECT 1 FROM erasures AS erased WHERE erased.revision_id = job.revision_id);
 UPDATE projection_receipts
@@ -29,39 +34,66 @@ SET state = 'superseded', lease_id = NULL, lease_owner = NULL, lease_expires_at 
     changed_at = (SELECT now FROM wave_params), change_seq = change_seq + 1
 WHERE id IN (SELECT job_id FROM wave_superseded);
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
-    run_at, created_at, changed_by, change_cause, changed_at, generation)
-SELECT job_id, revision_id, dataset, source_key, kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), run_at, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params),
+    run_at, run_at_rule, created_at, changed_by, change_cause, changed_at, generation)
+SELECT job_id, revision_id, dataset, source_key, kind, job_state, 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), run_at,
+    CASE WHEN run_at > (SELECT now FROM wave_params) THEN 'scheduled: its validity starts then' ELSE 'accepted' END, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params),
     (SELECT id FROM generations WHERE state = 'active')
 FROM wave;
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
     changed_at)
-SELECT wave.job_id, backend.value, 'pending', (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params)
+SELECT wave.job_id, backend.value, wave.job_state, (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params)
 FROM wave AS wave, json_each((SELECT backends FROM wave_params)) AS backend;
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
-    run_at, created_at, changed_by, change_cause, changed_at, generation)
+    run_at, run_at_rule, created_at, changed_by, change_cause, changed_at, generation)
 SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2)
          || '-' || substr('89ab', 1 + abs(random() % 4), 1) || substr(hex(randomblob(2)), 2) || '-'
          || hex(randomblob(6))),
-    wave.revision_id, wave.dataset, wave.source_key, wave.kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), wave.run_at, (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params),
+    wave.revision_id, wave.dataset, wave.source_key, wave.kind, 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = wave.kind), wave.run_at,
+    CASE WHEN wave.run_at > (SELECT now FROM wave_params) THEN 'scheduled: its validity starts then' ELSE 'accepted' END, (SELECT now FROM wave_params), wave.actor, wave.cause, (SELECT now FROM wave_params),
     g.id
-FROM wave CROSS JOIN generations AS g WHERE g.state IN ('building', 'standby');
+FROM wave CROSS JOIN generations AS g WHERE g.state IN ('building', 'standby') AND wave.job_state = 'pending';
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
     changed_at)
 SELECT job.id, backend.value, 'pending', (SELECT now FROM wave_params), job.changed_by, job.change_cause, (SELECT now FROM wave_params)
 FROM wave
 JOIN jobs AS job ON job.revision_id = wave.revision_id AND job.id <> wave.job_id
     AND job.kind = wave.kind AND job.state = 'pending'
+    AND job.created_at = (SELECT now FROM wave_params)
 JOIN generations AS g ON g.id = job.generation AND g.state IN ('building', 'standby'),
     json_each(g.backends) AS backend
 WHERE backend.value <> 'graph';
 INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
-    run_at, created_at, changed_by, change_cause, changed_at)
-SELECT graph_job_id, revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), run_at, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
+    run_at, run_at_rule, created_at, changed_by, change_cause, changed_at)
+SELECT graph_job_id, revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), run_at,
+    CASE WHEN run_at > (SELECT now FROM wave_params) THEN 'scheduled: its validity starts then' ELSE 'accepted' END, (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
 FROM wave WHERE graph_job_id IS NOT NULL;
 INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
     changed_at)
 SELECT graph_job_id, 'graph', 'pending', (SELECT now FROM wave_params), actor, cause, (SELECT now FROM wave_params)
 FROM wave WHERE graph_job_id IS NOT NULL;
+INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
+    run_at, run_at_rule, created_at, changed_by, change_cause, changed_at, generation)
+SELECT wave.return_job_id, wave.return_revision_id, wave.dataset, wave.source_key, returned.kind,
+    'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = returned.kind),
+    wave.return_at, 'scheduled: a bounded validity ends then', (SELECT now FROM wave_params), wave.actor, 'validity_returns', (SELECT now FROM wave_params),
+    (SELECT id FROM generations WHERE state = 'active')
+FROM wave
+JOIN (SELECT id, CASE WHEN tombstone = 1 THEN 'tombstone' ELSE 'project' END AS kind
+      FROM revisions) AS returned ON returned.id = wave.return_revision_id
+WHERE wave.return_job_id IS NOT NULL;
+INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
+    changed_at)
+SELECT wave.return_job_id, backend.value, 'pending', (SELECT now FROM wave_params), wave.actor, 'validity_returns', (SELECT now FROM wave_params)
+FROM wave AS wave, json_each((SELECT backends FROM wave_params)) AS backend
+WHERE wave.return_job_id IS NOT NULL;
+INSERT INTO jobs (id, revision_id, dataset, source_key, kind, state, attempt, max_attempts,
+    run_at, run_at_rule, created_at, changed_by, change_cause, changed_at)
+SELECT return_graph_job_id, return_revision_id, dataset, source_key, 'graph', 'pending', 0, (SELECT max_attempts FROM job_policies AS policy WHERE policy.kind = 'graph'), return_at, 'scheduled: a bounded validity ends then', (SELECT now FROM wave_params), actor, 'validity_returns', (SELECT now FROM wave_params)
+FROM wave WHERE return_graph_job_id IS NOT NULL;
+INSERT INTO projection_receipts (job_id, backend, state, updated_at, changed_by, change_cause,
+    changed_at)
+SELECT return_graph_job_id, 'graph', 'pending', (SELECT now FROM wave_params), actor, 'validity_returns', (SELECT now FROM wave_params)
+FROM wave WHERE return_graph_job_id IS NOT NULL;
 DELETE FROM passages
 WHERE (dataset, source_key) IN (SELECT dataset, source_key FROM wave WHERE moves_head = 1);
 INSERT INTO passages (dataset, source_key, revision_id, passage_index, byte_start, byte_end,

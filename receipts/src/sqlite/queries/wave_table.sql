@@ -26,6 +26,16 @@ CREATE TEMP TABLE IF NOT EXISTS wave (
     run_at               INTEGER NOT NULL,
     -- 1: a scheduled revision's passages go to `past_passages` (none there yet).
     archive              INTEGER NOT NULL,
+    -- The asserted period: which scheduled jobs it overrides.
+    valid_from           INTEGER NOT NULL,
+    valid_to             INTEGER NOT NULL,
+    -- 'pending', or 'superseded' for a revision that holds only in the past.
+    job_state            TEXT NOT NULL,
+    -- A bounded period's end: the job that returns the head to the revision holding then.
+    return_job_id        TEXT,
+    return_revision_id   TEXT,
+    return_at            INTEGER,
+    return_graph_job_id  TEXT,
     UNIQUE (dataset, source_key)
 );
 CREATE TEMP TABLE IF NOT EXISTS wave_passages (
