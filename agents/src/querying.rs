@@ -200,6 +200,13 @@ pub(crate) async fn search(
         fields.insert("mode".into(), json!(response.mode.as_str()));
         fields.insert("degraded".into(), json!(response.degraded));
         fields.insert("degradations".into(), json!(response.degradations));
+        // A search at a point in time says which point, and whether its history is partial.
+        if let Some(partial) = response.history_partial {
+            fields.insert("valid_at".into(), json!(response.valid_at));
+            fields.insert("as_of".into(), json!(response.as_of));
+            fields.insert("history_partial".into(), json!(partial));
+            fields.insert("history_gaps".into(), json!(response.history_gaps));
+        }
         fields.insert("hits".into(), Value::Array(hits.clone()));
         fields.insert("omitted".into(), json!(omitted));
         if let Some(note) = &note {

@@ -125,6 +125,16 @@ pub trait Reader: Send + Sync {
     /// periods, read once for the page.
     async fn periods(&self, revisions: &[Uuid], at: At) -> Result<Vec<(Uuid, Period)>>;
 
+    /// Whether some revision of `datasets` (empty: every dataset) that held at `at` cannot be
+    /// found: it has no vectors in `generation` (`None`: no vector search), or no passages.
+    /// Reads the gaps the ledger recorded as they arose, never the whole history.
+    async fn history_gaps(
+        &self,
+        datasets: &[String],
+        generation: Option<&str>,
+        at: At,
+    ) -> Result<crate::validity::HistoryGaps>;
+
     /// Ledger-wide counts.
     async fn counts(&self) -> Result<LedgerCounts>;
 

@@ -197,6 +197,20 @@ pub struct Held {
     pub tombstone: bool,
 }
 
+/// Where a temporal answer's history is incomplete ([`crate::Reader::history_gaps`]): some
+/// revision that held at the point searched cannot be returned from an index. Gaps come from
+/// revisions superseded before they were projected, revisions that hold only in the past
+/// (the policy projects only what holds now or later), generations built from the heads of
+/// their time, and revisions superseded before the ledger kept past passages (schema 16).
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryGaps {
+    /// A revision that held has no vectors in the generation searched.
+    pub vector: bool,
+    /// A revision that held has no passages, current or past.
+    pub lexical: bool,
+}
+
 /// What applying one assertion changes: the believed rectangles to close at `recorded_at`,
 /// and the rectangles to believe from then on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -274,6 +274,14 @@ pub struct SearchResponse {
     /// The record time searched (absent: now).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub as_of: Option<receipts::Micros>,
+    /// For a search at a point in time: whether some revision that held then cannot be
+    /// returned by the phases that answered (it has no vectors in the generation searched, or
+    /// no passages). Absent for the default search, whose current revisions are all indexed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_partial: Option<bool>,
+    /// Which indexes miss some of that history: `vector`, `lexical`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub history_gaps: Vec<String>,
 }
 
 /// Why a search has no answer.
@@ -662,6 +670,7 @@ impl Searcher {
         let (mut results, final_drops) =
             self.assemble(&query, &lists, answered, generation).await?;
         self.add_periods(&query, &mut results).await;
+        let history_gaps = self.history_gaps(&query, &lists, searched.as_deref()).await;
         stale_dropped += final_drops;
         if results.len() < query.top_k && stale_dropped > 0 {
             degradations.push("stale_dropped".to_owned());
@@ -679,7 +688,44 @@ impl Searcher {
             generation: searched,
             valid_at: query.at.map(|at| at.valid_at),
             as_of: query.at.map(|at| at.as_of),
+            history_partial: history_gaps.as_ref().map(|gaps| !gaps.is_empty()),
+            history_gaps: history_gaps.unwrap_or_default(),
         })
+    }
+
+    /// For a search at a point in time, the indexes of the answering phases that miss some
+    /// revision held then (`Reader::history_gaps`); `None` for the default search, or when
+    /// the ledger could not tell (logged).
+    async fn history_gaps(
+        &self,
+        query: &Query,
+        lists: &[(&'static str, Vec<Candidate>)],
+        generation: Option<&str>,
+    ) -> Option<Vec<String>> {
+        let at = query.at?;
+        let vector = lists.iter().any(|(name, _)| *name == "vector");
+        let lexical = lists.iter().any(|(name, _)| *name == "lexical");
+        let generation = generation.filter(|_| vector);
+        match self
+            .ledger
+            .history_gaps(&query.datasets, generation, at)
+            .await
+        {
+            Ok(gaps) => Some(
+                [
+                    ("vector", vector && gaps.vector),
+                    ("lexical", lexical && gaps.lexical),
+                ]
+                .into_iter()
+                .filter(|(_, missing)| *missing)
+                .map(|(name, _)| name.to_owned())
+                .collect(),
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "search: the history's gaps could not be read");
+                None
+            }
+        }
     }
 
     /// Each result's validity period at the point searched (now by default), read once for

@@ -357,10 +357,17 @@ async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
                 (&from, &to),
                 "{mode} {case}: {answer}"
             );
+            let temporal = at.as_object().is_some_and(|at| !at.is_empty());
             assert_eq!(
                 answer["valid_at"].as_i64().is_some(),
-                at.as_object().is_some_and(|at| !at.is_empty()),
+                temporal,
                 "{mode} {case}: the answer echoes its point in time"
+            );
+            // Every revision was projected: a temporal answer's history is complete.
+            assert_eq!(
+                answer.get("history_partial"),
+                temporal.then_some(&json!(false)),
+                "{mode} {case}: {answer}"
             );
         }
         // Before J1 held: nothing.
@@ -371,6 +378,33 @@ async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
             "{mode}: before J1"
         );
     }
+    // A correction that held only in the past is history: found by its passages, and the
+    // vector answer says that its history is partial instead of silently missing it.
+    let response = http
+        .post(format!("{base}/v1/sources"))
+        .bearer_auth(&token)
+        .json(&json!({"dataset": "law", "source_key": "ruling",
+                      "content": "The ruling: the speed limit on the coastal road was sixty kilometres per hour.",
+                      "valid_from": "2019-06-01T00:00:00Z", "valid_to": "2019-09-01T00:00:00Z"}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(response.status().as_u16(), 202);
+    let correction: Value = response.json().await.expect("json");
+    let (_, answer) = search("lexical", json!({"valid_at": "2019-07-01T00:00:00Z"})).await;
+    assert_eq!(
+        revisions(&answer),
+        vec![correction["source_revision_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()],
+        "{answer}"
+    );
+    assert_eq!(answer["history_partial"], false, "{answer}");
+    let (_, answer) = search("vector", json!({"valid_at": "2019-07-01T00:00:00Z"})).await;
+    assert_eq!(revisions(&answer), Vec::<String>::new(), "{answer}");
+    assert_eq!(answer["history_partial"], true, "{answer}");
+    assert_eq!(answer["history_gaps"], json!(["vector"]), "{answer}");
     server.kill().await.expect("stop");
 }
 

@@ -219,6 +219,8 @@ async def hits_are_current_while_sources_change(config):
         answer, _ = await call(client, "search", {"query": "churning quokka", "mode": "lexical", "top_k": 10, "valid_at": before_deletion})
         found = [hit["revision_id"] for hit in answer["hits"] if hit["source_key"] == "churn.md"]
         assert found == [last], (found, last, answer)
+        # Every revision has its passages: the lexical answer's history is complete.
+        assert answer["history_partial"] is False and answer["history_gaps"] == [], answer
         window, is_error = await call(client, "read_document", {"revision_id": last, "valid_at": before_deletion})
         assert not is_error and "version 5" in window["text"], window
         await expect_error(client, "read_document", {"revision_id": last}, "revision_not_current")

@@ -227,6 +227,15 @@ impl Reader for PostgresLedger {
         super::validity::held_at(&self.pool, dataset, source_key, valid_at, as_of).await
     }
 
+    async fn history_gaps(
+        &self,
+        datasets: &[String],
+        generation: Option<&str>,
+        at: At,
+    ) -> Result<crate::validity::HistoryGaps> {
+        super::validity::history_gaps(&self.pool, datasets, generation, at).await
+    }
+
     async fn periods(
         &self,
         revisions: &[Uuid],

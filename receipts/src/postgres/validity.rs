@@ -227,3 +227,38 @@ pub(super) async fn cross(
     );
     Ok(true)
 }
+
+/// As on SQLite (`sqlite::validity::history_gaps`).
+pub(super) async fn history_gaps(
+    pool: &PgPool,
+    datasets: &[String],
+    generation: Option<&str>,
+    at: crate::validity::At,
+) -> Result<crate::validity::HistoryGaps> {
+    const HELD: &str = "EXISTS (SELECT 1 FROM validity v WHERE v.revision_id = g.revision_id \
+           AND v.valid_from <= $3 AND $3 < v.valid_to \
+           AND v.recorded_from <= $4 AND $4 < v.recorded_to)";
+    const IN_DATASETS: &str = "(cardinality($2::text[]) = 0 OR g.dataset = ANY($2))";
+    let row = sqlx::query(&format!(
+        "SELECT \
+           $1::text IS NOT NULL AND EXISTS (SELECT 1 FROM history_gaps g \
+             WHERE g.index_kind = 'vector' AND g.generation = $1 AND {IN_DATASETS} AND {HELD} \
+               AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.revision_id = g.revision_id \
+                               AND c.generation = $1)) AS vector, \
+           EXISTS (SELECT 1 FROM history_gaps g \
+             WHERE g.index_kind = 'lexical' AND g.generation = '' AND {IN_DATASETS} AND {HELD} \
+               AND NOT EXISTS (SELECT 1 FROM past_passages p WHERE p.revision_id = g.revision_id) \
+               AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.revision_id = g.revision_id)) \
+             AS lexical"
+    ))
+    .bind(generation)
+    .bind(datasets)
+    .bind(at.valid_at)
+    .bind(at.as_of)
+    .fetch_one(pool)
+    .await?;
+    Ok(crate::validity::HistoryGaps {
+        vector: row.try_get("vector")?,
+        lexical: row.try_get("lexical")?,
+    })
+}

@@ -308,7 +308,7 @@ async fn assert_erasure(
     now: Micros,
 ) -> Result<()> {
     let (dataset, key) = (&request.dataset, &request.source_key);
-    for table in ["validity", "assertions", "past_passages"] {
+    for table in ["validity", "assertions", "past_passages", "history_gaps"] {
         sqlx::query(&format!(
             "DELETE FROM {table} WHERE dataset = ?1 AND source_key = ?2 AND revision_id NOT IN \
                (SELECT id FROM revisions WHERE dataset = ?1 AND source_key = ?2)"

@@ -261,6 +261,15 @@ impl Reader for SqliteLedger {
         super::validity::held_at(&self.reads, dataset, source_key, valid_at, as_of).await
     }
 
+    async fn history_gaps(
+        &self,
+        datasets: &[String],
+        generation: Option<&str>,
+        at: At,
+    ) -> Result<crate::validity::HistoryGaps> {
+        super::validity::history_gaps(&self.reads, datasets, generation, at).await
+    }
+
     async fn periods(
         &self,
         revisions: &[Uuid],

@@ -260,3 +260,44 @@ pub(crate) async fn cross(
     );
     Ok(true)
 }
+
+/// Whether a revision that held at `at` is missing from the vectors of `generation` or from
+/// the passages (`Reader::history_gaps`): probes the recorded gaps of `datasets` only, each
+/// against the validity rectangles and the index it lacks (a gap closed later, by a revert
+/// that projected the revision, no longer counts).
+pub(crate) async fn history_gaps(
+    pool: &SqlitePool,
+    datasets: &[String],
+    generation: Option<&str>,
+    at: crate::validity::At,
+) -> Result<crate::validity::HistoryGaps> {
+    const HELD: &str = "EXISTS (SELECT 1 FROM validity v WHERE v.revision_id = g.revision_id \
+           AND v.valid_from <= ?3 AND ?3 < v.valid_to \
+           AND v.recorded_from <= ?4 AND ?4 < v.recorded_to)";
+    const IN_DATASETS: &str =
+        "(json_array_length(?2) = 0 OR g.dataset IN (SELECT value FROM json_each(?2)))";
+    let row = sqlx::query(&format!(
+        "SELECT \
+           ?1 IS NOT NULL AND EXISTS (SELECT 1 FROM history_gaps g \
+             WHERE g.index_kind = 'vector' AND g.generation = ?1 AND {IN_DATASETS} AND {HELD} \
+               AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.revision_id = g.revision_id \
+                               AND c.generation = ?1)) AS vector, \
+           EXISTS (SELECT 1 FROM history_gaps g \
+             WHERE g.index_kind = 'lexical' AND g.generation = '' AND {IN_DATASETS} AND {HELD} \
+               AND NOT EXISTS (SELECT 1 FROM past_passages p WHERE p.revision_id = g.revision_id) \
+               AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.revision_id = g.revision_id)) \
+             AS lexical"
+    ))
+    .bind(generation)
+    .bind(serde_json::to_string(datasets).map_err(|error| {
+        crate::error::LedgerError::Internal(format!("datasets as JSON: {error}"))
+    })?)
+    .bind(at.valid_at)
+    .bind(at.as_of)
+    .fetch_one(pool)
+    .await?;
+    Ok(crate::validity::HistoryGaps {
+        vector: row.try_get::<i64, _>("vector")? == 1,
+        lexical: row.try_get::<i64, _>("lexical")? == 1,
+    })
+}

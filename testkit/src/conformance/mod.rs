@@ -286,6 +286,7 @@ macro_rules! ledger_conformance {
             validity_follows_replayed_assertions,
             scheduled_revisions_take_the_head_at_their_boundary,
             bounded_periods_return_the_head_at_their_end,
+            history_gaps_name_what_temporal_search_cannot_return,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn graph_jobs_are_queued_beside_projection() {

@@ -852,3 +852,165 @@ pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
     assert_eq!(job.state, receipts::JobState::Superseded);
     assert_eq!(head(&harness).await, j1.source_revision_id);
 }
+
+/// The partial-history flag: the ledger records, as they arise, the revisions that held at
+/// some time but have no vectors in a generation (superseded before projection, or holding
+/// only in the past), and answers for a point in time whether one of them held then. A
+/// projected revision, a head still waiting for projection and another dataset are no gaps;
+/// an erasure takes its revisions' gaps with it.
+pub async fn history_gaps_name_what_temporal_search_cannot_return(harness: Harness) {
+    use receipts::validity::{At, HistoryGaps};
+    let generation = super::activate_test_generation(&harness).await;
+    let at = START + 30 * DAY;
+    let law = ["law".to_owned()];
+    let gaps = |valid_at: Micros, as_of: Micros, generation: Option<&str>| {
+        let ledger = harness.ledger.clone();
+        let generation = generation.map(str::to_owned);
+        let law = law.clone();
+        async move {
+            must(
+                ledger
+                    .history_gaps(&law, generation.as_deref(), At { valid_at, as_of })
+                    .await,
+                "history gaps",
+            )
+        }
+    };
+    let searched = Some(generation.id.as_str());
+    must(
+        accept_at(&harness, at, put("law", "g", "kestrel first")).await,
+        "J1",
+    );
+    harness.clock.set(at + 1);
+    for job in must(harness.ledger.claim("test:conformance", 10).await, "claim") {
+        let token = receipts::LeaseToken::of(&job).expect("leased");
+        must(
+            harness
+                .ledger
+                .write_chunks(&token, &generation.id, super::rows(&["kestrel first"]))
+                .await,
+            "chunks",
+        );
+        must(harness.ledger.complete(&token).await, "complete");
+    }
+    // J2 is superseded by J3 before anything projects it.
+    must(
+        accept_at(&harness, at + DAY, put("law", "g", "kestrel second")).await,
+        "J2",
+    );
+    must(
+        accept_at(&harness, at + 2 * DAY, put("law", "g", "kestrel third")).await,
+        "J3",
+    );
+    let now = at + 3 * DAY;
+    harness.clock.set(now);
+    let complete = HistoryGaps::default();
+    let vector_gap = HistoryGaps {
+        vector: true,
+        lexical: false,
+    };
+    assert_eq!(
+        gaps(at + DAY + 5, now, searched).await,
+        vector_gap,
+        "J2's time"
+    );
+    assert_eq!(
+        gaps(at + 5, now, searched).await,
+        complete,
+        "J1 was projected"
+    );
+    assert_eq!(
+        gaps(at + 2 * DAY + 5, now, searched).await,
+        complete,
+        "J3 is the head, waiting for its projection"
+    );
+    assert_eq!(
+        gaps(at + DAY + 5, at + DAY - 1, searched).await,
+        complete,
+        "as known before J2"
+    );
+    assert_eq!(
+        gaps(at + DAY + 5, now, None).await,
+        complete,
+        "no vector search"
+    );
+    let other = must(
+        harness
+            .ledger
+            .history_gaps(
+                &["elsewhere".to_owned()],
+                searched,
+                At {
+                    valid_at: at + DAY + 5,
+                    as_of: now,
+                },
+            )
+            .await,
+        "history gaps",
+    );
+    assert_eq!(other, complete, "another dataset");
+    // A generation built now holds the heads: every earlier revision is a gap in it.
+    let rebuilt = super::test_generation("chunker-rebuilt");
+    must(
+        harness
+            .ledger
+            .change_generation(receipts::model::GenerationCommand {
+                change: receipts::model::GenerationChange::Create {
+                    generation: rebuilt.clone(),
+                    priority: 0,
+                },
+                actor: "test:conformance".to_owned(),
+                reason: "rebuild".to_owned(),
+            })
+            .await,
+        "create",
+    );
+    assert_eq!(
+        gaps(at + 5, now, Some(&rebuilt.id)).await,
+        vector_gap,
+        "J1, rebuilt"
+    );
+    assert_eq!(gaps(at + 5, now, searched).await, complete, "J1, first");
+
+    // A correction that holds only in the past is not projected: a gap over its period.
+    must(
+        accept_at(
+            &harness,
+            now,
+            put("law", "g", "kestrel corrected").valid(Validity {
+                valid_from: Some(at + 10),
+                valid_to: Some(at + 20),
+            }),
+        )
+        .await,
+        "correction",
+    );
+    assert_eq!(gaps(at + 15, now + 1, searched).await, vector_gap);
+    assert_eq!(
+        gaps(at + 15, now - 1, searched).await,
+        complete,
+        "not yet said"
+    );
+
+    // Erasure takes the gaps of its revisions with it.
+    harness.clock.set(now + DAY);
+    must(
+        harness
+            .ledger
+            .erase(receipts::model::ErasureRequest {
+                dataset: "law".to_owned(),
+                source_key: "g".to_owned(),
+                actor: "test:conformance".to_owned(),
+                reason: "request 2".to_owned(),
+            })
+            .await,
+        "erase",
+    );
+    for (valid_at, as_of) in [
+        (at + DAY + 5, now),
+        (at + 15, now + 1),
+        (at + 15, now + 2 * DAY),
+    ] {
+        assert_eq!(gaps(valid_at, as_of, searched).await, complete);
+    }
+}
