@@ -221,12 +221,13 @@ struct SourceRequest {
     metadata: Option<Map<String, Value>>,
     /// Validity time: when this revision starts to hold. Epoch microseconds or RFC 3339 with
     /// an offset (`2026-03-01T00:00:00Z`); absent: from its acceptance. Earlier than now is a
-    /// correction that reaches back. A start in the future is refused for now
-    /// (`validity_in_future`).
+    /// correction that reaches back; later than now schedules the revision: the head moves to
+    /// it at that instant.
     #[schema(schema_with = receipts::http::instant_schema)]
     valid_from: Option<Value>,
-    /// When it stops holding (absent: never). Bounded periods are refused for now
-    /// (`validity_bounded`).
+    /// When it stops holding (absent: never). At that instant the revision that holds after
+    /// it takes the head back; a period that ended before now is history only (not
+    /// projected).
     #[schema(schema_with = receipts::http::instant_schema)]
     valid_to: Option<Value>,
 }

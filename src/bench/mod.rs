@@ -436,6 +436,9 @@ mod queue_postgres;
 mod search_latency;
 pub use search_latency::{search, SearchBench};
 
+mod temporal;
+pub use temporal::{temporal, TemporalBench};
+
 mod served;
 
 mod mcp;

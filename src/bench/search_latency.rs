@@ -76,7 +76,7 @@ impl Random {
             .join(" ")
     }
 
-    fn unit_vector(&mut self) -> Vec<f32> {
+    pub(super) fn unit_vector(&mut self) -> Vec<f32> {
         let raw: Vec<f32> = (0..MODEL_DIMENSION)
             .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
             .collect();

@@ -131,6 +131,29 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-search.json")]
         out: PathBuf,
     },
+    /// Search at a point in time (`valid_at`, `as_of`, both) over sources with several
+    /// revisions each, every one projected: p50 and p99 per mode, and vector recall against an
+    /// exact search with the same filter (embedded default: SQLite, qdrant-edge).
+    Temporal {
+        /// Sources in the corpus.
+        #[arg(long, default_value_t = 100_000)]
+        docs: usize,
+        /// Revisions per source.
+        #[arg(long, default_value_t = 5)]
+        revisions: usize,
+        /// Queries per kind of point and mode.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+        /// Results per query.
+        #[arg(long, default_value_t = 10)]
+        top_k: usize,
+        /// TOML configuration file (model and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-temporal.json")]
+        out: PathBuf,
+    },
     /// The MCP `search` tool over HTTP against `POST /v1/search` on the same server and
     /// queries: added latency, and throughput at each client count.
     Mcp {
@@ -284,6 +307,27 @@ impl BenchArgs {
                         queries: queries.max(1),
                         top_k: top_k.clamp(1, search::MAX_TOP_K),
                         data_dir,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Temporal {
+                docs,
+                revisions,
+                queries,
+                top_k,
+                config,
+                out,
+            } => {
+                let config = file_config(config, None, env)?;
+                let report = crate::bench::temporal(
+                    &config,
+                    crate::bench::TemporalBench {
+                        docs: docs.max(1),
+                        revisions,
+                        queries: queries.max(1),
+                        top_k: top_k.clamp(1, search::MAX_TOP_K),
                     },
                 )
                 .await?;
