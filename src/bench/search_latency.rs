@@ -16,6 +16,7 @@ use anyhow::Context;
 use futures::StreamExt;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION};
 use gateways::{EdgeVectorStore, Embedder, ServerVectorStore, VectorPoint, VectorStore};
+use receipts::validity::Validity;
 use receipts::{
     Backend, ChunkRow, LeaseToken, Ledger, ReceiptState, ReceiptUpdate, SqliteLedger, Submission,
     SystemClock,
@@ -38,7 +39,8 @@ pub struct SearchBench {
     pub data_dir: Option<std::path::PathBuf>,
 }
 
-const DATASET: &str = "bench";
+/// The bench corpus's dataset.
+pub(super) const DATASET: &str = "bench";
 const VOCABULARY: usize = 5000;
 
 /// A deterministic generator (SplitMix64).
@@ -94,13 +96,34 @@ async fn load(
     size: usize,
     random: &mut Random,
 ) -> anyhow::Result<()> {
+    let texts = accept_texts(ledger, size, random, Validity::default()).await?;
+    project_claimed(
+        ledger,
+        store,
+        generation,
+        &texts,
+        random,
+        "search",
+        |_, _| Ok(()),
+    )
+    .await
+}
+
+/// Accepts a 40-word text for each of the sources `doc-0` to `doc-{size - 1}` of the bench
+/// dataset, a thousand per call, over `validity`; answers each source's text.
+pub(super) async fn accept_texts(
+    ledger: &Arc<dyn Ledger>,
+    size: usize,
+    random: &mut Random,
+    validity: Validity,
+) -> anyhow::Result<std::collections::HashMap<String, String>> {
     let mut texts = std::collections::HashMap::new();
     for start in (0..size).step_by(1000) {
         let submissions: Vec<Submission> = (start..(start + 1000).min(size))
             .map(|n| {
                 let key = format!("doc-{n}");
                 let text = random.text(40);
-                let submission = Submission::text(DATASET, &key, "bench", &text);
+                let submission = Submission::text(DATASET, &key, "bench", &text).valid(validity);
                 texts.insert(key, text);
                 submission
             })
@@ -109,21 +132,39 @@ async fn load(
             result?;
         }
     }
+    Ok(texts)
+}
+
+/// Projects every claimable job as a worker would, with a pseudo-random unit vector per
+/// revision instead of the model's: points in the store, the chunk row (the document's
+/// `texts` entry, one chunk) and verified receipts written under each job's lease, the job
+/// completed. `point` sees each job and its vector first.
+pub(super) async fn project_claimed(
+    ledger: &Arc<dyn Ledger>,
+    store: &dyn VectorStore,
+    generation: &str,
+    texts: &std::collections::HashMap<String, String>,
+    random: &mut Random,
+    label: &str,
+    mut point: impl FnMut(&receipts::Job, &[f32]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut loaded = 0;
     loop {
-        let jobs = ledger.claim("bench-search", 1000).await?;
+        let jobs = ledger.claim(&format!("bench-{label}"), 1000).await?;
         if jobs.is_empty() {
             break;
         }
         let mut points = Vec::new();
         for job in &jobs {
+            let vector = random.unit_vector();
+            point(job, &vector)?;
             points.push(VectorPoint {
                 dataset: job.dataset.clone(),
                 source_key: job.source_key.clone(),
                 revision_id: job.revision()?,
                 chunk_index: 0,
                 head_at: job.created_at,
-                vector: random.unit_vector(),
+                vector,
             });
         }
         store.upsert(points).await?;
@@ -169,7 +210,7 @@ async fn load(
             result?;
         }
         loaded += 1000;
-        eprintln!("search: loaded {} of {size} chunks", loaded.min(size));
+        eprintln!("{label}: projected {loaded} chunks");
     }
     Ok(())
 }

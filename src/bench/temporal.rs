@@ -16,18 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::StreamExt;
 use gateways::embedder::{LocalEmbedder, ModelFiles, MODEL_DIMENSION};
-use gateways::{EdgeVectorStore, Embedder, VectorPoint, VectorStore};
+use gateways::{EdgeVectorStore, Embedder, VectorStore};
 use receipts::validity::{At, Validity};
-use receipts::{
-    Backend, ChunkRow, Clock, LeaseToken, Ledger, ReceiptState, ReceiptUpdate, SqliteLedger,
-    Submission, SystemClock,
-};
+use receipts::{Backend, Clock, Ledger, SqliteLedger, SystemClock};
 use search::{Mode, Query, Searcher, VectorSide};
 use serde_json::{json, Value};
 
-use super::search_latency::{summary, Random};
+use super::search_latency::{accept_texts, project_claimed, summary, Random, DATASET};
 use crate::config::Config;
 
 /// How the temporal search benchmark runs.
@@ -43,7 +39,6 @@ pub struct TemporalBench {
     pub top_k: usize,
 }
 
-const DATASET: &str = "bench";
 /// 2020-01-01T00:00:00Z: the first round's valid start.
 const T0: i64 = 1_577_836_800_000_000;
 /// 30 days between rounds' valid starts.
@@ -67,99 +62,31 @@ async fn round(
         valid_from: Some(T0 + index as i64 * STEP),
         valid_to: None,
     };
-    let mut texts = std::collections::HashMap::new();
-    for start in (0..bench.docs).step_by(1000) {
-        let submissions: Vec<Submission> = (start..(start + 1000).min(bench.docs))
-            .map(|n| {
-                let key = format!("doc-{n}");
-                let text = random.text(40);
-                let submission = Submission::text(DATASET, &key, "bench", &text).valid(valid);
-                texts.insert(key, text);
-                submission
-            })
-            .collect();
-        for result in ledger.accept(submissions).await {
-            result?;
-        }
-    }
+    let texts = accept_texts(ledger, bench.docs, random, valid).await?;
     let mut vectors = vec![Vec::new(); bench.docs];
     let mut revisions = Vec::with_capacity(bench.docs);
-    let mut projected = 0;
-    loop {
-        let jobs = ledger.claim("bench-temporal", 1000).await?;
-        if jobs.is_empty() {
-            break;
-        }
-        let mut points = Vec::new();
-        for job in &jobs {
-            let vector = random.unit_vector();
+    let label = format!("temporal round {index}");
+    project_claimed(
+        ledger,
+        store,
+        generation,
+        &texts,
+        random,
+        &label,
+        |job, vector| {
             let source: usize = job
                 .source_key
                 .strip_prefix("doc-")
                 .and_then(|n| n.parse().ok())
                 .context("a bench source key")?;
             if let Some(slot) = vectors.get_mut(source) {
-                *slot = vector.clone();
+                *slot = vector.to_vec();
             }
             revisions.push(job.revision()?);
-            points.push(VectorPoint {
-                dataset: job.dataset.clone(),
-                source_key: job.source_key.clone(),
-                revision_id: job.revision()?,
-                chunk_index: 0,
-                head_at: job.created_at,
-                vector,
-            });
-        }
-        store.upsert(points).await?;
-        let results: Vec<anyhow::Result<()>> = futures::stream::iter(jobs)
-            .map(|job| {
-                let text = texts.get(&job.source_key).cloned().unwrap_or_default();
-                (job, text)
-            })
-            .map(|(job, text)| async move {
-                let token = LeaseToken::of(&job).context("a claimed job without a lease")?;
-                let row = ChunkRow {
-                    chunk_index: 0,
-                    byte_start: 0,
-                    byte_end: text.len() as i64,
-                    token_count: 40,
-                    sha256: receipts::ids::sha256_hex(text.as_bytes()),
-                    text,
-                    section: None,
-                    page: None,
-                };
-                ledger.write_chunks(&token, generation, vec![row]).await?;
-                for backend in [Backend::Relational, Backend::Vector] {
-                    ledger
-                        .record_receipt(
-                            &token,
-                            ReceiptUpdate {
-                                backend,
-                                state: ReceiptState::Verified,
-                                evidence: json!({"synthetic": true}),
-                                cause: "bench: synthetic load".to_owned(),
-                                generation: generation.to_owned(),
-                            },
-                        )
-                        .await?;
-                }
-                ledger.complete(&token).await?;
-                Ok(())
-            })
-            .buffer_unordered(512)
-            .collect()
-            .await;
-        for result in results {
-            result?;
-        }
-        projected += 1000;
-        eprintln!(
-            "temporal: round {index}: projected {} of {}",
-            projected.min(bench.docs),
-            bench.docs
-        );
-    }
+            Ok(())
+        },
+    )
+    .await?;
     anyhow::ensure!(
         vectors.iter().all(|vector| !vector.is_empty()),
         "round {index}: a source was not projected"

@@ -274,21 +274,15 @@ async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
     .await;
     crate::projection::wait_for_job(&http, &base, &token, &j2, "completed").await;
     // An as_of must have settled (5 s): refused until then, typed.
-    let search = |mode: &str, at: Value| {
-        let mut body = json!({"query": "speed limit on the coastal road", "mode": mode,
-                              "datasets": ["law"], "top_k": 5});
-        if let (Some(body), Some(at)) = (body.as_object_mut(), at.as_object()) {
-            body.extend(at.clone());
-        }
-        let request = http
-            .post(format!("{base}/v1/search"))
-            .bearer_auth(&token)
-            .json(&body);
-        async move {
-            let response = request.send().await.expect("search");
-            let status = response.status().as_u16();
-            (status, response.json::<Value>().await.expect("json"))
-        }
+    let search = |mode: &'static str, at: Value| {
+        search_law(
+            &http,
+            &base,
+            &token,
+            "speed limit on the coastal road",
+            mode,
+            at,
+        )
     };
     let (status, refused) = search("lexical", json!({"as_of": between})).await;
     assert_eq!(status, 422, "{refused}");
@@ -297,22 +291,6 @@ async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
     assert_eq!(status, 422, "{refused}");
     assert_eq!(refused["code"], "invalid_instant", "{refused}");
     tokio::time::sleep(std::time::Duration::from_millis(5_200)).await;
-    let revisions = |answer: &Value| -> Vec<String> {
-        answer["results"]
-            .as_array()
-            .map(|results| {
-                results
-                    .iter()
-                    .map(|hit| {
-                        hit["source_revision_id"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     for mode in ["lexical", "vector", "auto"] {
         let open = Value::Null;
         let cases = [
@@ -449,34 +427,19 @@ async fn a_scheduled_revision_takes_over_at_its_boundary_in_every_mode() {
     let j2: Value = response.json().await.expect("json");
     let j1_id = j1.clone();
     let j2_id = j2["source_revision_id"].as_str().expect("id").to_owned();
-    let search = |mode: &str, at: Value| {
-        let mut body = json!({"query": "when does the ferry to the island leave", "mode": mode,
-                              "datasets": ["law"], "top_k": 5});
-        if let (Some(body), Some(at)) = (body.as_object_mut(), at.as_object()) {
-            body.extend(at.clone());
-        }
-        let request = http
-            .post(format!("{base}/v1/search"))
-            .bearer_auth(&token)
-            .json(&body);
+    let search = |mode: &'static str, at: Value| {
+        let answer = search_law(
+            &http,
+            &base,
+            &token,
+            "when does the ferry to the island leave",
+            mode,
+            at,
+        );
         async move {
-            let response = request.send().await.expect("search");
-            assert_eq!(response.status().as_u16(), 200);
-            let answer = response.json::<Value>().await.expect("json");
-            answer["results"]
-                .as_array()
-                .map(|results| {
-                    results
-                        .iter()
-                        .map(|hit| {
-                            hit["source_revision_id"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_owned()
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default()
+            let (status, answer) = answer.await;
+            assert_eq!(status, 200, "{answer}");
+            revisions(&answer)
         }
     };
     for mode in ["lexical", "vector", "auto"] {
@@ -516,4 +479,47 @@ async fn a_scheduled_revision_takes_over_at_its_boundary_in_every_mode() {
         "{view}"
     );
     server.kill().await.expect("stop");
+}
+
+/// `POST /v1/search` in dataset `law` (five results), with the point in time `at` adds:
+/// status and body.
+fn search_law(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    query: &str,
+    mode: &str,
+    at: Value,
+) -> impl std::future::Future<Output = (u16, Value)> {
+    let mut body = json!({"query": query, "mode": mode, "datasets": ["law"], "top_k": 5});
+    if let (Some(body), Some(at)) = (body.as_object_mut(), at.as_object()) {
+        body.extend(at.clone());
+    }
+    let request = http
+        .post(format!("{base}/v1/search"))
+        .bearer_auth(token)
+        .json(&body);
+    async move {
+        let response = request.send().await.expect("search");
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.expect("json"))
+    }
+}
+
+/// The revisions of an answer's results, in order.
+fn revisions(answer: &Value) -> Vec<String> {
+    answer["results"]
+        .as_array()
+        .map(|results| {
+            results
+                .iter()
+                .map(|hit| {
+                    hit["source_revision_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -283,31 +283,38 @@ pub async fn validity_refusals_are_typed_and_write_nothing(harness: Harness) {
 /// period, record time).
 type Said = (Option<Uuid>, receipts::validity::Period, Micros);
 
-/// Runs every job due at `at` as a worker would start it (crossing its boundary first), then
-/// checks that each source's head is the revision the model says holds at `at` (a tombstone
-/// when nothing does).
-async fn settle(harness: &Harness, at: Micros, keys: &[&str], model: &[Vec<Said>]) {
+/// Runs every job due at `at` as a worker would start it (crossing its boundary first), and
+/// completes it; answers the jobs that went on. A job whose revision no longer holds is
+/// superseded by its crossing; one claimed beside a crossing that moved its source's head, by
+/// that crossing.
+async fn run_due(harness: &Harness, at: Micros) -> Vec<receipts::model::Job> {
     harness.clock.set(at);
+    let mut went_on = Vec::new();
     loop {
         let claimed = must(harness.ledger.claim("test:conformance", 100).await, "claim");
         if claimed.is_empty() {
-            break;
+            return went_on;
         }
         for job in claimed {
             let token = receipts::LeaseToken::of(&job).expect("a claimed job is leased");
-            // A job whose revision no longer holds is superseded by its crossing; one claimed
-            // beside a crossing that moved its source's head, by that crossing.
             match harness.ledger.cross_boundary(&token).await {
                 Ok(true) => {}
                 Ok(false) | Err(receipts::LedgerError::LeaseLost { .. }) => continue,
                 Err(error) => panic!("cross: {error}"),
             }
             match harness.ledger.complete(&token).await {
-                Ok(_) | Err(receipts::LedgerError::LeaseLost { .. }) => {}
+                Ok(_) => went_on.push(job),
+                Err(receipts::LedgerError::LeaseLost { .. }) => {}
                 Err(error) => panic!("complete: {error}"),
             }
         }
     }
+}
+
+/// Runs every job due at `at` ([`run_due`]), then checks that each source's head is the
+/// revision the model says holds at `at` (a tombstone when nothing does).
+async fn settle(harness: &Harness, at: Micros, keys: &[&str], model: &[Vec<Said>]) {
+    run_due(harness, at).await;
     for (source, key) in keys.iter().enumerate() {
         let Some(view) = must(harness.ledger.source("law", key).await, "source") else {
             continue;
@@ -694,20 +701,6 @@ pub async fn scheduled_revisions_take_the_head_at_their_boundary(harness: Harnes
     assert_eq!(lexical("egret").await, Vec::<Uuid>::new());
 }
 
-/// Claims what is due at `at` and crosses each job's boundary; answers the jobs that went on.
-async fn cross_due(harness: &Harness, at: Micros) -> Vec<receipts::model::Job> {
-    harness.clock.set(at);
-    let mut went_on = Vec::new();
-    for job in must(harness.ledger.claim("test:conformance", 100).await, "claim") {
-        let token = receipts::LeaseToken::of(&job).expect("a claimed job is leased");
-        if must(harness.ledger.cross_boundary(&token).await, "cross") {
-            must(harness.ledger.complete(&token).await, "complete");
-            went_on.push(job);
-        }
-    }
-    went_on
-}
-
 /// Bounded periods: a correction that held only in the past is history (the head stays, its
 /// job is superseded at once, a search at its valid time finds it); one that holds now moves
 /// the head and schedules the return of the revision before it at its end; one in the future
@@ -738,7 +731,7 @@ pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
         }
     };
     let j1 = accept(at, "plover original text", at - 10 * DAY, None).await;
-    cross_due(&harness, at + 1).await;
+    run_due(&harness, at + 1).await;
 
     // History only: [at - 5d, at - 4d), accepted now.
     let correction = accept(
@@ -791,7 +784,7 @@ pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
     // Holding now, until tomorrow: the head moves now and returns to J1 at the end.
     let now_bounded = accept(at + 20, "stilt interim text", at - DAY, Some(at + DAY)).await;
     assert_eq!(head(&harness).await, now_bounded.source_revision_id);
-    let went_on = cross_due(&harness, at + 30).await;
+    let went_on = run_due(&harness, at + 30).await;
     assert_eq!(
         went_on
             .iter()
@@ -800,7 +793,7 @@ pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
         vec![Some(now_bounded.source_revision_id)],
         "the return waits for the end"
     );
-    let went_on = cross_due(&harness, at + DAY).await;
+    let went_on = run_due(&harness, at + DAY).await;
     assert_eq!(
         went_on
             .iter()
@@ -820,10 +813,10 @@ pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
     )
     .await;
     assert_eq!(head(&harness).await, j1.source_revision_id);
-    assert!(cross_due(&harness, at + 2 * DAY - 1).await.is_empty());
-    cross_due(&harness, at + 2 * DAY).await;
+    assert!(run_due(&harness, at + 2 * DAY - 1).await.is_empty());
+    run_due(&harness, at + 2 * DAY).await;
     assert_eq!(head(&harness).await, later.source_revision_id);
-    cross_due(&harness, at + 3 * DAY).await;
+    run_due(&harness, at + 3 * DAY).await;
     assert_eq!(head(&harness).await, j1.source_revision_id);
 
     // Scheduled, then overridden by the head asserted again over every time: the job that
@@ -843,7 +836,7 @@ pub async fn bounded_periods_return_the_head_at_their_end(harness: Harness) {
     )
     .await;
     assert_eq!(again.source_revision_id, j1.source_revision_id);
-    assert!(cross_due(&harness, at + 5 * DAY).await.is_empty());
+    assert!(run_due(&harness, at + 5 * DAY).await.is_empty());
     let job = must(
         harness.ledger.job(overridden.projection_job_id).await,
         "job",
