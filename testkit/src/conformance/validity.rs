@@ -485,6 +485,79 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
             );
         }
     }
+    // Search at random (T, R), as the searcher asks the ledger: the lexical index finds a
+    // source exactly when a revision held then (every text says "text"), and only that
+    // revision; binding calls a revision current exactly when it is the one that held.
+    let every: Vec<(usize, Uuid)> = model
+        .iter()
+        .enumerate()
+        .flat_map(|(source, said)| {
+            said.iter()
+                .filter_map(move |(revision, _, _)| revision.map(|id| (source, id)))
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let refs: Vec<receipts::model::HitRef> = every
+        .iter()
+        .map(|(_, revision_id)| receipts::model::HitRef {
+            revision_id: *revision_id,
+            chunk_index: None,
+        })
+        .collect();
+    for _ in 0..40 {
+        let valid_at = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
+        let as_of = START + rng.below(((end - START) / 1_000) as u64) as i64 * 1_000;
+        let at = receipts::validity::At { valid_at, as_of };
+        let expected: Vec<Option<Uuid>> = model
+            .iter()
+            .map(|said| {
+                said.iter()
+                    .rev()
+                    .find(|(_, valid, recorded)| *recorded <= as_of && valid.contains(valid_at))
+                    .and_then(|(revision, _, _)| *revision)
+            })
+            .collect();
+        let hits = must(
+            harness
+                .ledger
+                .lexical_search_at("text", &["law".to_owned()], 1000, None, at)
+                .await,
+            "lexical at",
+        );
+        let mut found = std::collections::BTreeSet::new();
+        for hit in &hits {
+            let source = keys
+                .iter()
+                .position(|key| *key == hit.source_key)
+                .expect("a known source");
+            assert_eq!(
+                Some(hit.revision_id),
+                expected[source],
+                "{} at {valid_at} as of {as_of}: a hit outside the rectangle",
+                hit.source_key
+            );
+            found.insert(source);
+        }
+        let held: std::collections::BTreeSet<usize> = expected
+            .iter()
+            .enumerate()
+            .filter_map(|(source, revision)| revision.map(|_| source))
+            .collect();
+        assert_eq!(found, held, "sources found at {valid_at} as of {as_of}");
+        let bound = must(
+            harness.ledger.bind_hits_at(&refs, "conformance", at).await,
+            "bind at",
+        );
+        assert_eq!(bound.len(), refs.len());
+        for (hit, (source, revision)) in bound.iter().zip(&every) {
+            assert_eq!(
+                hit.current,
+                expected[*source] == Some(*revision),
+                "{revision} bound at {valid_at} as of {as_of}"
+            );
+        }
+    }
     // Erasure: no query at any T or R finds an erased revision.
     let erased: Vec<Uuid> = model[0]
         .iter()
