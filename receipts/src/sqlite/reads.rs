@@ -467,69 +467,6 @@ impl SqliteLedger {
              JOIN contents c ON c.sha256 = r.content_sha256 \
              ORDER BY k.rank"
         };
-        let datasets = json_text(datasets);
-        let at = at.filter(|_| !slow);
-        let rows = match at {
-            // At a point in time: the best matches of each index first, probed against the
-            // validity rectangles; the whole ranking only when that cannot be the exact answer.
-            Some(at) => {
-                let window = i64::from(limit).saturating_mul(8).max(64);
-                let top = self
-                    .lexical_rows(
-                        TEMPORAL_LEXICAL_TOP,
-                        &fts,
-                        &datasets,
-                        limit,
-                        deadline,
-                        Some((at, Some(window))),
-                    )
-                    .await?;
-                if top_is_exact(&top, limit)? {
-                    top
-                } else {
-                    self.lexical_rows(
-                        TEMPORAL_LEXICAL,
-                        &fts,
-                        &datasets,
-                        limit,
-                        deadline,
-                        Some((at, None)),
-                    )
-                    .await?
-                }
-            }
-            None => {
-                self.lexical_rows(sql, &fts, &datasets, limit, deadline, None)
-                    .await?
-            }
-        };
-        rows.iter()
-            .map(|row| {
-                Ok(LexicalHit {
-                    dataset: row.try_get("dataset")?,
-                    source_key: row.try_get("source_key")?,
-                    revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
-                    passage_index: row.try_get("passage_index")?,
-                    text: row.try_get("text")?,
-                    section: row.try_get("section")?,
-                    page: row.try_get("page")?,
-                    score: row.try_get("score")?,
-                })
-            })
-            .collect()
-    }
-
-    /// Runs one lexical statement under the deadline: `?1` the FTS query, `?2` the datasets,
-    /// `?3` the limit, and at a point in time `?4`/`?5` its instants and `?6` a window.
-    async fn lexical_rows(
-        &self,
-        sql: &'static str,
-        fts: &str,
-        datasets: &str,
-        limit: u32,
-        deadline: Option<std::time::Instant>,
-        at: Option<(At, Option<i64>)>,
-    ) -> Result<Vec<sqlx::sqlite::SqliteRow>> {
         // The query runs in a task of its own, so a caller that stops waiting (a client that
         // hung up, a cancelled tool call) cannot leave a connection behind with the progress
         // handler still installed: the task always removes it before the connection goes back
@@ -538,7 +475,7 @@ impl SqliteLedger {
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
         let pool = self.reads.clone();
-        let (fts, datasets) = (fts.to_owned(), datasets.to_owned());
+        let datasets = json_text(datasets);
         let query = async move {
             let mut connection = pool.acquire().await?;
             if let Some(deadline) = deadline {
@@ -553,11 +490,8 @@ impl SqliteLedger {
                 .bind(fts)
                 .bind(datasets)
                 .bind(i64::from(limit));
-            if let Some((at, window)) = at {
+            if let (Some(at), false) = (at, slow) {
                 statement = statement.bind(at.valid_at).bind(at.as_of);
-                if let Some(window) = window {
-                    statement = statement.bind(window);
-                }
             }
             let result = statement.fetch_all(&mut *connection).await;
             if deadline.is_some() {
@@ -579,7 +513,20 @@ impl SqliteLedger {
             }
             Err(error) => return Err(error.into()),
         };
-        Ok(rows)
+        rows.iter()
+            .map(|row| {
+                Ok(LexicalHit {
+                    dataset: row.try_get("dataset")?,
+                    source_key: row.try_get("source_key")?,
+                    revision_id: parse_uuid(&row.try_get::<String, _>("revision_id")?)?,
+                    passage_index: row.try_get("passage_index")?,
+                    text: row.try_get("text")?,
+                    section: row.try_get("section")?,
+                    page: row.try_get("page")?,
+                    score: row.try_get("score")?,
+                })
+            })
+            .collect()
     }
 
     /// Binds hits to the ledger: `current` is "its source's head" or, at `at`, "held then";
@@ -691,62 +638,6 @@ impl SqliteLedger {
 /// (one probe of `validity_by_revision` per match) and it is no tombstone. A revision whose
 /// passages are current is ranked from the current index only. FTS5 ranks each index on its
 /// own statistics; the two lists are merged by score.
-/// Whether the windowed temporal query's answer is the exhaustive one: it filled the page, and
-/// its worst hit ranks no worse than the last match each full window took (every match left
-/// out of a window ranks at least as badly as that one).
-fn top_is_exact(rows: &[sqlx::sqlite::SqliteRow], limit: u32) -> Result<bool> {
-    let Some(last) = rows.last().filter(|_| rows.len() >= limit as usize) else {
-        return Ok(false);
-    };
-    let worst = -last.try_get::<f64, _>("score")?;
-    for cutoff in ["cutoff_current", "cutoff_past"] {
-        if let Some(cutoff) = last.try_get::<Option<f64>, _>(cutoff)? {
-            if worst > cutoff {
-                return Ok(false);
-            }
-        }
-    }
-    Ok(true)
-}
-
-/// [`TEMPORAL_LEXICAL`] over the best `?6` matches of each index only, with each full
-/// window's last rank (`cutoff_current`, `cutoff_past`; NULL when the window held every
-/// match), so that the caller knows whether the answer is exact ([`top_is_exact`]).
-const TEMPORAL_LEXICAL_TOP: &str = "WITH current_top AS ( \
-       SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.byte_start, \
-         p.byte_end, p.text, p.section, p.page, bm25(passages_fts) AS rank \
-       FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid \
-       WHERE passages_fts MATCH ?1 \
-         AND (json_array_length(?2) = 0 OR p.dataset IN (SELECT value FROM json_each(?2))) \
-       ORDER BY rank LIMIT ?6), \
-     past_top AS ( \
-       SELECT pp.dataset, pp.source_key, pp.revision_id, pp.passage_index, pp.byte_start, \
-         pp.byte_end, pp.text, pp.section, pp.page, bm25(past_passages_fts) AS rank \
-       FROM past_passages_fts JOIN past_passages pp ON pp.id = past_passages_fts.rowid \
-       WHERE past_passages_fts MATCH ?1 \
-         AND (json_array_length(?2) = 0 OR pp.dataset IN (SELECT value FROM json_each(?2))) \
-       ORDER BY rank LIMIT ?6), \
-     ranked AS (SELECT * FROM ( \
-       SELECT * FROM current_top t WHERE EXISTS (SELECT 1 FROM validity v \
-           WHERE v.revision_id = t.revision_id AND v.valid_from <= ?4 AND ?4 < v.valid_to \
-           AND v.recorded_from <= ?5 AND ?5 < v.recorded_to) \
-       UNION ALL \
-       SELECT * FROM past_top t WHERE EXISTS (SELECT 1 FROM validity v \
-           WHERE v.revision_id = t.revision_id AND v.valid_from <= ?4 AND ?4 < v.valid_to \
-           AND v.recorded_from <= ?5 AND ?5 < v.recorded_to) \
-         AND NOT EXISTS (SELECT 1 FROM passages c WHERE c.revision_id = t.revision_id)) \
-     ORDER BY rank LIMIT ?3) \
-   SELECT k.dataset, k.source_key, k.revision_id, k.passage_index, \
-     coalesce(k.text, CAST(substr(c.bytes, k.byte_start + 1, k.byte_end - k.byte_start) \
-       AS TEXT)) AS text, \
-     k.section, k.page, -k.rank AS score, \
-     (SELECT max(rank) FROM current_top HAVING count(*) >= ?6) AS cutoff_current, \
-     (SELECT max(rank) FROM past_top HAVING count(*) >= ?6) AS cutoff_past \
-   FROM ranked k \
-   JOIN revisions r ON r.id = k.revision_id AND r.tombstone = 0 \
-   JOIN contents c ON c.sha256 = r.content_sha256 \
-   ORDER BY k.rank";
-
 const TEMPORAL_LEXICAL: &str = "WITH ranked AS (SELECT * FROM ( \
        SELECT p.dataset, p.source_key, p.revision_id, p.passage_index, p.byte_start, \
          p.byte_end, p.text, p.section, p.page, bm25(passages_fts) AS rank \
