@@ -147,27 +147,13 @@ pub(crate) async fn cross(
         }
         // A later assertion overrode the revision over this instant: the job has nothing to
         // project, and ends superseded (its receipts too).
-        sqlx::query(
-            "UPDATE projection_receipts SET state = 'superseded', updated_at = ?2, \
-               changed_by = ?3, change_cause = 'validity_overridden', changed_at = ?2, \
-               change_seq = change_seq + 1 \
-             WHERE job_id = ?1 AND state IN ('pending', 'running', 'written')",
+        supersede(
+            connection,
+            &[job.id.to_string()],
+            &token.owner,
+            "validity_overridden",
+            now,
         )
-        .bind(job.id.to_string())
-        .bind(now)
-        .bind(&token.owner)
-        .execute(&mut *connection)
-        .await?;
-        sqlx::query(
-            "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
-               lease_expires_at = NULL, changed_by = ?3, change_cause = 'validity_overridden', \
-               changed_at = ?2, change_seq = change_seq + 1 \
-             WHERE id = ?1",
-        )
-        .bind(job.id.to_string())
-        .bind(now)
-        .bind(&token.owner)
-        .execute(&mut *connection)
         .await?;
         return Ok(false);
     }
@@ -187,40 +173,21 @@ pub(crate) async fn cross(
     // The former head's unfinished work (running, waiting for a retry, or due) is superseded;
     // jobs scheduled for later boundaries stay, the former head's return among them. An
     // erasure's jobs always run.
-    const GONE: &str = "SELECT id FROM jobs WHERE dataset = ?1 AND source_key = ?2 \
+    let gone: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM jobs WHERE dataset = ?1 AND source_key = ?2 \
            AND state IN ('pending', 'running', 'retry_wait') AND revision_id <> ?3 \
            AND (state <> 'pending' OR run_at <= ?5) AND ?4 IS NOT ?3 \
            AND NOT EXISTS (SELECT 1 FROM erasures AS erased \
-                           WHERE erased.revision_id = jobs.revision_id)";
-    sqlx::query(&format!(
-        "UPDATE projection_receipts SET state = 'superseded', updated_at = ?5, changed_by = ?6, \
-           change_cause = ?7, changed_at = ?5, change_seq = change_seq + 1 \
-         WHERE job_id IN ({GONE}) AND state IN ('pending', 'running', 'written')"
-    ))
+                           WHERE erased.revision_id = jobs.revision_id)",
+    )
     .bind(&job.dataset)
     .bind(&job.source_key)
     .bind(&revision)
     .bind(&head)
     .bind(now)
-    .bind(&token.owner)
-    .bind(&cause)
-    .execute(&mut *connection)
+    .fetch_all(&mut *connection)
     .await?;
-    sqlx::query(&format!(
-        "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
-           lease_expires_at = NULL, changed_by = ?6, change_cause = ?7, changed_at = ?5, \
-           change_seq = change_seq + 1 \
-         WHERE id IN ({GONE})"
-    ))
-    .bind(&job.dataset)
-    .bind(&job.source_key)
-    .bind(&revision)
-    .bind(&head)
-    .bind(now)
-    .bind(&token.owner)
-    .bind(&cause)
-    .execute(&mut *connection)
-    .await?;
+    supersede(connection, &gone, &token.owner, &cause, now).await?;
     // The lexical index follows the head: the former head's passages are archived by their
     // delete trigger, and the new head's come back from the archive acceptance put them in.
     sqlx::query("DELETE FROM passages WHERE dataset = ?1 AND source_key = ?2")
@@ -259,6 +226,48 @@ pub(crate) async fn cross(
         "validity boundary crossed: the head moved to the revision scheduled for now"
     );
     Ok(true)
+}
+
+/// Supersedes the unfinished jobs `ids` and their open receipts, by `actor` for `cause`.
+async fn supersede(
+    connection: &mut SqliteConnection,
+    ids: &[String],
+    actor: &str,
+    cause: &str,
+    now: Micros,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let ids = serde_json::to_string(ids).map_err(|error| {
+        crate::error::LedgerError::Internal(format!("job ids as JSON: {error}"))
+    })?;
+    sqlx::query(
+        "UPDATE projection_receipts SET state = 'superseded', updated_at = ?2, changed_by = ?3, \
+           change_cause = ?4, changed_at = ?2, change_seq = change_seq + 1 \
+         WHERE job_id IN (SELECT value FROM json_each(?1)) \
+           AND state IN ('pending', 'running', 'written')",
+    )
+    .bind(&ids)
+    .bind(now)
+    .bind(actor)
+    .bind(cause)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query(
+        "UPDATE jobs SET state = 'superseded', lease_id = NULL, lease_owner = NULL, \
+           lease_expires_at = NULL, changed_by = ?3, change_cause = ?4, changed_at = ?2, \
+           change_seq = change_seq + 1 \
+         WHERE id IN (SELECT value FROM json_each(?1)) \
+           AND state IN ('pending', 'running', 'retry_wait')",
+    )
+    .bind(&ids)
+    .bind(now)
+    .bind(actor)
+    .bind(cause)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
 }
 
 /// Whether a revision that held at `at` is missing from the vectors of `generation` or from

@@ -34,6 +34,22 @@ async fn accept_at(
         .map(|acceptance| acceptance.source_revision_id)
 }
 
+/// Erases `law/key` at the clock's time.
+async fn erase(harness: &Harness, key: &str) {
+    must(
+        harness
+            .ledger
+            .erase(receipts::model::ErasureRequest {
+                dataset: "law".to_owned(),
+                source_key: key.to_owned(),
+                actor: "test:conformance".to_owned(),
+                reason: format!("erase {key}"),
+            })
+            .await,
+        "erase",
+    );
+}
+
 fn from(at: Micros) -> Validity {
     Validity {
         valid_from: Some(at),
@@ -564,18 +580,7 @@ pub async fn validity_follows_replayed_assertions(harness: Harness) {
         .filter_map(|(revision, _, _)| *revision)
         .collect();
     harness.clock.set(end + DAY);
-    must(
-        harness
-            .ledger
-            .erase(receipts::model::ErasureRequest {
-                dataset: "law".to_owned(),
-                source_key: "a".to_owned(),
-                actor: "test:conformance".to_owned(),
-                reason: "request 1".to_owned(),
-            })
-            .await,
-        "erase",
-    );
+    erase(&harness, "a").await;
     let timeline = must(harness.ledger.timeline("law", "a").await, "timeline");
     assert!(
         timeline
@@ -1060,18 +1065,7 @@ pub async fn history_gaps_name_what_temporal_search_cannot_return(harness: Harne
 
     // Erasure takes the gaps of its revisions with it.
     harness.clock.set(now + DAY);
-    must(
-        harness
-            .ledger
-            .erase(receipts::model::ErasureRequest {
-                dataset: "law".to_owned(),
-                source_key: "g".to_owned(),
-                actor: "test:conformance".to_owned(),
-                reason: "request 2".to_owned(),
-            })
-            .await,
-        "erase",
-    );
+    erase(&harness, "g").await;
     for (valid_at, as_of) in [
         (at + DAY + 5, now),
         (at + 15, now + 1),
