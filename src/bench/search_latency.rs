@@ -104,7 +104,7 @@ async fn load(
         &texts,
         random,
         "search",
-        |_, _| Ok(()),
+        |_, random| Ok(random.unit_vector()),
     )
     .await
 }
@@ -138,7 +138,7 @@ pub(super) async fn accept_texts(
 /// Projects every claimable job as a worker would, with a pseudo-random unit vector per
 /// revision instead of the model's: points in the store, the chunk row (the document's
 /// `texts` entry, one chunk) and verified receipts written under each job's lease, the job
-/// completed. `point` sees each job and its vector first.
+/// completed. `vector_for` gives each job's vector, from `random` or its own.
 pub(super) async fn project_claimed(
     ledger: &Arc<dyn Ledger>,
     store: &dyn VectorStore,
@@ -146,7 +146,7 @@ pub(super) async fn project_claimed(
     texts: &std::collections::HashMap<String, String>,
     random: &mut Random,
     label: &str,
-    mut point: impl FnMut(&receipts::Job, &[f32]) -> anyhow::Result<()>,
+    mut vector_for: impl FnMut(&receipts::Job, &mut Random) -> anyhow::Result<Vec<f32>>,
 ) -> anyhow::Result<()> {
     let mut loaded = 0;
     loop {
@@ -156,8 +156,7 @@ pub(super) async fn project_claimed(
         }
         let mut points = Vec::new();
         for job in &jobs {
-            let vector = random.unit_vector();
-            point(job, &vector)?;
+            let vector = vector_for(job, random)?;
             points.push(VectorPoint {
                 dataset: job.dataset.clone(),
                 source_key: job.source_key.clone(),

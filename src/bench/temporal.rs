@@ -11,6 +11,12 @@
 //! STEP)` as known now, and as known right after round `k` was accepted, round `k` holds from
 //! `T0 + k * STEP` on. The exact search is a brute-force scan of that round's vectors with the
 //! query's embedding (the same model, the same text).
+//!
+//! Pseudo-random vectors alone have no true neighbours: a model's query embedding is about
+//! equally far from all of them, and no approximate index can rank them. So each round plants
+//! neighbours ([`Planting`]): for every query, some sources get vectors near the query's own
+//! embedding at growing distances. Each round plants them at other sources, so the rounds that
+//! did not hold at a point hold decoys near the same query, which binding must set aside.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,12 +50,57 @@ const T0: i64 = 1_577_836_800_000_000;
 /// 30 days between rounds' valid starts.
 const STEP: i64 = 30 * 86_400_000_000;
 
+/// Planted neighbours: in round `k`, source `(k * 7919 + q * per_query + i) mod docs` gets a
+/// vector near query `q`'s embedding, the farther the larger `i`.
+struct Planting {
+    /// The queries' embeddings.
+    queries: Vec<Vec<f32>>,
+    /// Sources planted per query and round (0: none).
+    per_query: usize,
+    /// Sources in the corpus.
+    docs: usize,
+}
+
+impl Planting {
+    /// The query and rank planted at `source` in `round`, if any.
+    fn at(&self, round: usize, source: usize) -> Option<(usize, usize)> {
+        if self.per_query == 0 || self.docs == 0 {
+            return None;
+        }
+        let offset = (round * 7919) % self.docs;
+        let slot = (source + self.docs - offset) % self.docs;
+        let (query, rank) = (slot / self.per_query, slot % self.per_query);
+        (query < self.queries.len()).then_some((query, rank))
+    }
+
+    /// The vector of `source` in `round`: near a query's embedding where one is planted
+    /// (cosine about 0.96 for the nearest, falling to about 0.5), else pseudo-random.
+    fn vector(&self, round: usize, source: usize, random: &mut Random) -> Vec<f32> {
+        let noise = random.unit_vector();
+        let Some((query, rank)) = self.at(round, source) else {
+            return noise;
+        };
+        let Some(centre) = self.queries.get(query) else {
+            return noise;
+        };
+        let sigma = 0.3 + 0.05 * rank as f32;
+        let raw: Vec<f32> = centre
+            .iter()
+            .zip(&noise)
+            .map(|(c, n)| c + sigma * n)
+            .collect();
+        let norm = raw.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+        raw.into_iter().map(|x| x / norm).collect()
+    }
+}
+
 /// A kind of point in time: from a query's round and an earlier round, the point searched
 /// and the round that held there.
 type PointOf = Box<dyn Fn(usize, usize) -> (At, usize)>;
 
 /// One round: every source's next revision, accepted (valid from the round's start) and
-/// projected with synthetic vectors (kept in `vectors`, by source, for the exact search).
+/// projected with synthetic vectors, planted neighbours among them (kept in `vectors`, by
+/// source, for the exact search).
 async fn round(
     ledger: &Arc<dyn Ledger>,
     store: &dyn VectorStore,
@@ -57,6 +108,7 @@ async fn round(
     bench: &TemporalBench,
     index: usize,
     random: &mut Random,
+    planting: &Planting,
 ) -> anyhow::Result<(Vec<Vec<f32>>, Vec<uuid::Uuid>)> {
     let valid = Validity {
         valid_from: Some(T0 + index as i64 * STEP),
@@ -73,17 +125,18 @@ async fn round(
         &texts,
         random,
         &label,
-        |job, vector| {
+        |job, random| {
             let source: usize = job
                 .source_key
                 .strip_prefix("doc-")
                 .and_then(|n| n.parse().ok())
                 .context("a bench source key")?;
+            let vector = planting.vector(index, source, random);
             if let Some(slot) = vectors.get_mut(source) {
-                *slot = vector.to_vec();
+                *slot = vector.clone();
             }
             revisions.push(job.revision()?);
-            Ok(())
+            Ok(vector)
         },
     )
     .await?;
@@ -135,6 +188,13 @@ pub async fn temporal(config: &Config, bench: TemporalBench) -> anyhow::Result<V
     let edge = EdgeVectorStore::open(&directory.path().join("vectors"), MODEL_DIMENSION)?;
     let store: Arc<dyn VectorStore> = Arc::new(edge.clone());
 
+    let mut words = Random(29);
+    let queries: Vec<String> = (0..bench.queries).map(|_| words.text(4)).collect();
+    let planting = Planting {
+        queries: embedder.embed(queries.clone()).await?,
+        per_query: (bench.docs / bench.queries.max(1)).min(30),
+        docs: bench.docs,
+    };
     let mut random = Random(23);
     let started = Instant::now();
     let mut rounds = Vec::with_capacity(bench.revisions);
@@ -149,6 +209,7 @@ pub async fn temporal(config: &Config, bench: TemporalBench) -> anyhow::Result<V
             &bench,
             index,
             &mut random,
+            &planting,
         )
         .await?;
         rounds.push(vectors);
@@ -172,8 +233,6 @@ pub async fn temporal(config: &Config, bench: TemporalBench) -> anyhow::Result<V
         }),
         config.search,
     );
-    let mut words = Random(29);
-    let queries: Vec<String> = (0..bench.queries).map(|_| words.text(4)).collect();
     let now = SystemClock.now_micros();
     let (first_known, second_known) = (known.clone(), known);
     // Each kind of point: the point for a query's round, and the round that held there.
@@ -337,12 +396,13 @@ pub async fn temporal(config: &Config, bench: TemporalBench) -> anyhow::Result<V
         "revisions_per_doc": bench.revisions,
         "queries_per_point_and_mode": bench.queries,
         "top_k": bench.top_k,
+        "planted_per_query_and_round": planting.per_query,
         "load_seconds": load_seconds,
         "hnsw_build_seconds": hnsw_seconds,
         "hnsw_built": hnsw_built,
         "ledger": {"revisions": counts.revisions, "jobs": counts.jobs},
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "note": "synthetic one-chunk documents with pseudo-random vectors, every revision projected; round k valid from 2020-01-01 + 30k days; valid_at = the middle of a random round's period, as known now; as_of = right after a random round was accepted (valid_at the same instant); both = an earlier round's middle as known after a later one; recall = cairn's vector answer against a brute-force scan of the vectors of the revision that held, with the query's embedding by the same model",
+        "note": "synthetic one-chunk documents with pseudo-random vectors, every revision projected; in each round, planted_per_query_and_round sources per query (at other sources each round) get vectors near the query's embedding at cosines from about 0.96 down; round k valid from 2020-01-01 + 30k days; valid_at = the middle of a random round's period, as known now; as_of = right after a random round was accepted (valid_at the same instant); both = an earlier round's middle as known after a later one; recall = cairn's vector answer against a brute-force scan of the vectors of the revision that held, with the query's embedding by the same model",
         "results": Value::Object(report),
     }))
 }
