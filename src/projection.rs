@@ -58,6 +58,13 @@ pub fn generation(config: &Config) -> Generation {
         &config.projection.chunker.fingerprint(),
         &config.backends,
     )
+    .with_vector_layout(
+        &config
+            .vectors
+            .as_ref()
+            .map(|options| options.layout.fingerprint())
+            .unwrap_or_default(),
+    )
 }
 
 /// Where a generation's vector shard lives.
@@ -145,7 +152,7 @@ impl GenerationStores {
                         format!(
                             "opening the vector collection of generation {generation} on the \
                              Qdrant server at {}",
-                            options.url
+                            options.urls.join(", ")
                         )
                     })?;
                 tracing::info!(location = %store.location(), "vectors on the Qdrant server");

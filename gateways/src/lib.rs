@@ -27,8 +27,9 @@ pub use embedder::{
 };
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
-    EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector, RevisionPoints,
-    ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore, VectorStores,
+    CollectionLayout, EdgeVectorStore, OneStore, OptimizePolicy, OptimizerStats, PointSelector,
+    RevisionPoints, ServerOptions, ServerVectorStore, VectorHit, VectorPoint, VectorStore,
+    VectorStores,
 };
 
 /// What can go wrong in a store.

@@ -1,6 +1,7 @@
 //! One conformance suite for the [`VectorStore`] trait, run against both implementations:
-//! qdrant-edge in a temporary directory, and a real Qdrant server (v1.18.3, started per test on
-//! free loopback ports) through `qdrant-client`. Same calls, same expectations.
+//! qdrant-edge in a temporary directory, a real Qdrant server (v1.18.3, started per test on
+//! free loopback ports) through `qdrant-client`, and a real three-node Qdrant cluster (6
+//! shards, replication factor 3, write consistency factor 2). Same calls, same expectations.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use gateways::vectors::{point_id, INDEXED_FIELDS};
 use gateways::{
     EdgeVectorStore, GatewayError, ServerOptions, ServerVectorStore, VectorPoint, VectorStore,
 };
-use testkit::qdrant::QdrantServer;
+use testkit::qdrant::{QdrantCluster, QdrantServer};
 use uuid::Uuid;
 
 const DIMENSION: usize = 8;
@@ -52,6 +53,33 @@ impl Backend for Server {
 
 fn server() -> Server {
     Server(QdrantServer::start().expect("start qdrant"))
+}
+
+/// A three-node cluster; each check gets its own collection prefix, so one cluster serves
+/// the whole suite.
+struct Cluster {
+    nodes: Arc<QdrantCluster>,
+    prefix: String,
+}
+
+#[async_trait]
+impl Backend for Cluster {
+    async fn open(&self, generation: &str) -> Arc<dyn VectorStore> {
+        let urls = self.nodes.grpc_urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let mut options = ServerOptions::cluster(&urls);
+        options.layout = gateways::CollectionLayout {
+            shards: Some(6),
+            replication_factor: Some(3),
+            write_consistency: Some(2),
+        };
+        options.collection_prefix = self.prefix.clone();
+        Arc::new(
+            ServerVectorStore::open(&options, generation, DIMENSION)
+                .await
+                .expect("open"),
+        )
+    }
 }
 
 fn unit(seed: u32) -> Vec<f32> {
@@ -564,3 +592,27 @@ macro_rules! vector_conformance {
 
 vector_conformance!(edge_store, edge());
 vector_conformance!(server_store, server());
+
+/// The whole suite on one three-node cluster (starting a cluster per check would cost more
+/// than the checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_node_cluster_passes_the_suite() {
+    let nodes = Arc::new(QdrantCluster::start(3).expect("start a three-node cluster"));
+    let on = |check: &str| Cluster {
+        nodes: nodes.clone(),
+        prefix: format!("c{check}-"),
+    };
+    checks::upsert_reads_back_by_count_dimension_and_ids(&on("0")).await;
+    checks::a_wrong_dimension_is_refused_and_writes_nothing(&on("1")).await;
+    checks::reprojection_is_idempotent(&on("2")).await;
+    checks::reconcile_sees_what_a_crashed_run_left(&on("3")).await;
+    checks::current_flips_are_ordered_by_head_time(&on("4")).await;
+    checks::retire_and_exclude(&on("5")).await;
+    checks::search_filters_by_dataset_and_current(&on("6")).await;
+    checks::one_collection_per_generation(&on("7")).await;
+    checks::vectors_are_read_back_by_point_id(&on("8")).await;
+    checks::erasure_deletes_a_source_or_a_revision(&on("9")).await;
+    checks::a_bucket_is_read_by_revision_without_a_full_scroll(&on("10")).await;
+    checks::every_point_dumps_and_loads_as_it_was(&on("11")).await;
+    checks::payload_indexes_exist_before_any_point(&on("12")).await;
+}

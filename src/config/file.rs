@@ -99,6 +99,10 @@ pub(super) struct FileGraph {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileVectors {
     pub(super) url: Option<String>,
+    pub(super) urls: Option<Vec<String>>,
+    pub(super) shards: Option<u32>,
+    pub(super) replication_factor: Option<u32>,
+    pub(super) write_consistency_factor: Option<u32>,
     pub(super) timeout_ms: Option<u64>,
     pub(super) connect_timeout_ms: Option<u64>,
     pub(super) retry_ms: Option<u64>,

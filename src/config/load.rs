@@ -117,7 +117,7 @@ impl Config {
             graph,
             projection: projection(env, &file, embeddings.as_ref())?,
             embeddings,
-            vectors: vectors(overrides, env, &file),
+            vectors: vectors(overrides, env, &file)?,
             http: http(env, &file)?,
             search: search(env, &file)?,
             job_policies: job_policies(env, &file)?,
@@ -378,19 +378,53 @@ fn http(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<crate::server::HttpS
     })
 }
 
-/// `[vectors]`: a Qdrant server, or `None` for the embedded qdrant-edge shard.
+/// `[vectors]`: a Qdrant server or cluster, or `None` for the embedded qdrant-edge shard.
+/// `--vectors` and `CAIRN_VECTORS_URL` take one URL or a comma-separated list of a
+/// cluster's nodes; the file takes `url` or `urls`, not both.
 fn vectors(
     overrides: &Overrides,
     env: &Env<'_>,
     file: &FileConfig,
-) -> Option<gateways::ServerOptions> {
-    let url = overrides
+) -> anyhow::Result<Option<gateways::ServerOptions>> {
+    let section = &file.vectors;
+    if section.url.is_some() && section.urls.is_some() {
+        anyhow::bail!(
+            "vectors.url and vectors.urls are both set: give one URL in url, or every node \
+             of a cluster in urls"
+        );
+    }
+    let listed = overrides
         .vectors_url
         .clone()
         .or_else(|| env.text("CAIRN_VECTORS_URL"))
-        .or(file.vectors.url.clone())
-        .filter(|url| !url.trim().is_empty())?;
-    let mut options = gateways::ServerOptions::new(url.trim());
+        .map(|text| text.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .or(section.url.clone().map(|url| vec![url]))
+        .or(section.urls.clone())
+        .unwrap_or_default();
+    let urls: Vec<&str> = listed
+        .iter()
+        .map(|url| url.trim())
+        .filter(|url| !url.is_empty())
+        .collect();
+    if urls.is_empty() {
+        if section.shards.is_some()
+            || section.replication_factor.is_some()
+            || section.write_consistency_factor.is_some()
+        {
+            anyhow::bail!(
+                "vectors.shards, vectors.replication_factor and vectors.write_consistency_factor \
+                 lay out a Qdrant server's collection, but no server is configured (vectors.url \
+                 or vectors.urls); the embedded qdrant-edge store has one shard"
+            );
+        }
+        return Ok(None);
+    }
+    let mut options = gateways::ServerOptions::cluster(&urls);
+    options.layout = gateways::CollectionLayout {
+        shards: section.shards,
+        replication_factor: section.replication_factor,
+        write_consistency: section.write_consistency_factor,
+    };
     options.api_key = env
         .get("CAIRN_VECTORS_API_KEY")
         .filter(|key| !key.is_empty())
@@ -407,7 +441,7 @@ fn vectors(
     if let Some(prefix) = &file.vectors.collection_prefix {
         options.collection_prefix = prefix.clone();
     }
-    Some(options)
+    Ok(Some(options))
 }
 
 /// `[embeddings]`: the remote embedding server, when `embeddings.url` is set.

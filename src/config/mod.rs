@@ -136,9 +136,11 @@ pub struct Config {
     /// The folder holding PostgreSQL's `pg_dump` and `pg_restore` (`backup.pg_bin`,
     /// `CAIRN_PG_BIN`; `None`: the newest `/usr/lib/postgresql/*/bin`, else `PATH`).
     pub pg_bin: Option<PathBuf>,
-    /// The Qdrant server (`--vectors`, `CAIRN_VECTORS_URL`, `vectors.url`, with the API key
-    /// from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in the data
-    /// directory.
+    /// The Qdrant server or cluster (`--vectors`, `CAIRN_VECTORS_URL`: one URL or a
+    /// comma-separated list; `vectors.url` or `vectors.urls`; the layout from
+    /// `vectors.shards`, `vectors.replication_factor`, `vectors.write_consistency_factor`;
+    /// the API key from `CAIRN_VECTORS_API_KEY`); `None`: the embedded qdrant-edge shard in
+    /// the data directory.
     pub vectors: Option<gateways::ServerOptions>,
     /// The remote embedding server (`[embeddings]`, `CAIRN_EMBEDDINGS_*`, with the key from
     /// `CAIRN_EMBEDDINGS_KEY`); `None`: local models only.
@@ -186,8 +188,13 @@ impl Config {
     pub fn vectors_description(&self) -> String {
         match &self.vectors {
             Some(options) => format!(
-                "Qdrant server at {}{}",
-                options.url,
+                "Qdrant {} at {}{}",
+                if options.urls.len() > 1 {
+                    "cluster"
+                } else {
+                    "server"
+                },
+                options.urls.join(", "),
                 if options.api_key.is_some() {
                     " (with an API key)"
                 } else {

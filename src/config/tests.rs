@@ -27,7 +27,7 @@ fn a_qdrant_server_from_the_environment_with_its_key_kept_out_of_sight() {
     )
     .expect("config");
     let vectors = config.vectors.clone().expect("server");
-    assert_eq!(vectors.url, "http://10.0.0.5:6334");
+    assert_eq!(vectors.urls, ["http://10.0.0.5:6334"]);
     assert_eq!(vectors.api_key.as_deref(), Some("k3y-never-shown"));
     assert!(!format!("{config:?}").contains("k3y-never-shown"));
     assert!(!config.vectors_description().contains("k3y-never-shown"));
@@ -41,8 +41,65 @@ fn a_qdrant_server_from_the_environment_with_its_key_kept_out_of_sight() {
     )
     .expect("config");
     assert_eq!(
-        config.vectors.expect("server").url,
-        "https://q.example:6334"
+        config.vectors.expect("server").urls,
+        ["https://q.example:6334"]
+    );
+}
+
+#[test]
+fn a_cluster_lists_its_nodes_and_lays_out_its_collection_in_the_generation() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("cairn.toml");
+    std::fs::write(
+        &path,
+        "[vectors]\nurls = [\"http://10.0.0.1:6334\", \"http://10.0.0.2:6334\"]\n\
+         shards = 6\nreplication_factor = 3\nwrite_consistency_factor = 2\n",
+    )
+    .expect("write");
+    let overrides = Overrides {
+        config_file: Some(path),
+        ..Overrides::default()
+    };
+    let config = Config::load(&overrides, &HashMap::new()).expect("config");
+    let vectors = config.vectors.clone().expect("cluster");
+    assert_eq!(
+        vectors.urls,
+        ["http://10.0.0.1:6334", "http://10.0.0.2:6334"]
+    );
+    assert_eq!(
+        vectors.layout.fingerprint(),
+        "shards=6,replication=3,write_consistency=2"
+    );
+    assert!(config.vectors_description().contains("cluster"));
+    // The layout is part of the generation: the same settings on one server are another.
+    let clustered = crate::projection::generation(&config);
+    assert_eq!(clustered.vector_layout, vectors.layout.fingerprint());
+    let single = Config::load(
+        &Overrides {
+            vectors_url: Some("http://10.0.0.1:6334".to_owned()),
+            ..Overrides::default()
+        },
+        &HashMap::new(),
+    )
+    .expect("config");
+    let plain = crate::projection::generation(&single);
+    assert_ne!(plain.id, clustered.id);
+    assert_eq!(plain.vector_layout, "");
+    // Without a layout the id is what it always was (qdrant-edge's generation).
+    let edge = Config::load(&Overrides::default(), &HashMap::new()).expect("config");
+    assert_eq!(crate::projection::generation(&edge).id, plain.id);
+    // The flag and the environment take a comma-separated list.
+    let listed = Config::load(
+        &Overrides::default(),
+        &env(&[(
+            "CAIRN_VECTORS_URL",
+            "http://a:6334, http://b:6334,http://c:6334",
+        )]),
+    )
+    .expect("config");
+    assert_eq!(
+        listed.vectors.expect("cluster").urls,
+        ["http://a:6334", "http://b:6334", "http://c:6334"]
     );
 }
 
@@ -185,6 +242,23 @@ fn qdrant_settings_that_cannot_work_are_refused() {
             "half the shortest job lease",
         ),
         ("http://q:6334", "[vectors]\ntimeout_ms = 0\n", "timeout_ms"),
+        (
+            "",
+            "[vectors]\nurl = \"http://a:6334\"\nurls = [\"http://b:6334\"]\n",
+            "both set",
+        ),
+        ("", "[vectors]\nshards = 6\n", "no server is configured"),
+        ("http://a:6334,http://a:6334", "", "names a node twice"),
+        (
+            "http://q:6334",
+            "[vectors]\nshards = 0\n",
+            "vectors.shards must be",
+        ),
+        (
+            "http://q:6334",
+            "[vectors]\nreplication_factor = 2\nwrite_consistency_factor = 3\n",
+            "above the replication factor",
+        ),
     ] {
         let directory = tempfile::tempdir().expect("tempdir");
         let path = directory.path().join("cairn.toml");

@@ -164,12 +164,40 @@ impl Config {
             None => {}
         }
         if let Some(vectors) = &self.vectors {
-            if !(vectors.url.starts_with("http://") || vectors.url.starts_with("https://")) {
-                bail!(
-                    "vectors.url `{}` is not a Qdrant gRPC URL (http://host:6334, or https:// \
-                     for TLS); leave it unset for the embedded qdrant-edge store",
-                    vectors.url
-                );
+            for url in &vectors.urls {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    bail!(
+                        "vectors.url `{url}` is not a Qdrant gRPC URL (http://host:6334, or \
+                         https:// for TLS); leave it unset for the embedded qdrant-edge store"
+                    );
+                }
+            }
+            let mut unique = vectors.urls.clone();
+            unique.sort();
+            unique.dedup();
+            if unique.len() != vectors.urls.len() {
+                bail!("vectors.urls names a node twice: {:?}", vectors.urls);
+            }
+            let layout = vectors.layout;
+            for (name, value) in [
+                ("vectors.shards", layout.shards),
+                ("vectors.replication_factor", layout.replication_factor),
+                ("vectors.write_consistency_factor", layout.write_consistency),
+            ] {
+                if value == Some(0) {
+                    bail!("{name} must be at least 1");
+                }
+            }
+            if let (Some(write), replication) =
+                (layout.write_consistency, layout.replication_factor)
+            {
+                let replication = replication.unwrap_or(1);
+                if write > replication {
+                    bail!(
+                        "vectors.write_consistency_factor {write} is above the replication \
+                         factor {replication}: no write could ever be acknowledged"
+                    );
+                }
             }
             if vectors.timeout.is_zero() || vectors.connect_timeout.is_zero() {
                 bail!("vectors.timeout_ms and vectors.connect_timeout_ms must be at least 1");

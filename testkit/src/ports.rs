@@ -64,6 +64,23 @@ pub fn answers(port: u16, path: &str, status: u16) -> bool {
         || answer.starts_with(format!("HTTP/1.0 {status}").as_bytes())
 }
 
+/// `GET http://127.0.0.1:port/path` as JSON, when it answers 200 with a JSON body.
+pub fn get_json(port: u16, path: &str) -> Option<serde_json::Value> {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    if !(answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200")) {
+        return None;
+    }
+    let body = answer.windows(4).position(|window| window == b"\r\n\r\n")? + 4;
+    serde_json::from_slice(&answer[body..]).ok()
+}
+
 /// Sends the signal `name` (`STOP`, `CONT`, ...) to the process `pid`.
 pub fn signal(pid: u32, name: &str) {
     let _ = Command::new("kill")

@@ -3,13 +3,17 @@
 //! directory, ready once its readiness endpoint says so, stopped by PID. The launcher `exec`s
 //! the server, so the PID held here is the server's own; tests may also pause it (`SIGSTOP`)
 //! and resume it to play a hung server.
+//!
+//! [`QdrantCluster`] starts several such servers in Qdrant's distributed mode (Raft consensus
+//! over a peer-to-peer port each), the first bootstrapping the cluster and the others joining
+//! it; each node can be killed, restarted, paused and resumed on its own.
 
 use std::io;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ports::{answers, free_ports, listens, signal, stop_child};
+use crate::ports::{answers, free_ports, get_json, listens, signal, stop_child};
 
 /// A Qdrant server owned by a test. Dropping it stops the server and removes its storage.
 #[derive(Debug)]
@@ -18,6 +22,9 @@ pub struct QdrantServer {
     http_port: u16,
     grpc_port: u16,
     api_key: Option<String>,
+    /// In a cluster: the peer-to-peer port and the arguments that place the node (`--uri`,
+    /// and `--bootstrap` for a joining node).
+    cluster: Option<(u16, Vec<String>)>,
     child: Option<Child>,
 }
 
@@ -51,13 +58,30 @@ impl QdrantServer {
 
     /// Starts a server that requires `api_key` (when given).
     pub fn start_with_key(api_key: Option<&str>) -> io::Result<QdrantServer> {
+        Self::start_node(api_key, None)
+    }
+
+    /// Starts a server, a cluster node when `bootstrap` is given (`Some(None)`: the first
+    /// node, which starts the cluster; `Some(Some(uri))`: a node joining the peer at `uri`).
+    fn start_node(
+        api_key: Option<&str>,
+        bootstrap: Option<Option<String>>,
+    ) -> io::Result<QdrantServer> {
         let directory = tempfile::Builder::new().prefix("cairn-qdrant-").tempdir()?;
-        let [http_port, grpc_port] = free_ports()?;
+        let [http_port, grpc_port, p2p_port] = free_ports()?;
+        let cluster = bootstrap.map(|bootstrap| {
+            let mut arguments = vec!["--uri".to_owned(), format!("http://127.0.0.1:{p2p_port}")];
+            if let Some(peer) = bootstrap {
+                arguments.extend(["--bootstrap".to_owned(), peer]);
+            }
+            (p2p_port, arguments)
+        });
         let mut server = QdrantServer {
             directory,
             http_port,
             grpc_port,
             api_key: api_key.map(str::to_owned),
+            cluster,
             child: None,
         };
         // A free port can be taken by another process (a server another test starts) before
@@ -99,6 +123,12 @@ impl QdrantServer {
             .stderr(log);
         if let Some(key) = &self.api_key {
             command.env("QDRANT__SERVICE__API_KEY", key);
+        }
+        if let Some((p2p_port, arguments)) = &self.cluster {
+            command
+                .env("QDRANT__CLUSTER__ENABLED", "true")
+                .env("QDRANT__CLUSTER__P2P__PORT", p2p_port.to_string())
+                .args(arguments);
         }
         self.child = Some(command.spawn()?);
         let started = Instant::now();
@@ -195,6 +225,114 @@ impl QdrantServer {
             .unwrap_or(usize::MAX)
             .min(bytes.len());
         String::from_utf8_lossy(&bytes[start..]).into_owned()
+    }
+}
+
+/// Several Qdrant servers in one cluster, owned by a test; dropping it stops every node.
+#[derive(Debug)]
+pub struct QdrantCluster {
+    nodes: Vec<QdrantServer>,
+}
+
+impl QdrantCluster {
+    /// Starts `size` nodes (the first bootstraps the cluster, the others join it); returns
+    /// once every node is ready and sees all `size` peers.
+    pub fn start(size: usize) -> io::Result<QdrantCluster> {
+        let first = QdrantServer::start_node(None, Some(None))?;
+        let peer = first
+            .cluster
+            .as_ref()
+            .map(|(port, _)| format!("http://127.0.0.1:{port}"))
+            .ok_or_else(|| io::Error::other("the first node has no peer port"))?;
+        let mut nodes = vec![first];
+        for _ in 1..size {
+            nodes.push(QdrantServer::start_node(None, Some(Some(peer.clone())))?);
+        }
+        let cluster = QdrantCluster { nodes };
+        cluster.await_peers(Duration::from_secs(60))?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running node sees every node as a peer.
+    pub fn await_peers(&self, limit: Duration) -> io::Result<()> {
+        let started = Instant::now();
+        loop {
+            let seen: Vec<usize> = self
+                .nodes
+                .iter()
+                .filter(|node| node.pid().is_some())
+                .map(|node| node.peers())
+                .collect();
+            if seen.iter().all(|peers| *peers == self.nodes.len()) {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                return Err(io::Error::other(format!(
+                    "the Qdrant cluster did not form in {limit:?}: peers seen per node {seen:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The nodes, in start order.
+    pub fn nodes(&self) -> &[QdrantServer] {
+        &self.nodes
+    }
+
+    /// One node, to kill, restart, pause or resume.
+    pub fn node(&mut self, index: usize) -> &mut QdrantServer {
+        &mut self.nodes[index]
+    }
+
+    /// Every node's gRPC URL, in start order (what `vectors.urls` takes).
+    pub fn grpc_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(QdrantServer::grpc_url).collect()
+    }
+
+    /// What every running node holds of `collection`, shard by shard:
+    /// `(node index, shard id, points, state)` for each local replica, from each node's own
+    /// `GET /collections/{collection}/cluster`. A direct count against every node.
+    pub fn replicas(&self, collection: &str) -> Vec<(usize, u64, u64, String)> {
+        let mut replicas = Vec::new();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.pid().is_none() {
+                continue;
+            }
+            let Some(answer) = get_json(
+                node.http_port,
+                &format!("/collections/{collection}/cluster"),
+            ) else {
+                continue;
+            };
+            let shards = answer["result"]["local_shards"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for shard in shards {
+                replicas.push((
+                    index,
+                    shard["shard_id"].as_u64().unwrap_or(u64::MAX),
+                    shard["points_count"].as_u64().unwrap_or(u64::MAX),
+                    shard["state"].as_str().unwrap_or("?").to_owned(),
+                ));
+            }
+        }
+        replicas
+    }
+}
+
+impl QdrantServer {
+    /// The peers this node's consensus knows (0 when it does not answer or is not a cluster
+    /// node).
+    pub fn peers(&self) -> usize {
+        get_json(self.http_port, "/cluster")
+            .and_then(|answer| {
+                answer["result"]["peers"]
+                    .as_object()
+                    .map(|peers| peers.len())
+            })
+            .unwrap_or(0)
     }
 }
 

@@ -29,7 +29,7 @@ mod edge;
 mod server;
 
 pub use edge::{EdgeVectorStore, OptimizePolicy, OptimizerStats};
-pub use server::{ServerOptions, ServerVectorStore};
+pub use server::{CollectionLayout, ServerOptions, ServerVectorStore};
 
 use std::sync::Arc;
 

@@ -2,9 +2,25 @@
 //! collection per projection generation (`{prefix}{generation}`), created with its payload
 //! indexes when the store opens; any number of processes on any machines share it.
 //!
+//! ## A cluster
+//! [`ServerOptions::urls`] lists the nodes cairn may talk to. Calls go to one node at a time
+//! (the active one); a call that fails with a retryable error (unavailable, timed out) moves
+//! the store to the next node, and the retry goes there, within the same retry budget. A
+//! [`CollectionLayout`] (shard count, replication factor, write consistency factor) is set when
+//! the collection is created, is part of the generation's identity, and a collection laid out
+//! otherwise is refused.
+//!
 //! ## Invariants
-//! - Every write is sent with `wait = true`: when it returns, the points are durable in the
-//!   server's WAL and visible to reads, so a read-back reads what the server holds.
+//! - Every write is sent with `wait = true` and `medium` write ordering: when it returns, the
+//!   points are durable in the WAL of as many replicas as the write consistency factor asks,
+//!   and replicas apply one source's updates in one order (through the shard's leader).
+//! - Every read that decides something (the read-back that turns a receipt `verified`, counts,
+//!   scrolls, vectors) asks for `quorum` read consistency: half plus one of each shard's
+//!   replicas answer, and only what all of them hold counts, so what is read back is on a
+//!   majority, never one stale replica's view. Search does not (binding in the ledger has the
+//!   last word), so it stays one fast request.
+//! - A hung node costs a call up to two timeouts: `qdrant-client` retries a cancelled call
+//!   once on a fresh connection before cairn sees the error and moves on.
 //! - Every call runs under the configured timeout. Transient failures (unavailable, deadline,
 //!   resource exhausted, aborted, a broken connection) are retried in process with exponential
 //!   backoff (`backoff`), within [`ServerOptions::retry_budget`], which configuration keeps
@@ -15,14 +31,17 @@
 //! - Vendor types stay inside this file.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use qdrant_client::qdrant::{
-    value::Kind, vectors_config, vectors_output, Condition, CountPointsBuilder,
+    read_consistency, value::Kind, vectors_config, vectors_output, Condition, CountPointsBuilder,
     CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance,
-    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, Range, ScrollPointsBuilder,
-    SearchPointsBuilder, SetPayloadPointsBuilder, UpsertPointsBuilder, Value, VectorParamsBuilder,
+    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, Range, ReadConsistencyType,
+    ScrollPointsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder, UpsertPointsBuilder, Value,
+    VectorParamsBuilder, WriteOrdering, WriteOrderingType,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
@@ -59,11 +78,79 @@ fn selected(selector: &PointSelector) -> Filter {
     }
 }
 
-/// How to reach a Qdrant server.
+/// Reads that decide something ask a majority of each shard's replicas (half plus one) and
+/// count only what all of them hold: a point read back is on a majority. (Qdrant's own
+/// `majority` needs every replica to answer, so one dead node would stop every read-back.)
+fn quorum() -> read_consistency::Value {
+    read_consistency::Value::Type(ReadConsistencyType::Quorum as i32)
+}
+
+/// Writes to one shard are ordered through its leader.
+fn ordered() -> WriteOrdering {
+    WriteOrdering {
+        r#type: WriteOrderingType::Medium as i32,
+    }
+}
+
+/// How a generation's collection is laid out on a cluster; `None` leaves a setting to the
+/// server's default (one shard, one replica, write consistency 1 on a single node).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CollectionLayout {
+    /// Shards (`shard_number`).
+    pub shards: Option<u32>,
+    /// Copies of each shard on distinct nodes (`replication_factor`).
+    pub replication_factor: Option<u32>,
+    /// Replicas that must apply a write before it is acknowledged
+    /// (`write_consistency_factor`).
+    pub write_consistency: Option<u32>,
+}
+
+impl CollectionLayout {
+    /// The layout as text for the generation's identity (`shards=6,replication=3,
+    /// write_consistency=2`); empty when every setting is the server's default.
+    pub fn fingerprint(&self) -> String {
+        [
+            ("shards", self.shards),
+            ("replication", self.replication_factor),
+            ("write_consistency", self.write_consistency),
+        ]
+        .iter()
+        .filter_map(|(name, value)| value.map(|value| format!("{name}={value}")))
+        .collect::<Vec<_>>()
+        .join(",")
+    }
+
+    /// The settings a collection has that differ from this layout, as text (`None`: it
+    /// matches). A setting left to the server's default matches anything.
+    fn differences(&self, shards: u32, replication: u32, write_consistency: u32) -> Option<String> {
+        let differing: Vec<String> = [
+            ("shard count", self.shards, shards),
+            ("replication factor", self.replication_factor, replication),
+            (
+                "write consistency factor",
+                self.write_consistency,
+                write_consistency,
+            ),
+        ]
+        .iter()
+        .filter_map(|(name, wanted, held)| {
+            wanted
+                .filter(|wanted| wanted != held)
+                .map(|wanted| format!("{name} {held} (configured: {wanted})"))
+        })
+        .collect();
+        (!differing.is_empty()).then(|| differing.join(", "))
+    }
+}
+
+/// How to reach a Qdrant server or cluster.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerOptions {
-    /// The gRPC URL (`http://host:6334`, or `https://` for TLS).
-    pub url: String,
+    /// The gRPC URLs of the nodes cairn may talk to (`http://host:6334`, or `https://` for
+    /// TLS): the first is tried first, the others on failover.
+    pub urls: Vec<String>,
+    /// The collection's layout on a cluster.
+    pub layout: CollectionLayout,
     /// The API key (`QDRANT__SERVICE__API_KEY` on the server), if the server requires one.
     pub api_key: Option<String>,
     /// The limit on one call.
@@ -79,10 +166,17 @@ pub struct ServerOptions {
 
 impl ServerOptions {
     /// Options for `url` with the defaults: 10 s per call, 3 s to connect, 5 s of retries,
-    /// collections prefixed `cairn-`.
+    /// collections prefixed `cairn-`, the server's default layout.
     pub fn new(url: &str) -> ServerOptions {
+        ServerOptions::cluster(&[url])
+    }
+
+    /// Options for the nodes at `urls` (the first tried first), with [`ServerOptions::new`]'s
+    /// defaults.
+    pub fn cluster(urls: &[&str]) -> ServerOptions {
         ServerOptions {
-            url: url.to_owned(),
+            urls: urls.iter().map(|url| (*url).to_owned()).collect(),
+            layout: CollectionLayout::default(),
             api_key: None,
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(3),
@@ -96,7 +190,8 @@ impl std::fmt::Debug for ServerOptions {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("ServerOptions")
-            .field("url", &self.url)
+            .field("urls", &self.urls)
+            .field("layout", &self.layout)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -106,13 +201,21 @@ impl std::fmt::Debug for ServerOptions {
     }
 }
 
-/// A generation's collection on a Qdrant server.
+/// One node of a cluster: its URL and its client.
+struct Node {
+    url: String,
+    client: Arc<Qdrant>,
+}
+
+/// A generation's collection on a Qdrant server or cluster.
 #[derive(Clone)]
 pub struct ServerVectorStore {
-    client: std::sync::Arc<Qdrant>,
+    nodes: Arc<[Node]>,
+    /// The node calls go to (an index into `nodes`), moved on by failures.
+    active: Arc<AtomicUsize>,
     collection: String,
     dimension: usize,
-    url: String,
+    layout: CollectionLayout,
     retry_budget: Duration,
 }
 
@@ -120,7 +223,7 @@ impl std::fmt::Debug for ServerVectorStore {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("ServerVectorStore")
-            .field("url", &self.url)
+            .field("url", &self.url())
             .field("collection", &self.collection)
             .field("dimension", &self.dimension)
             .finish()
@@ -242,16 +345,27 @@ impl ServerVectorStore {
                 .map(|dataset| keyword("dataset", dataset))
                 .collect();
         }
-        // One attempt: the caller's search deadline bounds it.
-        let response = self
-            .client
-            .search_points(
-                SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
-                    .filter(filter)
-                    .with_payload(true),
-            )
-            .await
-            .map_err(classify)?;
+        // No backoff: the caller's search deadline bounds it. A node that fails moves the
+        // search to the next one at once, each node tried at most once.
+        let request = SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
+            .filter(filter)
+            .with_payload(true);
+        let mut attempt = 0;
+        let response = loop {
+            let (index, client) = self.node();
+            match client
+                .search_points(request.clone())
+                .await
+                .map_err(classify)
+            {
+                Ok(response) => break response,
+                Err(error) if crate::retry::retryable(&error) && attempt + 1 < self.nodes.len() => {
+                    self.fail_over(index, &error);
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         Ok(response
             .result
             .into_iter()
@@ -277,20 +391,31 @@ impl ServerVectorStore {
         generation: &str,
         dimension: usize,
     ) -> Result<ServerVectorStore, GatewayError> {
-        let client = Qdrant::from_url(&options.url)
-            .api_key(options.api_key.clone())
-            .timeout(options.timeout)
-            .connect_timeout(options.connect_timeout)
-            .skip_compatibility_check()
-            .build()
-            .map_err(|error| {
-                GatewayError::Config(format!("the Qdrant URL {}: {error}", options.url))
-            })?;
+        if options.urls.is_empty() {
+            return Err(GatewayError::Config(
+                "no Qdrant URL: set vectors.url or vectors.urls".to_owned(),
+            ));
+        }
+        let mut nodes = Vec::with_capacity(options.urls.len());
+        for url in &options.urls {
+            let client = Qdrant::from_url(url)
+                .api_key(options.api_key.clone())
+                .timeout(options.timeout)
+                .connect_timeout(options.connect_timeout)
+                .skip_compatibility_check()
+                .build()
+                .map_err(|error| GatewayError::Config(format!("the Qdrant URL {url}: {error}")))?;
+            nodes.push(Node {
+                url: url.clone(),
+                client: Arc::new(client),
+            });
+        }
         let store = ServerVectorStore {
-            client: std::sync::Arc::new(client),
+            nodes: nodes.into(),
+            active: Arc::new(AtomicUsize::new(0)),
             collection: format!("{}{generation}", options.collection_prefix),
             dimension,
-            url: options.url.clone(),
+            layout: options.layout,
             retry_budget: options.retry_budget,
         };
         store.ensure_collection().await?;
@@ -302,51 +427,105 @@ impl ServerVectorStore {
         &self.collection
     }
 
-    /// Runs `call`, retrying transient failures with exponential backoff for up to the retry
-    /// budget. Every operation here is idempotent (upserts by id, payload sets by filter).
+    /// The URL of the node calls go to now.
+    pub fn url(&self) -> &str {
+        &self.node_at(self.active.load(Ordering::Relaxed)).url
+    }
+
+    fn node_at(&self, index: usize) -> &Node {
+        &self.nodes[index % self.nodes.len()]
+    }
+
+    /// The active node's index and client.
+    fn node(&self) -> (usize, Arc<Qdrant>) {
+        let index = self.active.load(Ordering::Relaxed) % self.nodes.len();
+        (index, self.node_at(index).client.clone())
+    }
+
+    /// Moves calls from the node at `failed` to the next one (unless another call already
+    /// moved them), and logs it: an operator sees which node failed and where cairn went.
+    fn fail_over(&self, failed: usize, error: &GatewayError) {
+        if self.nodes.len() < 2 {
+            return;
+        }
+        let next = (failed + 1) % self.nodes.len();
+        if self
+            .active
+            .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::warn!(
+                failed = %self.node_at(failed).url,
+                next = %self.node_at(next).url,
+                collection = %self.collection,
+                %error,
+                "Qdrant node failed; failing over to the next node"
+            );
+        }
+    }
+
+    /// Runs `call` on the active node, retrying transient failures with exponential backoff
+    /// for up to the retry budget; each transient failure moves the store to the next node
+    /// first. Every operation here is idempotent (upserts by id, payload sets by filter).
     async fn retrying<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T, GatewayError>
     where
-        F: Fn() -> Fut,
+        F: Fn(Arc<Qdrant>) -> Fut,
         Fut: std::future::Future<Output = Result<T, QdrantError>>,
     {
         crate::retry::with_backoff(self.retry_budget, what, &self.location(), || async {
-            call().await.map_err(classify)
+            let (index, client) = self.node();
+            let result = call(client).await.map_err(classify);
+            if let Err(error) = &result {
+                if crate::retry::retryable(error) {
+                    self.fail_over(index, error);
+                }
+            }
+            result
         })
         .await
     }
 
     async fn ensure_collection(&self) -> Result<(), GatewayError> {
         let exists = self
-            .retrying("collection_exists", || {
-                self.client.collection_exists(self.collection.as_str())
+            .retrying("collection_exists", |client| {
+                let request = self.collection.as_str();
+                async move { client.collection_exists(request).await }
             })
             .await?;
         if !exists {
-            let created = self
-                .client
-                .create_collection(
-                    CreateCollectionBuilder::new(self.collection.as_str()).vectors_config(
-                        VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine),
-                    ),
-                )
-                .await;
+            let mut request =
+                CreateCollectionBuilder::new(self.collection.as_str()).vectors_config(
+                    VectorParamsBuilder::new(self.dimension as u64, Distance::Cosine),
+                );
+            if let Some(shards) = self.layout.shards {
+                request = request.shard_number(shards);
+            }
+            if let Some(replication) = self.layout.replication_factor {
+                request = request.replication_factor(replication);
+            }
+            if let Some(write_consistency) = self.layout.write_consistency {
+                request = request.write_consistency_factor(write_consistency);
+            }
+            let created = self.node().1.create_collection(request).await;
             if let Err(error) = created {
                 // Another process may have created it first.
                 let exists = self
-                    .retrying("collection_exists", || {
-                        self.client.collection_exists(self.collection.as_str())
+                    .retrying("collection_exists", |client| {
+                        let request = self.collection.as_str();
+                        async move { client.collection_exists(request).await }
                     })
                     .await?;
                 if !exists {
                     return Err(classify(error));
                 }
             } else {
-                tracing::info!(url = %self.url, collection = %self.collection, dimension = self.dimension, "created the Qdrant collection");
+                tracing::info!(url = %self.url(), collection = %self.collection, dimension = self.dimension, layout = %self.layout.fingerprint(), "created the Qdrant collection");
             }
         }
         let info = self
-            .retrying("collection_info", || {
-                self.client.collection_info(self.collection.as_str())
+            .retrying("collection_info", |client| {
+                let request = self.collection.as_str();
+                async move { client.collection_info(request).await }
             })
             .await?;
         let size = info
@@ -364,8 +543,31 @@ impl ServerVectorStore {
             return Err(GatewayError::Config(format!(
                 "the Qdrant collection {} at {} has vectors of size {size:?}, the model {}; \
                  start a new generation or use another collection prefix",
-                self.collection, self.url, self.dimension
+                self.collection,
+                self.url(),
+                self.dimension
             )));
+        }
+        let params = info
+            .result
+            .as_ref()
+            .and_then(|info| info.config.as_ref())
+            .and_then(|config| config.params.as_ref());
+        if let Some(params) = params {
+            let differences = self.layout.differences(
+                params.shard_number,
+                params.replication_factor.unwrap_or(1),
+                params.write_consistency_factor.unwrap_or(1),
+            );
+            if let Some(differences) = differences {
+                return Err(GatewayError::Config(format!(
+                    "the Qdrant collection {} at {} is laid out otherwise: {differences}; a \
+                     layout is part of the generation, so start a new generation (or use \
+                     another collection prefix) instead of reusing this collection",
+                    self.collection,
+                    self.url()
+                )));
+            }
         }
         let indexed: Vec<String> = info
             .result
@@ -375,15 +577,14 @@ impl ServerVectorStore {
             if indexed.iter().any(|name| name == field) {
                 continue;
             }
-            self.retrying("create_field_index", || {
-                self.client.create_field_index(
-                    CreateFieldIndexCollectionBuilder::new(
-                        self.collection.as_str(),
-                        field,
-                        kind_of(kind),
-                    )
-                    .wait(true),
+            self.retrying("create_field_index", |client| {
+                let request = CreateFieldIndexCollectionBuilder::new(
+                    self.collection.as_str(),
+                    field,
+                    kind_of(kind),
                 )
+                .wait(true);
+                async move { client.create_field_index(request).await }
             })
             .await?;
         }
@@ -392,12 +593,12 @@ impl ServerVectorStore {
 
     async fn count(&self, filter: Filter) -> Result<usize, GatewayError> {
         let response = self
-            .retrying("count", || {
-                self.client.count(
-                    CountPointsBuilder::new(self.collection.as_str())
-                        .filter(filter.clone())
-                        .exact(true),
-                )
+            .retrying("count", |client| {
+                let request = CountPointsBuilder::new(self.collection.as_str())
+                    .filter(filter.clone())
+                    .exact(true)
+                    .read_consistency(quorum());
+                async move { client.count(request).await }
             })
             .await?;
         Ok(response
@@ -414,12 +615,12 @@ impl ServerVectorStore {
         bucket: Option<u16>,
     ) -> Result<(), GatewayError> {
         let payload = current_payload(is_current, head_at, bucket);
-        self.retrying("set_payload", || {
-            self.client.set_payload(
-                SetPayloadPointsBuilder::new(self.collection.as_str(), payload.clone())
-                    .points_selector(filter.clone())
-                    .wait(true),
-            )
+        self.retrying("set_payload", |client| {
+            let request = SetPayloadPointsBuilder::new(self.collection.as_str(), payload.clone())
+                .points_selector(filter.clone())
+                .wait(true)
+                .ordering(ordered());
+            async move { client.set_payload(request).await }
         })
         .await?;
         Ok(())
@@ -431,8 +632,9 @@ impl ServerVectorStore {
         let started = std::time::Instant::now();
         loop {
             let info = self
-                .retrying("collection_info", || {
-                    self.client.collection_info(self.collection.as_str())
+                .retrying("collection_info", |client| {
+                    let request = self.collection.as_str();
+                    async move { client.collection_info(request).await }
                 })
                 .await?;
             let status = info.result.map(|info| info.status);
@@ -448,8 +650,9 @@ impl ServerVectorStore {
 
     /// Deletes the collection and everything in it (benchmarks' scratch collections).
     pub async fn delete_collection(&self) -> Result<(), GatewayError> {
-        self.retrying("delete_collection", || {
-            self.client.delete_collection(self.collection.as_str())
+        self.retrying("delete_collection", |client| {
+            let request = self.collection.as_str();
+            async move { client.delete_collection(request).await }
         })
         .await?;
         Ok(())
@@ -457,8 +660,9 @@ impl ServerVectorStore {
 
     /// Whether the collection exists (the read-back of [`ServerVectorStore::delete_collection`]).
     pub async fn exists(&self) -> Result<bool, GatewayError> {
-        self.retrying("collection_exists", || {
-            self.client.collection_exists(self.collection.as_str())
+        self.retrying("collection_exists", |client| {
+            let request = self.collection.as_str();
+            async move { client.collection_exists(request).await }
         })
         .await
     }
@@ -476,7 +680,7 @@ impl VectorStore for ServerVectorStore {
     }
 
     fn location(&self) -> String {
-        format!("{} collection {}", self.url, self.collection)
+        format!("{} collection {}", self.url(), self.collection)
     }
 
     fn dimension(&self) -> usize {
@@ -518,10 +722,11 @@ impl VectorStore for ServerVectorStore {
                 )
             })
             .collect();
-        self.retrying("upsert", || {
-            self.client.upsert_points(
-                UpsertPointsBuilder::new(self.collection.as_str(), points.clone()).wait(true),
-            )
+        self.retrying("upsert", |client| {
+            let request = UpsertPointsBuilder::new(self.collection.as_str(), points.clone())
+                .wait(true)
+                .ordering(ordered());
+            async move { client.upsert_points(request).await }
         })
         .await?;
         Ok(())
@@ -597,12 +802,12 @@ impl VectorStore for ServerVectorStore {
 
     async fn delete_points(&self, selector: PointSelector) -> Result<(), GatewayError> {
         let filter = selected(&selector);
-        self.retrying("delete_points", || {
-            self.client.delete_points(
-                DeletePointsBuilder::new(self.collection.as_str())
-                    .points(filter.clone())
-                    .wait(true),
-            )
+        self.retrying("delete_points", |client| {
+            let request = DeletePointsBuilder::new(self.collection.as_str())
+                .points(filter.clone())
+                .wait(true)
+                .ordering(ordered());
+            async move { client.delete_points(request).await }
         })
         .await?;
         Ok(())
@@ -636,12 +841,12 @@ impl VectorStore for ServerVectorStore {
         }
         let points: Vec<PointId> = ids.iter().map(|id| PointId::from(*id)).collect();
         let response = self
-            .retrying("get_points", || {
-                self.client.get_points(
-                    GetPointsBuilder::new(self.collection.as_str(), points.clone())
-                        .with_payload(false)
-                        .with_vectors(true),
-                )
+            .retrying("get_points", |client| {
+                let request = GetPointsBuilder::new(self.collection.as_str(), points.clone())
+                    .with_payload(false)
+                    .with_vectors(true)
+                    .read_consistency(quorum());
+                async move { client.get_points(request).await }
             })
             .await?;
         let mut found = HashMap::new();
@@ -674,8 +879,9 @@ impl VectorStore for ServerVectorStore {
 
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         let info = self
-            .retrying("collection_info", || {
-                self.client.collection_info(self.collection.as_str())
+            .retrying("collection_info", |client| {
+                let request = self.collection.as_str();
+                async move { client.collection_info(request).await }
             })
             .await?;
         Ok(info
@@ -693,12 +899,16 @@ impl VectorStore for ServerVectorStore {
                 .filter(filter.clone())
                 .limit(SCROLL_PAGE as u32)
                 .with_payload(true)
-                .with_vectors(vectors);
+                .with_vectors(vectors)
+                .read_consistency(quorum());
             if let Some(offset) = offset.clone() {
                 request = request.offset(offset);
             }
             let response = self
-                .retrying("scroll", || self.client.scroll(request.clone()))
+                .retrying("scroll", |client| {
+                    let request = request.clone();
+                    async move { client.scroll(request).await }
+                })
                 .await?;
             for point in response.result {
                 let values: Option<Vec<f32>> =
@@ -757,12 +967,16 @@ impl VectorStore for ServerVectorStore {
         let mut request = ScrollPointsBuilder::new(self.collection.as_str())
             .limit(u32::try_from(limit.max(1) + usize::from(after.is_some())).unwrap_or(u32::MAX))
             .with_payload(true)
-            .with_vectors(true);
+            .with_vectors(true)
+            .read_consistency(quorum());
         if let Some(after) = after {
             request = request.offset(PointId::from(after));
         }
         let response = self
-            .retrying("scroll", || self.client.scroll(request.clone()))
+            .retrying("scroll", |client| {
+                let request = request.clone();
+                async move { client.scroll(request).await }
+            })
             .await?;
         let mut points = Vec::with_capacity(response.result.len());
         for point in response.result {
@@ -838,10 +1052,11 @@ impl VectorStore for ServerVectorStore {
                 PointStruct::new(point.id, point.vector, payload)
             })
             .collect();
-        self.retrying("upsert", || {
-            self.client.upsert_points(
-                UpsertPointsBuilder::new(self.collection.as_str(), points.clone()).wait(true),
-            )
+        self.retrying("upsert", |client| {
+            let request = UpsertPointsBuilder::new(self.collection.as_str(), points.clone())
+                .wait(true)
+                .ordering(ordered());
+            async move { client.upsert_points(request).await }
         })
         .await?;
         Ok(())
@@ -854,7 +1069,8 @@ impl VectorStore for ServerVectorStore {
         Err(GatewayError::Config(format!(
             "backing up the Qdrant server at {} through its snapshot API is not built yet: \
              take a snapshot of collection {} with Qdrant's own API",
-            self.url, self.collection
+            self.url(),
+            self.collection
         )))
     }
 

@@ -20,6 +20,11 @@ pub struct Generation {
     pub chunker: String,
     /// Backends projected into (sorted).
     pub backends: Vec<Backend>,
+    /// The vector collection's layout on a cluster (`shards=6,replication=3,write_consistency=2`),
+    /// empty for the store's defaults. Part of the identity only when set, so generations
+    /// recorded before layouts existed keep their ids.
+    #[serde(default)]
+    pub vector_layout: String,
 }
 
 impl Generation {
@@ -41,7 +46,34 @@ impl Generation {
             dimension,
             chunker: chunker.to_owned(),
             backends,
+            vector_layout: String::new(),
         }
+    }
+
+    /// This generation with its vectors laid out as `layout` (empty: the store's defaults):
+    /// a layout is part of the identity, so a collection sharded or replicated otherwise is
+    /// another generation.
+    pub fn with_vector_layout(mut self, layout: &str) -> Generation {
+        use sha2::Digest;
+        if layout.is_empty() {
+            return self;
+        }
+        let names: Vec<&str> = self
+            .backends
+            .iter()
+            .map(|backend| backend.as_str())
+            .collect();
+        let identity = format!(
+            "{}\n{}\n{}\n{}\n{layout}",
+            self.model,
+            self.dimension,
+            self.chunker,
+            names.join(",")
+        );
+        let digest = sha2::Sha256::digest(identity.as_bytes());
+        self.id = format!("g-{}", &crate::ids::to_hex(&digest)[..16]);
+        self.vector_layout = layout.to_owned();
+        self
     }
 }
 
@@ -117,6 +149,9 @@ pub struct GenerationView {
     pub chunker: String,
     /// Backends projected into.
     pub backends: Vec<Backend>,
+    /// The vector collection's layout on a cluster; empty for the store's defaults.
+    #[serde(default)]
+    pub vector_layout: String,
     /// Where it is in its life.
     pub state: GenerationState,
     /// When it was recorded.
@@ -145,6 +180,7 @@ impl GenerationView {
             dimension: self.dimension,
             chunker: self.chunker.clone(),
             backends: self.backends.clone(),
+            vector_layout: self.vector_layout.clone(),
         }
     }
 }

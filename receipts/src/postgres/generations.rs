@@ -49,6 +49,7 @@ pub(crate) fn generation_from_row(row: &sqlx::postgres::PgRow) -> Result<Generat
         dimension: row.try_get("dimension")?,
         chunker: row.try_get("chunker")?,
         backends,
+        vector_layout: row.try_get("vector_layout")?,
     })
 }
 
@@ -94,8 +95,8 @@ pub(crate) async fn insert(
     let backends: Vec<&str> = generation.backends.iter().map(|b| b.as_str()).collect();
     sqlx::query(
         "INSERT INTO generations (id, model, dimension, chunker, backends, state, created_at, \
-           created_by, changed_by, change_cause, changed_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $7)",
+           created_by, changed_by, change_cause, changed_at, vector_layout) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $7, $10)",
     )
     .bind(&generation.id)
     .bind(&generation.model)
@@ -106,6 +107,7 @@ pub(crate) async fn insert(
     .bind(now)
     .bind(actor)
     .bind(cause)
+    .bind(&generation.vector_layout)
     .execute(&mut *connection)
     .await?;
     Ok(())
@@ -183,6 +185,7 @@ async fn view(connection: &mut PgConnection, id: &str, now: Micros) -> Result<Ge
         dimension: generation.dimension,
         chunker: generation.chunker,
         backends: generation.backends,
+        vector_layout: generation.vector_layout,
         state,
         created_at: row.try_get("created_at")?,
         created_by: row.try_get("created_by")?,

@@ -1,0 +1,235 @@
+//! The Qdrant store on a real three-node cluster (v1.18.3 in distributed mode, on loopback):
+//! a collection of 6 shards with 3 replicas each and a write consistency factor of 2, reached
+//! through every node's URL. Under node loss the store must fail over within its retry
+//! budget, read back what a majority of replicas hold, and after the node returns every
+//! replica of every shard must hold the same points. A collection laid out otherwise is
+//! refused.
+
+use std::time::{Duration, Instant};
+
+use gateways::{
+    CollectionLayout, GatewayError, ServerOptions, ServerVectorStore, VectorPoint, VectorStore,
+};
+use testkit::qdrant::{QdrantCluster, QdrantServer};
+use uuid::Uuid;
+
+const DIMENSION: usize = 4;
+
+const LAYOUT: CollectionLayout = CollectionLayout {
+    shards: Some(6),
+    replication_factor: Some(3),
+    write_consistency: Some(2),
+};
+
+fn points(source: usize, revision: Uuid, count: u32) -> Vec<VectorPoint> {
+    (0..count)
+        .map(|index| VectorPoint {
+            dataset: "docs".to_owned(),
+            source_key: format!("s-{source}"),
+            revision_id: revision,
+            chunk_index: index,
+            head_at: 1,
+            vector: vec![1.0, index as f32 + 1.0, source as f32 * 0.1, 0.25],
+        })
+        .collect()
+}
+
+/// Every node's URL, the cluster's layout, and bounds a test can wait out.
+fn options(cluster: &QdrantCluster) -> ServerOptions {
+    let urls = cluster.grpc_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut options = ServerOptions::cluster(&urls);
+    options.layout = LAYOUT;
+    options.timeout = Duration::from_secs(2);
+    options.connect_timeout = Duration::from_millis(500);
+    options.retry_budget = Duration::from_secs(8);
+    options
+}
+
+/// Waits until every replica of every shard of `collection` is active on a running node and
+/// the replicas of each shard hold the same number of points; returns the replicas seen.
+fn await_converged(
+    cluster: &QdrantCluster,
+    collection: &str,
+    limit: Duration,
+) -> Vec<(usize, u64, u64, String)> {
+    let started = Instant::now();
+    loop {
+        let replicas = cluster.replicas(collection);
+        let mut by_shard: std::collections::BTreeMap<u64, Vec<(u64, &str)>> =
+            std::collections::BTreeMap::new();
+        for (_, shard, points, state) in &replicas {
+            by_shard
+                .entry(*shard)
+                .or_default()
+                .push((*points, state.as_str()));
+        }
+        let converged = by_shard.len() == 6
+            && by_shard.values().all(|copies| {
+                copies.len() == 3
+                    && copies.iter().all(|(_, state)| *state == "Active")
+                    && copies.iter().all(|(points, _)| *points == copies[0].0)
+            });
+        if converged {
+            return replicas;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "the replicas of {collection} did not converge in {limit:?}: {replicas:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_fails_over_from_a_killed_node_and_the_replicas_converge_after_it_returns() {
+    let mut cluster = QdrantCluster::start(3).expect("start a three-node cluster");
+    let store = ServerVectorStore::open(&options(&cluster), "g-failover", DIMENSION)
+        .await
+        .expect("open the collection on the cluster");
+    let first_url = store.url().to_owned();
+    assert_eq!(
+        first_url,
+        cluster.grpc_urls()[0],
+        "calls start at the first node"
+    );
+    let mut written = Vec::new();
+    for source in 0..20 {
+        let revision = Uuid::now_v7();
+        store
+            .upsert(points(source, revision, 3))
+            .await
+            .expect("upsert");
+        written.push(revision);
+    }
+    let replicas = await_converged(&cluster, store.collection(), Duration::from_secs(60));
+    let held: u64 = replicas.iter().map(|(_, _, points, _)| points).sum();
+    assert_eq!(held, 3 * 60, "every point on three replicas: {replicas:?}");
+
+    // Kill the node the store talks to: the next call moves to another node.
+    cluster.node(0).kill();
+    let killed = Instant::now();
+    let hits = store
+        .search(vec![1.0, 2.0, 0.5, 0.25], &[], 5)
+        .await
+        .expect("a search after the node died fails over");
+    let detected = killed.elapsed();
+    assert_eq!(hits.len(), 5);
+    assert_ne!(store.url(), first_url, "the store moved to another node");
+    let written_at = Instant::now();
+    let revision = Uuid::now_v7();
+    store
+        .upsert(points(20, revision, 3))
+        .await
+        .expect("a write after the node died");
+    written.push(revision);
+    eprintln!(
+        "failover: the first search after the node was killed answered in {} ms; the first \
+         write took {} ms (the cluster marking the dead replicas)",
+        detected.as_millis(),
+        written_at.elapsed().as_millis()
+    );
+    // Writes go on with one node of three down (2 replicas of each shard, the write
+    // consistency factor), and each reads back from a majority.
+    for source in 21..30 {
+        let revision = Uuid::now_v7();
+        store
+            .upsert(points(source, revision, 3))
+            .await
+            .expect("upsert with a node down");
+        let read = store.revision_points(revision).await.expect("read back");
+        assert_eq!((read.count, read.with_dimension), (3, 3));
+        written.push(revision);
+    }
+    for revision in &written {
+        assert_eq!(
+            store
+                .revision_points(*revision)
+                .await
+                .expect("read back")
+                .count,
+            3
+        );
+    }
+    let hits = store
+        .search(vec![1.0, 2.0, 0.5, 0.25], &[], 5)
+        .await
+        .expect("search with a node down");
+    assert_eq!(hits.len(), 5);
+
+    // The node returns: it catches up, and every replica holds the same points.
+    cluster.node(0).start_again().expect("restart the node");
+    cluster
+        .await_peers(Duration::from_secs(60))
+        .expect("the node rejoins");
+    let replicas = await_converged(&cluster, store.collection(), Duration::from_secs(90));
+    let held: u64 = replicas.iter().map(|(_, _, points, _)| points).sum();
+    assert_eq!(held, 3 * 3 * written.len() as u64, "{replicas:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
+    let cluster = QdrantCluster::start(3).expect("start a three-node cluster");
+    let store = ServerVectorStore::open(&options(&cluster), "g-paused", DIMENSION)
+        .await
+        .expect("open");
+    for source in 0..10 {
+        store
+            .upsert(points(source, Uuid::now_v7(), 2))
+            .await
+            .expect("upsert");
+    }
+    await_converged(&cluster, store.collection(), Duration::from_secs(60));
+    cluster.nodes()[0].pause();
+    let started = Instant::now();
+    let hits = store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5).await;
+    let took = started.elapsed();
+    cluster.nodes()[0].resume();
+    let hits = hits.expect("search answers from another node");
+    assert_eq!(hits.len(), 5);
+    // Two call timeouts (2 s each: qdrant-client retries a cancelled call once on a new
+    // connection) on the hung node, then one answer from the next.
+    eprintln!(
+        "failover from a hung node: search answered in {} ms",
+        took.as_millis()
+    );
+    assert!(
+        took < Duration::from_millis(5500),
+        "search took {took:?} with one node hung"
+    );
+    assert_ne!(store.url(), cluster.grpc_urls()[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_laid_out_otherwise_is_refused() {
+    let server = QdrantServer::start().expect("start");
+    let mut two = ServerOptions::new(&server.grpc_url());
+    two.layout.shards = Some(2);
+    let store = ServerVectorStore::open(&two, "g-layout", DIMENSION)
+        .await
+        .expect("create with 2 shards");
+    store
+        .upsert(points(0, Uuid::now_v7(), 1))
+        .await
+        .expect("upsert");
+    let mut three = two.clone();
+    three.layout.shards = Some(3);
+    let error = ServerVectorStore::open(&three, "g-layout", DIMENSION)
+        .await
+        .expect_err("another shard count");
+    let GatewayError::Config(message) = &error else {
+        panic!("not a configuration error: {error:?}");
+    };
+    assert!(
+        message.contains("shard count 2 (configured: 3)"),
+        "{message}"
+    );
+    // A layout left to the server's defaults takes the collection as it is.
+    ServerVectorStore::open(
+        &ServerOptions::new(&server.grpc_url()),
+        "g-layout",
+        DIMENSION,
+    )
+    .await
+    .expect("no layout configured");
+}
