@@ -233,3 +233,111 @@ async fn a_collection_laid_out_otherwise_is_refused() {
     .await
     .expect("no layout configured");
 }
+
+/// The same cluster on three test hosts (network namespaces on a bridge; the test sits on the
+/// bridge as the client). One node is cut off from its peers while the store talks to it,
+/// then the node the store moved to is taken off the network altogether.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_move_the_store_and_the_replicas_heal() {
+    let network = testkit::netns::Network::create(&["q1", "q2", "q3"])
+        .expect("make three test hosts (network namespaces need root, as CI has)");
+    let cluster =
+        QdrantCluster::start_on(&network, &["q1", "q2", "q3"]).expect("a cluster on three hosts");
+    // A write through a node cut off from its peers fails after about 2.5 s (the peers' 1 s
+    // connection timeouts); a write through a healthy node waits up to about 4.5 s until the
+    // cluster marks the cut-off replicas dead. The call timeout must outlast that, and the
+    // retry budget both.
+    let mut options = options(&cluster);
+    options.timeout = Duration::from_secs(6);
+    options.retry_budget = Duration::from_secs(20);
+    let store = ServerVectorStore::open(&options, "g-partition", DIMENSION)
+        .await
+        .expect("open on the cluster");
+    let mut heads = Vec::new();
+    for source in 0..12 {
+        let revision = Uuid::now_v7();
+        store
+            .upsert(points(source, revision, 2))
+            .await
+            .expect("upsert");
+        store
+            .set_current("docs", &format!("s-{source}"), Some(revision), 1)
+            .await
+            .expect("current");
+        heads.push(revision);
+    }
+    await_converged(&cluster, store.collection(), Duration::from_secs(60));
+
+    // q1, the node the store talks to, loses its peers; the harness still reaches it.
+    network
+        .separate("q1", &["q2", "q3"])
+        .expect("blackhole q1's routes to its peers");
+    let cut = Instant::now();
+    for (source, head) in heads.iter_mut().enumerate().take(4) {
+        let revision = Uuid::now_v7();
+        store
+            .upsert(points(source, revision, 2))
+            .await
+            .expect("a write while q1 is cut off goes to another node");
+        store
+            .set_current("docs", &format!("s-{source}"), Some(revision), 2)
+            .await
+            .expect("supersede while q1 is cut off");
+        let read = store.revision_points(revision).await.expect("read back");
+        assert_eq!((read.count, read.current), (2, 2));
+        *head = revision;
+    }
+    eprintln!(
+        "partition: four supersessions with q1 cut off from its peers took {} ms; the store \
+         talks to {}",
+        cut.elapsed().as_millis(),
+        store.url()
+    );
+    assert_ne!(store.url(), cluster.grpc_urls()[0]);
+    for (source, head) in heads.iter().enumerate() {
+        assert_eq!(
+            store
+                .source_current("docs", &format!("s-{source}"))
+                .await
+                .expect("count"),
+            2,
+            "s-{source}"
+        );
+        assert_eq!(
+            store.revision_points(*head).await.expect("read").current,
+            2,
+            "s-{source}: its head is current"
+        );
+    }
+    network
+        .reconnect("q1", &["q2", "q3"])
+        .expect("heal the partition");
+    await_converged(&cluster, store.collection(), Duration::from_secs(120));
+
+    // The node the store talks to now leaves the network altogether.
+    let active = cluster
+        .grpc_urls()
+        .iter()
+        .position(|url| url == store.url())
+        .expect("an active node");
+    let name = ["q1", "q2", "q3"][active];
+    network.isolate(name).expect("take the active host off");
+    let isolated = Instant::now();
+    let hits = store
+        .search(vec![1.0, 2.0, 0.5, 0.25], &[], 5)
+        .await
+        .expect("search fails over from an unreachable host");
+    assert_eq!(hits.len(), 5);
+    eprintln!(
+        "isolation: search answered {} ms after {name} left the network, from {}",
+        isolated.elapsed().as_millis(),
+        store.url()
+    );
+    network.rejoin(name).expect("rejoin");
+    cluster
+        .await_peers(Duration::from_secs(60))
+        .expect("the host rejoins");
+    let replicas = await_converged(&cluster, store.collection(), Duration::from_secs(120));
+    let held: u64 = replicas.iter().map(|(_, _, points, _)| points).sum();
+    assert_eq!(held, 3 * 2 * 16, "{replicas:?}");
+}

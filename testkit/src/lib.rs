@@ -30,6 +30,7 @@ pub mod conformance;
 pub mod embedding;
 pub mod git;
 pub mod graph;
+pub mod netns;
 pub mod ports;
 pub mod postgres;
 pub mod qdrant;

@@ -40,21 +40,34 @@ pub fn stop_child(child: &mut Child, signal: &str) {
     let _ = child.wait();
 }
 
+/// Loopback, where the test servers listen unless a test host (a network namespace) holds them.
+pub const LOOPBACK: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
+
 /// Whether something accepts TCP connections on the loopback `port`.
 pub fn listens(port: u16) -> bool {
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    listens_at(LOOPBACK, port)
+}
+
+/// Whether something accepts TCP connections at `ip`:`port`.
+pub fn listens_at(ip: std::net::Ipv4Addr, port: u16) -> bool {
+    let address = std::net::SocketAddr::from((ip, port));
     std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).is_ok()
 }
 
 /// Whether `GET http://127.0.0.1:port/path` answers `status`.
 pub fn answers(port: u16, path: &str, status: u16) -> bool {
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    answers_at(LOOPBACK, port, path, status)
+}
+
+/// Whether `GET http://ip:port/path` answers `status`.
+pub fn answers_at(ip: std::net::Ipv4Addr, port: u16, path: &str, status: u16) -> bool {
+    let address = std::net::SocketAddr::from((ip, port));
     let Ok(mut stream) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500))
     else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n");
     if stream.write_all(request.as_bytes()).is_err() {
         return false;
     }
@@ -64,13 +77,13 @@ pub fn answers(port: u16, path: &str, status: u16) -> bool {
         || answer.starts_with(format!("HTTP/1.0 {status}").as_bytes())
 }
 
-/// `GET http://127.0.0.1:port/path` as JSON, when it answers 200 with a JSON body.
-pub fn get_json(port: u16, path: &str) -> Option<serde_json::Value> {
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+/// `GET http://ip:port/path` as JSON, when it answers 200 with a JSON body.
+pub fn get_json(ip: std::net::Ipv4Addr, port: u16, path: &str) -> Option<serde_json::Value> {
+    let address = std::net::SocketAddr::from((ip, port));
     let mut stream =
         std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n");
     stream.write_all(request.as_bytes()).ok()?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).ok()?;

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ports::{answers, free_ports, get_json, listens, signal, stop_child};
+use crate::ports::{answers_at, free_ports, get_json, listens_at, signal, stop_child, LOOPBACK};
 
 /// A Qdrant server owned by a test. Dropping it stops the server and removes its storage.
 #[derive(Debug)]
@@ -22,6 +22,10 @@ pub struct QdrantServer {
     http_port: u16,
     grpc_port: u16,
     api_key: Option<String>,
+    /// Where it listens: loopback, or its test host's address.
+    ip: std::net::Ipv4Addr,
+    /// The test host (network namespace) it runs in, if any.
+    namespace: Option<String>,
     /// In a cluster: the peer-to-peer port and the arguments that place the node (`--uri`,
     /// and `--bootstrap` for a joining node).
     cluster: Option<(u16, Vec<String>)>,
@@ -67,10 +71,23 @@ impl QdrantServer {
         api_key: Option<&str>,
         bootstrap: Option<Option<String>>,
     ) -> io::Result<QdrantServer> {
+        Self::start_placed(api_key, bootstrap, None)
+    }
+
+    /// [`QdrantServer::start_node`] on a test host (`(namespace, address)`: Qdrant's own
+    /// ports there, 6333 to 6335), or on free loopback ports.
+    fn start_placed(
+        api_key: Option<&str>,
+        bootstrap: Option<Option<String>>,
+        host: Option<(&str, std::net::Ipv4Addr)>,
+    ) -> io::Result<QdrantServer> {
         let directory = tempfile::Builder::new().prefix("cairn-qdrant-").tempdir()?;
-        let [http_port, grpc_port, p2p_port] = free_ports()?;
+        let ([http_port, grpc_port, p2p_port], ip) = match host {
+            Some((_, ip)) => ([6333, 6334, 6335], ip),
+            None => (free_ports()?, LOOPBACK),
+        };
         let cluster = bootstrap.map(|bootstrap| {
-            let mut arguments = vec!["--uri".to_owned(), format!("http://127.0.0.1:{p2p_port}")];
+            let mut arguments = vec!["--uri".to_owned(), format!("http://{ip}:{p2p_port}")];
             if let Some(peer) = bootstrap {
                 arguments.extend(["--bootstrap".to_owned(), peer]);
             }
@@ -81,6 +98,8 @@ impl QdrantServer {
             http_port,
             grpc_port,
             api_key: api_key.map(str::to_owned),
+            ip,
+            namespace: host.map(|(namespace, _)| namespace.to_owned()),
             cluster,
             child: None,
         };
@@ -108,12 +127,23 @@ impl QdrantServer {
             .open(root.join("qdrant.log"))?;
         // What this start writes to the log comes after what earlier starts wrote.
         let logged_before = log.metadata()?.len();
-        let mut command = Command::new(server_binary()?);
+        let mut command = match &self.namespace {
+            Some(namespace) => {
+                use std::os::unix::process::CommandExt;
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", namespace])
+                    .arg(server_binary()?)
+                    .process_group(0);
+                command
+            }
+            None => Command::new(server_binary()?),
+        };
         command
             .current_dir(root)
             .env("QDRANT__STORAGE__STORAGE_PATH", root.join("storage"))
             .env("QDRANT__STORAGE__SNAPSHOTS_PATH", root.join("snapshots"))
-            .env("QDRANT__SERVICE__HOST", "127.0.0.1")
+            .env("QDRANT__SERVICE__HOST", self.ip.to_string())
             .env("QDRANT__SERVICE__HTTP_PORT", self.http_port.to_string())
             .env("QDRANT__SERVICE__GRPC_PORT", self.grpc_port.to_string())
             .env("QDRANT__TELEMETRY_DISABLED", "true")
@@ -125,8 +155,14 @@ impl QdrantServer {
             command.env("QDRANT__SERVICE__API_KEY", key);
         }
         if let Some((p2p_port, arguments)) = &self.cluster {
+            // Calls between peers give up after 1 s (connections after 1 s too), well inside
+            // the client's own timeout: a write that cannot reach a replica fails or marks it
+            // dead in time for the client to see an answer, not a cancelled call. The
+            // deployment guide recommends the same.
             command
                 .env("QDRANT__CLUSTER__ENABLED", "true")
+                .env("QDRANT__CLUSTER__GRPC_TIMEOUT_MS", "1000")
+                .env("QDRANT__CLUSTER__CONNECTION_TIMEOUT_MS", "1000")
                 .env("QDRANT__CLUSTER__P2P__PORT", p2p_port.to_string())
                 .args(arguments);
         }
@@ -166,7 +202,7 @@ impl QdrantServer {
     /// Whether `GET /readyz` answers 200 and the gRPC port (the one the store uses) accepts
     /// connections.
     pub fn ready(&self) -> bool {
-        answers(self.http_port, "/readyz", 200) && listens(self.grpc_port)
+        answers_at(self.ip, self.http_port, "/readyz", 200) && listens_at(self.ip, self.grpc_port)
     }
 
     /// Stops the server by PID (`SIGTERM`, a clean stop; `SIGKILL` after 20 s) and waits.
@@ -205,7 +241,12 @@ impl QdrantServer {
 
     /// The gRPC URL (what `qdrant-client` and `vectors.url` take).
     pub fn grpc_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.grpc_port)
+        format!("http://{}:{}", self.ip, self.grpc_port)
+    }
+
+    /// The address it listens on.
+    pub fn ip(&self) -> std::net::Ipv4Addr {
+        self.ip
     }
 
     /// The REST port.
@@ -238,15 +279,39 @@ impl QdrantCluster {
     /// Starts `size` nodes (the first bootstraps the cluster, the others join it); returns
     /// once every node is ready and sees all `size` peers.
     pub fn start(size: usize) -> io::Result<QdrantCluster> {
-        let first = QdrantServer::start_node(None, Some(None))?;
+        Self::start_placed(&vec![None; size])
+    }
+
+    /// Starts one node on each of `hosts` of `network` (in that order), as
+    /// [`QdrantCluster::start`] does on loopback.
+    pub fn start_on(network: &crate::netns::Network, hosts: &[&str]) -> io::Result<QdrantCluster> {
+        let placed: Vec<Option<(&str, std::net::Ipv4Addr)>> = hosts
+            .iter()
+            .map(|name| {
+                let host = network.host(name);
+                Some((host.namespace.as_str(), host.ip))
+            })
+            .collect();
+        Self::start_placed(&placed)
+    }
+
+    fn start_placed(hosts: &[Option<(&str, std::net::Ipv4Addr)>]) -> io::Result<QdrantCluster> {
+        let Some((first_host, others)) = hosts.split_first() else {
+            return Err(io::Error::other("a cluster needs at least one node"));
+        };
+        let first = QdrantServer::start_placed(None, Some(None), *first_host)?;
         let peer = first
             .cluster
             .as_ref()
-            .map(|(port, _)| format!("http://127.0.0.1:{port}"))
+            .map(|(port, _)| format!("http://{}:{port}", first.ip))
             .ok_or_else(|| io::Error::other("the first node has no peer port"))?;
         let mut nodes = vec![first];
-        for _ in 1..size {
-            nodes.push(QdrantServer::start_node(None, Some(Some(peer.clone())))?);
+        for host in others {
+            nodes.push(QdrantServer::start_placed(
+                None,
+                Some(Some(peer.clone())),
+                *host,
+            )?);
         }
         let cluster = QdrantCluster { nodes };
         cluster.await_peers(Duration::from_secs(60))?;
@@ -300,6 +365,7 @@ impl QdrantCluster {
                 continue;
             }
             let Some(answer) = get_json(
+                node.ip,
                 node.http_port,
                 &format!("/collections/{collection}/cluster"),
             ) else {
@@ -326,7 +392,7 @@ impl QdrantServer {
     /// The peers this node's consensus knows (0 when it does not answer or is not a cluster
     /// node).
     pub fn peers(&self) -> usize {
-        get_json(self.http_port, "/cluster")
+        get_json(self.ip, self.http_port, "/cluster")
             .and_then(|answer| {
                 answer["result"]["peers"]
                     .as_object()
