@@ -36,6 +36,13 @@ fn row(generation: &Value) -> Vec<String> {
                 .join("+")
         })
         .unwrap_or_default();
+    // A cluster's collection layout belongs to the vector backend.
+    let layout = text(generation, "vector_layout");
+    let backends = if layout.is_empty() {
+        backends
+    } else {
+        format!("{backends} ({layout})")
+    };
     vec![
         text(generation, "id"),
         text(generation, "state"),

@@ -68,7 +68,7 @@ enum Stores {
     },
     Servers {
         postgres: testkit::postgres::PostgresServer,
-        qdrant: testkit::qdrant::QdrantServer,
+        qdrant: Box<testkit::qdrant::QdrantServer>,
         collection: String,
     },
 }
@@ -135,7 +135,7 @@ async fn servers() -> World {
         generation,
         stores: Stores::Servers {
             postgres,
-            qdrant,
+            qdrant: Box::new(qdrant),
             collection,
         },
     }
