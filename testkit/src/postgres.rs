@@ -4,6 +4,9 @@
 //! (`postgres`, which the package creates, else `nobody`) through `setpriv`, which execs in
 //! place: the PID the test holds is the server's own.
 //!
+//! [`PostgresServer::start_on`] runs it on a test host instead ([`crate::netns`]): in the
+//! host's network namespace, on the host's address and PostgreSQL's own port, 5432.
+//!
 //! The server runs with `fsync=off`: tests prove semantics, not the disk (a clean stop still
 //! writes everything). The benchmarks run against servers with the default durability.
 
@@ -20,6 +23,10 @@ pub struct PostgresServer {
     directory: tempfile::TempDir,
     bin: PathBuf,
     user: Option<String>,
+    /// Where it listens: loopback, or its test host's address.
+    ip: std::net::Ipv4Addr,
+    /// The test host (network namespace) it runs in, if any.
+    namespace: Option<String>,
     port: u16,
     child: Option<Child>,
 }
@@ -70,6 +77,17 @@ fn server_user() -> String {
 impl PostgresServer {
     /// Initialises and starts a server; returns once it accepts connections.
     pub fn start() -> io::Result<PostgresServer> {
+        Self::start_placed(None)
+    }
+
+    /// Initialises and starts a server on `host` of `network`, listening on the host's
+    /// address, port 5432.
+    pub fn start_on(network: &crate::netns::Network, host: &str) -> io::Result<PostgresServer> {
+        let host = network.host(host);
+        Self::start_placed(Some((host.namespace.clone(), host.ip)))
+    }
+
+    fn start_placed(host: Option<(String, std::net::Ipv4Addr)>) -> io::Result<PostgresServer> {
         let directory = tempfile::Builder::new().prefix("cairn-pg-").tempdir()?;
         let user = is_root().then(server_user);
         if let Some(user) = &user {
@@ -84,7 +102,13 @@ impl PostgresServer {
         let mut server = PostgresServer {
             bin: bin_dir(),
             user,
-            port: free_ports::<1>()?[0],
+            ip: host.as_ref().map_or(crate::ports::LOOPBACK, |(_, ip)| *ip),
+            port: if host.is_some() {
+                5432
+            } else {
+                free_ports::<1>()?[0]
+            },
+            namespace: host.map(|(namespace, _)| namespace),
             child: None,
             directory,
         };
@@ -108,6 +132,14 @@ impl PostgresServer {
                 "initdb failed: {}",
                 String::from_utf8_lossy(&output.stderr)
             )));
+        }
+        if server.namespace.is_some() {
+            // Clients reach a server on a test host over the bridge, from 10.x addresses.
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))?
+                .write_all(b"host all all 10.0.0.0/8 trust\n")?;
         }
         // A free port can be taken by another process (a server another test starts) before
         // postgres binds it: postgres then exits. Start again on a new port.
@@ -139,6 +171,21 @@ impl PostgresServer {
 
     fn command(&self, program: &str) -> Command {
         let program = self.bin.join(program);
+        let mut command = self.user_command(&program);
+        if let Some(namespace) = &self.namespace {
+            use std::os::unix::process::CommandExt;
+            let mut inside = Command::new("ip");
+            inside
+                .args(["netns", "exec", namespace])
+                .arg(command.get_program())
+                .args(command.get_args())
+                .process_group(0);
+            command = inside;
+        }
+        command
+    }
+
+    fn user_command(&self, program: &Path) -> Command {
         match &self.user {
             Some(user) => {
                 let mut command = Command::new("setpriv");
@@ -168,7 +215,9 @@ impl PostgresServer {
             .arg(self.port.to_string())
             .arg("-k")
             .arg(self.directory.path())
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .arg("-c")
+            .arg(format!("listen_addresses={}", self.ip))
+            .args(["-c", "fsync=off"])
             .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -180,7 +229,13 @@ impl PostgresServer {
         let ready = || {
             self.postmaster_ready()
                 && Command::new(self.bin.join("pg_isready"))
-                    .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                    .args([
+                        "-h",
+                        &self.ip.to_string(),
+                        "-p",
+                        &self.port.to_string(),
+                        "-q",
+                    ])
                     .status()
                     .map(|status| status.success())
                     .unwrap_or(false)
@@ -212,7 +267,7 @@ impl PostgresServer {
 
     /// The URL of `database` on this server.
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://cairn@127.0.0.1:{}/{database}", self.port)
+        format!("postgres://cairn@{}:{}/{database}", self.ip, self.port)
     }
 
     /// Creates a database and returns its URL.
@@ -220,7 +275,7 @@ impl PostgresServer {
         let output = Command::new(self.bin.join("psql"))
             .args([
                 "-h",
-                "127.0.0.1",
+                &self.ip.to_string(),
                 "-p",
                 &self.port.to_string(),
                 "-U",
@@ -243,7 +298,7 @@ impl PostgresServer {
         let output = Command::new(self.bin.join("psql"))
             .args([
                 "-h",
-                "127.0.0.1",
+                &self.ip.to_string(),
                 "-p",
                 &self.port.to_string(),
                 "-U",

@@ -92,8 +92,8 @@ enum BenchCommand {
         /// corpus is mostly one-line test files; documents people have are longer).
         #[arg(long, default_value_t = 1)]
         min_chunks: usize,
-        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
-        /// collection of this run's own.
+        /// Qdrant server gRPC URL, or a cluster's nodes separated by commas (also
+        /// `CAIRN_VECTORS_URL`): measure the networked store, in a collection of this run's own.
         #[arg(long)]
         vectors: Option<String>,
         /// TOML configuration file (projection settings).
@@ -120,8 +120,8 @@ enum BenchCommand {
         /// temporary directory per size).
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
-        /// collection of this run's own.
+        /// Qdrant server gRPC URL, or a cluster's nodes separated by commas (also
+        /// `CAIRN_VECTORS_URL`): measure the networked store, in a collection of this run's own.
         #[arg(long)]
         vectors: Option<String>,
         /// TOML configuration file (model and search settings).

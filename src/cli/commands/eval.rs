@@ -33,8 +33,8 @@ enum EvalCommand {
         /// temporary one.
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Qdrant server gRPC URL (also `CAIRN_VECTORS_URL`): measure the networked store, in a
-        /// collection of this run's own.
+        /// Qdrant server gRPC URL, or a cluster's nodes separated by commas (also
+        /// `CAIRN_VECTORS_URL`): measure the networked store, in a collection of this run's own.
         #[arg(long)]
         vectors: Option<String>,
         /// Models to compare, one generation each (comma-separated; e.g.

@@ -143,9 +143,9 @@ struct NodeArgs {
     /// `ledger.url`). Unset: the embedded SQLite ledger.
     #[arg(long)]
     ledger: Option<String>,
-    /// Qdrant server gRPC URL, shared by processes on any machine (also `CAIRN_VECTORS_URL`,
-    /// `vectors.url`; the API key comes from `CAIRN_VECTORS_API_KEY`). Unset: the embedded
-    /// qdrant-edge store.
+    /// Qdrant server gRPC URL, or a cluster's nodes separated by commas, shared by processes
+    /// on any machine (also `CAIRN_VECTORS_URL`, `vectors.url`, `vectors.urls`; the API key
+    /// comes from `CAIRN_VECTORS_API_KEY`). Unset: the embedded qdrant-edge store.
     #[arg(long)]
     vectors: Option<String>,
     /// TOML configuration file.
