@@ -302,6 +302,27 @@ fn text(payload: &HashMap<String, Value>, key: &str) -> Option<String> {
     }
 }
 
+/// A point's dense vector, if it has one (older servers send it in the deprecated `data`).
+fn dense(vectors: Option<qdrant_client::qdrant::VectorsOutput>) -> Option<Vec<f32>> {
+    match vectors?.vectors_options? {
+        vectors_output::VectorsOptions::Vector(vector) => match vector.vector {
+            Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => Some(dense.data),
+            #[allow(deprecated)]
+            None => Some(vector.data),
+            Some(_) => None,
+        },
+        _ => None,
+    }
+}
+
+/// A point's id, when it is a UUID (cairn writes no other kind).
+fn uuid_of(id: Option<&PointId>) -> Option<Uuid> {
+    match id?.point_id_options.as_ref()? {
+        qdrant_client::qdrant::point_id::PointIdOptions::Uuid(text) => text.parse().ok(),
+        _ => None,
+    }
+}
+
 fn integer(payload: &HashMap<String, Value>, key: &str) -> Option<i64> {
     match payload.get(key)?.kind.as_ref()? {
         Kind::IntegerValue(value) => Some(*value),
@@ -851,23 +872,8 @@ impl VectorStore for ServerVectorStore {
             .await?;
         let mut found = HashMap::new();
         for point in response.result {
-            let id = point.id.as_ref().and_then(|id| match &id.point_id_options {
-                Some(qdrant_client::qdrant::point_id::PointIdOptions::Uuid(text)) => {
-                    text.parse::<Uuid>().ok()
-                }
-                _ => None,
-            });
-            let vector = match point.vectors.and_then(|vectors| vectors.vectors_options) {
-                Some(vectors_output::VectorsOptions::Vector(vector)) => match vector.vector {
-                    Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => {
-                        Some(dense.data)
-                    }
-                    #[allow(deprecated)]
-                    None => Some(vector.data),
-                    Some(_) => None,
-                },
-                _ => None,
-            };
+            let id = uuid_of(point.id.as_ref());
+            let vector = dense(point.vectors);
             if let (Some(id), Some(vector)) = (id, vector) {
                 if vector.len() == self.dimension {
                     found.insert(id, vector);
@@ -911,20 +917,10 @@ impl VectorStore for ServerVectorStore {
                 })
                 .await?;
             for point in response.result {
-                let values: Option<Vec<f32>> =
-                    point.vectors.map(|vectors| match vectors.vectors_options {
-                        Some(vectors_output::VectorsOptions::Vector(vector)) => {
-                            match vector.vector {
-                                Some(qdrant_client::qdrant::vector_output::Vector::Dense(
-                                    dense,
-                                )) => dense.data,
-                                #[allow(deprecated)]
-                                None => vector.data,
-                                Some(_) => Vec::new(),
-                            }
-                        }
-                        _ => Vec::new(),
-                    });
+                // A point without a dense vector counts as one of dimension 0 (drift).
+                let values: Option<Vec<f32>> = point
+                    .vectors
+                    .map(|vectors| dense(Some(vectors)).unwrap_or_default());
                 let dimension = values.as_ref().map(Vec::len);
                 let length = values.as_deref().map(super::norm);
                 let is_current = matches!(
@@ -980,25 +976,12 @@ impl VectorStore for ServerVectorStore {
             .await?;
         let mut points = Vec::with_capacity(response.result.len());
         for point in response.result {
-            let id = point.id.as_ref().and_then(|id| match &id.point_id_options {
-                Some(qdrant_client::qdrant::point_id::PointIdOptions::Uuid(text)) => {
-                    text.parse::<Uuid>().ok()
-                }
-                _ => None,
-            });
+            let id = uuid_of(point.id.as_ref());
             let Some(id) = id else { continue };
             if Some(id) == after {
                 continue;
             }
-            let vector = match point.vectors.and_then(|vectors| vectors.vectors_options) {
-                Some(vectors_output::VectorsOptions::Vector(vector)) => match vector.vector {
-                    Some(qdrant_client::qdrant::vector_output::Vector::Dense(dense)) => dense.data,
-                    #[allow(deprecated)]
-                    None => vector.data,
-                    Some(_) => Vec::new(),
-                },
-                _ => Vec::new(),
-            };
+            let vector = dense(point.vectors).unwrap_or_default();
             let payload = point
                 .payload
                 .into_iter()
