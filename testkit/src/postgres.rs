@@ -270,17 +270,24 @@ impl PostgresServer {
         format!("postgres://cairn@{}:{}/{database}", self.ip, self.port)
     }
 
+    /// `psql` connected to this server as `cairn`, as a client outside cairn would be.
+    fn psql_client(&self) -> Command {
+        let mut command = Command::new(self.bin.join("psql"));
+        command.args([
+            "-h",
+            &self.ip.to_string(),
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "cairn",
+        ]);
+        command
+    }
+
     /// Creates a database and returns its URL.
     pub fn create_database(&self, name: &str) -> io::Result<String> {
-        let output = Command::new(self.bin.join("psql"))
-            .args([
-                "-h",
-                &self.ip.to_string(),
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "cairn",
-            ])
+        let output = self
+            .psql_client()
             .args(["-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c"])
             .arg(format!("CREATE DATABASE \"{name}\""))
             .output()?;
@@ -295,15 +302,8 @@ impl PostgresServer {
 
     /// Runs SQL with `psql` as a client outside cairn would (raw writes in tests).
     pub fn psql(&self, database: &str, sql: &str) -> io::Result<String> {
-        let output = Command::new(self.bin.join("psql"))
-            .args([
-                "-h",
-                &self.ip.to_string(),
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "cairn",
-            ])
+        let output = self
+            .psql_client()
             .args([
                 "-d",
                 database,
