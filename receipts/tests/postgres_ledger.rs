@@ -399,3 +399,99 @@ async fn sources_carry_the_verify_bucket_rust_computes() {
     }
     assert_eq!(seen, keys.len());
 }
+
+/// PostgreSQL on its own test host, partitioned away while an acceptance waits on it: the
+/// waiting acceptance fails `ledger_unavailable` within the peer timeout (its socket notices
+/// the silence), new ones within the pool's acquire timeout, none hangs for the partition's
+/// length. After healing, the one that failed is accepted once and a resent accepted document
+/// is a duplicate. Needs root (network namespaces); it fails, never skips, without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() {
+    use sqlx::Connection;
+    use std::time::{Duration, Instant};
+    let network = testkit::netns::Network::create(&["pg"]).expect("test hosts (root needed)");
+    let server = PostgresServer::start_on(&network, "pg").expect("start PostgreSQL on pg");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url.clone()))
+        .await
+        .expect("open ledger");
+    let accept = |key: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            let mut results =
+                receipts::Acceptor::accept(&ledger, vec![put("docs", key, key)]).await;
+            results.pop().expect("one result")
+        }
+    };
+    let first = accept("before")
+        .await
+        .expect("accepted before the partition");
+
+    // A client outside cairn holds the sources table, so the next acceptance waits inside
+    // PostgreSQL with its statement sent and acknowledged: only keepalives can see silence.
+    let mut blocker = sqlx::PgConnection::connect(&url).await.expect("blocker");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    sqlx::query("LOCK TABLE sources IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .expect("lock");
+    let waiting = tokio::spawn(accept("during"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "the acceptance waits on the lock");
+
+    network
+        .isolate("pg")
+        .expect("partition the PostgreSQL host");
+    let cut = Instant::now();
+    let failed = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiting acceptance ends during the partition")
+        .expect("task");
+    let waited = cut.elapsed();
+    eprintln!("the waiting acceptance failed {waited:?} after the partition began");
+    let error = failed.expect_err("no acceptance can succeed without its server");
+    assert_eq!(error.code(), "ledger_unavailable", "{error}");
+    assert!(
+        waited < Duration::from_millis(4000),
+        "the waiting acceptance took {waited:?} to fail (peer timeout 2 s)"
+    );
+
+    let started = Instant::now();
+    let error = accept("new").await.expect_err("refused while partitioned");
+    let took = started.elapsed();
+    eprintln!("a new acceptance failed after {took:?}");
+    assert_eq!(error.code(), "ledger_unavailable", "{error}");
+    assert!(
+        took < Duration::from_millis(3000),
+        "a new acceptance took {took:?} to fail"
+    );
+
+    network.rejoin("pg").expect("heal");
+    drop(blocker);
+    // The server drops the silent cairn connection itself (keepalives) and with it any lock.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let during = loop {
+        match accept("during").await {
+            Ok(accepted) => break accepted,
+            Err(error) if Instant::now() < deadline => {
+                assert_eq!(error.code(), "ledger_unavailable", "{error}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => panic!("still refused 30 s after healing: {error}"),
+        }
+    };
+    assert_eq!(during.status, receipts::AcceptStatus::QueuedNotConfirmed);
+    let again = accept("before").await.expect("accepted after healing");
+    assert_eq!(again.status, receipts::AcceptStatus::Duplicate);
+    assert_eq!(again.source_revision_id, first.source_revision_id);
+    let revisions = server
+        .psql(
+            "ledger",
+            "SELECT count(*) FROM revisions WHERE source_key = 'during'",
+        )
+        .expect("count");
+    assert_eq!(revisions.trim(), "1", "the failed acceptance wrote nothing");
+}

@@ -158,6 +158,7 @@ pub(super) struct FileLedger {
     pub(super) pool_size: Option<u32>,
     pub(super) committers: Option<usize>,
     pub(super) token_cache_ms: Option<u64>,
+    pub(super) peer_timeout_ms: Option<u64>,
     pub(super) backends: Option<Vec<String>>,
     pub(super) max_group: Option<usize>,
 }

@@ -16,9 +16,9 @@ use super::file::{read_file, FileConfig, FilePolicy};
 use super::{
     redact_url, Config, EmbeddingServer, LedgerSettings, Overrides, ProjectionSettings,
     WorkerSettings, DEFAULT_BIND, DEFAULT_DATA_DIR, DEFAULT_LEDGER_COMMITTERS,
-    DEFAULT_LEDGER_POOL_SIZE, DEFAULT_LEDGER_TOKEN_CACHE_MS, DEFAULT_MODELS_DIR,
-    DEFAULT_REMOTE_BATCH, DEFAULT_REMOTE_PARALLEL, DEFAULT_REMOTE_TIMEOUT_MS, DEFAULT_WORKERS,
-    DEFAULT_WORKER_CONCURRENCY,
+    DEFAULT_LEDGER_PEER_TIMEOUT_MS, DEFAULT_LEDGER_POOL_SIZE, DEFAULT_LEDGER_TOKEN_CACHE_MS,
+    DEFAULT_MODELS_DIR, DEFAULT_REMOTE_BATCH, DEFAULT_REMOTE_PARALLEL, DEFAULT_REMOTE_TIMEOUT_MS,
+    DEFAULT_WORKERS, DEFAULT_WORKER_CONCURRENCY,
 };
 
 /// The process environment as the loader sees it: a map (so tests control it) and the names
@@ -169,6 +169,11 @@ fn ledger(
             env.number("CAIRN_LEDGER_TOKEN_CACHE_MS")?
                 .or(file.ledger.token_cache_ms)
                 .unwrap_or(DEFAULT_LEDGER_TOKEN_CACHE_MS),
+        ),
+        peer_timeout: Duration::from_millis(
+            env.number("CAIRN_LEDGER_PEER_TIMEOUT_MS")?
+                .or(file.ledger.peer_timeout_ms)
+                .unwrap_or(DEFAULT_LEDGER_PEER_TIMEOUT_MS),
         ),
     })
 }

@@ -98,6 +98,10 @@ pub struct LedgerSettings {
     /// (`ledger.token_cache_ms`, `CAIRN_LEDGER_TOKEN_CACHE_MS`; 0: never); any change of the
     /// tokens, in any process, clears it sooner.
     pub token_cache: std::time::Duration,
+    /// How long a PostgreSQL connection waits on a silent server before its operation fails
+    /// `ledger_unavailable` (`ledger.peer_timeout_ms`, `CAIRN_LEDGER_PEER_TIMEOUT_MS`; 0: the
+    /// kernel's defaults, minutes under a partition).
+    pub peer_timeout: std::time::Duration,
 }
 
 /// Validated configuration of a cairn node.
@@ -228,6 +232,8 @@ impl Config {
         options.max_connections = self.ledger.pool_size;
         options.committers = self.ledger.committers;
         options.token_cache = self.ledger.token_cache;
+        options.peer_timeout =
+            (!self.ledger.peer_timeout.is_zero()).then_some(self.ledger.peer_timeout);
         options.journal = Some(self.journal_path());
         options.pg_bin = self.pg_bin.clone();
         options
@@ -264,6 +270,8 @@ pub const DEFAULT_LEDGER_COMMITTERS: usize = 4;
 
 /// Milliseconds a PostgreSQL ledger process keeps an authenticated token's answer at most.
 pub const DEFAULT_LEDGER_TOKEN_CACHE_MS: u64 = 1000;
+/// How long a PostgreSQL connection waits on a silent server, by default (ms).
+pub const DEFAULT_LEDGER_PEER_TIMEOUT_MS: u64 = 2000;
 
 /// A database URL without its password: `postgres://user:secret@host/db` becomes
 /// `postgres://user:***@host/db`.

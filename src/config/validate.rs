@@ -39,6 +39,13 @@ impl Config {
                 self.ledger.pool_size
             );
         }
+        let peer_ms = self.ledger.peer_timeout.as_millis();
+        if peer_ms != 0 && !(1000..=600_000).contains(&peer_ms) {
+            bail!(
+                "ledger.peer_timeout_ms must be 0 (the kernel's defaults) or between 1000 and \
+                 600000: the server's keepalive settings count whole seconds"
+            );
+        }
         if self.ledger.max_group == 0 {
             bail!("ledger.max_group must be at least 1");
         }

@@ -14,8 +14,10 @@
 //!
 //! ## Invariants
 //! - A run never outlives its lease: when a heartbeat answers `lease_lost` (expired, rescued,
-//!   superseded) the work future is dropped at once and nothing more is written for it; the
-//!   ledger fences any late write anyway.
+//!   superseded), or cannot reach the ledger at all (a partition: the lease cannot be known
+//!   to hold), the work future is dropped at once and nothing more is written for it; the
+//!   ledger fences any late write anyway, and an unreachable run's job is taken again when
+//!   its lease runs out on the ledger's clock.
 //! - A heartbeat that reports a cancel request drops the work and records the run as
 //!   cancelled.
 //! - Shutdown stops claiming, lets running jobs finish within the grace period, then drops the
@@ -299,7 +301,15 @@ impl Run {
                         self.lost(&job, &error);
                         return;
                     }
-                    Err(error) => tracing::warn!(job_id = %job.id, %error, "heartbeat failed; retrying"),
+                    Err(error) => {
+                        // Without the ledger's answer the lease cannot be known to hold:
+                        // stop before any further store write. The lease runs out on the
+                        // ledger's clock and another worker takes the job; a late write
+                        // would be fenced anyway.
+                        self.stats.lost.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(job_id = %job.id, revision_id = ?job.revision_id, %error, "heartbeat failed: stopping the run before any further store write; the job is taken again when its lease runs out");
+                        return;
+                    }
                 },
                 _ = self.stop.changed() => {
                     match self.ledger.release(&token).await {

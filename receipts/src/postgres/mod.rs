@@ -38,6 +38,7 @@ mod erasure;
 mod generations;
 mod leases;
 mod operations;
+mod peer;
 mod projection;
 mod reads;
 mod tokens;
@@ -87,6 +88,10 @@ pub struct PostgresOptions {
     pub max_connections: u32,
     /// How long an operation waits for a pooled connection before `ledger_unavailable`.
     pub acquire_timeout: Duration,
+    /// How long a connection waits on a silent server (unacknowledged data, unanswered
+    /// keepalive probes) before it is aborted and its operation fails `ledger_unavailable`
+    /// ([`peer`]); `None` leaves the kernel's defaults (minutes).
+    pub peer_timeout: Option<Duration>,
     /// Lease, retry and quarantine policy of each job kind.
     pub job_policies: JobPolicies,
     /// Most submissions written in one acceptance wave, and in one group commit.
@@ -111,7 +116,8 @@ impl PostgresOptions {
             url: url.into(),
             backends: policy::DEFAULT_BACKENDS.to_vec(),
             max_connections: 16,
-            acquire_timeout: Duration::from_secs(3),
+            acquire_timeout: Duration::from_millis(2500),
+            peer_timeout: Some(Duration::from_secs(2)),
             job_policies: JobPolicies::default(),
             max_wave: policy::DEFAULT_MAX_GROUP,
             committers: 4,
@@ -145,7 +151,7 @@ pub struct PostgresLedger {
 /// Applies the ledger's migrations to the database at `url` and says what it did. Safe to run
 /// from several processes at once (sqlx takes an advisory lock).
 pub async fn migrate(url: &str) -> Result<MigrationReport> {
-    let mut connection = connect_options(url)?
+    let mut connection = connect_options(url, None)?
         .connect()
         .await
         .map_err(|error| unreachable_error(url, error))?;
@@ -169,17 +175,20 @@ pub async fn migrate(url: &str) -> Result<MigrationReport> {
     })
 }
 
-fn connect_options(url: &str) -> Result<PgConnectOptions> {
+fn connect_options(url: &str, peer_timeout: Option<Duration>) -> Result<PgConnectOptions> {
     let options: PgConnectOptions = url.parse().map_err(|error| {
         LedgerError::invalid(
             "invalid_ledger_url",
             format!("not a PostgreSQL URL ({error})"),
         )
     })?;
+    let mut settings = vec![("synchronous_commit", "on".to_owned())];
+    settings.extend(peer_timeout.map(peer::server_settings).unwrap_or_default());
     Ok(options
         .application_name("cairn")
-        // Acceptance answers only after a durable COMMIT, whatever the server's default.
-        .options([("synchronous_commit", "on")])
+        // Acceptance answers only after a durable COMMIT, whatever the server's default; a
+        // client that went silent is dropped by the server too ([`peer`]).
+        .options(settings)
         .disable_statement_logging())
 }
 
@@ -206,13 +215,23 @@ impl PostgresLedger {
             })?;
         }
         migrate(&options.url).await?;
+        let peer_timeout = options.peer_timeout;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
             // A server restart drops every connection: test each one before use, so the
             // first request after a restart does not fail on a dead socket.
             .test_before_acquire(true)
-            .connect_with(connect_options(&options.url)?)
+            // A partition leaves connections open: bound how long one waits on silence.
+            .after_connect(move |connection, _| {
+                Box::pin(async move {
+                    match peer_timeout {
+                        Some(timeout) => peer::bound(connection, timeout).await,
+                        None => Ok(()),
+                    }
+                })
+            })
+            .connect_with(connect_options(&options.url, peer_timeout)?)
             .await
             .map_err(|error| unreachable_error(&options.url, error))?;
         let policies: Vec<serde_json::Value> = options
