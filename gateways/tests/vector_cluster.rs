@@ -46,39 +46,16 @@ fn options(cluster: &QdrantCluster) -> ServerOptions {
     options
 }
 
-/// Waits until every replica of every shard of `collection` is active on a running node and
-/// the replicas of each shard hold the same number of points; returns the replicas seen.
+/// Waits until every replica of all 6 shards of `collection` is active on a running node
+/// and the replicas of each shard hold the same number of points.
 fn await_converged(
     cluster: &QdrantCluster,
     collection: &str,
     limit: Duration,
 ) -> Vec<(usize, u64, u64, String)> {
-    let started = Instant::now();
-    loop {
-        let replicas = cluster.replicas(collection);
-        let mut by_shard: std::collections::BTreeMap<u64, Vec<(u64, &str)>> =
-            std::collections::BTreeMap::new();
-        for (_, shard, points, state) in &replicas {
-            by_shard
-                .entry(*shard)
-                .or_default()
-                .push((*points, state.as_str()));
-        }
-        let converged = by_shard.len() == 6
-            && by_shard.values().all(|copies| {
-                copies.len() == 3
-                    && copies.iter().all(|(_, state)| *state == "Active")
-                    && copies.iter().all(|(points, _)| *points == copies[0].0)
-            });
-        if converged {
-            return replicas;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "the replicas of {collection} did not converge in {limit:?}: {replicas:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    cluster
+        .await_converged(collection, 6, 3, limit)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,10 +158,39 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
     }
     await_converged(&cluster, store.collection(), Duration::from_secs(60));
     cluster.nodes()[0].pause();
+    // A search whose caller gives up first (its budget spent) still moves the store off the
+    // hung node, so the next search does not wait there too.
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(800),
+        store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the hung node answered: {abandoned:?}");
+    assert_eq!(
+        store.url(),
+        cluster.grpc_urls()[1],
+        "an abandoned search moved the store"
+    );
+    let answered = tokio::time::timeout(
+        Duration::from_millis(800),
+        store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5),
+    )
+    .await;
+    assert_eq!(
+        answered
+            .expect("the next search answers at once")
+            .expect("hits")
+            .len(),
+        5
+    );
+
+    // A node that hangs while the store talks to it: the call times out and moves on.
+    cluster.nodes()[0].resume();
+    cluster.nodes()[1].pause();
     let started = Instant::now();
     let hits = store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5).await;
     let took = started.elapsed();
-    cluster.nodes()[0].resume();
+    cluster.nodes()[1].resume();
     let hits = hits.expect("search answers from another node");
     assert_eq!(hits.len(), 5);
     // Two call timeouts (2 s each: qdrant-client retries a cancelled call once on a new
@@ -197,7 +203,7 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
         took < Duration::from_millis(5500),
         "search took {took:?} with one node hung"
     );
-    assert_ne!(store.url(), cluster.grpc_urls()[0]);
+    assert_eq!(store.url(), cluster.grpc_urls()[2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -388,6 +388,75 @@ impl QdrantCluster {
     }
 }
 
+impl QdrantCluster {
+    /// Waits until `collection` has `shards` shards, each with `replicas` replicas active on
+    /// running nodes and holding the same number of points; returns the replicas seen (as
+    /// [`QdrantCluster::replicas`]), or says what it saw last when `limit` passes.
+    pub fn await_converged(
+        &self,
+        collection: &str,
+        shards: usize,
+        replicas: usize,
+        limit: Duration,
+    ) -> io::Result<Vec<(usize, u64, u64, String)>> {
+        self.await_replicas(collection, shards, replicas, true, limit)
+    }
+
+    /// Waits until every replica of `collection`'s `shards` shards is active on a running
+    /// node, whatever it holds (writes may still be arriving).
+    pub fn await_active(
+        &self,
+        collection: &str,
+        shards: usize,
+        replicas: usize,
+        limit: Duration,
+    ) -> io::Result<Vec<(usize, u64, u64, String)>> {
+        self.await_replicas(collection, shards, replicas, false, limit)
+    }
+
+    fn await_replicas(
+        &self,
+        collection: &str,
+        shards: usize,
+        replicas: usize,
+        equal: bool,
+        limit: Duration,
+    ) -> io::Result<Vec<(usize, u64, u64, String)>> {
+        let started = std::time::Instant::now();
+        loop {
+            let seen = self.replicas(collection);
+            let mut by_shard: std::collections::BTreeMap<u64, Vec<(u64, &str)>> =
+                std::collections::BTreeMap::new();
+            for (_, shard, points, state) in &seen {
+                by_shard
+                    .entry(*shard)
+                    .or_default()
+                    .push((*points, state.as_str()));
+            }
+            let converged = by_shard.len() == shards
+                && by_shard.values().all(|copies| {
+                    copies.len() == replicas
+                        && copies.iter().all(|(_, state)| *state == "Active")
+                        && (!equal || copies.iter().all(|(points, _)| *points == copies[0].0))
+                });
+            if converged {
+                return Ok(seen);
+            }
+            if started.elapsed() >= limit {
+                return Err(io::Error::other(format!(
+                    "the replicas of {collection} did not {} in {limit:?}: {seen:?}",
+                    if equal {
+                        "converge"
+                    } else {
+                        "all become active"
+                    }
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
 impl QdrantServer {
     /// The peers this node's consensus knows (0 when it does not answer or is not a cluster
     /// node).

@@ -15,6 +15,7 @@ mod erasure;
 mod eval;
 mod generations;
 mod hook;
+mod hosts;
 mod mcp;
 mod ops;
 mod postgres;

@@ -104,7 +104,7 @@ struct Acknowledged {
 }
 
 /// Every response must be a success or a typed 503.
-fn check_status(what: &str, status: reqwest::StatusCode, body: &Value) {
+pub(crate) fn check_status(what: &str, status: reqwest::StatusCode, body: &Value) {
     if status.is_server_error() {
         assert_eq!(status.as_u16(), 503, "{what}: a 5xx other than 503: {body}");
         assert!(

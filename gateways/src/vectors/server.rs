@@ -346,6 +346,39 @@ fn current_payload(
     payload
 }
 
+/// How long a search waits on one node before its abandonment (the caller's deadline)
+/// counts as that node hanging. A healthy node answers in milliseconds.
+const ABANDONED_AFTER: Duration = Duration::from_millis(500);
+
+/// A search waiting on the node at `index`: dropped unanswered after [`ABANDONED_AFTER`] (the
+/// search's budget ran out there), it moves the store's calls to the next node, as a timeout
+/// would. A hung node (SIGSTOP, a half-open connection) answers no call and fails none, so
+/// without this every search would wait on it until its budget ran out.
+struct Waiting<'a> {
+    store: &'a ServerVectorStore,
+    index: usize,
+    since: std::time::Instant,
+    answered: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let waited = self.since.elapsed();
+        if !self.answered && waited >= ABANDONED_AFTER {
+            self.store.fail_over(
+                self.index,
+                &GatewayError::Timeout {
+                    store: STORE,
+                    message: format!(
+                        "a search waited {} ms without an answer and ran out of its budget",
+                        waited.as_millis()
+                    ),
+                },
+            );
+        }
+    }
+}
+
 impl ServerVectorStore {
     /// The nearest points in `datasets` (empty: every dataset), current ones only or any.
     async fn nearest(
@@ -367,18 +400,24 @@ impl ServerVectorStore {
                 .collect();
         }
         // No backoff: the caller's search deadline bounds it. A node that fails moves the
-        // search to the next one at once, each node tried at most once.
+        // search to the next one at once, each node tried at most once. A node that hangs
+        // is noticed too: a search abandoned (its budget spent) after waiting on it for
+        // [`ABANDONED_AFTER`] moves the next searches off it (`Waiting`).
         let request = SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
             .filter(filter)
             .with_payload(true);
         let mut attempt = 0;
         let response = loop {
             let (index, client) = self.node();
-            match client
-                .search_points(request.clone())
-                .await
-                .map_err(classify)
-            {
+            let mut waiting = Waiting {
+                store: self,
+                index,
+                since: std::time::Instant::now(),
+                answered: false,
+            };
+            let answer = client.search_points(request.clone()).await;
+            waiting.answered = true;
+            match answer.map_err(classify) {
                 Ok(response) => break response,
                 Err(error) if crate::retry::retryable(&error) && attempt + 1 < self.nodes.len() => {
                     self.fail_over(index, &error);
