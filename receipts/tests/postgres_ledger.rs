@@ -495,3 +495,80 @@ async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() 
         .expect("count");
     assert_eq!(revisions.trim(), "1", "the failed acceptance wrote nothing");
 }
+
+/// An ambiguous commit: PostgreSQL receives the `COMMIT` and commits, but its answer is lost
+/// in a partition. The acceptance fails `ledger_unavailable` within seconds; resending the
+/// same document after healing is a `duplicate` of the revision that did commit, never a
+/// second one. A deferred trigger (installed from psql for this test) holds the commit for
+/// 4 s so the partition falls inside it. Needs root (network namespaces).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_a_duplicate_when_resent() {
+    use std::time::{Duration, Instant};
+    let network = testkit::netns::Network::create(&["pg"]).expect("test hosts (root needed)");
+    let server = PostgresServer::start_on(&network, "pg").expect("start PostgreSQL on pg");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url))
+        .await
+        .expect("open ledger");
+    server
+        .psql(
+            "ledger",
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN PERFORM pg_sleep(4); RETURN NULL; END $$; \
+             CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON revisions \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW \
+             WHEN (NEW.source_key = 'ambiguous') EXECUTE FUNCTION slow_commit();",
+        )
+        .expect("a slow commit for one source");
+    let accept = || {
+        let ledger = ledger.clone();
+        async move {
+            let mut results =
+                receipts::Acceptor::accept(&ledger, vec![put("docs", "ambiguous", "one text")])
+                    .await;
+            results.pop().expect("one result")
+        }
+    };
+    let first = tokio::spawn(accept());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    network
+        .isolate("pg")
+        .expect("partition the PostgreSQL host");
+    let cut = Instant::now();
+    let error = tokio::time::timeout(Duration::from_secs(20), first)
+        .await
+        .expect("the acceptance ends during the partition")
+        .expect("task")
+        .expect_err("its answer was lost");
+    let waited = cut.elapsed();
+    eprintln!("the commit's caller was answered {waited:?} after the partition began");
+    assert_eq!(error.code(), "ledger_unavailable", "{error}");
+    assert!(waited < Duration::from_secs(4), "took {waited:?}");
+    // PostgreSQL finishes the commit during the partition.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    network.rejoin("pg").expect("heal");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        match accept().await {
+            Ok(accepted) => break accepted,
+            Err(error) if Instant::now() < deadline => {
+                assert_eq!(error.code(), "ledger_unavailable", "{error}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => panic!("still refused 30 s after healing: {error}"),
+        }
+    };
+    assert_eq!(
+        again.status,
+        receipts::AcceptStatus::Duplicate,
+        "the lost commit did commit, so resending is a duplicate"
+    );
+    let revisions = server
+        .psql(
+            "ledger",
+            "SELECT count(*) FROM revisions WHERE source_key = 'ambiguous'",
+        )
+        .expect("count");
+    assert_eq!(revisions.trim(), "1", "never a second revision");
+}
