@@ -323,8 +323,10 @@ struct Searched {
     modes: HashMap<String, usize>,
     /// Degraded answers by reason.
     degradations: HashMap<String, usize>,
-    /// The slowest answer.
+    /// The slowest answer, as the client saw it (the network and admission included).
     slowest: Duration,
+    /// The slowest answer by its own account (`took_ms`: from admission to answer).
+    slowest_took_ms: f64,
     /// Typed 503s (the ledger unreachable).
     refused: usize,
 }
@@ -358,6 +360,9 @@ async fn search_until(
             let mut searched = searched.lock().expect("searched");
             if status.is_success() {
                 searched.slowest = searched.slowest.max(took);
+                searched.slowest_took_ms = searched
+                    .slowest_took_ms
+                    .max(body["took_ms"].as_f64().unwrap_or(f64::MAX));
                 *searched
                     .modes
                     .entry(body["mode"].as_str().unwrap_or("?").to_owned())
@@ -573,11 +578,11 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
     );
     let (slowest, degradations) = {
         let searched = searched.lock().expect("searched");
-        (searched.slowest, searched.degradations.clone())
+        (searched.slowest_took_ms, searched.degradations.clone())
     };
     assert!(
-        slowest < Duration::from_millis(BUDGET_MS + 1000),
-        "a search took {slowest:?} against a budget of {BUDGET_MS} ms"
+        slowest <= (BUDGET_MS + 100) as f64,
+        "a search took {slowest} ms against a budget of {BUDGET_MS} ms"
     );
     let timed_out = degradations.get("vector_timeout").copied().unwrap_or(0)
         - degraded_before.get("vector_timeout").copied().unwrap_or(0);
@@ -620,11 +625,6 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
     cluster.node(talked_to).kill();
     let killed = Instant::now();
     let during = completed().await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    assert!(
-        completed().await > during,
-        "projection stopped after the talked-to node died"
-    );
     wait_for(
         "the API moves to another node",
         Duration::from_secs(20),
@@ -632,8 +632,13 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
     )
     .await;
     eprintln!(
-        "hosts: the API left the killed node after {:.1} s",
+        "hosts: the API left the killed node after {:.2} s",
         killed.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(killed.elapsed())).await;
+    assert!(
+        completed().await > during,
+        "projection stopped after the talked-to node died"
     );
     cluster.node(talked_to).start_again().expect("restart");
     cluster
@@ -879,8 +884,8 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
     phase(started, "converged, no drift");
     eprintln!(
         "hosts: {} jobs ended once each; {} requests refused 503 (slowest {:?}), {} ambiguous \
-         commits resent as duplicates; {} searches ({:?}, degraded {:?}, slowest {:?}, {} \
-         refused); {} results checked; replicas {:?}",
+         commits resent as duplicates; {} searches ({:?}, degraded {:?}, slowest {:?} at the \
+         client, {} ms by its own account, {} refused); {} results checked; replicas {:?}",
         told.jobs.len(),
         told.refused,
         told.slowest_refusal,
@@ -889,6 +894,7 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
         searched.modes,
         searched.degradations,
         searched.slowest,
+        searched.slowest_took_ms,
         searched.refused,
         checked,
         replicas
