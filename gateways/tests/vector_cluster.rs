@@ -150,11 +150,14 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
     let store = ServerVectorStore::open(&options(&cluster), "g-paused", DIMENSION)
         .await
         .expect("open");
+    let mut revisions = Vec::new();
     for source in 0..10 {
+        let revision = Uuid::now_v7();
         store
-            .upsert(points(source, Uuid::now_v7(), 2))
+            .upsert(points(source, revision, 2))
             .await
             .expect("upsert");
+        revisions.push(revision);
     }
     await_converged(&cluster, store.collection(), Duration::from_secs(60));
     cluster.nodes()[0].pause();
@@ -182,6 +185,23 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
             .expect("hits")
             .len(),
         5
+    );
+    // Quorum read-backs through a healthy node do not wait on the hung node's replicas: a
+    // read it has not answered within the fan-out delay (100 ms; a read-back is three reads)
+    // goes to the third replica. Without it each waited for two call timeouts.
+    let started = Instant::now();
+    for revision in &revisions {
+        let held = store.revision_points(*revision).await.expect("read-back");
+        assert_eq!(held.count, 2, "{revision}");
+    }
+    let took = started.elapsed();
+    eprintln!(
+        "10 quorum read-backs with one node hung: {} ms",
+        took.as_millis()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "read-backs waited on the hung node: {took:?}"
     );
 
     // A node that hangs while the store talks to it: the call times out and moves on.

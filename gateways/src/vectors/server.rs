@@ -37,11 +37,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use qdrant_client::qdrant::{
-    read_consistency, value::Kind, vectors_config, vectors_output, Condition, CountPointsBuilder,
-    CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance,
-    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, Range, ReadConsistencyType,
-    ScrollPointsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder, UpsertPointsBuilder, Value,
-    VectorParamsBuilder, WriteOrdering, WriteOrderingType,
+    read_consistency, value::Kind, vectors_config, vectors_output, CollectionParamsDiffBuilder,
+    Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
+    DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder, PointId, PointStruct,
+    Range, ReadConsistencyType, ScrollPointsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder,
+    UpdateCollectionBuilder, UpsertPointsBuilder, Value, VectorParamsBuilder, WriteOrdering,
+    WriteOrderingType,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
@@ -53,6 +54,14 @@ use super::{
 use crate::GatewayError;
 
 const STORE: &str = "qdrant-server";
+
+/// Replicated collections hedge their reads (Qdrant's delayed fan-out): a read that one
+/// replica has not answered within this time goes to another replica too, and the first
+/// answer counts. A hung node (SIGSTOP, a half-open connection) fails nothing, so without it
+/// every read that picked its replica, the quorum read-backs included, waited until the call
+/// timed out, on whichever node cairn talked to. Healthy replicas answer in milliseconds, so
+/// the hedge costs almost nothing.
+const READ_FAN_OUT_DELAY_MS: u64 = 100;
 
 /// The filter of a selector.
 fn selected(selector: &PointSelector) -> Filter {
@@ -627,6 +636,18 @@ impl ServerVectorStore {
                     self.collection,
                     self.url()
                 )));
+            }
+            if params.replication_factor.unwrap_or(1) > 1
+                && params.read_fan_out_delay_ms != Some(READ_FAN_OUT_DELAY_MS)
+            {
+                self.retrying("update_collection", |client| {
+                    let request = UpdateCollectionBuilder::new(self.collection.as_str()).params(
+                        CollectionParamsDiffBuilder::default()
+                            .read_fan_out_delay_ms(READ_FAN_OUT_DELAY_MS),
+                    );
+                    async move { client.update_collection(request).await }
+                })
+                .await?;
             }
         }
         let indexed: Vec<String> = info
