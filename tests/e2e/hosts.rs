@@ -38,8 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn::config::{Config, Overrides};
-use gateways::{ServerVectorStore, VectorStore};
-use receipts::{JobState, ReceiptState};
+use gateways::ServerVectorStore;
 use serde_json::{json, Value};
 use testkit::netns::Network;
 use testkit::postgres::PostgresServer;
@@ -48,7 +47,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
-use crate::topology::check_status;
+use crate::topology::{
+    assert_ended_once, assert_heads_in_stores, assert_never_stale, check_status, hits, receipt,
+    Seen,
+};
 
 const DATASET: &str = "hosts";
 const HOSTS: [&str; 7] = ["pg", "q1", "q2", "q3", "api", "w1", "w2"];
@@ -185,16 +187,10 @@ struct Told {
     duplicates_on_retry: usize,
 }
 
+/// Records a receipt; a duplicate of the source's last revision (a resent request) adds
+/// nothing.
 fn record(told: &mut Told, value: &Value) {
-    let key = value["source_key"].as_str().expect("key").to_owned();
-    let revision: Uuid = value["source_revision_id"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .expect("revision id");
-    let job: Uuid = value["projection_job_id"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .expect("job id");
+    let (key, revision, job) = receipt(value);
     let chain = told.revisions.entry(key).or_default();
     if chain.last().map(|(id, _)| *id) != Some(revision) {
         chain.push((revision, Instant::now()));
@@ -309,12 +305,6 @@ async fn ingest(
     }
 }
 
-/// One search as the client saw it.
-struct Seen {
-    sent: Instant,
-    results: Vec<(String, Uuid)>,
-}
-
 /// What the searcher saw.
 #[derive(Default)]
 struct Searched {
@@ -373,21 +363,10 @@ async fn search_until(
                         .entry(reason.as_str().unwrap_or("?").to_owned())
                         .or_default() += 1;
                 }
-                let results = body["results"]
-                    .as_array()
-                    .expect("results")
-                    .iter()
-                    .map(|hit| {
-                        (
-                            hit["source_key"].as_str().expect("key").to_owned(),
-                            hit["source_revision_id"]
-                                .as_str()
-                                .and_then(|id| id.parse().ok())
-                                .expect("revision"),
-                        )
-                    })
-                    .collect();
-                searched.seen.push(Seen { sent, results });
+                searched.seen.push(Seen {
+                    sent,
+                    results: hits(&body),
+                });
             } else {
                 assert_eq!(status.as_u16(), 503, "{body}");
                 searched.refused += 1;
@@ -773,27 +752,7 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
 
     // Every job ended once.
     for id in &told.jobs {
-        let job = ledger.job(*id).await.expect("job").expect("exists");
-        assert!(
-            matches!(job.state, JobState::Completed | JobState::Superseded),
-            "job {id} ended {:?}",
-            job.state
-        );
-        let history = ledger
-            .history("job", &id.to_string())
-            .await
-            .expect("history");
-        let states: Vec<_> = history.iter().filter(|h| h.event == "state").collect();
-        crate::chaos::assert_one_lease_at_a_time(*id, &states);
-        let completions = states
-            .iter()
-            .filter(|h| h.to.as_deref() == Some("completed"))
-            .count();
-        assert_eq!(
-            completions,
-            usize::from(job.state == JobState::Completed),
-            "job {id} completed {completions} times"
-        );
+        assert_ended_once(ledger.as_ref(), *id).await;
     }
 
     // Every head verified in both stores and current in Qdrant; every tombstone excluded.
@@ -805,65 +764,17 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
     )
     .await
     .expect("the generation's collection");
-    let mut points_expected = 0;
-    for (key, chain) in &told.revisions {
-        let (head, _) = chain.last().expect("a revision");
-        let detail = ledger.revision(*head).await.expect("read").expect("head");
-        let receipts: HashMap<String, ReceiptState> = detail
-            .receipts
-            .iter()
-            .map(|r| (r.backend.as_str().to_owned(), r.state))
-            .collect();
-        let current = vectors.source_current(DATASET, key).await.expect("count");
-        if told.deleted.contains(key) {
-            assert_eq!(
-                receipts.get("vector"),
-                Some(&ReceiptState::Excluded),
-                "{key}"
-            );
-            assert_eq!(current, 0, "{key}: a deleted source is current in Qdrant");
-        } else {
-            assert_eq!(
-                receipts.get("relational"),
-                Some(&ReceiptState::Verified),
-                "{key}"
-            );
-            assert_eq!(
-                receipts.get("vector"),
-                Some(&ReceiptState::Verified),
-                "{key}"
-            );
-            let points = vectors.revision_points(*head).await.expect("points");
-            assert!(points.count > 0, "{key}: no points");
-            assert_eq!(current, points.count, "{key}: another revision is current");
-        }
-        points_expected += 1;
-    }
-    assert!(points_expected > 0);
+    assert_heads_in_stores(
+        ledger.as_ref(),
+        &vectors,
+        DATASET,
+        &told.revisions,
+        &told.deleted,
+    )
+    .await;
 
     // No search answer held a revision superseded or deleted before it was sent.
-    let mut checked = 0;
-    for search in &searched.seen {
-        for (key, revision) in &search.results {
-            let chain = &told.revisions[key];
-            let position = chain
-                .iter()
-                .position(|(id, _)| id == revision)
-                .unwrap_or_else(|| panic!("{key}: search returned unknown revision {revision}"));
-            if let Some((successor, acked)) = chain.get(position + 1) {
-                assert!(
-                    *acked > search.sent,
-                    "{key}: search sent after {successor} was acknowledged returned {revision}"
-                );
-            }
-            assert!(
-                !(told.deleted.contains(key) && position + 1 == chain.len()),
-                "{key}: search returned a tombstone"
-            );
-            checked += 1;
-        }
-    }
-    assert!(checked > 0, "no search returned anything");
+    let checked = assert_never_stale(&searched.seen, &told.revisions, &told.deleted);
 
     // PostgreSQL's partition: typed 503s, each within 3 s.
     assert!(

@@ -114,18 +114,24 @@ pub(crate) fn check_status(what: &str, status: reqwest::StatusCode, body: &Value
     }
 }
 
+/// A receipt's source key, revision and projection job.
+pub(crate) fn receipt(value: &Value) -> (String, Uuid, Uuid) {
+    let key = value["source_key"].as_str().expect("key").to_owned();
+    let revision: Uuid = value["source_revision_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .expect("revision id");
+    let job: Uuid = value["projection_job_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .expect("job id");
+    (key, revision, job)
+}
+
 async fn ingest(http: reqwest::Client, base: String, token: String) -> Acknowledged {
     let mut acknowledged = Acknowledged::default();
     let record = |value: &Value, acknowledged: &mut Acknowledged| {
-        let key = value["source_key"].as_str().expect("key").to_owned();
-        let revision: Uuid = value["source_revision_id"]
-            .as_str()
-            .and_then(|id| id.parse().ok())
-            .expect("revision id");
-        let job: Uuid = value["projection_job_id"]
-            .as_str()
-            .and_then(|id| id.parse().ok())
-            .expect("job id");
+        let (key, revision, job) = receipt(value);
         acknowledged
             .revisions
             .entry(key)
@@ -209,9 +215,174 @@ async fn ingest(http: reqwest::Client, base: String, token: String) -> Acknowled
 }
 
 /// One search as the client saw it: when it was sent and what came back.
-struct Seen {
-    sent: Instant,
-    results: Vec<(String, Uuid)>,
+pub(crate) struct Seen {
+    pub(crate) sent: Instant,
+    pub(crate) results: Vec<(String, Uuid)>,
+}
+
+/// A search answer's hits as `(source key, revision)`.
+pub(crate) fn hits(body: &Value) -> Vec<(String, Uuid)> {
+    body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|hit| {
+            (
+                hit["source_key"].as_str().expect("key").to_owned(),
+                hit["source_revision_id"]
+                    .as_str()
+                    .and_then(|id| id.parse().ok())
+                    .expect("revision"),
+            )
+        })
+        .collect()
+}
+
+/// Job `id` ended once: completed or superseded, one lease at a time, completed at most once
+/// (once exactly when it ended completed). Returns the crashes its history counted.
+pub(crate) async fn assert_ended_once(ledger: &dyn receipts::Ledger, id: Uuid) -> i64 {
+    let job = ledger.job(id).await.expect("job").expect("exists");
+    assert!(
+        matches!(job.state, JobState::Completed | JobState::Superseded),
+        "job {id} ended {:?}: {job:?}",
+        job.state
+    );
+    let history = ledger
+        .history("job", &id.to_string())
+        .await
+        .expect("history");
+    let states: Vec<_> = history.iter().filter(|h| h.event == "state").collect();
+    crate::chaos::assert_one_lease_at_a_time(id, &states);
+    let completions = states
+        .iter()
+        .filter(|h| h.to.as_deref() == Some("completed"))
+        .count();
+    assert_eq!(
+        completions,
+        usize::from(job.state == JobState::Completed),
+        "job {id} completed {completions} times"
+    );
+    job.crashes
+}
+
+/// For every source of `dataset` in `revisions` (per key, the revisions the client was told
+/// about, in order), [`assert_head_in_stores`] with its last one.
+pub(crate) async fn assert_heads_in_stores(
+    ledger: &dyn receipts::Ledger,
+    vectors: &dyn VectorStore,
+    dataset: &str,
+    revisions: &HashMap<String, Vec<(Uuid, Instant)>>,
+    deleted: &[String],
+) {
+    for (key, chain) in revisions {
+        let (head, _) = chain.last().expect("a revision");
+        assert_head_in_stores(
+            ledger,
+            vectors,
+            (dataset, key),
+            *head,
+            deleted.contains(key),
+        )
+        .await;
+    }
+}
+
+/// The head of `source` is `head`, the last revision the client was told about; its job
+/// completed; a live head is verified in both backends and is the source's only current
+/// revision in the vector store, every point with its dimension; a tombstone (`deleted`) is
+/// excluded in both, and nothing of its source is current in the vector store.
+async fn assert_head_in_stores(
+    ledger: &dyn receipts::Ledger,
+    vectors: &dyn VectorStore,
+    (dataset, key): (&str, &str),
+    head: Uuid,
+    deleted: bool,
+) {
+    let view = ledger
+        .source(dataset, key)
+        .await
+        .expect("source")
+        .expect("exists");
+    assert_eq!(
+        view.head.id, head,
+        "{key}: the head is the last acknowledged"
+    );
+    assert_eq!(view.deleted, deleted, "{key}: deleted as acknowledged");
+    let detail = ledger.revision(head).await.expect("read").expect("head");
+    let job = detail.job.as_ref().expect("head job");
+    assert_eq!(job.state, JobState::Completed, "{key}: {job:?}");
+    let receipts: HashMap<String, ReceiptState> = detail
+        .receipts
+        .iter()
+        .map(|r| (r.backend.as_str().to_owned(), r.state))
+        .collect();
+    let current = vectors.source_current(dataset, key).await.expect("count");
+    if deleted {
+        for backend in ["relational", "vector"] {
+            assert_eq!(
+                receipts.get(backend),
+                Some(&ReceiptState::Excluded),
+                "{key}: {backend}"
+            );
+        }
+        assert_eq!(
+            current, 0,
+            "{key}: a deleted source is current in the store"
+        );
+    } else {
+        for backend in ["relational", "vector"] {
+            assert_eq!(
+                receipts.get(backend),
+                Some(&ReceiptState::Verified),
+                "{key}: {backend}"
+            );
+        }
+        let points = vectors.revision_points(head).await.expect("points");
+        assert!(points.count > 0, "{key}: no points");
+        assert_eq!(
+            (points.current, points.with_dimension),
+            (points.count, points.count),
+            "{key}"
+        );
+        assert_eq!(
+            current, points.count,
+            "{key}: another revision of the source is still current"
+        );
+    }
+}
+
+/// No search answer held a revision whose successor (or tombstone, for the `deleted` keys)
+/// was acknowledged before the search was sent. `revisions` holds, per source key, the
+/// revisions the client was told about in order, with the moment each receipt arrived.
+/// Returns the hits checked.
+pub(crate) fn assert_never_stale(
+    seen: &[Seen],
+    revisions: &HashMap<String, Vec<(Uuid, Instant)>>,
+    deleted: &[String],
+) -> usize {
+    let mut checked = 0;
+    for search in seen {
+        for (key, revision) in &search.results {
+            let chain = &revisions[key];
+            let position = chain
+                .iter()
+                .position(|(id, _)| id == revision)
+                .unwrap_or_else(|| panic!("{key}: search returned unknown revision {revision}"));
+            assert!(
+                !(deleted.contains(key) && position + 1 == chain.len()),
+                "{key}: search returned a tombstone"
+            );
+            if let Some((successor, acked)) = chain.get(position + 1) {
+                assert!(
+                    *acked > search.sent,
+                    "{key}: search sent after {successor} was acknowledged returned {revision}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no search returned anything");
+    checked
 }
 
 async fn search_until(
@@ -240,21 +411,10 @@ async fn search_until(
             *modes
                 .entry(body["mode"].as_str().unwrap_or("?").to_owned())
                 .or_default() += 1;
-            let results = body["results"]
-                .as_array()
-                .expect("results")
-                .iter()
-                .map(|hit| {
-                    (
-                        hit["source_key"].as_str().expect("key").to_owned(),
-                        hit["source_revision_id"]
-                            .as_str()
-                            .and_then(|id| id.parse().ok())
-                            .expect("revision"),
-                    )
-                })
-                .collect();
-            seen.push(Seen { sent, results });
+            seen.push(Seen {
+                sent,
+                results: hits(&body),
+            });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -366,28 +526,7 @@ async fn the_topology_survives_worker_kills_and_a_qdrant_restart() {
     // Jobs: none lost, none done twice.
     let mut crashes = 0;
     for id in &acknowledged.jobs {
-        let job = ledger.job(*id).await.expect("job").expect("exists");
-        crashes += job.crashes;
-        assert!(
-            matches!(job.state, JobState::Completed | JobState::Superseded),
-            "job {id} ended {:?}: {job:?}",
-            job.state
-        );
-        let history = ledger
-            .history("job", &id.to_string())
-            .await
-            .expect("history");
-        let states: Vec<_> = history.iter().filter(|h| h.event == "state").collect();
-        crate::chaos::assert_one_lease_at_a_time(*id, &states);
-        let completions = states
-            .iter()
-            .filter(|h| h.to.as_deref() == Some("completed"))
-            .count();
-        let expected = usize::from(job.state == JobState::Completed);
-        assert_eq!(
-            completions, expected,
-            "job {id} completed {completions} times"
-        );
+        crashes += assert_ended_once(ledger.as_ref(), *id).await;
     }
 
     assert!(crashes > 0, "no kill hit a worker holding a lease");
@@ -400,91 +539,17 @@ async fn the_topology_survives_worker_kills_and_a_qdrant_restart() {
     )
     .await
     .expect("the generation's collection");
-    for (key, revisions) in &acknowledged.revisions {
-        let view = ledger
-            .source(DATASET, key)
-            .await
-            .expect("source")
-            .expect("exists");
-        let (head, _) = revisions.last().expect("a revision");
-        assert_eq!(
-            view.head.id, *head,
-            "{key}: the head is the last acknowledged"
-        );
-        let detail = ledger.revision(*head).await.expect("read").expect("head");
-        let job = detail.job.as_ref().expect("head job");
-        assert_eq!(job.state, JobState::Completed, "{key}: {job:?}");
-        let receipts: HashMap<String, ReceiptState> = detail
-            .receipts
-            .iter()
-            .map(|r| (r.backend.as_str().to_owned(), r.state))
-            .collect();
-        if view.deleted {
-            assert!(acknowledged.deleted.contains(key));
-            assert_eq!(
-                receipts.get("relational"),
-                Some(&ReceiptState::Excluded),
-                "{key}"
-            );
-            assert_eq!(
-                receipts.get("vector"),
-                Some(&ReceiptState::Excluded),
-                "{key}"
-            );
-            assert_eq!(
-                vectors.source_current(DATASET, key).await.expect("count"),
-                0,
-                "{key}: a deleted source is current in Qdrant"
-            );
-        } else {
-            assert_eq!(
-                receipts.get("relational"),
-                Some(&ReceiptState::Verified),
-                "{key}"
-            );
-            assert_eq!(
-                receipts.get("vector"),
-                Some(&ReceiptState::Verified),
-                "{key}"
-            );
-            let points = vectors.revision_points(*head).await.expect("points");
-            assert!(points.count > 0, "{key}: no points");
-            assert_eq!(
-                (points.current, points.with_dimension),
-                (points.count, points.count),
-                "{key}"
-            );
-            assert_eq!(
-                vectors.source_current(DATASET, key).await.expect("count"),
-                points.count,
-                "{key}: another revision of the source is still current"
-            );
-        }
-    }
+    assert_heads_in_stores(
+        ledger.as_ref(),
+        &vectors,
+        DATASET,
+        &acknowledged.revisions,
+        &acknowledged.deleted,
+    )
+    .await;
 
     // Search: never a revision already replaced (or deleted) when the search was sent.
-    let mut checked = 0;
-    for search in &seen {
-        for (key, revision) in &search.results {
-            let chain = &acknowledged.revisions[key];
-            let position = chain
-                .iter()
-                .position(|(id, _)| id == revision)
-                .unwrap_or_else(|| panic!("{key}: search returned unknown revision {revision}"));
-            assert!(
-                !(acknowledged.deleted.contains(key) && position + 1 == chain.len()),
-                "{key}: search returned a tombstone"
-            );
-            if let Some((successor, acked)) = chain.get(position + 1) {
-                assert!(
-                    *acked > search.sent,
-                    "{key}: search sent after {successor} was acknowledged returned {revision}"
-                );
-            }
-            checked += 1;
-        }
-    }
-    assert!(checked > 0, "no search returned anything");
+    let checked = assert_never_stale(&seen, &acknowledged.revisions, &acknowledged.deleted);
     assert!(
         modes.get("hybrid").copied().unwrap_or(0) > 0,
         "hybrid search never answered: {modes:?}"
