@@ -1,5 +1,5 @@
 //! What every test server here shares: free loopback ports, readiness probes, signals, and
-//! stopping a server by PID.
+//! stopping a server by PID (by its process group when it leads one, as on a test host).
 
 use std::io::{self, Read, Write};
 use std::process::{Child, Command};
@@ -21,14 +21,13 @@ pub fn free_ports<const N: usize>() -> io::Result<[u16; N]> {
     Ok(ports)
 }
 
-/// Stops a test server by PID: sends `signal` (`INT`, `TERM`; a paused process is resumed
-/// first so that it can act on it), waits up to 20 s for it to exit, then kills it.
-pub fn stop_child(child: &mut Child, signal: &str) {
-    let pid = child.id().to_string();
-    let _ = Command::new("kill").args(["-CONT", &pid]).status();
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), pid])
-        .status();
+/// Stops a test server by PID (its process group when it leads one, as on a test host): sends
+/// `name` (`INT`, `TERM`; a paused process is resumed first so that it can act on it), waits
+/// up to 20 s for it to exit, then kills it.
+pub fn stop_child(child: &mut Child, name: &str) {
+    let pid = child.id();
+    signal(pid, "CONT");
+    signal(pid, name);
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(20) {
         if let Ok(Some(_)) = child.try_wait() {
@@ -36,8 +35,27 @@ pub fn stop_child(child: &mut Child, signal: &str) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    signal(pid, "KILL");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Kills a test server (`SIGKILL`, a crash) and waits for it.
+pub fn kill_child(child: &mut Child) {
+    signal(child.id(), "KILL");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Whether `pid` leads a process group of its own (a server on a test host does).
+fn leads_group(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // After the command name in parentheses: state, parent, process group.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+        .is_some_and(|group| group == pid.to_string())
 }
 
 /// Loopback, where the test servers listen unless a test host (a network namespace) holds them.
@@ -94,10 +112,18 @@ pub fn get_json(ip: std::net::Ipv4Addr, port: u16, path: &str) -> Option<serde_j
     serde_json::from_slice(&answer[body..]).ok()
 }
 
-/// Sends the signal `name` (`STOP`, `CONT`, ...) to the process `pid`.
+/// Sends the signal `name` (`STOP`, `CONT`, ...) to the process `pid`, or to its process
+/// group when it leads one.
 pub fn signal(pid: u32, name: &str) {
+    // A server that leads its own process group (on a test host) is signalled as a group, so
+    // whatever it started goes with it.
+    let target = if leads_group(pid) {
+        format!("-{pid}")
+    } else {
+        pid.to_string()
+    };
     let _ = Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
+        .args([&format!("-{name}"), "--", &target])
         .status();
 }
 

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ports::{answers_at, free_ports, get_json, listens_at, signal, stop_child, LOOPBACK};
+use crate::ports::{
+    answers_at, free_ports, get_json, kill_child, listens_at, signal, stop_child, LOOPBACK,
+};
 
 /// A Qdrant server owned by a test. Dropping it stops the server and removes its storage.
 #[derive(Debug)]
@@ -215,8 +217,7 @@ impl QdrantServer {
     /// Kills the server (`SIGKILL`) and waits: a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_child(&mut child);
         }
     }
 
