@@ -26,6 +26,13 @@
 //! machine fences against one clock, so a worker machine's clock skew cannot stretch or cut a
 //! lease. Tests inject a manual clock ([`LedgerClock::Injected`]) to move time.
 //!
+//! ## Partitions
+//! Every connection has a peer timeout (`postgres::peer`, 2 s by default): a server that stays silent
+//! that long (unacknowledged data, unanswered keepalive probes) aborts the connection, and its
+//! operation fails `ledger_unavailable`, instead of waiting for the kernel to give up (minutes).
+//! PostgreSQL drops a silent cairn connection the same way, releasing its locks. A `COMMIT`
+//! whose answer was lost may have committed: resending the same document is a `duplicate`.
+//!
 //! ## Wake-ups
 //! Every commit that makes work claimable sends `NOTIFY cairn_work` in its transaction
 //! (delivered only on commit). Each ledger listens on its own connection and wakes its
