@@ -27,11 +27,12 @@
 //! lease. Tests inject a manual clock ([`LedgerClock::Injected`]) to move time.
 //!
 //! ## Partitions
-//! Every connection has a peer timeout (`postgres::peer`, 2 s by default): a server that stays silent
-//! that long (unacknowledged data, unanswered keepalive probes) aborts the connection, and its
-//! operation fails `ledger_unavailable`, instead of waiting for the kernel to give up (minutes).
-//! PostgreSQL drops a silent cairn connection the same way, releasing its locks. A `COMMIT`
-//! whose answer was lost may have committed: resending the same document is a `duplicate`.
+//! Every connection has a peer timeout (`postgres::peer`, 2 s by default): a server that
+//! stays silent that long (unacknowledged data, unanswered keepalive probes) aborts the
+//! connection, and its operation fails `ledger_unavailable`, instead of waiting for the kernel
+//! to give up (minutes). PostgreSQL drops a silent cairn connection the same way, releasing
+//! its locks. A `COMMIT` whose answer was lost may have committed: resending the same document
+//! is a `duplicate`.
 //!
 //! ## Wake-ups
 //! Every commit that makes work claimable sends `NOTIFY cairn_work` in its transaction
@@ -97,7 +98,7 @@ pub struct PostgresOptions {
     pub acquire_timeout: Duration,
     /// How long a connection waits on a silent server (unacknowledged data, unanswered
     /// keepalive probes) before it is aborted and its operation fails `ledger_unavailable`
-    /// ([`peer`]); `None` leaves the kernel's defaults (minutes).
+    /// (`postgres::peer`); `None` leaves the kernel's defaults (minutes).
     pub peer_timeout: Option<Duration>,
     /// Lease, retry and quarantine policy of each job kind.
     pub job_policies: JobPolicies,
@@ -194,7 +195,7 @@ fn connect_options(url: &str, peer_timeout: Option<Duration>) -> Result<PgConnec
     Ok(options
         .application_name("cairn")
         // Acceptance answers only after a durable COMMIT, whatever the server's default; a
-        // client that went silent is dropped by the server too ([`peer`]).
+        // client that went silent is dropped by the server too (`peer`).
         .options(settings)
         .disable_statement_logging())
 }
