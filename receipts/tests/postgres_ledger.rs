@@ -400,6 +400,71 @@ async fn sources_carry_the_verify_bucket_rust_computes() {
     assert_eq!(seen, keys.len());
 }
 
+/// PostgreSQL alone on a test host, and a ledger on it opened from the harness. Needs root
+/// (network namespaces); it fails, never skips, without them.
+async fn ledger_on_a_host() -> (
+    testkit::netns::Network,
+    PostgresServer,
+    String,
+    PostgresLedger,
+) {
+    let network = testkit::netns::Network::create(&["pg"]).expect("test hosts (root needed)");
+    let server = PostgresServer::start_on(&network, "pg").expect("start PostgreSQL on pg");
+    let url = server.create_database("ledger").expect("create database");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url.clone()))
+        .await
+        .expect("open ledger");
+    (network, server, url, ledger)
+}
+
+/// Accepts one document, `text` at `key`.
+async fn accept_one(
+    ledger: &PostgresLedger,
+    key: &str,
+    text: &str,
+) -> receipts::Result<receipts::Acceptance> {
+    let mut results = receipts::Acceptor::accept(ledger, vec![put("docs", key, text)]).await;
+    results.pop().expect("one result")
+}
+
+/// Takes the PostgreSQL host off the network, and returns the error `waiting` (an acceptance
+/// in flight) ends with, and how long after the cut it came.
+async fn partitioned_under(
+    network: &testkit::netns::Network,
+    waiting: tokio::task::JoinHandle<receipts::Result<receipts::Acceptance>>,
+) -> (receipts::LedgerError, std::time::Duration) {
+    network
+        .isolate("pg")
+        .expect("partition the PostgreSQL host");
+    let cut = std::time::Instant::now();
+    let error = tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+        .await
+        .expect("the acceptance ends during the partition")
+        .expect("task")
+        .expect_err("no acceptance can succeed without its server");
+    (error, cut.elapsed())
+}
+
+/// Resends `text` at `key` every 250 ms, each refusal `ledger_unavailable`, until the healed
+/// ledger accepts it (30 s at most).
+async fn accepted_after_healing(
+    ledger: &PostgresLedger,
+    key: &str,
+    text: &str,
+) -> receipts::Acceptance {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match accept_one(ledger, key, text).await {
+            Ok(accepted) => return accepted,
+            Err(error) if std::time::Instant::now() < deadline => {
+                assert_eq!(error.code(), "ledger_unavailable", "{error}");
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(error) => panic!("still refused 30 s after healing: {error}"),
+        }
+    }
+}
+
 /// PostgreSQL on its own test host, partitioned away while an acceptance waits on it: the
 /// waiting acceptance fails `ledger_unavailable` within the peer timeout (its socket notices
 /// the silence), new ones within the pool's acquire timeout, none hangs for the partition's
@@ -409,21 +474,8 @@ async fn sources_carry_the_verify_bucket_rust_computes() {
 async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() {
     use sqlx::Connection;
     use std::time::{Duration, Instant};
-    let network = testkit::netns::Network::create(&["pg"]).expect("test hosts (root needed)");
-    let server = PostgresServer::start_on(&network, "pg").expect("start PostgreSQL on pg");
-    let url = server.create_database("ledger").expect("create database");
-    let ledger = PostgresLedger::open(PostgresOptions::new(url.clone()))
-        .await
-        .expect("open ledger");
-    let accept = |key: &'static str| {
-        let ledger = ledger.clone();
-        async move {
-            let mut results =
-                receipts::Acceptor::accept(&ledger, vec![put("docs", key, key)]).await;
-            results.pop().expect("one result")
-        }
-    };
-    let first = accept("before")
+    let (network, server, url, ledger) = ledger_on_a_host().await;
+    let first = accept_one(&ledger, "before", "before")
         .await
         .expect("accepted before the partition");
 
@@ -438,21 +490,15 @@ async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() 
         .execute(&mut blocker)
         .await
         .expect("lock");
-    let waiting = tokio::spawn(accept("during"));
+    let waiting = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { accept_one(&ledger, "during", "during").await }
+    });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!waiting.is_finished(), "the acceptance waits on the lock");
 
-    network
-        .isolate("pg")
-        .expect("partition the PostgreSQL host");
-    let cut = Instant::now();
-    let failed = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("the waiting acceptance ends during the partition")
-        .expect("task");
-    let waited = cut.elapsed();
+    let (error, waited) = partitioned_under(&network, waiting).await;
     eprintln!("the waiting acceptance failed {waited:?} after the partition began");
-    let error = failed.expect_err("no acceptance can succeed without its server");
     assert_eq!(error.code(), "ledger_unavailable", "{error}");
     assert!(
         waited < Duration::from_millis(4000),
@@ -460,7 +506,9 @@ async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() 
     );
 
     let started = Instant::now();
-    let error = accept("new").await.expect_err("refused while partitioned");
+    let error = accept_one(&ledger, "new", "new")
+        .await
+        .expect_err("refused while partitioned");
     let took = started.elapsed();
     eprintln!("a new acceptance failed after {took:?}");
     assert_eq!(error.code(), "ledger_unavailable", "{error}");
@@ -472,19 +520,11 @@ async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() 
     network.rejoin("pg").expect("heal");
     drop(blocker);
     // The server drops the silent cairn connection itself (keepalives) and with it any lock.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let during = loop {
-        match accept("during").await {
-            Ok(accepted) => break accepted,
-            Err(error) if Instant::now() < deadline => {
-                assert_eq!(error.code(), "ledger_unavailable", "{error}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(error) => panic!("still refused 30 s after healing: {error}"),
-        }
-    };
+    let during = accepted_after_healing(&ledger, "during", "during").await;
     assert_eq!(during.status, receipts::AcceptStatus::QueuedNotConfirmed);
-    let again = accept("before").await.expect("accepted after healing");
+    let again = accept_one(&ledger, "before", "before")
+        .await
+        .expect("accepted after healing");
     assert_eq!(again.status, receipts::AcceptStatus::Duplicate);
     assert_eq!(again.source_revision_id, first.source_revision_id);
     let revisions = server
@@ -503,13 +543,8 @@ async fn a_partitioned_server_fails_waiting_and_new_operations_within_seconds() 
 /// 4 s so the partition falls inside it. Needs root (network namespaces).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_answer_is_lost_is_a_duplicate_when_resent() {
-    use std::time::{Duration, Instant};
-    let network = testkit::netns::Network::create(&["pg"]).expect("test hosts (root needed)");
-    let server = PostgresServer::start_on(&network, "pg").expect("start PostgreSQL on pg");
-    let url = server.create_database("ledger").expect("create database");
-    let ledger = PostgresLedger::open(PostgresOptions::new(url))
-        .await
-        .expect("open ledger");
+    use std::time::Duration;
+    let (network, server, _, ledger) = ledger_on_a_host().await;
     server
         .psql(
             "ledger",
@@ -520,27 +555,12 @@ async fn a_commit_whose_answer_is_lost_is_a_duplicate_when_resent() {
              WHEN (NEW.source_key = 'ambiguous') EXECUTE FUNCTION slow_commit();",
         )
         .expect("a slow commit for one source");
-    let accept = || {
+    let first = tokio::spawn({
         let ledger = ledger.clone();
-        async move {
-            let mut results =
-                receipts::Acceptor::accept(&ledger, vec![put("docs", "ambiguous", "one text")])
-                    .await;
-            results.pop().expect("one result")
-        }
-    };
-    let first = tokio::spawn(accept());
+        async move { accept_one(&ledger, "ambiguous", "one text").await }
+    });
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    network
-        .isolate("pg")
-        .expect("partition the PostgreSQL host");
-    let cut = Instant::now();
-    let error = tokio::time::timeout(Duration::from_secs(20), first)
-        .await
-        .expect("the acceptance ends during the partition")
-        .expect("task")
-        .expect_err("its answer was lost");
-    let waited = cut.elapsed();
+    let (error, waited) = partitioned_under(&network, first).await;
     eprintln!("the commit's caller was answered {waited:?} after the partition began");
     assert_eq!(error.code(), "ledger_unavailable", "{error}");
     assert!(waited < Duration::from_secs(4), "took {waited:?}");
@@ -548,17 +568,7 @@ async fn a_commit_whose_answer_is_lost_is_a_duplicate_when_resent() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     network.rejoin("pg").expect("heal");
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let again = loop {
-        match accept().await {
-            Ok(accepted) => break accepted,
-            Err(error) if Instant::now() < deadline => {
-                assert_eq!(error.code(), "ledger_unavailable", "{error}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(error) => panic!("still refused 30 s after healing: {error}"),
-        }
-    };
+    let again = accepted_after_healing(&ledger, "ambiguous", "one text").await;
     assert_eq!(
         again.status,
         receipts::AcceptStatus::Duplicate,

@@ -387,9 +387,7 @@ impl QdrantCluster {
         }
         replicas
     }
-}
 
-impl QdrantCluster {
     /// Waits until `collection` has `shards` shards, each with `replicas` replicas active on
     /// running nodes and holding the same number of points; returns the replicas seen (as
     /// [`QdrantCluster::replicas`]), or says what it saw last when `limit` passes.

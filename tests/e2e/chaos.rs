@@ -22,7 +22,6 @@ use cairn::config::{Config, Overrides};
 use rand::{Rng, SeedableRng};
 use receipts::JobState;
 use testkit::conformance::put;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const JOBS: usize = 1000;
@@ -59,14 +58,17 @@ pub(crate) async fn spawn_worker(mut command: Command, expect: &str) -> Child {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn cairn worker");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+    // Its first line says it runs, and on what.
+    let first = crate::crash::await_line(&mut child, Duration::from_secs(60), |line| {
+        Some(line.to_owned())
+    })
+    .await;
     assert!(
-        matches!(ready, Ok(Ok(Some(ref line))) if line.contains("running") && line.contains(expect)),
-        "worker did not start: {ready:?}"
+        first
+            .as_deref()
+            .is_some_and(|line| line.contains("running") && line.contains(expect)),
+        "worker did not start: {first:?}"
     );
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     child
 }
 

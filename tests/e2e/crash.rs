@@ -45,21 +45,38 @@ pub(crate) async fn spawn_serve_with(
         .kill_on_drop(true)
         .spawn()
         .expect("spawn cairn serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let base = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.expect("read stdout") {
-            if let Some(address) = line.strip_prefix("listening on ") {
-                return address.trim().to_owned();
-            }
-        }
-        panic!("cairn serve exited before listening");
+    let base = await_line(&mut child, Duration::from_secs(60), |line| {
+        line.strip_prefix("listening on ")
+            .map(|address| address.trim().to_owned())
     })
     .await
-    .expect("cairn serve did not start within 60 s");
-    // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    .unwrap_or_else(|| panic!("cairn serve did not start listening within 60 s"));
     (child, base)
+}
+
+/// Reads `child`'s stdout until `ready` finds what it waits for in a line, within `limit`;
+/// `None` when the output ends or time runs out first. Then keeps draining stdout, so the
+/// child never blocks on a full pipe.
+pub(crate) async fn await_line<T>(
+    child: &mut Child,
+    limit: Duration,
+    mut ready: impl FnMut(&str) -> Option<T>,
+) -> Option<T> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let found = tokio::time::timeout(limit, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(found) = ready(&line) {
+                return Some(found);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    found
 }
 
 #[derive(Debug, Clone)]

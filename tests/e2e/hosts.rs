@@ -43,7 +43,6 @@ use serde_json::{json, Value};
 use testkit::netns::Network;
 use testkit::postgres::PostgresServer;
 use testkit::qdrant::QdrantCluster;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
@@ -93,7 +92,7 @@ impl Process {
         args: &[String],
         envs: &[(&str, &str)],
         log: PathBuf,
-        ready: impl Fn(&str) -> Option<String>,
+        ready: impl FnMut(&str) -> Option<String>,
     ) -> (Process, String) {
         let mut command = Command::from(network.command(host, env!("CARGO_BIN_EXE_cairn")));
         command
@@ -109,24 +108,14 @@ impl Process {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .kill_on_drop(true);
         let mut child = command.spawn().expect("spawn cairn on a test host");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let found = tokio::time::timeout(Duration::from_secs(90), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(found) = ready(&line) {
-                    return Some(found);
-                }
-            }
-            None
-        })
-        .await;
-        let Ok(Some(found)) = found else {
+        let Some(found) =
+            crate::crash::await_line(&mut child, Duration::from_secs(90), ready).await
+        else {
             panic!(
-                "cairn on {host} did not start: {found:?}\n{}",
+                "cairn on {host} did not start within 90 s:\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         };
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         (Process { child, log }, found)
     }
 
@@ -376,6 +365,16 @@ async fn search_until(
     }
 }
 
+/// Starts node `index` again, and waits until it sees its peers and every replica of the
+/// collection is active.
+async fn restart(cluster: &mut QdrantCluster, index: usize, collection: &str) {
+    cluster.node(index).start_again().expect("restart the node");
+    cluster
+        .await_peers(Duration::from_secs(60))
+        .expect("the node rejoins");
+    await_active(cluster, collection).await;
+}
+
 /// Waits until every replica of the collection is active again (the cluster recovered from
 /// the last fault), whatever each holds while writes go on.
 async fn await_active(cluster: &QdrantCluster, collection: &str) {
@@ -592,14 +591,7 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
         completed().await > during,
         "projection stopped while node {victim} was down"
     );
-    cluster
-        .node(victim)
-        .start_again()
-        .expect("restart the node");
-    cluster
-        .await_peers(Duration::from_secs(60))
-        .expect("the node rejoins");
-    await_active(&cluster, &collection).await;
+    restart(&mut cluster, victim, &collection).await;
     phase(started, "2. killed node restarted 20 s later");
 
     // 3. The node the API talks to is killed.
@@ -622,11 +614,7 @@ async fn seven_hosts_survive_partitions_node_loss_and_a_ledger_outage() {
         completed().await > during,
         "projection stopped after the talked-to node died"
     );
-    cluster.node(talked_to).start_again().expect("restart");
-    cluster
-        .await_peers(Duration::from_secs(60))
-        .expect("the node rejoins");
-    await_active(&cluster, &collection).await;
+    restart(&mut cluster, talked_to, &collection).await;
     phase(started, "3. the talked-to node killed: the API moved on");
 
     // 4. The node the API talks to is cut off from its peers.

@@ -91,8 +91,6 @@ fn find(local: SocketAddr, server_port: u16) -> Result<OwnedFd, String> {
     let entries =
         std::fs::read_dir("/proc/self/fd").map_err(|error| format!("/proc/self/fd: {error}"))?;
     for entry in entries.flatten() {
-        let is_socket = std::fs::read_link(entry.path())
-            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
         let Some(number) = entry
             .file_name()
             .to_str()
@@ -100,6 +98,8 @@ fn find(local: SocketAddr, server_port: u16) -> Result<OwnedFd, String> {
         else {
             continue;
         };
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
         if !is_socket {
             continue;
         }
