@@ -253,7 +253,7 @@ pub async fn work(
         ),
         None => {
             let projection = projection::open_projection(&config, ledger.clone()).await?;
-            let work = every_kind(projection.work.clone(), ledger.clone());
+            let work = every_kind(projection.work.clone(), ledger.clone(), &config);
             opened = Some(projection);
             (
                 work,
@@ -314,8 +314,13 @@ impl RunningWorkers {
 
 /// The work of every job kind: connector runs by the connectors' runner (acceptance and the
 /// connector's index through `ledger`), everything else by `projection`.
-fn every_kind(projection: Arc<dyn worker::Work>, ledger: Arc<dyn Ledger>) -> Arc<dyn worker::Work> {
-    let runner: Arc<dyn worker::Work> = Arc::new(connectors::Runner::new(ledger));
+fn every_kind(
+    projection: Arc<dyn worker::Work>,
+    ledger: Arc<dyn Ledger>,
+    config: &Config,
+) -> Arc<dyn worker::Work> {
+    let runner: Arc<dyn worker::Work> =
+        Arc::new(connectors::Runner::new(ledger, config.connectors.roots()));
     Arc::new(worker::ByKind::new(runner, projection))
 }
 
@@ -328,7 +333,7 @@ async fn start_workers(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut handles = Vec::new();
     if let Some(projection) = projection {
-        let work = every_kind(projection.work.clone(), ledger.clone());
+        let work = every_kind(projection.work.clone(), ledger.clone(), config);
         for index in 0..config.workers.count {
             let mut worker_config =
                 worker::WorkerConfig::new(worker_owner(&format!("serve-{index}")));

@@ -36,6 +36,7 @@
 mod catalog;
 mod documents;
 mod envelope;
+mod framing;
 mod handler;
 mod querying;
 pub mod text;
@@ -225,24 +226,39 @@ async fn authenticate(State(state): State<AuthState>, request: Request, next: Ne
         Ok(receipts::http::Auth(principal)) => principal,
         Err(error) => return error.into_response(),
     };
-    let small = parts
-        .headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<usize>().ok())
-        .is_some_and(|length| length <= CANCELLATION_BYTES);
-    let body = if small && parts.method == axum::http::Method::POST {
-        let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
-            return receipts::http::ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "invalid_body",
-                "the request body could not be read",
-            )
-            .into_response();
+    // A POST body is read here, within the same bound the SDK applies, so that JSON the SDK
+    // cannot take as a message is answered as JSON-RPC says ([`framing`]), not with 415.
+    let body = if parts.method == axum::http::Method::POST {
+        let bytes = match axum::body::to_bytes(body, state.max_body_bytes).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let too_large = std::error::Error::source(&error)
+                    .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+                return if too_large {
+                    receipts::http::ApiError::new(
+                        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                        "payload_too_large",
+                        format!("the request body is over {} bytes", state.max_body_bytes),
+                    )
+                } else {
+                    receipts::http::ApiError::new(
+                        axum::http::StatusCode::BAD_REQUEST,
+                        "invalid_body",
+                        "the request body could not be read",
+                    )
+                }
+                .into_response();
+            }
         };
-        if let Some(id) = cancelled_request(&bytes) {
-            let cancelled = state.shared.cancel(principal.token_id, &id);
-            tracing::debug!(request = %id, cancelled, "mcp cancellation");
+        if let Some((code, id, message)) = framing::refusal(&bytes) {
+            tracing::debug!(code, %message, "mcp message refused");
+            return framing::answer(code, id, message);
+        }
+        if bytes.len() <= CANCELLATION_BYTES {
+            if let Some(id) = cancelled_request(&bytes) {
+                let cancelled = state.shared.cancel(principal.token_id, &id);
+                tracing::debug!(request = %id, cancelled, "mcp cancellation");
+            }
         }
         axum::body::Body::from(bytes)
     } else {

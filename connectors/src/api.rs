@@ -11,7 +11,7 @@
 //!   ([`ConnectorSettings::folder_roots`], none by default): no token, admin included, can
 //!   make cairn read a file elsewhere. Repositories are local paths: cairn fetches nothing.
 
-use std::path::{Component, Path as FsPath, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -32,6 +32,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use uuid::Uuid;
 
+use crate::confine::Roots;
+use crate::Selection;
+
 /// Largest request body the connectors' API reads.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Default size limit per file.
@@ -47,6 +50,13 @@ pub struct ConnectorSettings {
     /// Folders connectors may read, as absolute paths: a connector's folder or repository
     /// must be one of them or inside one. Empty: every connector is refused.
     pub folder_roots: Vec<PathBuf>,
+}
+
+impl ConnectorSettings {
+    /// The roots, as the API and the runner check them.
+    pub fn roots(&self) -> Roots {
+        Roots::new(self.folder_roots.clone())
+    }
 }
 
 /// State of the connectors' handlers.
@@ -165,26 +175,31 @@ fn change_query(
     Ok(query)
 }
 
-/// Whether `location` names a folder inside one of `roots`: by its components (absolute, no
-/// `..`), and, where it exists on this machine, by where it really is (a link inside a root
-/// that leads out of it is refused). The runner's walk never leaves the folder it starts in.
-fn inside_roots(location: &str, roots: &[PathBuf]) -> bool {
-    let path = FsPath::new(location);
-    let lexical = path.is_absolute()
-        && !path
-            .components()
-            .any(|component| matches!(component, Component::ParentDir | Component::CurDir))
-        && roots.iter().any(|root| path.starts_with(root));
-    if !lexical {
-        return false;
+/// Whether a connector of `kind` may read `location`: inside a root, and for a repository that
+/// exists here, every place it reads from inside the roots too ([`crate::git::open`]). A
+/// location that does not exist here is admitted: every run checks it again when it opens it.
+async fn admit(roots: &Roots, kind: ConnectorKind, location: &str) -> Result<(), ApiError> {
+    let refused = |message: String| ApiError::unprocessable("location_refused", message);
+    roots
+        .admit(location)
+        .map_err(|refusal| refused(refusal.to_string()))?;
+    if kind != ConnectorKind::Git {
+        return Ok(());
     }
-    match std::fs::canonicalize(path) {
-        Ok(real) => roots.iter().any(|root| {
-            let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
-            real.starts_with(root)
-        }),
-        // Not on this machine (workers may run elsewhere): the components decide.
-        Err(_) => true,
+    let (roots, location) = (roots.clone(), location.to_owned());
+    let opened = tokio::task::spawn_blocking(move || crate::git::open(&roots, &location))
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "checking a repository panicked");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "internal error; see the server log",
+            )
+        })?;
+    match opened {
+        Err(error @ crate::git::GitError::Refused { .. }) => Err(refused(error.to_string())),
+        _ => Ok(()),
     }
 }
 
@@ -195,10 +210,13 @@ async fn visible(
     id: &str,
 ) -> Result<Connector, ApiError> {
     let id = connector_id(id)?;
-    let connector = state.ledger.connector(id).await?.ok_or_else(|| {
-        ApiError::not_found("connector_not_found", format!("connector {id} not found"))
-    })?;
-    principal.require_dataset(&connector.dataset)?;
+    let absent = || ApiError::not_found("connector_not_found", format!("connector {id} not found"));
+    let connector = state.ledger.connector(id).await?.ok_or_else(absent)?;
+    // A connector of a dataset the token may not read is answered as absent, as revisions
+    // and jobs are: the answer names no dataset the token cannot see.
+    if principal.require_dataset(&connector.dataset).is_err() {
+        return Err(absent());
+    }
     Ok(connector)
 }
 
@@ -247,20 +265,14 @@ async fn create_connector(
     let body: CreateBody = read_json(&headers, body, MAX_BODY_BYTES).await?;
     receipts::validate::dataset(&body.dataset)?;
     principal.require_dataset(&body.dataset)?;
-    if !inside_roots(&body.location, &state.settings.folder_roots) {
+    // The roots are checked here and again, beneath the root, at every read of every run.
+    admit(&state.settings.roots(), body.kind, &body.location).await?;
+    // Globs compile with the code that runs them: a bad one is refused now, not at each run.
+    let limit = body.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES).max(0) as u64;
+    if let Err(error) = Selection::new(&body.include, &body.exclude, limit) {
         return Err(ApiError::unprocessable(
-            "location_refused",
-            if state.settings.folder_roots.is_empty() {
-                "no folder may be read: set connectors.folder_roots (CAIRN_CONNECTOR_FOLDER_ROOTS) \
-                 on the server to the folders and repositories connectors may keep"
-                    .to_owned()
-            } else {
-                format!(
-                    "the folder or repository must be an absolute path inside one of the configured \
-                     roots ({} configured; see connectors.folder_roots)",
-                    state.settings.folder_roots.len()
-                )
-            },
+            "invalid_connector",
+            error.to_string(),
         ));
     }
     let reason = reason(body.reason, "created through the API")?;
@@ -437,27 +449,4 @@ async fn remove_connector(
         "removed through the API",
     )
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_folder_must_lie_inside_a_root_really() {
-        let roots = tempfile::tempdir().expect("roots");
-        let outside = tempfile::tempdir().expect("outside");
-        let root = roots.path().to_path_buf();
-        std::fs::create_dir(root.join("docs")).expect("docs");
-        std::os::unix::fs::symlink(outside.path(), root.join("leak")).expect("link");
-        let at = |relative: &str| format!("{}/{relative}", root.display());
-        let roots = [root.clone()];
-        assert!(inside_roots(&at("docs"), &roots));
-        assert!(inside_roots(&at("not-made-yet"), &roots));
-        assert!(!inside_roots(&at("leak"), &roots), "a link out of the root");
-        assert!(!inside_roots(&at("docs/../../etc"), &roots));
-        assert!(!inside_roots("relative/docs", &roots));
-        assert!(!inside_roots("/etc", &roots));
-        assert!(!inside_roots(&at("docs"), &[]));
-    }
 }

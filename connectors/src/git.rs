@@ -6,6 +6,9 @@
 //! ## Invariants
 //! - A key is the path in the tree, `/`-separated, valid UTF-8 and a valid source key; a name
 //!   that is not is refused, never rewritten.
+//! - A repository is opened only inside the configured roots, with every indirection (a
+//!   `.git` file, `commondir`, alternates, links in the git folder) checked to stay inside
+//!   them ([`open`]).
 //! - Links are never followed (a link's target is outside the object database's guarantees),
 //!   submodules are not read; both are skipped with their reason, like files over the size
 //!   limit and formats cairn does not read.
@@ -14,9 +17,11 @@
 //!   compared like any other tree.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use gix::ObjectId;
 
+use crate::confine::{Confinement, Roots};
 use crate::{media_type_for, Selection, SkipReason};
 
 /// A file of the tree the dataset should hold.
@@ -94,6 +99,14 @@ pub enum GitError {
         /// What went wrong.
         message: String,
     },
+    /// The repository, or a place it reads from, lies outside the configured roots.
+    #[error("the repository at {location} is refused: {message}")]
+    Refused {
+        /// The location.
+        location: String,
+        /// What leads outside.
+        message: String,
+    },
     /// An object the tree names cannot be read (a corrupt or incomplete repository).
     #[error("reading the repository failed: {0}")]
     Read(String),
@@ -103,14 +116,155 @@ fn read_error(error: impl std::fmt::Display) -> GitError {
     GitError::Read(error.to_string())
 }
 
-/// Opens the repository at `location` (a bare repository, a `.git` folder or a work tree's).
-pub fn open(location: &str) -> Result<gix::ThreadSafeRepository, GitError> {
-    gix::open(location)
-        .map(gix::Repository::into_sync)
-        .map_err(|error| GitError::Unavailable {
+/// The largest `.git` file read (it holds one line: `gitdir: <path>`).
+const MAX_GIT_FILE_BYTES: u64 = 4096;
+
+/// Deepest folder of a git folder searched for links.
+const MAX_LINK_SCAN_DEPTH: usize = 16;
+
+fn refused(location: &str, what: String) -> GitError {
+    GitError::Refused {
+        location: location.to_owned(),
+        message: what,
+    }
+}
+
+/// Where a work tree's `.git` file points, when `location` has one (`None`: a `.git` folder,
+/// a link, or a bare repository).
+fn gitdir_file(folder: &cap_std::fs::Dir, location: &str) -> Result<Option<PathBuf>, GitError> {
+    let Ok(metadata) = folder.symlink_metadata(".git") else {
+        return Ok(None);
+    };
+    if !metadata.is_file() {
+        return Ok(None);
+    }
+    let text = crate::folder::read(folder, ".git", MAX_GIT_FILE_BYTES).map_err(|error| {
+        GitError::Unavailable {
+            location: location.to_owned(),
+            message: format!("its .git file cannot be read: {error}"),
+        }
+    })?;
+    let text = String::from_utf8_lossy(&text);
+    let target = text
+        .lines()
+        .find_map(|line| line.strip_prefix("gitdir:"))
+        .map(str::trim)
+        .filter(|target| !target.is_empty())
+        .ok_or_else(|| GitError::Unavailable {
+            location: location.to_owned(),
+            message: "its .git file names no `gitdir:`".to_owned(),
+        })?;
+    Ok(Some(Path::new(location).join(target)))
+}
+
+/// The first link under `folder` (a path on this machine) whose target lies outside the
+/// roots, or that cannot be resolved. A git folder holds no links of its own making.
+fn link_out(roots: &Roots, folder: &Path, depth: usize) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(folder).ok()?;
+    for entry in entries.flatten() {
+        let Ok(file_type) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        if file_type.is_symlink() {
+            if !roots.contains_real(&path) {
+                return Some(path);
+            }
+        } else if file_type.is_dir() && depth < MAX_LINK_SCAN_DEPTH {
+            if let Some(found) = link_out(roots, &path, depth + 1) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// Opens the repository at `location` (a bare repository, a `.git` folder or a work tree's)
+/// inside `roots`, and refuses it when any place its objects, refs or configuration come from
+/// lies outside them:
+/// - `location` itself is opened beneath its root ([`Roots::open`]);
+/// - a work tree's `.git` file must point inside a root (`gitdir:`), as must a `.git` link;
+/// - `gix` opens it with [`gix::open::Options::isolated`]: no environment variables (so no
+///   `GIT_DIR`, `GIT_OBJECT_DIRECTORY` or `GIT_ALTERNATE_OBJECT_DIRECTORIES`), no system,
+///   global or user configuration, and no `include.path` of the repository's configuration;
+/// - after opening, the git folder, the common folder (`commondir`), the object folder and
+///   every alternate object store `gix` would read (`objects/info/alternates`, followed
+///   transitively) must lie inside a root, and no link inside the git folder may lead out.
+///
+/// `gix` has no option that stops it from following `commondir` or alternates, so they are
+/// checked before any object is read.
+pub fn open(roots: &Roots, location: &str) -> Result<gix::ThreadSafeRepository, GitError> {
+    let folder = roots.open(location).map_err(|error| match error {
+        Confinement::Refused(message) => refused(location, message),
+        Confinement::Unavailable(message) => GitError::Unavailable {
+            location: location.to_owned(),
+            message,
+        },
+    })?;
+    if let Some(target) = gitdir_file(&folder, location)? {
+        if !roots.contains_real(&target) {
+            return Err(refused(
+                location,
+                format!(
+                    "its .git file points to {}, outside the configured roots",
+                    target.display()
+                ),
+            ));
+        }
+    }
+    let repository = gix::open_opts(location, gix::open::Options::isolated()).map_err(|error| {
+        GitError::Unavailable {
             location: location.to_owned(),
             message: error.to_string(),
-        })
+        }
+    })?;
+    let git_dir = repository.git_dir().to_path_buf();
+    let common_dir = repository.common_dir().to_path_buf();
+    let objects = repository.objects.store_ref().path().to_path_buf();
+    for (what, path) in [
+        ("its git folder", &git_dir),
+        ("its common folder (commondir)", &common_dir),
+        ("its object folder", &objects),
+    ] {
+        if !roots.contains_real(path) {
+            return Err(refused(
+                location,
+                format!(
+                    "{what} {} lies outside the configured roots",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    let alternates = repository
+        .objects
+        .store_ref()
+        .alternate_db_paths()
+        .map_err(|error| GitError::Unavailable {
+            location: location.to_owned(),
+            message: format!("its alternates cannot be read: {error}"),
+        })?;
+    if let Some(alternate) = alternates.iter().find(|path| !roots.contains_real(path)) {
+        return Err(refused(
+            location,
+            format!(
+                "an alternate object store ({}) lies outside the configured roots",
+                alternate.display()
+            ),
+        ));
+    }
+    for folder in [&git_dir, &common_dir] {
+        if let Some(link) = link_out(roots, folder, 0) {
+            return Err(refused(
+                location,
+                format!(
+                    "{} is a link that leads outside the configured roots",
+                    link.display()
+                ),
+            ));
+        }
+    }
+    Ok(repository.into_sync())
 }
 
 /// The commit `reference` (a branch, a tag, a full ref name or a full commit id) resolves to.

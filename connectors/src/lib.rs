@@ -14,8 +14,13 @@
 //! ## Invariants
 //! - A key is the file's path inside the root, `/`-separated, valid UTF-8 and a valid source
 //!   key; a name that is not is refused, never rewritten.
-//! - Nothing outside the root is read: a symbolic link is followed only when it resolves to a
-//!   file inside the root; one that leaves it, or names a folder, is refused with its reason.
+//! - Nothing outside the roots is read ([`confine`]): a run opens its folder beneath the
+//!   configured root that contains it, and every file beneath that folder, at the moment it is
+//!   opened. A symbolic link is followed only when it resolves to a file inside the folder; one
+//!   that leaves it, or names a folder, is refused with its reason, and so is a file with more
+//!   than one name. A location that resolves outside its root now fails the run with
+//!   `location_refused` and removes nothing. A git repository's folder, common folder and
+//!   alternate object stores must lie inside the roots too ([`git::open`]).
 //! - A file is listed only in a format cairn reads (Markdown, HTML, text, PDF, DOCX), by name
 //!   and, for binary formats, by signature; anything else is skipped with its reason.
 //! - Listing is deterministic: entries by key in byte order, skips by path.
@@ -23,6 +28,7 @@
 //!   never overwritten, bounded memory) are stated in [`runner`].
 
 pub mod api;
+pub mod confine;
 pub mod folder;
 pub mod git;
 pub mod runner;
@@ -39,6 +45,8 @@ pub enum SkipReason {
     LinkLeavesRoot,
     /// A symbolic link to a folder (not descended, so no link can loop).
     LinkToFolder,
+    /// A file with more than one name: its other name may lie outside the folder.
+    HardLink,
     /// A name that is not UTF-8, or not a valid source key.
     InvalidName,
     /// Over the selection's size limit.
@@ -57,6 +65,7 @@ impl SkipReason {
         match self {
             SkipReason::LinkLeavesRoot => "link_leaves_root",
             SkipReason::LinkToFolder => "link_to_folder",
+            SkipReason::HardLink => "hard_link",
             SkipReason::InvalidName => "invalid_name",
             SkipReason::TooLarge => "too_large",
             SkipReason::UnsupportedFormat => "unsupported_format",

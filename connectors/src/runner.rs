@@ -15,11 +15,11 @@
 //! - Memory is bounded by one batch: [`BATCH_FILES`] files or [`BATCH_BYTES`] bytes.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use cap_std::fs::Dir;
 use receipts::model::{
     Change, Connector, ConnectorFile, ConnectorKind, ConnectorState, Document, Failure, Job,
     LeaseToken, Removal, Submission, SyncProgress, SyncReport,
@@ -27,6 +27,7 @@ use receipts::model::{
 use receipts::{LedgerError, SyncLedger};
 use worker::{permanent, retryable};
 
+use crate::confine::{Confinement, Roots};
 use crate::folder;
 use crate::git;
 use crate::{Selection, SkipReason};
@@ -40,12 +41,14 @@ pub const BATCH_BYTES: usize = 16 << 20;
 #[derive(Debug)]
 pub struct Runner {
     ledger: Arc<dyn SyncLedger>,
+    roots: Roots,
 }
 
 impl Runner {
-    /// A runner that reads and writes through `ledger`.
-    pub fn new(ledger: Arc<dyn SyncLedger>) -> Runner {
-        Runner { ledger }
+    /// A runner that reads and writes through `ledger`, and reads folders and repositories
+    /// only inside `roots` (this machine's `connectors.folder_roots`), checked at every read.
+    pub fn new(ledger: Arc<dyn SyncLedger>, roots: Roots) -> Runner {
+        Runner { ledger, roots }
     }
 }
 
@@ -62,8 +65,8 @@ fn ledger_failure(error: LedgerError) -> Failure {
 /// Where a file's bytes are.
 #[derive(Debug, Clone)]
 enum Origin {
-    /// A file of the folder (a link's target inside it).
-    File(PathBuf),
+    /// A file of the folder, by its key (opened beneath the folder when it is read).
+    File(String),
     /// A blob of the repository.
     Blob(gix::ObjectId),
 }
@@ -113,6 +116,9 @@ fn fingerprint(entry: &folder::Entry) -> String {
 /// What one run does, with the report it keeps.
 struct Run<'a> {
     ledger: &'a dyn SyncLedger,
+    roots: &'a Roots,
+    /// The folder a folder run reads, opened beneath its root once.
+    folder: Option<Arc<Dir>>,
     token: LeaseToken,
     connector: Connector,
     report: SyncReport,
@@ -155,6 +161,27 @@ impl Run<'_> {
             .map_err(ledger_failure)
     }
 
+    /// The largest file read, in bytes.
+    fn limit(&self) -> u64 {
+        self.connector.max_file_bytes.max(0) as u64
+    }
+
+    /// A location that resolves outside every root: the report says so, the run fails
+    /// for good (the next interval's run tries again) and nothing is changed.
+    async fn refuse(&mut self, message: String) -> Failure {
+        tracing::warn!(connector = %self.connector.id, location = %self.connector.location, %message, "connector location refused");
+        metrics::counter!("cairn_sync_refusals_total").increment(1);
+        self.report.stage = "location_refused".to_owned();
+        let location = self.connector.location.clone();
+        self.report
+            .note(&location, "refused", "location_refused", &message);
+        let message = format!("{message}; nothing was changed");
+        match self.record(Vec::new(), Vec::new()).await {
+            Ok(()) => permanent("location_refused", message),
+            Err(failure) => failure,
+        }
+    }
+
     /// Which files of the copy the connector reads: its globs and size limit.
     fn selection(&self) -> Result<Selection, Failure> {
         let connector = &self.connector;
@@ -168,29 +195,32 @@ impl Run<'_> {
 
     /// Lists the folder and hashes what the index does not vouch for.
     async fn list_folder(&mut self) -> Result<Vec<CopyFile>, Failure> {
-        let connector = &self.connector;
         let selection = self.selection()?;
-        let root = PathBuf::from(&connector.location);
-        // A missing or unreadable folder fails the run: an empty listing would remove
-        // every source the connector owns.
-        let listing = tokio::task::spawn_blocking(move || {
-            match std::fs::metadata(&root) {
-                Ok(metadata) if metadata.is_dir() => {}
-                Ok(_) => {
-                    return Err(format!("{} is not a folder", root.display()));
-                }
-                Err(error) => return Err(format!("{}: {error}", root.display())),
-            }
-            folder::list(&root, &selection).map_err(|error| format!("{}: {error}", root.display()))
+        let location = self.connector.location.clone();
+        let roots = self.roots.clone();
+        // The folder is opened beneath its root now, and every file beneath it when read. A
+        // missing or unreadable folder fails the run: an empty listing would remove every
+        // source the connector owns.
+        let opened = tokio::task::spawn_blocking(move || {
+            let folder = roots.open(&location)?;
+            let listing = folder::list(&folder, &selection)
+                .map_err(|error| Confinement::Unavailable(format!("{location}: {error}")))?;
+            Ok::<_, Confinement>((folder, listing))
         })
         .await
-        .map_err(|error| retryable("listing_failed", error.to_string()))?
-        .map_err(|message| {
-            retryable(
-                "location_unavailable",
-                format!("the folder cannot be read ({message}); nothing was changed"),
-            )
-        })?;
+        .map_err(|error| retryable("listing_failed", error.to_string()))?;
+        let (folder, listing) = match opened {
+            Ok(opened) => opened,
+            Err(Confinement::Refused(message)) => return Err(self.refuse(message).await),
+            Err(Confinement::Unavailable(message)) => {
+                return Err(retryable(
+                    "location_unavailable",
+                    format!("the folder cannot be read ({message}); nothing was changed"),
+                ))
+            }
+        };
+        let folder = Arc::new(folder);
+        self.folder = Some(folder.clone());
         for skipped in &listing.skipped {
             self.report.note(
                 &skipped.path,
@@ -216,9 +246,10 @@ impl Run<'_> {
             let sha256 = match known {
                 Some(file) => file.sha256.clone(),
                 None => {
-                    let path = entry.path.clone();
+                    let (folder, key, limit) = (folder.clone(), entry.key.clone(), self.limit());
                     let hashed = tokio::task::spawn_blocking(move || {
-                        std::fs::read(&path).map(|bytes| receipts::ids::sha256_hex(&bytes))
+                        folder::read(&folder, &key, limit)
+                            .map(|bytes| receipts::ids::sha256_hex(&bytes))
                     })
                     .await
                     .map_err(|error| retryable("hashing_failed", error.to_string()))?;
@@ -240,8 +271,8 @@ impl Run<'_> {
                 }
             };
             copy.push(CopyFile {
+                origin: Origin::File(entry.key.clone()),
                 key: entry.key,
-                origin: Origin::File(entry.path),
                 media_type: entry.media_type,
                 fingerprint: print,
                 sha256,
@@ -284,14 +315,22 @@ impl Run<'_> {
         if !stale_trees.is_empty() {
             self.record(Vec::new(), stale_trees).await?;
         }
-        let (repository, listing) = tokio::task::spawn_blocking(move || {
-            let repository = git::open(&location)?;
+        let roots = self.roots.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            let repository = git::open(&roots, &location)?;
             let listing = git::list(&repository, &location, &reference, &selection, &recorded)?;
             Ok::<_, git::GitError>((repository, listing))
         })
         .await
-        .map_err(|error| retryable("listing_failed", error.to_string()))?
-        .map_err(|error| match error {
+        .map_err(|error| retryable("listing_failed", error.to_string()))?;
+        let opened = match opened {
+            Err(error @ git::GitError::Refused { .. }) => {
+                return Err(self.refuse(error.to_string()).await)
+            }
+            other => other,
+        };
+        let (repository, listing) = opened.map_err(|error| match error {
+            git::GitError::Refused { .. } => permanent("location_refused", error.to_string()),
             git::GitError::Unavailable { .. } => retryable(
                 "location_unavailable",
                 format!("{error}; nothing was changed"),
@@ -374,9 +413,12 @@ impl Run<'_> {
     /// The bytes of a file of the copy.
     async fn read(&self, origin: &Origin) -> Result<std::io::Result<Vec<u8>>, Failure> {
         match origin {
-            Origin::File(path) => {
-                let path = path.clone();
-                tokio::task::spawn_blocking(move || std::fs::read(path))
+            Origin::File(key) => {
+                let folder = self.folder.clone().ok_or_else(|| {
+                    permanent("internal_error", "a file to read without its folder")
+                })?;
+                let (key, limit) = (key.clone(), self.limit());
+                tokio::task::spawn_blocking(move || folder::read(&folder, &key, limit))
                     .await
                     .map_err(|error| retryable("reading_failed", error.to_string()))
             }
@@ -663,6 +705,8 @@ impl worker::Work for Runner {
             connector,
             report,
             started,
+            roots: &self.roots,
+            folder: None,
             repository: None,
             commit: None,
             trees: Vec::new(),

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use connectors::confine::Roots;
 use connectors::Runner;
 use receipts::model::{
     ConnectorChange, ConnectorCommand, ConnectorKind, FailureClass, JobKind, LeaseToken,
@@ -15,6 +16,11 @@ use receipts::{Ledger, ManualClock, SourceListing, SqliteLedger, SqliteOptions};
 use testkit::conformance::{put, START};
 use testkit::git::{commit, git};
 use worker::Work;
+
+/// Every test folder lies in the system's temporary folder: that is the runner's root.
+fn temp_roots() -> Roots {
+    Roots::new(vec![std::env::temp_dir()])
+}
 
 fn command(change: ConnectorChange) -> ConnectorCommand {
     ConnectorCommand {
@@ -56,6 +62,16 @@ async fn run_once(
     clock: &ManualClock,
     id: uuid::Uuid,
 ) -> (Result<(), receipts::Failure>, Option<SyncReport>) {
+    run_once_in(ledger, clock, id, &temp_roots()).await
+}
+
+/// [`run_once`] by a runner whose only root is `roots`.
+async fn run_once_in(
+    ledger: &Arc<dyn Ledger>,
+    clock: &ManualClock,
+    id: uuid::Uuid,
+    roots: &Roots,
+) -> (Result<(), receipts::Failure>, Option<SyncReport>) {
     // Whatever is due: a connector's run is scheduled one interval after the last.
     clock.advance(3_600_000_000);
     let jobs = ledger.claim("test-worker", 100).await.expect("claim");
@@ -70,7 +86,7 @@ async fn run_once(
     for job in &jobs {
         let token = LeaseToken::of(job).expect("leased");
         if job.kind == JobKind::Sync && job.connector_id == Some(id) {
-            let outcome = Runner::new(ledger.clone()).run(job).await;
+            let outcome = Runner::new(ledger.clone(), roots.clone()).run(job).await;
             match &outcome {
                 Ok(()) => drop(ledger.complete(&token).await.expect("complete")),
                 Err(failure) => drop(ledger.fail(&token, failure.clone()).await.expect("fail")),
@@ -92,8 +108,12 @@ async fn run_once(
 }
 
 async fn heads(ledger: &Arc<dyn Ledger>) -> Vec<SourceListing> {
+    heads_in(ledger, "docs").await
+}
+
+async fn heads_in(ledger: &Arc<dyn Ledger>, dataset: &str) -> Vec<SourceListing> {
     ledger
-        .list_sources("docs", "", None, 1000)
+        .list_sources(dataset, "", None, 1000)
         .await
         .expect("list")
         .into_iter()
@@ -251,6 +271,156 @@ async fn a_folder_is_kept_equal_to_its_dataset(ledger: Arc<dyn Ledger>, clock: A
         .accept(vec![put("docs", "b.md", "the API's now")])
         .await;
     assert!(again.iter().all(Result::is_ok), "{again:?}");
+}
+
+/// A location inside the root when the connector was made, and outside it by the time a run
+/// opens it, and repositories whose objects lie outside: every run is refused with
+/// `location_refused`, its report says so, and nothing is accepted or removed. A link that
+/// stays inside the root keeps working.
+async fn escapes_are_refused_at_every_run(ledger: Arc<dyn Ledger>, clock: Arc<ManualClock>) {
+    let roots_dir = tempfile::tempdir().expect("roots");
+    let outside = tempfile::tempdir().expect("outside");
+    let root = roots_dir.path();
+    let roots = Roots::new(vec![root.to_path_buf()]);
+    write(outside.path(), "secret.md", "# Secret\n\noutside the root");
+    let outrepo = outside.path().join("outrepo");
+    std::fs::create_dir(&outrepo).expect("outrepo");
+    git(&outrepo, &["init", "--quiet", "--initial-branch=main"]);
+    write(&outrepo, "secret.md", "# Secret\n\nin a repository outside");
+    commit(&outrepo, "outside");
+    let create = |dataset: &str, kind, location: &Path, git_ref: Option<&str>| {
+        let ledger = ledger.clone();
+        let new = new_connector(dataset, kind, location, git_ref);
+        async move {
+            ledger
+                .change_connector(command(ConnectorChange::Create(new)))
+                .await
+                .expect("create")
+                .connector
+                .id
+        }
+    };
+    let refused = |result: Result<(), receipts::Failure>, report: Option<SyncReport>| {
+        let failure = result.expect_err("the run is refused");
+        assert_eq!(failure.code, "location_refused", "{failure:?}");
+        assert_eq!(failure.class, FailureClass::Permanent, "{failure:?}");
+        let report = report.expect("a report");
+        assert_eq!(report.stage, "location_refused", "{report:?}");
+        assert!(
+            report
+                .files
+                .iter()
+                .any(|file| file.code == "location_refused"),
+            "{report:?}"
+        );
+    };
+
+    // 1. A location that did not exist when the connector was made, a link out now.
+    let later = create("later", ConnectorKind::Folder, &root.join("later"), None).await;
+    std::os::unix::fs::symlink(outside.path(), root.join("later")).expect("link");
+    let (result, report) = run_once_in(&ledger, &clock, later, &roots).await;
+    refused(result, report);
+    assert!(heads_in(&ledger, "later").await.is_empty());
+
+    // 2. A folder replaced by a link after its first run: refused, and nothing removed.
+    write(&root.join("swap"), "a.md", "# A\n\ninside");
+    let swap = create("swap", ConnectorKind::Folder, &root.join("swap"), None).await;
+    let (result, _) = run_once_in(&ledger, &clock, swap, &roots).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(keys(&heads_in(&ledger, "swap").await), ["a.md"]);
+    std::fs::rename(root.join("swap"), root.join("swap.orig")).expect("mv");
+    std::os::unix::fs::symlink(outside.path(), root.join("swap")).expect("link");
+    let (result, report) = run_once_in(&ledger, &clock, swap, &roots).await;
+    refused(result, report);
+    assert_eq!(
+        keys(&heads_in(&ledger, "swap").await),
+        ["a.md"],
+        "nothing removed"
+    );
+
+    // A link that stays inside the root keeps working.
+    std::fs::remove_file(root.join("swap")).expect("rm link");
+    std::os::unix::fs::symlink("swap.orig", root.join("swap")).expect("link in");
+    let (result, _) = run_once_in(&ledger, &clock, swap, &roots).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(keys(&heads_in(&ledger, "swap").await), ["a.md"]);
+
+    // 3. A work tree whose `.git` file points at a repository outside.
+    std::fs::create_dir(root.join("gitfile")).expect("gitfile");
+    std::fs::write(
+        root.join("gitfile/.git"),
+        format!("gitdir: {}\n", outrepo.join(".git").display()),
+    )
+    .expect(".git file");
+    let gitfile = create(
+        "gitfile",
+        ConnectorKind::Git,
+        &root.join("gitfile"),
+        Some("main"),
+    )
+    .await;
+    let (result, report) = run_once_in(&ledger, &clock, gitfile, &roots).await;
+    refused(result, report);
+    assert!(heads_in(&ledger, "gitfile").await.is_empty());
+
+    // 4. A bare repository whose objects come from an alternate store outside.
+    git(
+        root,
+        &[
+            "clone",
+            "--quiet",
+            "--bare",
+            "--shared",
+            &outrepo.to_string_lossy(),
+            "alt.git",
+        ],
+    );
+    assert!(root.join("alt.git/objects/info/alternates").exists());
+    let alt = create(
+        "alt",
+        ConnectorKind::Git,
+        &root.join("alt.git"),
+        Some("main"),
+    )
+    .await;
+    let (result, report) = run_once_in(&ledger, &clock, alt, &roots).await;
+    refused(result, report);
+    assert!(heads_in(&ledger, "alt").await.is_empty());
+
+    // The same repository with its objects copied in is read.
+    git(&root.join("alt.git"), &["repack", "-a", "-d", "--quiet"]);
+    std::fs::remove_file(root.join("alt.git/objects/info/alternates")).expect("rm alternates");
+    let (result, _) = run_once_in(&ledger, &clock, alt, &roots).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(keys(&heads_in(&ledger, "alt").await), ["secret.md"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escapes_are_refused_at_every_run_on_sqlite() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = SqliteLedger::open(
+        SqliteOptions::new(directory.path().join("ledger.db")),
+        clock.clone(),
+    )
+    .await
+    .expect("open");
+    escapes_are_refused_at_every_run(Arc::new(ledger), clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escapes_are_refused_at_every_run_on_postgres() {
+    let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("database");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = receipts::PostgresLedger::open_with(
+        receipts::PostgresOptions::new(url),
+        receipts::LedgerClock::Injected(clock.clone()),
+        Arc::new(receipts::faults::FaultPlan::default()),
+    )
+    .await
+    .expect("open");
+    escapes_are_refused_at_every_run(Arc::new(ledger), clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,7 +609,24 @@ async fn a_git_connector_follows_its_ref_on_sqlite() {
         ))))
         .await
         .expect("create");
-    let (result, _) = run_once(&ledger, &clock, missing.connector.id).await;
+    let before_docs = heads(&ledger).await;
+    let (result, report) = run_once(&ledger, &clock, missing.connector.id).await;
     let failure = result.expect_err("an unknown ref fails the run");
     assert_eq!(failure.code, "unknown_ref");
+    // Nothing changed: no source in its dataset, the other dataset's heads as they were, and
+    // no file indexed.
+    assert!(heads_in(&ledger, "other").await.is_empty());
+    assert_eq!(heads(&ledger).await, before_docs);
+    if let Some(report) = report {
+        assert_eq!(
+            (report.added, report.changed, report.removed),
+            (0, 0, 0),
+            "{report:?}"
+        );
+    }
+    let indexed = ledger
+        .connector_files(missing.connector.id)
+        .await
+        .expect("index");
+    assert!(indexed.is_empty(), "{indexed:?}");
 }

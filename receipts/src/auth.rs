@@ -95,6 +95,9 @@ pub enum Denied {
     /// A dataset is outside the allowlist.
     #[error("this token may not access dataset `{0}`")]
     Dataset(String),
+    /// The action covers every dataset, and the token is limited to some.
+    #[error("{0} covers every dataset: it needs a token without a dataset allowlist")]
+    AllDatasets(&'static str),
 }
 
 impl Principal {
@@ -114,6 +117,15 @@ impl Principal {
             Ok(())
         } else {
             Err(Denied::Scope(scope))
+        }
+    }
+
+    /// Requires a token without a dataset allowlist, for `action`, which covers every
+    /// dataset (a verify pass, say).
+    pub fn require_all_datasets(&self, action: &'static str) -> Result<(), Denied> {
+        match self.datasets {
+            Some(_) => Err(Denied::AllDatasets(action)),
+            None => Ok(()),
         }
     }
 

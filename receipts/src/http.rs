@@ -122,6 +122,7 @@ impl From<Denied> for ApiError {
         let details = match &denied {
             Denied::Scope(scope) => serde_json::json!({ "missing_scope": scope.as_str() }),
             Denied::Dataset(dataset) => serde_json::json!({ "dataset": dataset }),
+            Denied::AllDatasets(_) => serde_json::json!({ "needs": "every_dataset" }),
         };
         ApiError::new(StatusCode::FORBIDDEN, "forbidden", denied.to_string()).with_details(details)
     }

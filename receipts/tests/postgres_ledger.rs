@@ -582,3 +582,288 @@ async fn a_commit_whose_answer_is_lost_is_a_duplicate_when_resent() {
         .expect("count");
     assert_eq!(revisions.trim(), "1", "never a second revision");
 }
+
+/// Every statement a plan check saw, with what is wrong with it.
+struct PlanCheck {
+    /// Plans read from the log.
+    plans: usize,
+    /// `(what is wrong, the query, the plan)` for each plan that fails.
+    faults: Vec<(String, String, String)>,
+}
+
+/// Rows a sequential scan may read before it counts as a scan of a table that should have
+/// been probed by key (the tables under test hold a few thousand rows).
+const MAX_SCANNED_ROWS: f64 = 1_000.0;
+
+/// The planner's penalty for a node kind a function switched off (`disable_cost`): a plan
+/// that costs this much forced a scan its function forbade.
+const DISABLED_COST: f64 = 1.0e10;
+
+fn scan_faults(node: &serde_json::Value, faults: &mut Vec<String>) {
+    let number = |key: &str| {
+        node.get(key)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    // A full-text match (`@@`) is no key probe: the planner scans a few thousand passages
+    // rather than read the GIN index, and takes the index at 100,000 (checked by hand, see
+    // docs/journal/postgresql-tuning.md).
+    let full_text = node
+        .get("Filter")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|filter| filter.contains("@@"));
+    if node.get("Node Type").and_then(serde_json::Value::as_str) == Some("Seq Scan") && !full_text {
+        let read =
+            (number("Actual Rows") + number("Rows Removed by Filter")) * number("Actual Loops");
+        if read > MAX_SCANNED_ROWS {
+            faults.push(format!(
+                "a sequential scan of {} read {read} rows",
+                node.get("Relation Name")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?")
+            ));
+        }
+    }
+    if number("Total Cost") >= DISABLED_COST {
+        faults.push(format!(
+            "a {} node costs {} (a plan node its function switched off)",
+            node.get("Node Type")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?"),
+            number("Total Cost")
+        ));
+    }
+    for child in node
+        .get("Plans")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        scan_faults(child, faults);
+    }
+}
+
+/// Reads the plans `auto_explain` logged (JSON, nested statements included) after `offset`.
+fn check_plans(log: &str, offset: usize) -> PlanCheck {
+    let mut check = PlanCheck {
+        plans: 0,
+        faults: Vec::new(),
+    };
+    let mut rest = &log[offset.min(log.len())..];
+    while let Some(at) = rest.find("plan:") {
+        rest = &rest[at + "plan:".len()..];
+        let Some(open) = rest.find('{') else { break };
+        let mut values =
+            serde_json::Deserializer::from_str(&rest[open..]).into_iter::<serde_json::Value>();
+        let Some(Ok(explained)) = values.next() else {
+            continue;
+        };
+        check.plans += 1;
+        let mut faults = Vec::new();
+        if explained.get("JIT").is_some() {
+            faults.push("the statement was JIT-compiled".to_owned());
+        }
+        if let Some(plan) = explained.get("Plan") {
+            scan_faults(plan, &mut faults);
+        }
+        let query = explained
+            .get("Query Text")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        for fault in faults {
+            check
+                .faults
+                .push((fault, query.clone(), explained.to_string()));
+        }
+    }
+    check
+}
+
+/// Turns `auto_explain` on for every new session of `database` (plans of nested statements,
+/// with actual rows, as JSON in the server's log).
+fn explain_everything(server: &PostgresServer, database: &str) {
+    for setting in [
+        "session_preload_libraries = 'auto_explain'",
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_analyze = on",
+        "auto_explain.log_timing = off",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_format = json",
+    ] {
+        server
+            .psql(
+                "postgres",
+                &format!("ALTER DATABASE {database} SET {setting}"),
+            )
+            .expect("auto_explain setting");
+    }
+}
+
+/// What acceptance, claims and search do, on a ledger holding a few thousand rows.
+async fn plan_workload(ledger: &PostgresLedger, round: usize) {
+    use receipts::{Acceptor, Leases, Reader};
+    let accepted = Acceptor::accept(
+        ledger,
+        vec![put(
+            "docs",
+            &format!("new-{round}"),
+            "a walrus and a carpenter",
+        )],
+    )
+    .await;
+    assert!(accepted.iter().all(Result::is_ok), "{accepted:?}");
+    let changed = Acceptor::accept(
+        ledger,
+        vec![
+            put(
+                "docs",
+                "key-0042",
+                &format!("the walrus said, round {round}"),
+            ),
+            put("docs", "key-0043", "unchanged? no: changed"),
+            put("docs", "key-0044", "document 44 holds walrus text"),
+        ],
+    )
+    .await;
+    assert!(changed.iter().all(Result::is_ok), "{changed:?}");
+    let jobs = Leases::claim(ledger, "plan-check", 5).await.expect("claim");
+    for job in &jobs {
+        let token = receipts::model::LeaseToken::of(job).expect("leased");
+        Leases::heartbeat(ledger, &token).await.expect("heartbeat");
+        Leases::complete(ledger, &token).await.expect("complete");
+    }
+    let hits = Reader::lexical_search(ledger, "walrus", &["docs".to_owned()], 10, None)
+        .await
+        .expect("search");
+    assert!(!hits.is_empty());
+    let refs: Vec<receipts::model::HitRef> = hits
+        .iter()
+        .map(|hit| receipts::model::HitRef {
+            revision_id: hit.revision_id,
+            chunk_index: None,
+        })
+        .collect();
+    Reader::bind_hits(ledger, &refs, "g-0000000000000000")
+        .await
+        .expect("bind");
+}
+
+/// Every statement acceptance, claims and search run (the functions `cairn_decide`,
+/// `cairn_claim` and `cairn_schedule_runs`, the triggers they fire, and the plain queries) is
+/// explained by `auto_explain` on a ledger of a few thousand sources and jobs: none scans a
+/// table it should probe by key (over 1,000 rows read), none forces a plan node its function
+/// switched off (the cost penalty that made schema 14's `cairn_decide` JIT-compile on every
+/// call, 150-340 ms), none is JIT-compiled. The check proves it can fail: schema 14's
+/// `cairn_decide`, put back for one acceptance, is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acceptance_claims_and_search_plans_probe_by_key() {
+    use receipts::Acceptor;
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("create database");
+    {
+        let ledger = PostgresLedger::open(PostgresOptions::new(url.clone()))
+            .await
+            .expect("open ledger");
+        for batch in 0..6 {
+            let submissions = (0..500)
+                .map(|index| {
+                    let key = format!("key-{:04}", batch * 500 + index);
+                    put(
+                        "docs",
+                        &key,
+                        &format!("document {key}: plain words for the index"),
+                    )
+                })
+                .collect();
+            let results = Acceptor::accept(&ledger, submissions).await;
+            assert!(results.iter().all(Result::is_ok));
+        }
+        let connector = receipts::Connectors::change_connector(
+            &ledger,
+            receipts::model::ConnectorCommand {
+                change: receipts::model::ConnectorChange::Create(receipts::model::NewConnector {
+                    dataset: "synced".to_owned(),
+                    kind: receipts::model::ConnectorKind::Folder,
+                    location: "/srv/docs".to_owned(),
+                    git_ref: None,
+                    include: vec![],
+                    exclude: vec![],
+                    max_file_bytes: 1_000,
+                    interval_ms: 60_000,
+                }),
+                actor: "test:plans".to_owned(),
+                reason: "a connector, so claims schedule runs".to_owned(),
+            },
+        )
+        .await;
+        assert!(connector.is_ok(), "{connector:?}");
+        server
+            .psql("ledger", "ANALYZE")
+            .expect("statistics, as autovacuum would have them");
+    }
+    explain_everything(&server, "ledger");
+    let ledger = PostgresLedger::open(PostgresOptions::new(url))
+        .await
+        .expect("open ledger");
+    let offset = server.log().len();
+    for round in 0..3 {
+        plan_workload(&ledger, round).await;
+    }
+    let log = server.log();
+    let check = check_plans(&log, offset);
+    assert!(
+        check.plans > 30,
+        "auto_explain logged {} plans: is it loaded?",
+        check.plans
+    );
+    let decided = log[offset..].matches("cairn_decide").count();
+    assert!(decided > 0, "no acceptance was explained");
+    assert!(
+        check.faults.is_empty(),
+        "plans that do not probe by key:\n{}",
+        check
+            .faults
+            .iter()
+            .map(|(fault, query, plan)| format!("- {fault}\n  query: {query}\n  plan: {plan}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // The check can fail: schema 14's decision, put back, is caught on its first call.
+    let migration = include_str!("../migrations/postgres/0014_connector_runs.sql");
+    let old = migration
+        .split("CREATE FUNCTION cairn_decide")
+        .nth(1)
+        .and_then(|rest| rest.split("END $$;").next())
+        .expect("schema 14's cairn_decide");
+    server
+        .psql(
+            "ledger",
+            &format!(
+                "DROP FUNCTION cairn_decide(text[], text[], text[], uuid[]); \
+                 CREATE FUNCTION cairn_decide{old}END $$;"
+            ),
+        )
+        .expect("put schema 14's function back");
+    let offset = server.log().len();
+    let fresh = PostgresLedger::open(PostgresOptions::new(server.url("ledger")))
+        .await
+        .expect("open ledger");
+    let results = Acceptor::accept(&fresh, vec![put("docs", "mutant", "schema 14")]).await;
+    assert!(results.iter().all(Result::is_ok));
+    let check = check_plans(&server.log(), offset);
+    assert!(
+        check
+            .faults
+            .iter()
+            .any(|(fault, query, _)| query.contains("connectors c")
+                && fault.contains("switched off")),
+        "schema 14's cairn_decide was not caught: {:?}",
+        check
+            .faults
+            .iter()
+            .map(|(fault, _, _)| fault)
+            .collect::<Vec<_>>()
+    );
+}

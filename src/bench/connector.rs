@@ -54,7 +54,11 @@ fn commit(repository: &std::path::Path, message: &str) -> anyhow::Result<()> {
 
 /// Claims the connector's run (runs are claimed first: `SYNC_PRIORITY`), runs it and
 /// completes it; answers the run's seconds and report.
-async fn run(ledger: &Arc<dyn Ledger>, label: &str) -> anyhow::Result<Value> {
+async fn run(
+    ledger: &Arc<dyn Ledger>,
+    roots: &connectors::confine::Roots,
+    label: &str,
+) -> anyhow::Result<Value> {
     let jobs = ledger.claim("bench", 1).await?;
     let job = jobs
         .into_iter()
@@ -62,7 +66,7 @@ async fn run(ledger: &Arc<dyn Ledger>, label: &str) -> anyhow::Result<Value> {
         .context("the connector's run was not due")?;
     let token = LeaseToken::of(&job).context("a lease")?;
     let started = Instant::now();
-    connectors::Runner::new(ledger.clone())
+    connectors::Runner::new(ledger.clone(), roots.clone())
         .run(&job)
         .await
         .map_err(|failure| anyhow::anyhow!("{}: {}", failure.code, failure.message))?;
@@ -92,6 +96,7 @@ async fn run(ledger: &Arc<dyn Ledger>, label: &str) -> anyhow::Result<Value> {
 pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
     let folder = tempfile::tempdir().context("temporary folder")?;
     let data = tempfile::tempdir().context("temporary ledger")?;
+    let roots = connectors::confine::Roots::new(vec![folder.path().to_path_buf()]);
     let ledger: Arc<dyn Ledger> = Arc::new(
         SqliteLedger::open(
             SqliteOptions::new(data.path().join("ledger.db")),
@@ -140,9 +145,9 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
             })
             .await
     };
-    let first = run(&ledger, "first run").await?;
+    let first = run(&ledger, &roots, "first run").await?;
     run_now().await?;
-    let no_change = run(&ledger, "no change").await?;
+    let no_change = run(&ledger, &roots, "no change").await?;
     // The edits: a third changed, a third deleted, a third new.
     let third = bench.changes / 3;
     for n in 0..third {
@@ -155,7 +160,7 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         commit(folder.path(), "the edits")?;
     }
     run_now().await?;
-    let edited = run(&ledger, "after the edits").await?;
+    let edited = run(&ledger, &roots, "after the edits").await?;
     // What accepting those changes costs alone: the same number of new documents, accepted
     // in one call as the run does.
     let submissions = (0..third * 2)

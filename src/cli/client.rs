@@ -115,15 +115,6 @@ struct FileItem {
     path: PathBuf,
 }
 
-impl From<connectors::folder::Entry> for FileItem {
-    fn from(entry: connectors::folder::Entry) -> Self {
-        FileItem {
-            key: entry.key,
-            path: entry.path,
-        }
-    }
-}
-
 fn collect_files(paths: &[PathBuf]) -> anyhow::Result<Vec<FileItem>> {
     let mut files = Vec::new();
     for root in paths {
@@ -253,9 +244,19 @@ pub async fn prune(
             root.display()
         );
     }
-    let listing = connectors::folder::list(root, selection)
+    // The same listing a folder connector makes (links followed only inside the folder).
+    let folder = connectors::confine::open_folder(root)
+        .with_context(|| format!("opening {}", root.display()))?;
+    let listing = connectors::folder::list(&folder, selection)
         .with_context(|| format!("listing {}", root.display()))?;
-    let mut files: Vec<FileItem> = listing.entries.into_iter().map(FileItem::from).collect();
+    let mut files: Vec<FileItem> = listing
+        .entries
+        .into_iter()
+        .map(|entry| FileItem {
+            path: root.join(&entry.key),
+            key: entry.key,
+        })
+        .collect();
     for file in &mut files {
         file.key = format!("{prefix}{}", file.key);
     }

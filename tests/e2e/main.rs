@@ -7,6 +7,7 @@ mod browser;
 mod chaos;
 mod cli;
 mod common;
+mod confinement;
 mod connectors;
 mod contract;
 mod crash;

@@ -274,3 +274,78 @@ async fn cairn_mcp_serves_stdio_through_a_running_cairn_and_refuses_an_admin_tok
     assert!(refused.stdout.is_empty());
     let _ = server.kill().await;
 }
+
+/// Well-formed JSON that is not a message `/mcp` can take gets what JSON-RPC and the MCP
+/// transport say (400 and a JSON-RPC error object), not 415: a batch and an odd id are invalid
+/// requests (-32600), params a method cannot read are invalid params (-32602, with the
+/// request's id). A body that is not JSON keeps its 415, and a good message still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_that_is_no_message_gets_a_json_rpc_error_not_415() {
+    let app = crate::common::app().await;
+    let agent = app.token("agent", &[Scope::Search], None).await;
+    let (base, server) = app.listen().await;
+    let http = reqwest::Client::new();
+    let post = |body: &'static str| {
+        http.post(format!("{base}/mcp"))
+            .bearer_auth(&agent)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body)
+            .send()
+    };
+    // A body, the HTTP status it gets, and the JSON-RPC error code and id it carries.
+    type Case = (&'static str, u16, Option<(i64, Value)>);
+    let cases: [Case; 7] = [
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            400,
+            Some((-32600, Value::Null)),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":{"odd":true},"method":"ping"}"#,
+            400,
+            Some((-32600, Value::Null)),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":2.5,"method":"ping"}"#,
+            400,
+            Some((-32600, Value::Null)),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":[{"name":"search"}]}"#,
+            400,
+            Some((-32602, json!(3))),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"p","method":"ping","params":"oops"}"#,
+            400,
+            Some((-32602, json!("p"))),
+        ),
+        (r#"this is not json"#, 415, None),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#,
+            200,
+            None,
+        ),
+    ];
+    for (body, status, error) in cases {
+        let response = post(body).await.expect("the server answers");
+        assert_eq!(response.status().as_u16(), status, "{body}");
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        match error {
+            Some((code, id)) => {
+                assert_eq!(answer["jsonrpc"], "2.0", "{body}: {answer}");
+                assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+                assert_eq!(answer["id"], id, "{body}: {answer}");
+                assert!(answer["error"]["message"].is_string(), "{answer}");
+            }
+            None if status == 200 => {
+                assert_eq!(answer["id"], 4, "{answer}");
+                assert!(answer["result"]["tools"].is_array(), "{answer}");
+            }
+            None => {}
+        }
+    }
+    server.abort();
+}

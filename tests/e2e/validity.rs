@@ -348,8 +348,10 @@ async fn search_answers_as_it_held_and_as_it_was_known_in_every_mode() {
                 "{mode} {case}: {answer}"
             );
         }
-        // Before J1 held: nothing.
-        let (_, answer) = search(mode, json!({"valid_at": "2019-06-01T00:00:00Z"})).await;
+        // Before J1 held: nothing (an answer, not an error read as empty).
+        let (status, answer) = search(mode, json!({"valid_at": "2019-06-01T00:00:00Z"})).await;
+        assert_eq!(status, 200, "{mode}: before J1: {answer}");
+        assert!(answer["results"].is_array(), "{mode}: before J1: {answer}");
         assert_eq!(
             revisions(&answer),
             Vec::<String>::new(),

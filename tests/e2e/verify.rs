@@ -154,6 +154,58 @@ async fn verify_finds_and_repairs_drift_from_the_cli() {
         listed["passes"].as_array().expect("passes").len() >= 4,
         "{listed}"
     );
+
+    // A pass covers every dataset: a token limited to some may neither start nor abandon one,
+    // `repair` or not; it still reads passes, with only its datasets' drift.
+    let created: Value = http
+        .post(format!("{base}/v1/tokens"))
+        .bearer_auth(&token)
+        .json(
+            &json!({"name": "docs-ops", "scopes": ["ops:write", "ops:read"], "datasets": ["docs"]}),
+        )
+        .send()
+        .await
+        .expect("token")
+        .json()
+        .await
+        .expect("json");
+    let limited = created["secret"].as_str().expect("secret").to_owned();
+    let pass_id = listed["passes"][0]["id"]
+        .as_str()
+        .expect("a pass id")
+        .to_owned();
+    for (path, body) in [
+        ("/v1/verify".to_owned(), json!({"tier": "counts"})),
+        (
+            "/v1/verify".to_owned(),
+            json!({"tier": "scrub", "repair": true}),
+        ),
+        (format!("/v1/verify/passes/{pass_id}/abandon"), json!(null)),
+    ] {
+        let mut request = http.post(format!("{base}{path}")).bearer_auth(&limited);
+        if !body.is_null() {
+            request = request.json(&body);
+        }
+        let refused = request.send().await.expect("post");
+        assert_eq!(refused.status().as_u16(), 403, "{path} {body}");
+        let answer: Value = refused.json().await.expect("json");
+        assert_eq!(answer["code"], "forbidden", "{answer}");
+        assert_eq!(answer["details"]["needs"], "every_dataset", "{answer}");
+    }
+    let after: Value = http
+        .get(format!("{base}/v1/verify?limit=10"))
+        .bearer_auth(&limited)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        after["passes"].as_array().map(Vec::len),
+        listed["passes"].as_array().map(Vec::len),
+        "no pass was started: {after}"
+    );
     let metrics = http
         .get(format!("{base}/metrics"))
         .bearer_auth(&token)

@@ -1,6 +1,8 @@
 //! The verify API: start a pass (or find the running one), list passes, show one with its
-//! drift, abandon one. Starting and abandoning need `ops:write`, reading `ops:read`. A pass
-//! covers every dataset, so a token with a dataset allowlist sees only its datasets' drift.
+//! drift, abandon one. Starting and abandoning need `ops:write` and a token without a dataset
+//! allowlist: a pass covers (and with `repair` changes) every dataset, so a token limited to
+//! some datasets may neither start nor stop one. Reading needs `ops:read`; a token with a
+//! dataset allowlist sees only its datasets' drift.
 
 use std::sync::Arc;
 
@@ -153,6 +155,7 @@ async fn start_pass(
     body: Body,
 ) -> Result<Response, ApiError> {
     let principal = auth.require(Scope::OpsWrite)?;
+    principal.require_all_datasets("a verify pass")?;
     let bytes = read_json_body(&headers, body, MAX_BODY_BYTES).await?;
     let start: StartPass = from_object(&bytes)?;
     if let Some(generation) = &start.generation {
@@ -242,6 +245,7 @@ async fn abandon_pass(
     query: Result<Query<AbandonQuery>, QueryRejection>,
 ) -> Result<Json<VerifyPass>, ApiError> {
     let principal = auth.require(Scope::OpsWrite)?;
+    principal.require_all_datasets("a verify pass")?;
     let id = pass_id(&id)?;
     let Query(query) =
         query.map_err(|error| ApiError::unprocessable("invalid_query", error.body_text()))?;

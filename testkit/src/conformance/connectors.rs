@@ -339,7 +339,12 @@ pub async fn a_removal_that_tombstones_runs_until_nothing_is_left(harness: Harne
     let ledger = &harness.ledger;
     let id = create(&harness, "docs").await.id;
     let (_, first) = claim_one(&harness, "worker").await;
-    let accepted = ledger.accept(vec![by(id, put("docs", "a.md", "a"))]).await;
+    let accepted = ledger
+        .accept(vec![
+            by(id, put("docs", "a.md", "a")),
+            by(id, put("docs", "b.md", "b")),
+        ])
+        .await;
     assert!(accepted.iter().all(Result::is_ok), "{accepted:?}");
     must(ledger.complete(&first).await, "complete");
     let removed = must(
@@ -360,9 +365,22 @@ pub async fn a_removal_that_tombstones_runs_until_nothing_is_left(harness: Harne
         .expect("the last run is claimed");
     assert_eq!(run.id, last.id);
     let token = receipts::LeaseToken::of(run).expect("leased");
-    // Its own last run may still tombstone what it created.
+    // Its own last run may still tombstone what it created; this one ends with b.md live.
     let gone = ledger
         .accept(vec![by(id, super::delete("docs", "a.md"))])
+        .await;
+    assert!(gone.iter().all(Result::is_ok), "{gone:?}");
+    must(ledger.complete(&token).await, "complete");
+    // A live source is left: a further run is queued, due at once.
+    let jobs = must(ledger.claim("worker", 10).await, "claim");
+    let again = jobs
+        .iter()
+        .find(|job| job.kind == JobKind::Sync && job.connector_id == Some(id))
+        .unwrap_or_else(|| panic!("b.md is live, so another run is queued: {jobs:?}"));
+    assert_ne!(again.id, last.id);
+    let token = receipts::LeaseToken::of(again).expect("leased");
+    let gone = ledger
+        .accept(vec![by(id, super::delete("docs", "b.md"))])
         .await;
     assert!(gone.iter().all(Result::is_ok), "{gone:?}");
     must(ledger.complete(&token).await, "complete");

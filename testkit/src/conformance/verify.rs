@@ -22,7 +22,8 @@ fn code<T: std::fmt::Debug>(result: receipts::Result<T>) -> String {
 }
 
 /// One bucket's ledger side: a projected head with its promises, a head in flight, a settled
-/// tombstone; the bucket is the same as `receipts::verify::bucket` computes.
+/// tombstone (neither a head nor in flight, its revisions known); the bucket is the same as
+/// `receipts::verify::bucket` computes.
 pub async fn verify_reads_a_bucket_of_settled_heads(harness: Harness) {
     let generation = activate_test_generation(&harness).await;
     let done = must_accept(&harness, put("docs", "done.md", "first text")).await;
@@ -106,7 +107,42 @@ pub async fn verify_reads_a_bucket_of_settled_heads(harness: Harness) {
         .iter()
         .all(|head| head.revision_id != pending.source_revision_id));
 
-    // Every bucket together holds each source once.
+    // A settled tombstone: projected, then deleted and the tombstone's job completed. It
+    // promises no current point, so it is neither a settled head nor work in flight; its
+    // revisions, the tombstone included, are known (a point of either is stale, not unknown).
+    let live = must_accept(&harness, put("docs", "gone.md", "soon deleted")).await;
+    let token = claimed_token(&harness, live.source_revision_id).await;
+    must(harness.ledger.complete(&token).await, "complete");
+    let tombstone = must_accept(&harness, delete("docs", "gone.md")).await;
+    let token = claimed_token(&harness, tombstone.source_revision_id).await;
+    must(
+        harness.ledger.complete(&token).await,
+        "complete the tombstone",
+    );
+    let ledger_side = must(
+        harness
+            .ledger
+            .verify_bucket(&generation.id, bucket("docs", "gone.md"))
+            .await,
+        "verify bucket",
+    );
+    let gone = ("docs".to_owned(), "gone.md".to_owned());
+    assert!(
+        ledger_side
+            .heads
+            .iter()
+            .all(|head| head.source_key != "gone.md"),
+        "a settled tombstone promises no point: {ledger_side:?}"
+    );
+    assert!(
+        !ledger_side.unsettled.contains(&gone),
+        "a settled tombstone is not work in flight: {ledger_side:?}"
+    );
+    for revision in [live.source_revision_id, tombstone.source_revision_id] {
+        assert_eq!(ledger_side.known.get(&revision), Some(&gone), "{revision}");
+    }
+
+    // Every bucket together holds each live source once; the settled tombstone in neither.
     let mut sources = 0;
     for each in 0..receipts::verify::BUCKETS {
         let side = must(
