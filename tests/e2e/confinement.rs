@@ -117,7 +117,7 @@ impl Api {
         let (status, page) = self
             .call(
                 "GET",
-                &format!("/v1/datasets/{dataset}/sources?limit=1000"),
+                &format!("/v1/datasets/{dataset}/sources?limit=500"),
                 token,
                 None,
             )
@@ -476,7 +476,7 @@ async fn a_folder_swapped_for_a_link_during_runs_leaks_nothing() {
         let (status, view) = api
             .call(
                 "GET",
-                &format!("/v1/sources?dataset=race&source_key={key}&limit=1000"),
+                &format!("/v1/sources?dataset=race&source_key={key}&limit=500"),
                 &admin,
                 None,
             )

@@ -237,7 +237,10 @@ async fn a_folder_connector_keeps_search_equal_to_the_folder() {
         .send()
         .await
         .expect("get hidden");
-    assert_eq!(hidden.status().as_u16(), 403);
+    // Another dataset's connector is absent to this token, as revisions and jobs are.
+    assert_eq!(hidden.status().as_u16(), 404);
+    let hidden: Value = hidden.json().await.expect("json");
+    assert_eq!(hidden["code"], "connector_not_found", "{hidden}");
     let listed: Value = get_json(&http, &format!("{base}/v1/connectors"), &other).await;
     assert_eq!(listed["connectors"], json!([]), "{listed}");
 

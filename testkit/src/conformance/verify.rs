@@ -115,6 +115,19 @@ pub async fn verify_reads_a_bucket_of_settled_heads(harness: Harness) {
     must(harness.ledger.complete(&token).await, "complete");
     let tombstone = must_accept(&harness, delete("docs", "gone.md")).await;
     let token = claimed_token(&harness, tombstone.source_revision_id).await;
+    for backend in [Backend::Relational, Backend::Vector] {
+        let update = ReceiptUpdate {
+            backend,
+            state: ReceiptState::Verified,
+            evidence: serde_json::json!({"current_points": 0}),
+            cause: "verified: nothing current read back".to_owned(),
+            generation: generation.id.clone(),
+        };
+        must(
+            harness.ledger.record_receipt(&token, update).await,
+            "tombstone receipt",
+        );
+    }
     must(
         harness.ledger.complete(&token).await,
         "complete the tombstone",
