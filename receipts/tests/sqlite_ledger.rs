@@ -332,3 +332,167 @@ async fn sources_carry_their_verify_bucket_and_missing_ones_are_filled_on_open()
         );
     }
 }
+
+/// Tables an acceptance statement may scan whole: the writer's staging tables (one wave's
+/// rows) and the two tables of a handful of rows (generations, job policies).
+const SCANNABLE: &[&str] = &[
+    "wave",
+    "wave_params",
+    "wave_passages",
+    "wave_superseded",
+    "p",
+    "passage",
+    "g",
+    "generations",
+    "job_policies",
+    "policy",
+];
+
+/// Whether `statement` reads `name` itself (after `FROM` or `JOIN`, or as an alias). A scan
+/// of a table it does not name is the foreign-key check SQLite compiles into an insert into a
+/// parent table, which runs only while a deferred violation is pending.
+fn reads(statement: &str, name: &str) -> bool {
+    let words: Vec<&str> = statement.split_whitespace().collect();
+    words.windows(2).any(|pair| {
+        let named = pair[1].trim_end_matches([',', ')', ';']);
+        named.eq_ignore_ascii_case(name)
+            && ["FROM", "JOIN", "AS"]
+                .iter()
+                .any(|keyword| pair[0].eq_ignore_ascii_case(keyword))
+    })
+}
+
+/// Every statement of an acceptance (the decision and each write step) is planned by SQLite
+/// as index probes into the ledger's tables: `EXPLAIN QUERY PLAN` on a ledger of a few
+/// thousand sources, with the writer's staging tables, shows no scan of a table other than
+/// those ([`SCANNABLE`]) and JSON parameters. A scan of `jobs` by its revision index once made
+/// single acceptances fall from 453/s to 72/s as the jobs grew; the check fails on it (the
+/// statement without its `CROSS JOIN` is checked too, and caught).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acceptance_statements_probe_by_key() {
+    use sqlx::{ConnectOptions, Row};
+    let directory = tempfile::tempdir().expect("tempdir");
+    let file = directory.path().join("ledger.db");
+    let ledger = open(&file).await;
+    for batch in 0..3 {
+        let submissions = (0..1000)
+            .map(|index| {
+                put(
+                    "docs",
+                    &format!("key-{batch}-{index}"),
+                    "plain words for the index",
+                )
+            })
+            .collect();
+        let results = receipts::Acceptor::accept(&ledger, submissions).await;
+        assert!(results.iter().all(Result::is_ok));
+    }
+    let mut connection =
+        receipts::sqlite::connect_options(&file, std::time::Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connect");
+    // No `ANALYZE`: cairn never runs it, so the planner sees the ledger as a running one does.
+    sqlx::raw_sql(include_str!("../src/sqlite/queries/wave_table.sql"))
+        .execute(&mut connection)
+        .await
+        .expect("staging tables");
+    let mutant = include_str!("../src/sqlite/queries/accept_queue.sql").replace(
+        "CROSS JOIN jobs AS job ON job.revision_id",
+        "JOIN jobs AS job ON job.revision_id",
+    );
+    let files = [
+        (
+            "accept_decide",
+            include_str!("../src/sqlite/queries/accept_decide.sql"),
+        ),
+        (
+            "accept_params",
+            include_str!("../src/sqlite/queries/accept_params.sql"),
+        ),
+        (
+            "accept_retain",
+            include_str!("../src/sqlite/queries/accept_retain.sql"),
+        ),
+        (
+            "accept_revisions",
+            include_str!("../src/sqlite/queries/accept_revisions.sql"),
+        ),
+        (
+            "accept_move_heads",
+            include_str!("../src/sqlite/queries/accept_move_heads.sql"),
+        ),
+        (
+            "accept_queue",
+            include_str!("../src/sqlite/queries/accept_queue.sql"),
+        ),
+        (
+            "accept_validity",
+            include_str!("../src/sqlite/queries/accept_validity.sql"),
+        ),
+        (
+            "accept_duplicates",
+            include_str!("../src/sqlite/queries/accept_duplicates.sql"),
+        ),
+        // The step as it was (a plain join of the wave and the jobs), to show the check
+        // catches it.
+        ("mutant", mutant.as_str()),
+    ];
+    let mut scans = Vec::new();
+    let mut explained = 0;
+    for (name, text) in files {
+        let text: String = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for statement in text.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
+            let statement = statement.trim_end_matches(';');
+            let sql = format!("EXPLAIN QUERY PLAN {statement}");
+            let mut query = sqlx::query(&sql);
+            for _ in 0..statement.matches('?').count() {
+                query = query.bind(None::<String>);
+            }
+            let rows = query
+                .fetch_all(&mut connection)
+                .await
+                .unwrap_or_else(|error| panic!("{name}: {error}\n{statement}"));
+            explained += 1;
+            for row in rows {
+                let detail: String = row.try_get("detail").expect("detail");
+                let Some(table) = detail.strip_prefix("SCAN ") else {
+                    continue;
+                };
+                let table = table.split_whitespace().next().unwrap_or_default();
+                if detail.contains("VIRTUAL TABLE")
+                    || detail.starts_with("SCAN CONSTANT ROW")
+                    || SCANNABLE.contains(&table)
+                    || !reads(statement, table)
+                {
+                    continue;
+                }
+                scans.push((
+                    name,
+                    detail,
+                    statement.chars().take(160).collect::<String>(),
+                ));
+            }
+        }
+    }
+    assert!(explained > 20, "only {explained} statements explained");
+    let (caught, rest): (Vec<_>, Vec<_>) = scans
+        .into_iter()
+        .partition(|(name, _, _)| *name == "mutant");
+    assert!(
+        !caught.is_empty(),
+        "the check misses the scan it was written for"
+    );
+    assert!(
+        rest.is_empty(),
+        "acceptance statements that scan a ledger table:\n{}",
+        rest.iter()
+            .map(|(name, detail, statement)| format!("- {name}: {detail}\n  {statement}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

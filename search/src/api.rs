@@ -286,6 +286,17 @@ async fn search(
     if let (true, Ok(response), Some(graph)) = (expand, outcome.as_mut(), state.searcher.graph()) {
         expand_links(&state.ledger, graph, response, started + budget).await;
     }
+    // Ingest refuses credentials; one stored another way (an older release, a restored
+    // backup) still never leaves in an answer.
+    if let Ok(response) = outcome.as_mut() {
+        for result in &mut response.results {
+            let (text, found) = receipts::secrets::redact(&result.text);
+            if found > 0 {
+                tracing::warn!(dataset = %result.dataset, source_key = %result.source_key, revision = %result.source_revision_id, found, "credentials redacted from a search answer");
+                result.text = text;
+            }
+        }
+    }
     record_metrics(mode, &outcome, started.elapsed());
     match &outcome {
         Ok(response) if response.degraded => tracing::info!(

@@ -128,9 +128,15 @@ async def bounds_hold_for_hostile_arguments(config):
         assert not is_error, window
         assert window["revision_id"] == first["revision_id"] and window["is_head"] is True
         assert window["offset"] == 0 and window["total_chars"] > len(window["text"].rstrip("…")) - 1
-        if window["next_offset"] is not None:
-            more, _ = await call(client, "read_document", {"revision_id": first["revision_id"], "offset": window["next_offset"]})
-            assert more["offset"] == window["next_offset"], more
+        # A window shorter than the document: it says where to read on, and the next window
+        # starts there and goes on with the text.
+        short, is_error = await call(client, "read_document", {"revision_id": first["revision_id"], "max_chars": 500})
+        assert not is_error, short
+        assert short["total_chars"] > 500, short["total_chars"]
+        assert short["next_offset"] is not None and 0 < short["next_offset"] <= 500, short
+        more, is_error = await call(client, "read_document", {"revision_id": first["revision_id"], "offset": short["next_offset"], "max_chars": 500})
+        assert not is_error and more["offset"] == short["next_offset"], more
+        assert more["text"] and more["text"].strip("…")[:40] in window["text"], (more["text"][:60], window["text"][:60])
         await expect_error(client, "read_document", {"revision_id": first["revision_id"], "max_chars": 1_000_000}, "invalid_arguments")
         await expect_error(client, "read_document", {"revision_id": "not-a-uuid"}, "invalid_arguments")
 
@@ -142,8 +148,18 @@ async def instructions_stay_data(config):
         texts = [hit["text"] for hit in answer["hits"] if hit["source_key"] == "inject.md"]
         assert texts and "Ignore previous instructions" in texts[0], answer
         assert "\x1b" not in texts[0] and "\u202e" not in texts[0], texts[0]
-        assert "AKIA" not in json.dumps(answer), "credentials are redacted on the way out"
         assert answer["trust"] == "untrusted"
+        # A stored document that holds a credential (written past the ingest scan by the test):
+        # the key never leaves, the answer says what was there.
+        answer, is_error = await call(client, "search", {"query": "wallaby deploy key", "mode": "lexical"})
+        assert not is_error, answer
+        texts = [hit["text"] for hit in answer["hits"] if hit["source_key"] == "leaky.md"]
+        assert texts, answer
+        assert "[redacted:aws_access_key_id]" in texts[0], texts[0]
+        assert config["leaked_key"] not in json.dumps(answer), "credentials are redacted on the way out"
+        window, is_error = await call(client, "read_document", {"dataset": "docs", "source_key": "leaky.md"})
+        assert not is_error and "[redacted:aws_access_key_id]" in window["text"], window
+        assert config["leaked_key"] not in json.dumps(window), window
 
 
 async def allowlist_isolates(config):
@@ -210,6 +226,11 @@ async def hits_are_current_while_sources_change(config):
         assert not is_error and stored["receipt"]["status"] == "queued_not_confirmed", stored
         await expect_error(client, "ingest", {"dataset": "private", "source_key": "x.md", "content": "x"}, "forbidden")
         await expect_error(client, "ingest", {"dataset": "docs", "source_key": "k.md", "content": "key AKIAIOSFODNN7EXAMPLE"}, "secret_detected")
+        # With `ingest`, a superseded revision of the token's dataset is readable, and says so.
+        old, is_error = await call(client, "read_document", {"revision_id": config["superseded_revision"]})
+        assert not is_error, old
+        assert old["revision_id"] == config["superseded_revision"] and old["is_head"] is False, old
+        assert "first words" in old["text"], old
     async with connect(config, config["tokens"]["search"], "2026-07-28") as client:
         old = config["superseded_revision"]
         error = await expect_error(client, "read_document", {"revision_id": old}, "revision_not_current")

@@ -760,23 +760,12 @@ async fn decide(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Decision
 async fn believed(tx: &mut PgConnection, wave: &[Prepared]) -> Result<Vec<Believed>> {
     let datasets: Vec<&str> = wave.iter().map(|item| item.dataset.as_str()).collect();
     let keys: Vec<&str> = wave.iter().map(|item| item.source_key.as_str()).collect();
-    let rows = planned(
-        "SELECT w.position, \
-           (SELECT max(a.seq) FROM assertions a \
-             WHERE a.dataset = w.dataset AND a.source_key = w.source_key) AS last_seq, \
-           (SELECT max(a.recorded_at) FROM assertions a \
-             WHERE a.dataset = w.dataset AND a.source_key = w.source_key) AS last_recorded_at, \
-           (SELECT coalesce(json_agg(json_build_array(v.id, v.assertion_id, v.revision_id, \
-                      v.valid_from, v.valid_to, v.recorded_from)), '[]')::text \
-              FROM validity v WHERE v.dataset = w.dataset AND v.source_key = w.source_key \
-               AND v.recorded_to = 9007199254740991) AS believed \
-         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(dataset, source_key, position) \
-         ORDER BY w.position",
-    )
-    .bind(&datasets)
-    .bind(&keys)
-    .fetch_all(&mut *tx)
-    .await?;
+    // `cairn_believed` (migration 19) keeps its plan: no planning per wave.
+    let rows = cached("SELECT * FROM cairn_believed($1, $2)")
+        .bind(&datasets)
+        .bind(&keys)
+        .fetch_all(&mut *tx)
+        .await?;
     rows.iter()
         .map(|row| {
             let believed: String = row.try_get("believed")?;
@@ -800,7 +789,9 @@ async fn write_validity(tx: &mut PgConnection, rows: &ValidityRows) -> Result<()
         serde_json::to_value(value)
             .map_err(|error| LedgerError::Internal(format!("encoding validity rows: {error}")))
     }
-    planned(
+    // Inserts of the wave's own rows: their plans cannot depend on what the tables hold, so
+    // they are prepared once per connection (no planning per wave).
+    cached(
         "INSERT INTO assertions (id, dataset, source_key, seq, revision_id, valid_from, valid_to, \
            recorded_at, actor, cause) \
          SELECT id, dataset, source_key, seq, revision_id, valid_from, valid_to, recorded_at, \
@@ -829,7 +820,7 @@ async fn write_validity(tx: &mut PgConnection, rows: &ValidityRows) -> Result<()
         .execute(&mut *tx)
         .await?;
     }
-    planned(
+    cached(
         "INSERT INTO validity (id, dataset, source_key, revision_id, assertion_id, valid_from, \
            valid_to, recorded_from) \
          SELECT id, dataset, source_key, revision_id, assertion_id, valid_from, valid_to, \
