@@ -517,7 +517,9 @@ async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
     // own workers would hold a queued one as running at once), and vector search finds the
     // documents.
     let status = cairn_json(target.path(), &base, &["status"]);
-    let jobs = status["counts"]["jobs"]
+    // (The check this replaced read `status.counts.jobs.pending`, which is not where the counts
+    // are, as 0: it could not fail.)
+    let jobs = status["status"]["counts"]["jobs"]
         .as_object()
         .unwrap_or_else(|| panic!("status counts jobs by state: {status}"));
     assert!(
