@@ -395,8 +395,8 @@ async fn escapes_are_refused_at_every_run(ledger: Arc<dyn Ledger>, clock: Arc<Ma
     assert_eq!(keys(&heads_in(&ledger, "alt").await), ["secret.md"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn escapes_are_refused_at_every_run_on_sqlite() {
+/// An SQLite ledger in its own temporary folder (kept alive with it), on a manual clock.
+async fn sqlite_ledger() -> (Arc<dyn Ledger>, Arc<ManualClock>, tempfile::TempDir) {
     let directory = tempfile::tempdir().expect("tempdir");
     let clock = Arc::new(ManualClock::new(START));
     let ledger = SqliteLedger::open(
@@ -405,50 +405,50 @@ async fn escapes_are_refused_at_every_run_on_sqlite() {
     )
     .await
     .expect("open");
-    escapes_are_refused_at_every_run(Arc::new(ledger), clock).await;
+    (Arc::new(ledger), clock, directory)
+}
+
+/// A PostgreSQL ledger on a server of its own (kept alive with it), on a manual clock.
+async fn postgres_ledger() -> (
+    Arc<dyn Ledger>,
+    Arc<ManualClock>,
+    testkit::postgres::PostgresServer,
+) {
+    let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
+    let url = server.create_database("ledger").expect("database");
+    let clock = Arc::new(ManualClock::new(START));
+    let ledger = receipts::PostgresLedger::open_with(
+        receipts::PostgresOptions::new(url),
+        receipts::LedgerClock::Injected(clock.clone()),
+        Arc::new(receipts::faults::FaultPlan::default()),
+    )
+    .await
+    .expect("open");
+    (Arc::new(ledger), clock, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escapes_are_refused_at_every_run_on_sqlite() {
+    let (ledger, clock, _directory) = sqlite_ledger().await;
+    escapes_are_refused_at_every_run(ledger, clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escapes_are_refused_at_every_run_on_postgres() {
-    let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
-    let url = server.create_database("ledger").expect("database");
-    let clock = Arc::new(ManualClock::new(START));
-    let ledger = receipts::PostgresLedger::open_with(
-        receipts::PostgresOptions::new(url),
-        receipts::LedgerClock::Injected(clock.clone()),
-        Arc::new(receipts::faults::FaultPlan::default()),
-    )
-    .await
-    .expect("open");
-    escapes_are_refused_at_every_run(Arc::new(ledger), clock).await;
+    let (ledger, clock, _server) = postgres_ledger().await;
+    escapes_are_refused_at_every_run(ledger, clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_folder_is_kept_equal_to_its_dataset_on_sqlite() {
-    let directory = tempfile::tempdir().expect("tempdir");
-    let clock = Arc::new(ManualClock::new(START));
-    let ledger = SqliteLedger::open(
-        SqliteOptions::new(directory.path().join("ledger.db")),
-        clock.clone(),
-    )
-    .await
-    .expect("open");
-    a_folder_is_kept_equal_to_its_dataset(Arc::new(ledger), clock).await;
+    let (ledger, clock, _directory) = sqlite_ledger().await;
+    a_folder_is_kept_equal_to_its_dataset(ledger, clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_folder_is_kept_equal_to_its_dataset_on_postgres() {
-    let server = testkit::postgres::PostgresServer::start().expect("start PostgreSQL");
-    let url = server.create_database("ledger").expect("database");
-    let clock = Arc::new(ManualClock::new(START));
-    let ledger = receipts::PostgresLedger::open_with(
-        receipts::PostgresOptions::new(url),
-        receipts::LedgerClock::Injected(clock.clone()),
-        Arc::new(receipts::faults::FaultPlan::default()),
-    )
-    .await
-    .expect("open");
-    a_folder_is_kept_equal_to_its_dataset(Arc::new(ledger), clock).await;
+    let (ledger, clock, _server) = postgres_ledger().await;
+    a_folder_is_kept_equal_to_its_dataset(ledger, clock).await;
 }
 
 /// A git connector on a repository made here: after each step (commits, a rename, a delete, a

@@ -19,7 +19,13 @@ fn hook(args: &[&str], payload: &str) -> (Option<i32>, String, String, Duration)
     run_hook("prompt-submit", args, payload)
 }
 
-fn run_hook(kind: &str, args: &[&str], payload: &str) -> (Option<i32>, String, String, Duration) {
+/// Runs `cairn hook KIND ARGS` with `payload` on stdin; returns (exit code, stdout, stderr,
+/// time taken).
+pub(crate) fn run_hook(
+    kind: &str,
+    args: &[&str],
+    payload: &str,
+) -> (Option<i32>, String, String, Duration) {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["hook", kind])

@@ -80,32 +80,6 @@ async fn write_past_the_scan(ledger: &dyn Ledger, dataset: &str, key: &str, text
         .expect("written past the scan")
 }
 
-/// Runs `cairn hook prompt-submit` against `base` with a prompt; answers its exit code, stdout
-/// and stderr.
-fn prompt_hook(base: &str, token: &str, prompt: &str) -> (Option<i32>, String, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["hook", "prompt-submit", "--server", base, "--token", token])
-        .env("CAIRN_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cairn hook");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(json!({"prompt": prompt}).to_string().as_bytes())
-        .expect("write the prompt");
-    let output = child.wait_with_output().expect("hook output");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 async fn token(
     ledger: &dyn Ledger,
     name: &str,
@@ -220,7 +194,11 @@ async fn an_agent_gets_current_bounded_labelled_hits_within_its_scopes() {
         leaked_text.contains("[redacted:aws_access_key_id]") && !leaked_text.contains(LEAKED_KEY),
         "/v1/search redacts credentials on the way out: {leaked_text}"
     );
-    let (code, stdout, stderr) = prompt_hook(&base, &admin, "what is the wallaby deploy key?");
+    let (code, stdout, stderr, _) = crate::hook::run_hook(
+        "prompt-submit",
+        &["--server", &base, "--token", &admin],
+        &json!({"prompt": "what is the wallaby deploy key?"}).to_string(),
+    );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stdout.contains("[redacted:aws_access_key_id]") && !stdout.contains(LEAKED_KEY),
