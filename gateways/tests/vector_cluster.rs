@@ -2,8 +2,9 @@
 //! a collection of 6 shards with 3 replicas each and a write consistency factor of 2, reached
 //! through every node's URL. Under node loss the store must fail over within its retry
 //! budget, read back what a majority of replicas hold, and after the node returns every
-//! replica of every shard must hold the same points. A collection laid out otherwise is
-//! refused.
+//! replica of every shard must hold the same points with the same `is_current` (read replica by
+//! replica from shard snapshots; a stale replica injected behind the cluster's back is told
+//! apart). A collection laid out otherwise is refused.
 
 use std::time::{Duration, Instant};
 
@@ -142,6 +143,107 @@ async fn the_store_fails_over_from_a_killed_node_and_the_replicas_converge_after
     let replicas = await_converged(&cluster, store.collection(), Duration::from_secs(90));
     let held: u64 = replicas.iter().map(|(_, _, points, _)| points).sum();
     assert_eq!(held, 3 * 3 * written.len() as u64, "{replicas:?}");
+}
+
+/// The replica comparison sees a replica that holds every point but a stale `is_current`,
+/// which equal point counts cannot. The fault is injected behind the cluster's back: node 1's
+/// replicas of the shards holding one revision are recovered, unsynced, from snapshots taken
+/// before that revision was retired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_a_stale_current_flag_does_not_pass_as_converged() {
+    let cluster = QdrantCluster::start(3).expect("start a three-node cluster");
+    let store = ServerVectorStore::open(&options(&cluster), "g-stale", DIMENSION)
+        .await
+        .expect("open");
+    let collection = store.collection().to_owned();
+    let mut revisions = Vec::new();
+    for source in 0..8 {
+        let revision = Uuid::now_v7();
+        store
+            .upsert(points(source, revision, 2))
+            .await
+            .expect("upsert");
+        revisions.push(revision);
+    }
+    tokio::task::block_in_place(|| {
+        await_converged(&cluster, &collection, Duration::from_secs(60));
+    });
+    let retired: Vec<Uuid> = (0..2)
+        .map(|index| gateways::vectors::point_id(revisions[0], index))
+        .collect();
+    let before = tokio::task::block_in_place(|| cluster.replica_contents(&collection))
+        .expect("read every replica");
+    assert_eq!(before.len(), 18, "6 shards x 3 replicas: {before:?}");
+    for node in 0..3 {
+        let held: usize = before
+            .iter()
+            .filter(|copy| copy.node == node)
+            .map(|copy| copy.points.len())
+            .sum();
+        assert_eq!(held, 16, "node {node} holds every point once");
+    }
+    let stale_shards: Vec<u64> = before
+        .iter()
+        .filter(|copy| copy.node == 1 && retired.iter().any(|id| copy.points.contains_key(id)))
+        .map(|copy| copy.shard)
+        .collect();
+    assert!(!stale_shards.is_empty());
+    let mut snapshots = Vec::new();
+    for shard in &stale_shards {
+        snapshots.push(
+            cluster.nodes()[1]
+                .shard_snapshot(&collection, *shard)
+                .await
+                .expect("snapshot node 1's replica"),
+        );
+    }
+
+    store
+        .retire_revision(revisions[0])
+        .await
+        .expect("retire the first revision");
+    for (shard, snapshot) in stale_shards.iter().zip(&snapshots) {
+        cluster.nodes()[1]
+            .recover_shard_unsynced(&collection, *shard, snapshot)
+            .await
+            .expect("fault injection: recover node 1's replica from the old snapshot");
+    }
+
+    let refused = tokio::task::block_in_place(|| {
+        cluster.await_converged(&collection, 6, 3, Duration::from_secs(15))
+    })
+    .expect_err("a replica with a stale is_current passed as converged");
+    let told = refused.to_string();
+    for id in &retired {
+        assert!(told.contains(&id.to_string()), "{id} not named: {told}");
+    }
+    let after = tokio::task::block_in_place(|| cluster.replica_contents(&collection))
+        .expect("read every replica");
+    let counts = |contents: &[testkit::qdrant::ReplicaContent]| {
+        let mut counts: Vec<(usize, u64, usize)> = contents
+            .iter()
+            .map(|copy| (copy.node, copy.shard, copy.points.len()))
+            .collect();
+        counts.sort_unstable();
+        counts
+    };
+    assert_eq!(counts(&after), counts(&before), "the counts alone agree");
+    for copy in after
+        .iter()
+        .filter(|copy| stale_shards.contains(&copy.shard))
+    {
+        for id in &retired {
+            if let Some((current, _)) = copy.points.get(id) {
+                assert_eq!(
+                    *current,
+                    Some(copy.node == 1),
+                    "node {} shard {}: {id}",
+                    copy.node,
+                    copy.shard
+                );
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,13 @@
 //! over a peer-to-peer port each), the first bootstrapping the cluster and the others joining
 //! it; each node can be killed, restarted, paused and resumed on its own.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use uuid::Uuid;
 
 use crate::ports::{
     answers_at, free_ports, get_json, kill_child, listens_at, signal, stop_child, LOOPBACK,
@@ -389,7 +392,8 @@ impl QdrantCluster {
     }
 
     /// Waits until `collection` has `shards` shards, each with `replicas` replicas active on
-    /// running nodes and holding the same number of points; returns the replicas seen (as
+    /// running nodes and holding the same points, with the same `is_current` and `head_at` (read
+    /// as [`QdrantCluster::replica_contents`] once the counts agree); returns the replicas seen (as
     /// [`QdrantCluster::replicas`]), or says what it saw last when `limit` passes.
     pub fn await_converged(
         &self,
@@ -413,6 +417,30 @@ impl QdrantCluster {
         self.await_replicas(collection, shards, replicas, false, limit)
     }
 
+    /// What every active local replica of `collection` on a running node holds, point by
+    /// point. Qdrant has no read of one replica, so each node streams a snapshot of each of its
+    /// local shards, which is opened as an embedded store and scrolled to the end.
+    pub fn replica_contents(&self, collection: &str) -> io::Result<Vec<ReplicaContent>> {
+        let replicas = self.replicas(collection);
+        on_own_runtime(async {
+            let mut contents = Vec::new();
+            for (index, shard, _, state) in replicas {
+                if state != "Active" {
+                    continue;
+                }
+                let node = &self.nodes[index];
+                let snapshot = node.shard_snapshot(collection, shard).await?;
+                let points = read_snapshot(&snapshot, node.dimension(collection).await?).await?;
+                contents.push(ReplicaContent {
+                    node: index,
+                    shard,
+                    points,
+                });
+            }
+            Ok(contents)
+        })
+    }
+
     fn await_replicas(
         &self,
         collection: &str,
@@ -422,6 +450,8 @@ impl QdrantCluster {
         limit: Duration,
     ) -> io::Result<Vec<(usize, u64, u64, String)>> {
         let started = std::time::Instant::now();
+        // What the last content comparison found, once the counts agreed.
+        let mut disagreement = String::new();
         loop {
             let seen = self.replicas(collection);
             let mut by_shard: std::collections::BTreeMap<u64, Vec<(u64, &str)>> =
@@ -438,25 +468,237 @@ impl QdrantCluster {
                         && copies.iter().all(|(_, state)| *state == "Active")
                         && (!equal || copies.iter().all(|(points, _)| *points == copies[0].0))
                 });
-            if converged {
+            if converged && equal {
+                // Equal counts are not equal contents: a replica holding every point with a
+                // stale `is_current` counts the same. Compare point by point.
+                disagreement = match self.replica_contents(collection) {
+                    Ok(contents) => disagreements(&contents).join("; "),
+                    Err(error) => format!("reading the replicas failed: {error}"),
+                };
+                if disagreement.is_empty() {
+                    return Ok(seen);
+                }
+            } else if converged {
                 return Ok(seen);
             }
             if started.elapsed() >= limit {
                 return Err(io::Error::other(format!(
-                    "the replicas of {collection} did not {} in {limit:?}: {seen:?}",
+                    "the replicas of {collection} did not {} in {limit:?}: {seen:?}{}{disagreement}",
                     if equal {
                         "converge"
                     } else {
                         "all become active"
-                    }
+                    },
+                    if disagreement.is_empty() { "" } else { "; " }
                 )));
             }
-            std::thread::sleep(Duration::from_millis(250));
+            let pause = if disagreement.is_empty() { 250 } else { 1000 };
+            std::thread::sleep(Duration::from_millis(pause));
+        }
+    }
+}
+
+/// What one replica of one shard holds: each point's id with its `is_current` flag and its
+/// `head_at` (`None` where the payload lacks one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaContent {
+    /// The node's index, in start order.
+    pub node: usize,
+    /// The shard id.
+    pub shard: u64,
+    /// Point id -> (`is_current`, `head_at`).
+    pub points: BTreeMap<Uuid, (Option<bool>, Option<i64>)>,
+}
+
+/// Where replicas of one shard disagree, one line per shard: the points some replica lacks
+/// or holds with another `is_current` or `head_at`, the first few named. Empty when every
+/// replica of every shard holds the same.
+pub fn disagreements(contents: &[ReplicaContent]) -> Vec<String> {
+    let mut by_shard: BTreeMap<u64, Vec<&ReplicaContent>> = BTreeMap::new();
+    for content in contents {
+        by_shard.entry(content.shard).or_default().push(content);
+    }
+    let mut lines = Vec::new();
+    for (shard, copies) in by_shard {
+        let ids: std::collections::BTreeSet<&Uuid> =
+            copies.iter().flat_map(|copy| copy.points.keys()).collect();
+        let differing: Vec<String> = ids
+            .into_iter()
+            .filter(|id| {
+                let first = copies[0].points.get(id);
+                copies.iter().any(|copy| copy.points.get(id) != first)
+            })
+            .map(|id| {
+                let held: Vec<String> = copies
+                    .iter()
+                    .map(|copy| match copy.points.get(id) {
+                        Some((current, head_at)) => format!(
+                            "node {}: is_current {current:?} head_at {head_at:?}",
+                            copy.node
+                        ),
+                        None => format!("node {}: missing", copy.node),
+                    })
+                    .collect();
+                format!("{id} ({})", held.join(", "))
+            })
+            .collect();
+        if !differing.is_empty() {
+            lines.push(format!(
+                "shard {shard}: {} points differ across replicas, e.g. {}",
+                differing.len(),
+                differing
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+    }
+    lines
+}
+
+/// Runs `work` to completion on a runtime of its own, on a thread of its own, so that
+/// callers inside and outside a tokio runtime can block on it.
+fn on_own_runtime<T: Send>(
+    work: impl std::future::Future<Output = io::Result<T>> + Send,
+) -> io::Result<T> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?
+                    .block_on(work)
+            })
+            .join()
+            .map_err(|_| io::Error::other("the replica reader panicked"))?
+    })
+}
+
+/// Every point a streamed shard snapshot holds, opened as an embedded store in a temporary
+/// folder and scrolled to the end.
+async fn read_snapshot(
+    snapshot: &[u8],
+    dimension: usize,
+) -> io::Result<BTreeMap<Uuid, (Option<bool>, Option<i64>)>> {
+    use gateways::VectorStore;
+    let scratch = tempfile::tempdir()?;
+    let file = scratch.path().join("shard.snapshot");
+    std::fs::write(&file, snapshot)?;
+    let store =
+        gateways::EdgeVectorStore::open_snapshot(&file, &scratch.path().join("shard"), dimension)
+            .map_err(io::Error::other)?;
+    let mut points = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let (page, next) = store
+            .scroll_all(after, 512)
+            .await
+            .map_err(io::Error::other)?;
+        for point in page {
+            points.insert(
+                point.id,
+                (
+                    point
+                        .payload
+                        .get("is_current")
+                        .and_then(|value| value.as_bool()),
+                    point
+                        .payload
+                        .get("head_at")
+                        .and_then(|value| value.as_i64()),
+                ),
+            );
+        }
+        match next {
+            Some(id) => after = Some(id),
+            None => return Ok(points),
         }
     }
 }
 
 impl QdrantServer {
+    /// This node's HTTP base URL.
+    fn http_base(&self) -> String {
+        format!("http://{}:{}", self.ip, self.http_port)
+    }
+
+    /// The vector dimension of `collection`, as this node describes it.
+    async fn dimension(&self, collection: &str) -> io::Result<usize> {
+        let answer: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/collections/{collection}", self.http_base()))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(io::Error::other)?
+            .json()
+            .await
+            .map_err(io::Error::other)?;
+        answer["result"]["config"]["params"]["vectors"]["size"]
+            .as_u64()
+            .and_then(|size| usize::try_from(size).ok())
+            .ok_or_else(|| io::Error::other(format!("no vector size in {answer}")))
+    }
+
+    /// A snapshot of this node's own replica of `shard` of `collection`, as the node streams
+    /// it (`GET /collections/{collection}/shards/{shard}/snapshot`).
+    pub async fn shard_snapshot(&self, collection: &str, shard: u64) -> io::Result<Vec<u8>> {
+        let answer = reqwest::Client::new()
+            .get(format!(
+                "{}/collections/{collection}/shards/{shard}/snapshot",
+                self.http_base()
+            ))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(io::Error::other)?;
+        Ok(answer.bytes().await.map_err(io::Error::other)?.to_vec())
+    }
+
+    /// Fault injection: replaces this node's own replica of `shard` with `snapshot`, telling
+    /// Qdrant not to sync it with the other replicas (priority `no_sync`), so the replica holds
+    /// what the snapshot held, behind the cluster's back.
+    pub async fn recover_shard_unsynced(
+        &self,
+        collection: &str,
+        shard: u64,
+        snapshot: &[u8],
+    ) -> io::Result<()> {
+        let boundary = format!("cairn-{}", Uuid::now_v7().simple());
+        let mut body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"snapshot\"; \
+             filename=\"shard.snapshot\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(snapshot);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let answer = reqwest::Client::new()
+            .post(format!(
+                "{}/collections/{collection}/shards/{shard}/snapshots/upload?wait=true&priority=no_sync",
+                self.http_base()
+            ))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(io::Error::other)?;
+        let status = answer.status();
+        if !status.is_success() {
+            let text = answer.text().await.unwrap_or_default();
+            return Err(io::Error::other(format!(
+                "recovering shard {shard} of {collection}: {status} {text}"
+            )));
+        }
+        Ok(())
+    }
+
     /// The peers this node's consensus knows (0 when it does not answer or is not a cluster
     /// node).
     pub fn peers(&self) -> usize {

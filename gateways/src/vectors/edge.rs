@@ -413,6 +413,31 @@ impl EdgeVectorStore {
         .await
     }
 
+    /// Unpacks a shard snapshot that a Qdrant server streamed (`GET
+    /// /collections/{collection}/shards/{shard}/snapshot`) into `directory` (which must not
+    /// hold a shard yet) and opens it, as [`EdgeVectorStore::open`] does: a private copy of
+    /// what that one replica held, to read with [`VectorStore::scroll_all`]. Qdrant has no read
+    /// of a single replica, so this is how replicas of one shard are compared point by point.
+    pub fn open_snapshot(
+        snapshot: &Path,
+        directory: &Path,
+        dimension: usize,
+    ) -> Result<EdgeVectorStore, GatewayError> {
+        if directory.join("segments").exists() || directory.join("edge_config.json").exists() {
+            return Err(GatewayError::Config(format!(
+                "{} already holds a shard; unpack a snapshot into an empty folder",
+                directory.display()
+            )));
+        }
+        EdgeShard::unpack_snapshot(snapshot, directory).map_err(|error| {
+            unavailable(format!(
+                "unpacking the shard snapshot {}: {error}",
+                snapshot.display()
+            ))
+        })?;
+        Self::open(directory, dimension)
+    }
+
     /// Opens the shard at `path`, creating it (cosine distance, `dimension`, payload indexes)
     /// when it does not exist yet.
     pub fn open(path: &Path, dimension: usize) -> Result<EdgeVectorStore, GatewayError> {
@@ -442,7 +467,9 @@ impl EdgeVectorStore {
                 )))
             }
         }
-        let existing = path.join("edge_config.json").is_file();
+        // A shard snapshot unpacked here has segments but no edge configuration yet: it is
+        // loaded (its configuration inferred from the segments), never created over.
+        let existing = path.join("edge_config.json").is_file() || path.join("segments").is_dir();
         let shard = if existing {
             EdgeShard::load(path, None).map_err(unavailable)?
         } else {
