@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::auth::{CreatedToken, NewToken, Principal, TokenChange, TokenChanged, TokenInfo};
 use crate::clock::Micros;
 use crate::error::Result;
+use crate::filter::{Filter, RevisionFacts};
 use crate::model::{
     Acceptance, BoundHit, ChunkRef, ChunkRow, ChunkSummary, Connector, ConnectorChanged,
     ConnectorCommand, ConnectorFile, ContentBlock, DatasetSummary, DriftRecord, Erasure,
@@ -68,6 +69,23 @@ pub trait Reader: Send + Sync {
         limit: u32,
         deadline: Option<std::time::Instant>,
     ) -> Result<Vec<LexicalHit>>;
+
+    /// [`Reader::lexical_search`] (or, with `at`, [`Reader::lexical_search_at`]) over the
+    /// passages whose revision matches `filter`, applied inside the query before its `limit`
+    /// (never to a cut list).
+    async fn lexical_search_where(
+        &self,
+        query: &str,
+        datasets: &[String],
+        filter: &Filter,
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+    ) -> Result<Vec<LexicalHit>>;
+
+    /// What a filter sees of each of these revisions ([`Filter::matches`]), in no particular
+    /// order; unknown revisions are left out.
+    async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>>;
 
     /// Checks hits against the current state: whether each revision is its source's head (and
     /// not deleted), whether it is vector-searchable in `generation` (the one searched), and a

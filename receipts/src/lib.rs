@@ -87,6 +87,7 @@ pub mod clock;
 pub mod connectors;
 mod error;
 pub mod faults;
+pub mod filter;
 pub mod generations;
 #[cfg(feature = "http")]
 pub mod http;

@@ -10,6 +10,8 @@ use uuid::Uuid;
 use super::{history_from_row, job_from_row, revision_from_row, PostgresLedger, REVISION_COLUMNS};
 use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
+use crate::filter::sql::{Dialect, Param};
+use crate::filter::{Filter, RevisionFacts};
 use crate::ledger::Reader;
 use crate::model::{
     BoundHit, ContentBlock, DatasetSummary, HistoryEntry, HitRef, LedgerCounts, LexicalHit,
@@ -175,6 +177,44 @@ impl Reader for PostgresLedger {
     ) -> Result<Vec<LexicalHit>> {
         self.lexical(query, datasets, limit, deadline, Some(at))
             .await
+    }
+
+    async fn lexical_search_where(
+        &self,
+        query: &str,
+        datasets: &[String],
+        filter: &Filter,
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+    ) -> Result<Vec<LexicalHit>> {
+        self.lexical_filtered(query, datasets, limit, deadline, at, Some(filter))
+            .await
+    }
+
+    async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
+        if revision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE id = ANY($1)"
+        ))
+        .bind(revision_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let revision = revision_from_row(row)?;
+                Ok(RevisionFacts {
+                    revision_id: revision.id,
+                    source_key: revision.source_key,
+                    media_type: revision.media_type,
+                    tags: revision.tags,
+                    metadata: revision.metadata,
+                    accepted_at: revision.accepted_at,
+                })
+            })
+            .collect()
     }
 
     async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>> {
@@ -395,6 +435,21 @@ impl PostgresLedger {
         deadline: Option<std::time::Instant>,
         at: Option<At>,
     ) -> Result<Vec<LexicalHit>> {
+        self.lexical_filtered(query, datasets, limit, deadline, at, None)
+            .await
+    }
+
+    /// The lexical query, with `filter` (when given) among the matched passages: a passage
+    /// counts only when its revision matches, before ranking and the `LIMIT`.
+    async fn lexical_filtered(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<LexicalHit>> {
         let Some(words) = ts_query(query) else {
             return Ok(Vec::new());
         };
@@ -420,12 +475,43 @@ impl PostgresLedger {
         } else {
             LEXICAL
         };
+        // The filter's condition goes beside the dataset condition of the matched passages
+        // (in both times, of the one corpus), numbered after the fixed parameters.
+        let compiled = filter.filter(|_| !slow).map(|filter| {
+            let first = if at.is_some() { 6 } else { 4 };
+            crate::filter::sql::compile(filter, Dialect::Postgres, "fr", first)
+        });
+        let filtered;
+        let sql = match &compiled {
+            None => sql,
+            Some(compiled) => {
+                let anchor = "AND (cardinality($2::text[]) = 0 OR p.dataset = ANY($2))";
+                filtered = sql.replacen(
+                    anchor,
+                    &format!(
+                        "{anchor} AND EXISTS (SELECT 1 FROM revisions fr WHERE fr.id = \
+                         p.revision_id AND {})",
+                        compiled.sql
+                    ),
+                    1,
+                );
+                filtered.as_str()
+            }
+        };
         let mut statement = sqlx::query(sql)
             .bind(&words)
             .bind(datasets)
             .bind(i64::from(limit));
         if let (Some(at), false) = (at, slow) {
             statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        for param in compiled.iter().flat_map(|compiled| &compiled.params) {
+            statement = match param {
+                Param::Text(text) => statement.bind(text.clone()),
+                Param::Texts(texts) => statement.bind(texts.clone()),
+                Param::Int(number) => statement.bind(*number),
+                Param::Real(number) => statement.bind(*number),
+            };
         }
         let result = statement.fetch_all(&mut *tx).await;
         let rows = match result {

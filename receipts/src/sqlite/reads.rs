@@ -13,6 +13,8 @@ use super::rows::REVISION_COLUMNS;
 use crate::error::LedgerError;
 use crate::error::Result;
 use crate::faults::FaultPoint;
+use crate::filter::sql::{Dialect, Param};
+use crate::filter::{Filter, RevisionFacts};
 use crate::ledger::Reader;
 use crate::model::BoundHit;
 use crate::model::ContentBlock;
@@ -211,6 +213,45 @@ impl Reader for SqliteLedger {
     ) -> Result<Vec<LexicalHit>> {
         self.lexical(query, datasets, limit, deadline, Some(at))
             .await
+    }
+
+    async fn lexical_search_where(
+        &self,
+        query: &str,
+        datasets: &[String],
+        filter: &Filter,
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+    ) -> Result<Vec<LexicalHit>> {
+        self.lexical_filtered(query, datasets, limit, deadline, at, Some(filter))
+            .await
+    }
+
+    async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
+        if revision_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = revision_ids.iter().map(Uuid::to_string).collect();
+        let rows = sqlx::query(&format!(
+            "SELECT {REVISION_COLUMNS} FROM revisions WHERE id IN (SELECT value FROM json_each(?))"
+        ))
+        .bind(json_text(&ids))
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let revision = revision_from_row(row)?;
+                Ok(RevisionFacts {
+                    revision_id: revision.id,
+                    source_key: revision.source_key,
+                    media_type: revision.media_type,
+                    tags: revision.tags,
+                    metadata: revision.metadata,
+                    accepted_at: revision.accepted_at,
+                })
+            })
+            .collect()
     }
 
     async fn bind_hits(&self, hits: &[HitRef], generation: &str) -> Result<Vec<BoundHit>> {
@@ -433,17 +474,33 @@ impl SqliteLedger {
         deadline: Option<std::time::Instant>,
         at: Option<At>,
     ) -> Result<Vec<LexicalHit>> {
+        self.lexical_filtered(query, datasets, limit, deadline, at, None)
+            .await
+    }
+
+    /// The lexical query, with `filter` (when given) inside its ranked candidates: a passage
+    /// counts only when its revision matches, before the `LIMIT`.
+    async fn lexical_filtered(
+        &self,
+        query: &str,
+        datasets: &[String],
+        limit: u32,
+        deadline: Option<std::time::Instant>,
+        at: Option<At>,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<LexicalHit>> {
         let Some(fts) = fts_query(query) else {
             return Ok(Vec::new());
         };
         let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
-        let sql = if slow {
+        let sql: std::borrow::Cow<'static, str> = if slow {
             "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000000) \
              SELECT '' AS dataset, '' AS source_key, '' AS revision_id, 0 AS passage_index, \
              '' AS text, NULL AS section, NULL AS page, 0.0 AS score \
              FROM n WHERE x = -?3 AND ?1 <> ?2"
+                .into()
         } else if at.is_some() {
-            TEMPORAL_LEXICAL
+            TEMPORAL_LEXICAL.into()
         } else {
             // Rank first (passage ids and positions only), then read the text of the page:
             // reading every match's bytes before the LIMIT made common-word queries slow.
@@ -466,6 +523,32 @@ impl SqliteLedger {
              JOIN revisions r ON r.id = k.revision_id \
              JOIN contents c ON c.sha256 = r.content_sha256 \
              ORDER BY k.rank"
+                .into()
+        };
+        // The filter's condition goes beside the dataset condition of every corpus (current
+        // passages, and at a point in time past ones), numbered after the fixed parameters.
+        let compiled = filter.filter(|_| !slow).map(|filter| {
+            let first = if at.is_some() { 6 } else { 4 };
+            crate::filter::sql::compile(filter, Dialect::Sqlite, "fr", first)
+        });
+        let sql: std::borrow::Cow<'static, str> = match &compiled {
+            None => sql,
+            Some(compiled) => {
+                let mut text = sql.into_owned();
+                for alias in ["p", "pp"] {
+                    let anchor =
+                        format!("OR {alias}.dataset IN (SELECT value FROM json_each(?2)))");
+                    text = text.replace(
+                        &anchor,
+                        &format!(
+                            "{anchor} AND EXISTS (SELECT 1 FROM revisions fr WHERE fr.id = \
+                             {alias}.revision_id AND {})",
+                            compiled.sql
+                        ),
+                    );
+                }
+                text.into()
+            }
         };
         // The query runs in a task of its own, so a caller that stops waiting (a client that
         // hung up, a cancelled tool call) cannot leave a connection behind with the progress
@@ -486,12 +569,20 @@ impl SqliteLedger {
                         !abandoned.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
                     });
             }
-            let mut statement = sqlx::query(sql)
+            let mut statement = sqlx::query(&sql)
                 .bind(fts)
                 .bind(datasets)
                 .bind(i64::from(limit));
             if let (Some(at), false) = (at, slow) {
                 statement = statement.bind(at.valid_at).bind(at.as_of);
+            }
+            for param in compiled.iter().flat_map(|compiled| &compiled.params) {
+                statement = match param {
+                    Param::Text(text) => statement.bind(text.clone()),
+                    Param::Texts(texts) => statement.bind(json_text(texts)),
+                    Param::Int(number) => statement.bind(*number),
+                    Param::Real(number) => statement.bind(*number),
+                };
             }
             let result = statement.fetch_all(&mut *connection).await;
             if deadline.is_some() {

@@ -18,6 +18,7 @@ pub use receipts::policy::DEFAULT_BACKENDS;
 mod acceptance;
 mod connectors;
 mod erasure;
+mod filters;
 mod generations;
 mod indexing;
 mod leases;
@@ -31,6 +32,7 @@ mod verify;
 pub use acceptance::*;
 pub use connectors::*;
 pub use erasure::*;
+pub use filters::*;
 pub use generations::*;
 pub use indexing::*;
 pub use leases::*;
@@ -287,6 +289,8 @@ macro_rules! ledger_conformance {
             scheduled_revisions_take_the_head_at_their_boundary,
             bounded_periods_return_the_head_at_their_end,
             history_gaps_name_what_temporal_search_cannot_return,
+            filters_select_what_the_exact_evaluation_selects,
+            filters_apply_to_the_revision_that_held,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn graph_jobs_are_queued_beside_projection() {
