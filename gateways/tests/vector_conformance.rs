@@ -348,6 +348,73 @@ mod checks {
         assert!(none.is_empty());
     }
 
+    /// A search narrowed to a few revisions finds every point of them (and only them), in
+    /// score order, whatever else the store holds; current only unless any revision is asked.
+    pub(super) async fn search_within_finds_every_point_of_its_revisions(backend: &dyn Backend) {
+        let store = backend.open("g-one").await;
+        let mut revisions = Vec::new();
+        for source in 0..120 {
+            let revision = Uuid::now_v7();
+            project(
+                store.as_ref(),
+                "docs",
+                &format!("s{source}"),
+                revision,
+                2,
+                1,
+            )
+            .await;
+            revisions.push(revision);
+        }
+        let old = revisions[7];
+        let newer = Uuid::now_v7();
+        project(store.as_ref(), "docs", "s7", newer, 2, 2).await;
+        let narrow = [revisions[3], old, newer, revisions[90]];
+        let hits = store
+            .search_within(unit(5), &["docs".to_owned()], &narrow, false, 20)
+            .await
+            .expect("narrowed search");
+        let mut found: Vec<(Uuid, u32)> = hits
+            .iter()
+            .map(|hit| (hit.revision_id, hit.chunk_index))
+            .collect();
+        found.sort_unstable();
+        let mut expected: Vec<(Uuid, u32)> = [revisions[3], newer, revisions[90]]
+            .iter()
+            .flat_map(|revision| [(*revision, 0), (*revision, 1)])
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(
+            found, expected,
+            "every current point of the narrowed revisions"
+        );
+        assert!(hits.windows(2).all(|pair| pair[0].score >= pair[1].score));
+        let any = store
+            .search_within(unit(5), &["docs".to_owned()], &narrow, true, 20)
+            .await
+            .expect("narrowed search of any revision");
+        assert_eq!(
+            any.len(),
+            8,
+            "the superseded revision's points too: {any:?}"
+        );
+        let elsewhere = store
+            .search_within(unit(5), &["notes".to_owned()], &narrow, false, 20)
+            .await
+            .expect("narrowed search");
+        assert!(elsewhere.is_empty());
+        let limited = store
+            .search_within(unit(5), &[], &narrow, false, 2)
+            .await
+            .expect("narrowed search");
+        assert_eq!(limited.len(), 2);
+        assert_eq!(
+            (limited[0].revision_id, limited[0].chunk_index),
+            (hits[0].revision_id, hits[0].chunk_index),
+            "the best point first"
+        );
+    }
+
     pub(super) async fn one_collection_per_generation(backend: &dyn Backend) {
         let first = backend.open("g-one").await;
         let second = backend.open("g-two").await;
@@ -558,6 +625,11 @@ macro_rules! vector_conformance {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn search_within_finds_every_point_of_its_revisions() {
+                checks::search_within_finds_every_point_of_its_revisions(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn one_collection_per_generation() {
                 checks::one_collection_per_generation(&$backend).await;
             }
@@ -609,6 +681,7 @@ async fn a_three_node_cluster_passes_the_suite() {
     checks::current_flips_are_ordered_by_head_time(&on("4")).await;
     checks::retire_and_exclude(&on("5")).await;
     checks::search_filters_by_dataset_and_current(&on("6")).await;
+    checks::search_within_finds_every_point_of_its_revisions(&on("6w")).await;
     checks::one_collection_per_generation(&on("7")).await;
     checks::vectors_are_read_back_by_point_id(&on("8")).await;
     checks::erasure_deletes_a_source_or_a_revision(&on("9")).await;

@@ -83,6 +83,17 @@ pub trait Reader: Send + Sync {
         at: Option<At>,
     ) -> Result<Vec<LexicalHit>>;
 
+    /// The revisions `filter` selects in `datasets` (empty: every dataset), at most `limit`:
+    /// the current heads that are not deleted, or with `at` the revisions held then (no
+    /// tombstone). A filtered vector search runs among these only.
+    async fn filter_revisions(
+        &self,
+        datasets: &[String],
+        filter: &Filter,
+        at: Option<At>,
+        limit: u32,
+    ) -> Result<Vec<Uuid>>;
+
     /// What a filter sees of each of these revisions ([`Filter::matches`]), in no particular
     /// order; unknown revisions are left out.
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>>;

@@ -444,6 +444,16 @@ impl VectorStore for FailingSearchVectors {
     ) -> Result<Vec<VectorHit>, GatewayError> {
         self.search(vector, datasets, limit).await
     }
+    async fn search_within(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        _revisions: &[Uuid],
+        _any_revision: bool,
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.search(vector, datasets, limit).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

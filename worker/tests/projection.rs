@@ -543,6 +543,18 @@ impl VectorStore for FaultyVectors {
     ) -> Result<Vec<VectorHit>, GatewayError> {
         self.real.search_any(vector, datasets, limit).await
     }
+    async fn search_within(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        revisions: &[Uuid],
+        any_revision: bool,
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.real
+            .search_within(vector, datasets, revisions, any_revision, limit)
+            .await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

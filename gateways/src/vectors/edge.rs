@@ -362,7 +362,19 @@ impl EdgeVectorStore {
         datasets: &[String],
         limit: usize,
         current_only: bool,
+        within: Option<&[Uuid]>,
     ) -> Result<Vec<VectorHit>, GatewayError> {
+        let mut must = Vec::new();
+        if current_only {
+            must.push(flag(&self.fields.is_current, true));
+        }
+        if let Some(revisions) = within {
+            let ids: Vec<String> = revisions.iter().map(Uuid::to_string).collect();
+            must.push(Condition::Field(FieldCondition::new_match(
+                self.fields.revision_id.clone(),
+                Match::from(ids),
+            )));
+        }
         // No datasets: every dataset (an empty `should` would match nothing).
         let filter = Filter {
             should: (!datasets.is_empty()).then(|| {
@@ -371,9 +383,15 @@ impl EdgeVectorStore {
                     .map(|d| keyword(&self.fields.dataset, d))
                     .collect()
             }),
-            must: current_only.then(|| vec![flag(&self.fields.is_current, true)]),
+            must: (!must.is_empty()).then_some(must),
             ..Filter::default()
         };
+        // A narrowed search is exact: the payload index selects the points, every one of
+        // them is scored, and nothing that matches is missed by the graph walk.
+        let params = within.map(|_| qdrant_edge::SearchParams {
+            exact: true,
+            ..Default::default()
+        });
         self.with_shard(false, move |shard| {
             let points = shard
                 .search(SearchRequest {
@@ -381,7 +399,7 @@ impl EdgeVectorStore {
                         vector,
                     )),
                     filter: Some(filter),
-                    params: None,
+                    params,
                     limit,
                     offset: 0,
                     with_payload: Some(WithPayloadInterface::Bool(true)),
@@ -1310,7 +1328,7 @@ impl VectorStore for EdgeVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, true).await
+        self.nearest(vector, datasets, limit, true, None).await
     }
 
     async fn search_any(
@@ -1319,6 +1337,18 @@ impl VectorStore for EdgeVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, false).await
+        self.nearest(vector, datasets, limit, false, None).await
+    }
+
+    async fn search_within(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        revisions: &[Uuid],
+        any_revision: bool,
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.nearest(vector, datasets, limit, !any_revision, Some(revisions))
+            .await
     }
 }

@@ -234,6 +234,17 @@ pub trait VectorStore: Send + Sync + 'static {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError>;
+    /// [`VectorStore::search`] (or, with `any_revision`, [`VectorStore::search_any`])
+    /// among the points of `revisions` only, searched exactly (no approximation, so nothing
+    /// that matches is missed): the narrowing a search filter computed in the ledger.
+    async fn search_within(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        revisions: &[Uuid],
+        any_revision: bool,
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError>;
     /// The stored vectors of these point ids, in order (`None` where a point is missing or
     /// has another dimension): where a projection reuses the vector of an unchanged chunk.
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError>;

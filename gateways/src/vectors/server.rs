@@ -40,9 +40,9 @@ use qdrant_client::qdrant::{
     read_consistency, value::Kind, vectors_config, vectors_output, CollectionParamsDiffBuilder,
     Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
     DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder, PointId, PointStruct,
-    Range, ReadConsistencyType, ScrollPointsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder,
-    UpdateCollectionBuilder, UpsertPointsBuilder, Value, VectorParamsBuilder, WriteOrdering,
-    WriteOrderingType,
+    Range, ReadConsistencyType, ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder,
+    SetPayloadPointsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder, Value,
+    VectorParamsBuilder, WriteOrdering, WriteOrderingType,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
@@ -396,12 +396,17 @@ impl ServerVectorStore {
         datasets: &[String],
         limit: usize,
         current_only: bool,
+        within: Option<&[Uuid]>,
     ) -> Result<Vec<VectorHit>, GatewayError> {
         let mut filter = if current_only {
             Filter::must([flag("is_current", true)])
         } else {
             Filter::default()
         };
+        if let Some(revisions) = within {
+            let ids: Vec<String> = revisions.iter().map(Uuid::to_string).collect();
+            filter.must.push(Condition::matches("revision_id", ids));
+        }
         if !datasets.is_empty() {
             filter.should = datasets
                 .iter()
@@ -412,9 +417,13 @@ impl ServerVectorStore {
         // search to the next one at once, each node tried at most once. A node that hangs
         // is noticed too: a search abandoned (its budget spent) after waiting on it for
         // [`ABANDONED_AFTER`] moves the next searches off it (`Waiting`).
-        let request = SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
+        let mut request = SearchPointsBuilder::new(self.collection.as_str(), vector, limit as u64)
             .filter(filter)
             .with_payload(true);
+        if within.is_some() {
+            // A narrowed search is exact, as on qdrant-edge.
+            request = request.params(SearchParamsBuilder::default().exact(true));
+        }
         let mut attempt = 0;
         let response = loop {
             let (index, client) = self.node();
@@ -904,7 +913,7 @@ impl VectorStore for ServerVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, true).await
+        self.nearest(vector, datasets, limit, true, None).await
     }
 
     async fn search_any(
@@ -913,7 +922,19 @@ impl VectorStore for ServerVectorStore {
         datasets: &[String],
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, false).await
+        self.nearest(vector, datasets, limit, false, None).await
+    }
+
+    async fn search_within(
+        &self,
+        vector: Vec<f32>,
+        datasets: &[String],
+        revisions: &[Uuid],
+        any_revision: bool,
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, GatewayError> {
+        self.nearest(vector, datasets, limit, !any_revision, Some(revisions))
+            .await
     }
 
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {

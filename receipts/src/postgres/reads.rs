@@ -192,6 +192,54 @@ impl Reader for PostgresLedger {
             .await
     }
 
+    async fn filter_revisions(
+        &self,
+        datasets: &[String],
+        filter: &Filter,
+        at: Option<At>,
+        limit: u32,
+    ) -> Result<Vec<Uuid>> {
+        let compiled = crate::filter::sql::compile(
+            filter,
+            Dialect::Postgres,
+            "fr",
+            if at.is_some() { 5 } else { 3 },
+        );
+        let sql = match at {
+            None => format!(
+                "SELECT s.head_revision_id FROM sources s \
+                 JOIN revisions fr ON fr.id = s.head_revision_id AND NOT fr.tombstone \
+                 WHERE (cardinality($1::text[]) = 0 OR s.dataset = ANY($1)) \
+                   AND {} LIMIT $2",
+                compiled.sql
+            ),
+            Some(_) => format!(
+                "SELECT DISTINCT v.revision_id FROM validity v \
+                 JOIN revisions fr ON fr.id = v.revision_id AND NOT fr.tombstone \
+                 WHERE v.valid_from <= $3 AND $3 < v.valid_to \
+                   AND v.recorded_from <= $4 AND $4 < v.recorded_to \
+                   AND (cardinality($1::text[]) = 0 OR fr.dataset = ANY($1)) \
+                   AND {} LIMIT $2",
+                compiled.sql
+            ),
+        };
+        let mut statement = sqlx::query_scalar::<_, Uuid>(&sql)
+            .bind(datasets)
+            .bind(i64::from(limit));
+        if let Some(at) = at {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        for param in &compiled.params {
+            statement = match param {
+                Param::Text(text) => statement.bind(text.clone()),
+                Param::Texts(texts) => statement.bind(texts.clone()),
+                Param::Int(number) => statement.bind(*number),
+                Param::Real(number) => statement.bind(*number),
+            };
+        }
+        Ok(statement.fetch_all(&self.pool).await?)
+    }
+
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
         if revision_ids.is_empty() {
             return Ok(Vec::new());

@@ -228,6 +228,59 @@ impl Reader for SqliteLedger {
             .await
     }
 
+    async fn filter_revisions(
+        &self,
+        datasets: &[String],
+        filter: &Filter,
+        at: Option<At>,
+        limit: u32,
+    ) -> Result<Vec<Uuid>> {
+        let compiled = crate::filter::sql::compile(
+            filter,
+            Dialect::Sqlite,
+            "fr",
+            if at.is_some() { 5 } else { 3 },
+        );
+        let sql = match at {
+            None => format!(
+                "SELECT s.head_revision_id AS id FROM sources s \
+                 JOIN revisions fr ON fr.id = s.head_revision_id AND fr.tombstone = 0 \
+                 WHERE (json_array_length(?1) = 0 OR s.dataset IN (SELECT value FROM json_each(?1))) \
+                   AND {} LIMIT ?2",
+                compiled.sql
+            ),
+            Some(_) => format!(
+                "SELECT DISTINCT v.revision_id AS id FROM validity v \
+                 JOIN revisions fr ON fr.id = v.revision_id AND fr.tombstone = 0 \
+                 WHERE v.valid_from <= ?3 AND ?3 < v.valid_to \
+                   AND v.recorded_from <= ?4 AND ?4 < v.recorded_to \
+                   AND (json_array_length(?1) = 0 OR fr.dataset IN (SELECT value FROM json_each(?1))) \
+                   AND {} LIMIT ?2",
+                compiled.sql
+            ),
+        };
+        let mut statement = sqlx::query_scalar::<_, String>(&sql)
+            .bind(json_text(datasets))
+            .bind(i64::from(limit));
+        if let Some(at) = at {
+            statement = statement.bind(at.valid_at).bind(at.as_of);
+        }
+        for param in &compiled.params {
+            statement = match param {
+                Param::Text(text) => statement.bind(text.clone()),
+                Param::Texts(texts) => statement.bind(json_text(texts)),
+                Param::Int(number) => statement.bind(*number),
+                Param::Real(number) => statement.bind(*number),
+            };
+        }
+        statement
+            .fetch_all(&self.reads)
+            .await?
+            .iter()
+            .map(|id| parse_uuid(id))
+            .collect()
+    }
+
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
         if revision_ids.is_empty() {
             return Ok(Vec::new());

@@ -224,6 +224,24 @@ pub async fn filters_select_what_the_exact_evaluation_selects(harness: Harness) 
             .into_iter()
             .collect();
         assert_eq!(got, expected, "case {case}: {wire}");
+        let selected: BTreeSet<Uuid> = must(
+            harness
+                .ledger
+                .filter_revisions(&[], &parsed, None, 10_000)
+                .await,
+            "filter revisions",
+        )
+        .into_iter()
+        .collect();
+        let expected_heads: BTreeSet<Uuid> = facts
+            .iter()
+            .filter(|facts| parsed.matches(&facts.facts()))
+            .map(|facts| facts.revision_id)
+            .collect();
+        assert_eq!(
+            selected, expected_heads,
+            "case {case}: heads selected by {wire}"
+        );
         if expected.is_empty() {
             matched_none += 1;
         } else {
@@ -305,4 +323,33 @@ pub async fn filters_apply_to_the_revision_that_held(harness: Harness) {
         "search now",
     );
     assert!(now_old.is_empty(), "{now_old:?}");
+    let selected = |filter: Filter, at: Option<At>| {
+        let ledger = harness.ledger.clone();
+        async move {
+            must(
+                ledger
+                    .filter_revisions(&["docs".to_owned()], &filter, at, 10)
+                    .await,
+                "filter revisions",
+            )
+        }
+    };
+    assert_eq!(
+        selected(tag("old"), Some(at)).await,
+        vec![old.source_revision_id]
+    );
+    assert!(selected(tag("new"), Some(at)).await.is_empty());
+    assert_eq!(
+        selected(tag("new"), None).await,
+        vec![new.source_revision_id]
+    );
+    assert!(selected(tag("old"), None).await.is_empty());
+    let elsewhere = must(
+        harness
+            .ledger
+            .filter_revisions(&["notes".to_owned()], &tag("new"), None, 10)
+            .await,
+        "filter revisions",
+    );
+    assert!(elsewhere.is_empty());
 }
