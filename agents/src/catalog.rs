@@ -157,7 +157,9 @@ impl ToolName {
                     "valid_at": {"type": ["integer", "string"],
                         "description": "Search what held at this instant (epoch microseconds, or RFC 3339 with an offset such as 2026-03-01T00:00:00Z), as known now or at as_of."},
                     "as_of": {"type": ["integer", "string"],
-                        "description": "Search what cairn believed at this instant (at least 5 s ago), about valid_at (default: the same instant): the basis of a past decision."}
+                        "description": "Search what cairn believed at this instant (at least 5 s ago), about valid_at (default: the same instant): the basis of a past decision."},
+                    "filter": {"type": "object",
+                        "description": "Only documents that match. A condition is {\"field\": F, OP: VALUE}: tags with any/all/none (lists of strings); media_type with eq/in; source_key with eq/in/prefix/glob (* and ?); accepted_at with gt/gte/lt/lte (RFC 3339); metadata.NAME with eq/in (strings, numbers, booleans), exists (true/false), gt/gte/lt/lte (numbers). Git and folder connectors set metadata.path, metadata.commit, metadata.author, metadata.commit_time (epoch seconds). Combine with {\"must\": [...], \"should\": [...] (at least one), \"must_not\": [...]}, nested at most 4 deep and 32 conditions in all (server defaults). Example: {\"must\": [{\"field\": \"source_key\", \"prefix\": \"src/appendix\"}, {\"field\": \"tags\", \"any\": [\"async\"]}]}."}
                 },
                 "required": ["query"],
                 "additionalProperties": false

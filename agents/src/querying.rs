@@ -36,6 +36,7 @@ struct SearchArgs {
     snippet_chars: Option<i64>,
     valid_at: Option<Value>,
     as_of: Option<Value>,
+    filter: Option<Value>,
 }
 
 /// Runs `search`: the answer, the datasets it searched and its hit count (for the log).
@@ -79,6 +80,7 @@ pub(crate) async fn search(
         expand: None,
         valid_at: args.valid_at,
         as_of: args.as_of,
+        filter: args.filter,
     };
     let query = search::api::parse(body, principal, &shared.searcher).map_err(|error| {
         let mut error = ToolError::from(error);

@@ -95,6 +95,20 @@ pub struct SearchBody {
     /// reproduced: a commit in flight could still land before a later instant.
     #[schema(schema_with = receipts::http::instant_schema)]
     pub as_of: Option<serde_json::Value>,
+    /// Only sources whose revision matches (the current one, or the one held at `valid_at`):
+    /// a group `{"must": [...], "should": [...], "must_not": [...]}` or a condition
+    /// `{"field": ..., <operator>: ...}`. Fields and operators: `tags` (`any`, `all`, `none`:
+    /// lists of strings), `media_type` (`eq`, `in`), `source_key` (`eq`, `in`, `prefix`,
+    /// `glob` with `*` and `?`), `accepted_at` (`gt`, `gte`, `lt`, `lte`: RFC 3339 or epoch
+    /// microseconds), `metadata.<name>` (`eq`, `in`: strings, numbers, booleans; `exists`;
+    /// `gt`, `gte`, `lt`, `lte`: numbers). Connectors set `metadata.path`,
+    /// `metadata.commit`, `metadata.author` and `metadata.commit_time` (epoch seconds).
+    #[schema(value_type = Object, example = json!({"must": [
+        {"field": "tags", "any": ["async"]},
+        {"field": "source_key", "prefix": "src/appendix"},
+        {"field": "accepted_at", "gte": "2026-12-01T00:00:00Z"}
+    ], "must_not": [{"field": "metadata.draft", "eq": true}]}))]
+    pub filter: Option<serde_json::Value>,
 }
 
 /// How far in the past an `as_of` must lie: acceptance transactions commit within it, so no
@@ -201,6 +215,12 @@ pub fn parse(
             Some(allowed) => allowed.clone(),
         },
     };
+    let filter = body
+        .filter
+        .as_ref()
+        .map(|filter| receipts::filter::Filter::parse(filter, settings.filter_limits))
+        .transpose()
+        .map_err(filter_refused)?;
     Ok(Query {
         text: text.to_owned(),
         datasets,
@@ -209,7 +229,15 @@ pub fn parse(
         mode,
         group_by_source: body.group_by_source.unwrap_or(true),
         at,
+        filter,
     })
+}
+
+/// A refused filter: 422 with its stable code, the part at fault in the message and in
+/// `details.at`.
+pub fn filter_refused(error: receipts::filter::FilterError) -> ApiError {
+    ApiError::unprocessable(error.code, error.to_string())
+        .with_details(serde_json::json!({ "at": error.at }))
 }
 
 impl From<SearchError> for ApiError {

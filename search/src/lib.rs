@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateways::{EmbedRole, Embedders, GatewayError, VectorHit, VectorStores};
+use receipts::filter::{Filter, FilterLimits};
 use receipts::validity::At;
 use receipts::{BoundHit, HitRef, LedgerError, LexicalHit, SearchLedger};
 use serde::Serialize;
@@ -87,6 +88,11 @@ pub struct SearchSettings {
     pub default_budget: Duration,
     /// Largest budget a request may ask for.
     pub max_budget: Duration,
+    /// Bounds on a request's filter (`search.filter_max_*`).
+    pub filter_limits: FilterLimits,
+    /// Most revisions a filtered vector search is narrowed to (searched exactly among their
+    /// points); a filter that selects more searches the index and keeps the hits that match.
+    pub filter_max_narrowing: usize,
 }
 
 impl Default for SearchSettings {
@@ -96,6 +102,8 @@ impl Default for SearchSettings {
             max_queued: 256,
             default_budget: Duration::from_millis(2000),
             max_budget: Duration::from_millis(30_000),
+            filter_limits: FilterLimits::default(),
+            filter_max_narrowing: 20_000,
         }
     }
 }
@@ -182,6 +190,8 @@ pub struct Query {
     /// Search as it held at a valid time, as the ledger believed at a record time (`None`:
     /// the current revisions, as today).
     pub at: Option<At>,
+    /// Only sources whose revision (the current one, or the one held at `at`) matches.
+    pub filter: Option<Filter>,
 }
 
 /// One result.
@@ -456,6 +466,29 @@ struct PhaseOutcome {
     embed_ms: Option<f64>,
     search_ms: Option<f64>,
     bind_ms: f64,
+}
+
+/// The revisions a query's filter admits.
+enum Matching {
+    /// No filter.
+    Everything,
+    /// These.
+    Only(HashSet<Uuid>),
+}
+
+impl Matching {
+    fn admits(&self, revision: Uuid) -> bool {
+        match self {
+            Matching::Everything => true,
+            Matching::Only(admitted) => admitted.contains(&revision),
+        }
+    }
+}
+
+/// The ledger's limit for a narrowing of at most `max` revisions: one more, to tell "more
+/// than `max`" apart.
+fn side_cap(max: usize) -> u32 {
+    u32::try_from(max.saturating_add(1)).unwrap_or(u32::MAX)
 }
 
 /// Why a phase gave nothing.
@@ -774,6 +807,32 @@ impl Searcher {
         }
     }
 
+    /// Which of these revisions the query's filter admits, read from the ledger and checked
+    /// exactly ([`Filter::matches`]): the last word on a filter, whatever the store or the
+    /// lexical index matched.
+    async fn matching(
+        &self,
+        query: &Query,
+        revisions: impl Iterator<Item = Uuid>,
+    ) -> Result<Matching, PhaseFailure> {
+        let Some(filter) = &query.filter else {
+            return Ok(Matching::Everything);
+        };
+        let ids: Vec<Uuid> = revisions.collect::<HashSet<_>>().into_iter().collect();
+        let facts = self
+            .ledger
+            .revision_facts(&ids)
+            .await
+            .map_err(PhaseFailure::Ledger)?;
+        Ok(Matching::Only(
+            facts
+                .iter()
+                .filter(|facts| filter.matches(&facts.facts()))
+                .map(|facts| facts.revision_id)
+                .collect(),
+        ))
+    }
+
     fn allowed(query: &Query, dataset: &str) -> bool {
         query.datasets.is_empty() || query.datasets.iter().any(|name| name == dataset)
     }
@@ -824,6 +883,27 @@ impl Searcher {
             _ => needed,
         };
         let wanted = query.top_k.min(needed);
+        // A filter narrows the search to the revisions it selects in the ledger, searched
+        // exactly; one that selects more than the narrowing bound searches the index, and
+        // binding keeps the hits that match (refilling as for stale ones).
+        let narrowed = match &query.filter {
+            None => None,
+            Some(filter) => {
+                let cap = side_cap(self.settings.filter_max_narrowing);
+                let selecting = Instant::now();
+                let selected = self
+                    .ledger
+                    .filter_revisions(&query.datasets, filter, query.at, cap)
+                    .await
+                    .map_err(PhaseFailure::Ledger)?;
+                outcome.bind_ms += ms(selecting);
+                if selected.is_empty() {
+                    outcome.search_ms = Some(0.0);
+                    return Ok(outcome);
+                }
+                (selected.len() <= self.settings.filter_max_narrowing).then_some(selected)
+            }
+        };
         // What each hit bound to (`None`: dropped by the check). A hit is bound once, however
         // many rounds fetch it.
         let mut bound: HashMap<HitRef, Option<Candidate>> = HashMap::new();
@@ -832,9 +912,20 @@ impl Searcher {
             let searching = Instant::now();
             // At a past time the candidates are every revision's points; binding keeps those
             // held then.
-            let hits = match query.at {
-                None => store.search(vector.clone(), &query.datasets, limit).await,
-                Some(_) => {
+            let hits = match (&narrowed, query.at) {
+                (Some(revisions), at) => {
+                    store
+                        .search_within(
+                            vector.clone(),
+                            &query.datasets,
+                            revisions,
+                            at.is_some(),
+                            limit,
+                        )
+                        .await
+                }
+                (None, None) => store.search(vector.clone(), &query.datasets, limit).await,
+                (None, Some(_)) => {
                     store
                         .search_any(vector.clone(), &query.datasets, limit)
                         .await
@@ -868,9 +959,9 @@ impl Searcher {
             }
             let (candidates, dropped) = Self::in_rank_order(&hits, &bound);
             let enough = self.distinct(query, &hits, &bound) >= wanted;
-            // Searches at a past time fetch every revision's points: they would teach the
-            // over-fetch for current searches too much.
-            if query.mode == Mode::Vector && query.at.is_none() {
+            // Searches at a past time fetch every revision's points, and narrowed ones only
+            // the filter's: either would teach the over-fetch for plain searches wrongly.
+            if query.mode == Mode::Vector && query.at.is_none() && narrowed.is_none() {
                 if let Some(position) = Self::position_of(query, &hits, &bound, wanted) {
                     self.overfetch.observe(wanted, position);
                 }
@@ -967,6 +1058,15 @@ impl Searcher {
             .await
             .map_err(PhaseFailure::Ledger)?;
         let by_ref: HashMap<HitRef, &BoundHit> = bound.iter().map(|b| (b.hit, b)).collect();
+        let matching = self
+            .matching(
+                query,
+                bound
+                    .iter()
+                    .filter(|b| b.current)
+                    .map(|b| b.hit.revision_id),
+            )
+            .await?;
         Ok(hits
             .iter()
             .zip(refs)
@@ -975,7 +1075,8 @@ impl Searcher {
                     let text = bound.chunk_text.as_ref()?;
                     let keep = bound.current
                         && bound.vector_searchable
-                        && Self::allowed(query, &bound.dataset);
+                        && Self::allowed(query, &bound.dataset)
+                        && matching.admits(hit.revision_id);
                     keep.then(|| Candidate {
                         dataset: bound.dataset.clone(),
                         source_key: bound.source_key.clone(),
@@ -1005,13 +1106,25 @@ impl Searcher {
     ) -> Result<PhaseOutcome, PhaseFailure> {
         let started = Instant::now();
         let limit = u32::try_from(query.top_k.max(fusion::CANDIDATE_WINDOW)).unwrap_or(u32::MAX);
-        let hits = match query.at {
-            None => {
+        let hits = match (&query.filter, query.at) {
+            (Some(filter), at) => {
+                self.ledger
+                    .lexical_search_where(
+                        &query.text,
+                        &query.datasets,
+                        filter,
+                        limit,
+                        Some(deadline),
+                        at,
+                    )
+                    .await
+            }
+            (None, None) => {
                 self.ledger
                     .lexical_search(&query.text, &query.datasets, limit, Some(deadline))
                     .await
             }
-            Some(at) => {
+            (None, Some(at)) => {
                 self.ledger
                     .lexical_search_at(&query.text, &query.datasets, limit, Some(deadline), at)
                     .await
@@ -1051,12 +1164,24 @@ impl Searcher {
             .map_err(PhaseFailure::Ledger)?;
         let by_revision: HashMap<Uuid, &BoundHit> =
             bound.iter().map(|b| (b.hit.revision_id, b)).collect();
+        let matching = self
+            .matching(
+                query,
+                bound
+                    .iter()
+                    .filter(|b| b.current)
+                    .map(|b| b.hit.revision_id),
+            )
+            .await?;
         let total = hits.len();
         let candidates: Vec<Candidate> = hits
             .into_iter()
             .filter_map(|hit| {
                 let bound = by_revision.get(&hit.revision_id)?;
-                if !bound.current || !Self::allowed(query, &hit.dataset) {
+                if !bound.current
+                    || !Self::allowed(query, &hit.dataset)
+                    || !matching.admits(hit.revision_id)
+                {
                     return None;
                 }
                 Some(Candidate {

@@ -239,6 +239,7 @@ fn query(text: &str, mode: Mode, budget_ms: u64) -> Query {
         mode,
         group_by_source: true,
         at: None,
+        filter: None,
     }
 }
 
@@ -998,6 +999,39 @@ async fn the_api_checks_tokens_datasets_and_parameters_in_every_mode() {
         (json!({"query": "lava", "datasets": []}), "invalid_datasets"),
         (json!({"query": "lava", "colour": "red"}), "invalid_json"),
         (json!({"query": 7}), "invalid_json"),
+        // Hostile filters: each refused with its own code, naming the part at fault.
+        (
+            json!({"query": "lava", "filter": {"field": "colour", "eq": "red"}}),
+            "filter_unknown_field",
+        ),
+        (
+            json!({"query": "lava", "filter": {"field": "tags", "any": "red"}}),
+            "filter_wrong_type",
+        ),
+        (
+            json!({"query": "lava", "filter": {"field": "source_key", "eq": "a\u{0}b"}}),
+            "filter_wrong_type",
+        ),
+        (
+            json!({"query": "lava", "filter": {"field": "metadata.n", "gt": 5, "lt": 3}}),
+            "filter_empty_range",
+        ),
+        (
+            json!({"query": "lava", "filter": {"field": "accepted_at", "gte": 1e300}}),
+            "filter_wrong_type",
+        ),
+        (json!({"query": "lava", "filter": []}), "filter_shape"),
+        (
+            json!({"query": "lava", "filter": {"field": "source_key", "in": vec!["k"; 10_000]}}),
+            "filter_too_large",
+        ),
+        (
+            json!({"query": "lava", "filter": (0..60).fold(
+                json!({"field": "tags", "any": ["x"]}),
+                |inner, _| json!({"must": [inner]}),
+            )}),
+            "filter_too_deep",
+        ),
     ] {
         let (status, _, error) = call(&router, &everything, body.clone()).await;
         assert_eq!(
@@ -1006,6 +1040,32 @@ async fn the_api_checks_tokens_datasets_and_parameters_in_every_mode() {
             "{body} -> {error}"
         );
         assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+        if code.starts_with("filter_") {
+            assert!(error["details"]["at"].is_string(), "{error}");
+        }
+    }
+    // The same filter in every mode, through the API.
+    for mode in ["auto", "vector", "lexical"] {
+        let (status, _, answer) = call(
+            &router,
+            &everything,
+            json!({"query": "lava from a volcano", "mode": mode, "top_k": 20,
+                   "filter": {"field": "source_key", "in": ["volcano", "trains"]}}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let keys: HashSet<&str> = answer["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["source_key"].as_str())
+            .collect();
+        // Lexically only "volcano" has these words; by vector both are near enough.
+        assert!(keys.contains("volcano"), "{mode}: {answer}");
+        assert!(
+            keys.is_subset(&HashSet::from(["volcano", "trains"])),
+            "{mode}: {answer}"
+        );
     }
 }
 
@@ -1069,4 +1129,193 @@ async fn overload_and_timeout_have_their_own_statuses() {
         error["details"]["degradations"],
         json!(["vector_timeout", "lexical_timeout"])
     );
+}
+
+/// A put with tags and metadata.
+fn tagged(dataset: &str, key: &str, text: &str, tags: &[&str], n: i64) -> receipts::Submission {
+    let mut submission = put(dataset, key, text);
+    if let receipts::Change::Put(document) = &mut submission.change {
+        document.tags = tags.iter().map(|tag| (*tag).to_owned()).collect();
+        document.metadata.insert("n".to_owned(), n.into());
+    }
+    submission
+}
+
+/// The harbour corpus: 24 sources that all mention harbours, under `east/` and `west/`,
+/// tagged `even` or `odd`, numbered in `metadata.n`.
+fn harbour() -> Vec<(String, Vec<&'static str>, i64, receipts::Submission)> {
+    const SHIPS: [&str; 6] = ["ferry", "trawler", "tanker", "yacht", "tug", "schooner"];
+    (0..24i64)
+        .map(|n| {
+            let key = format!("{}/{n:02}", if n < 12 { "east" } else { "west" });
+            let tags = vec![if n % 2 == 0 { "even" } else { "odd" }];
+            let ship = SHIPS[(n % 6) as usize];
+            let text = format!(
+                "Harbour log {n}: a {ship} moored in the harbour at dawn and left with the tide."
+            );
+            let submission = tagged("ports", &key, &text, &tags, n);
+            (key, tags, n, submission)
+        })
+        .collect()
+}
+
+/// Which sources of the harbour corpus a filter selects, from their key, tags and number.
+type Expected = fn(&str, &[&str], i64) -> bool;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_hold_in_every_mode_and_at_binding_and_fill_the_page() {
+    use receipts::filter::{Filter, FilterLimits};
+    use serde_json::json;
+    let world = world().await;
+    let corpus = harbour();
+    let accepted = world
+        .project(corpus.iter().map(|(.., s)| s.clone()).collect())
+        .await;
+    let before_edit = receipts::Clock::now_micros(&SystemClock);
+    // Narrowed to the filter's revisions and searched exactly, or (bound 0) the index
+    // searched and binding left to drop what does not match.
+    let narrowing = world.searcher(model().await, 8);
+    let binding_only = Searcher::new(
+        world.ledger.clone(),
+        Some(VectorSide {
+            embedders: Arc::new(gateways::OneModel(model().await)),
+            stores: world.stores(world.vectors.clone()),
+        }),
+        SearchSettings {
+            filter_max_narrowing: 0,
+            ..SearchSettings::default()
+        },
+    );
+    let cases: [(serde_json::Value, Expected); 5] = [
+        (
+            json!({"field": "source_key", "prefix": "west/"}),
+            |key, _, _| key.starts_with("west/"),
+        ),
+        (json!({"field": "tags", "any": ["even"]}), |_, tags, _| {
+            tags.contains(&"even")
+        }),
+        (
+            json!({"must": [{"field": "metadata.n", "gte": 5}, {"field": "metadata.n", "lt": 9}],
+                   "must_not": [{"field": "tags", "any": ["odd"]}]}),
+            |_, tags, n| (5..9).contains(&n) && !tags.contains(&"odd"),
+        ),
+        (json!({"field": "metadata.n", "eq": 17}), |_, _, n| n == 17),
+        (
+            json!({"should": [{"field": "source_key", "glob": "east/0?"},
+                              {"field": "metadata.n", "in": [23, 22]}]}),
+            |key, _, n| key.starts_with("east/0") || n >= 22,
+        ),
+    ];
+    for (filter, expected) in &cases {
+        let parsed = Filter::parse(filter, FilterLimits::default()).expect("filter");
+        let matching: HashSet<&str> = corpus
+            .iter()
+            .filter(|(key, tags, n, _)| expected(key, tags, *n))
+            .map(|(key, ..)| key.as_str())
+            .collect();
+        assert!(
+            !matching.is_empty(),
+            "{filter}: a case that selects nothing"
+        );
+        for searcher in [&narrowing, &binding_only] {
+            for mode in [Mode::Auto, Mode::Vector, Mode::Lexical] {
+                let mut asked = query("a ship moored in the harbour", mode, 10_000);
+                asked.filter = Some(parsed.clone());
+                let answer = searcher.search(asked).await.expect("search");
+                // Narrowed searches drop nothing; the index searched alone leaves binding to
+                // drop what does not match, counted as stale.
+                let allowed: &[&str] = if std::ptr::eq(searcher, &narrowing) {
+                    &[]
+                } else {
+                    &["stale_dropped"]
+                };
+                assert!(
+                    answer
+                        .degradations
+                        .iter()
+                        .all(|d| allowed.contains(&d.as_str())),
+                    "{mode:?} {filter}: {answer:?}"
+                );
+                let found: HashSet<&str> = answer
+                    .results
+                    .iter()
+                    .map(|r| r.source_key.as_str())
+                    .collect();
+                assert!(
+                    found.is_subset(&matching),
+                    "{mode:?} {filter}: {found:?} is not within {matching:?}"
+                );
+                // Full whenever enough sources match: a filter never costs recall.
+                assert_eq!(
+                    found.len(),
+                    matching.len().min(5),
+                    "{mode:?} {filter}: {found:?} of {matching:?}"
+                );
+            }
+        }
+    }
+
+    // A source whose tags changed: its new revision (pending, not yet projected) no longer
+    // matches, and its old points, still in the store, are dropped at binding.
+    let edited = world
+        .accept(vec![tagged(
+            "ports",
+            "west/17",
+            "Harbour log 17: a tug moored in the harbour at dawn and left with the tide.",
+            &["retired"],
+            17,
+        )])
+        .await;
+    let seventeen = Filter::parse(
+        &json!({"field": "metadata.n", "eq": 17}),
+        FilterLimits::default(),
+    )
+    .expect("filter");
+    let odd = Filter::parse(
+        &json!({"field": "tags", "any": ["odd"]}),
+        FilterLimits::default(),
+    )
+    .expect("filter");
+    for searcher in [&narrowing, &binding_only] {
+        for mode in [Mode::Auto, Mode::Vector, Mode::Lexical] {
+            let mut asked = query("a tug moored in the harbour", mode, 10_000);
+            asked.filter = Some(odd.clone());
+            asked.top_k = 20;
+            let answer = searcher.search(asked).await.expect("search");
+            assert!(
+                answer.results.iter().all(|r| r.source_key != "west/17"),
+                "{mode:?}: a source that no longer matches: {answer:?}"
+            );
+            assert_eq!(answer.results.len(), 11, "{mode:?}: {answer:?}");
+            // The same source, matched by a field that did not change, is its new revision
+            // (lexically, while it is pending) or nothing: never the old one.
+            let mut asked = query("a tug moored in the harbour", mode, 10_000);
+            asked.filter = Some(seventeen.clone());
+            let answer = searcher.search(asked).await.expect("search");
+            for result in &answer.results {
+                assert_eq!(
+                    result.source_revision_id, edited[0].source_revision_id,
+                    "{mode:?}: {answer:?}"
+                );
+            }
+            // At a time before the edit, the filter applies to the revision that held then.
+            let mut asked = query("a tug moored in the harbour", mode, 10_000);
+            asked.filter = Some(odd.clone());
+            asked.top_k = 20;
+            asked.at = Some(receipts::validity::At {
+                valid_at: before_edit,
+                as_of: before_edit,
+            });
+            let answer = searcher.search(asked).await.expect("search at");
+            let old = &accepted[17];
+            assert!(
+                answer
+                    .results
+                    .iter()
+                    .any(|r| r.source_revision_id == old.source_revision_id),
+                "{mode:?}: the revision that held is not found: {answer:?}"
+            );
+            assert_eq!(answer.results.len(), 12, "{mode:?}: {answer:?}");
+        }
+    }
 }

@@ -246,6 +246,7 @@ async fn burst(
                 mode: Mode::Auto,
                 group_by_source: true,
                 at: None,
+                filter: None,
             };
             tokio::spawn(async move {
                 let began = Instant::now();
@@ -379,6 +380,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             mode,
             group_by_source: true,
             at: None,
+            filter: None,
         };
         // Warm-up, alike for both sides: caches, the model's first runs, and the searcher's
         // learned over-fetch (its first queries fetch two hits per result).

@@ -125,6 +125,10 @@ pub(super) struct FileSearch {
     pub(super) max_queued: Option<usize>,
     pub(super) default_budget_ms: Option<u64>,
     pub(super) max_budget_ms: Option<u64>,
+    pub(super) filter_max_conditions: Option<usize>,
+    pub(super) filter_max_depth: Option<usize>,
+    pub(super) filter_max_values: Option<usize>,
+    pub(super) filter_max_narrowing: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

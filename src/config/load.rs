@@ -357,6 +357,24 @@ fn search(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<search::SearchSett
             .search
             .max_budget_ms
             .map_or(defaults.max_budget, Duration::from_millis),
+        filter_limits: receipts::filter::FilterLimits {
+            max_conditions: file
+                .search
+                .filter_max_conditions
+                .unwrap_or(defaults.filter_limits.max_conditions),
+            max_depth: file
+                .search
+                .filter_max_depth
+                .unwrap_or(defaults.filter_limits.max_depth),
+            max_values: file
+                .search
+                .filter_max_values
+                .unwrap_or(defaults.filter_limits.max_values),
+        },
+        filter_max_narrowing: file
+            .search
+            .filter_max_narrowing
+            .unwrap_or(defaults.filter_max_narrowing),
     })
 }
 

@@ -79,6 +79,19 @@ impl Config {
         {
             bail!("search.default_budget_ms must be between 1 and search.max_budget_ms");
         }
+        let filters = self.search.filter_limits;
+        if !(1..=1000).contains(&filters.max_conditions) {
+            bail!("search.filter_max_conditions must be between 1 and 1000");
+        }
+        if !(1..=16).contains(&filters.max_depth) {
+            bail!("search.filter_max_depth must be between 1 and 16");
+        }
+        if !(1..=100_000).contains(&filters.max_values) {
+            bail!("search.filter_max_values must be between 1 and 100000");
+        }
+        if self.search.filter_max_narrowing > 1_000_000 {
+            bail!("search.filter_max_narrowing must be at most 1000000");
+        }
         if self.projection.optimize.min_new_points > self.projection.optimize.max_new_points {
             bail!("projection.optimize_min_new_points must not exceed optimize_max_new_points");
         }

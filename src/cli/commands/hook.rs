@@ -32,6 +32,9 @@ enum HookCommand {
         /// Datasets to search (repeat; default: every dataset the token may read).
         #[arg(long = "dataset")]
         datasets: Vec<String>,
+        /// Only documents that match this filter (JSON, as `POST /v1/search` takes it).
+        #[arg(long, value_parser = super::search::parse_filter)]
+        filter: Option<serde_json::Value>,
         /// The whole run's deadline, in milliseconds.
         #[arg(long, default_value_t = 3000)]
         deadline_ms: u64,
@@ -64,12 +67,16 @@ impl HookArgs {
         match self.command {
             HookCommand::PromptSubmit {
                 datasets,
+                filter,
                 deadline_ms,
                 client,
             } => {
                 let deadline = Duration::from_millis(deadline_ms.max(100));
-                let outcome =
-                    tokio::time::timeout(deadline, prompt_submit(datasets, deadline, client)).await;
+                let outcome = tokio::time::timeout(
+                    deadline,
+                    prompt_submit(datasets, filter, deadline, client),
+                )
+                .await;
                 match outcome {
                     Ok(Ok(Some(context))) => print!("{context}"),
                     Ok(Ok(None)) => {}
@@ -209,6 +216,7 @@ async fn session_end(
 
 async fn prompt_submit(
     datasets: Vec<String>,
+    filter: Option<serde_json::Value>,
     deadline: Duration,
     client: ClientArgs,
 ) -> anyhow::Result<Option<String>> {
@@ -229,6 +237,9 @@ async fn prompt_submit(
     });
     if !datasets.is_empty() {
         body["datasets"] = serde_json::json!(datasets);
+    }
+    if let Some(filter) = filter {
+        body["filter"] = filter;
     }
     let (status, answer) = api.post("/v1/search", &body).await?;
     if !(200..300).contains(&status) {

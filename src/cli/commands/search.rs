@@ -31,6 +31,10 @@ pub struct SearchArgs {
     /// Search what cairn believed at this instant (at least 5 s ago), about --valid-at.
     #[arg(long)]
     as_of: Option<String>,
+    /// Only documents that match this filter (JSON, as `POST /v1/search` takes it), e.g.
+    /// '{"field": "source_key", "prefix": "src/appendix"}'.
+    #[arg(long, value_parser = parse_filter)]
+    filter: Option<serde_json::Value>,
     /// Print the server's JSON.
     #[arg(long)]
     json: bool,
@@ -50,6 +54,7 @@ impl SearchArgs {
             all_passages,
             valid_at,
             as_of,
+            filter,
             json,
             client,
         } = self;
@@ -79,8 +84,18 @@ impl SearchArgs {
         if let Some(as_of) = as_of {
             body["as_of"] = instant(as_of);
         }
+        if let Some(filter) = filter {
+            body["filter"] = filter;
+        }
         crate::cli::client::search(&api, &body, json).await?;
 
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// A `--filter` argument: JSON text (its meaning is the server's to check).
+pub(crate) fn parse_filter(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|error| {
+        format!("not JSON ({error}); a filter looks like '{{\"field\": \"tags\", \"any\": [\"async\"]}}'")
+    })
 }
