@@ -94,6 +94,20 @@ pub trait Reader: Send + Sync {
         limit: u32,
     ) -> Result<Vec<Uuid>>;
 
+    /// Counts `field`'s values over the sources that `filter` (none: every source) selects in
+    /// `datasets`, as [`Reader::filter_revisions`] selects them, listing at most `max_values`
+    /// values ([`crate::filter::facets`]). Exact, or `DeadlineExceeded` once `deadline`
+    /// passes: never a count of part of the set.
+    async fn facet_counts(
+        &self,
+        datasets: &[String],
+        filter: Option<&Filter>,
+        at: Option<At>,
+        field: &crate::filter::facets::FacetField,
+        max_values: u32,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<crate::filter::facets::FacetCounts>;
+
     /// What a filter sees of each of these revisions ([`Filter::matches`]), in no particular
     /// order; unknown revisions are left out.
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>>;

@@ -104,6 +104,8 @@ async def bounds_hold_for_hostile_arguments(config):
             ({"query": "lease", "budget_ms": 10}, "invalid_budget"),
             ({"query": "lease", "unknown": 1}, "invalid_arguments"),
             ({"query": "lease", "mode": "psychic"}, "invalid_mode"),
+            ({"query": "lease", "filter": {"field": "colour", "eq": "red"}}, "filter_unknown_field"),
+            ({"query": "lease", "filter": {"must": [{"field": "tags", "any": ["x"] * 5000}]}}, "filter_too_large"),
         ]:
             error = await expect_error(client, "search", arguments, code)
             assert len(error["message"]) < 600, error
@@ -119,6 +121,11 @@ async def bounds_hold_for_hostile_arguments(config):
                 assert key in hit, (key, hit)
             assert hit["accepted_by"].startswith("token:"), hit
             assert hit["accepted_at"].endswith("Z"), hit
+        # A filter keeps only what matches it.
+        only = hits[0]["source_key"]
+        answer, is_error = await call(client, "search", {"query": "lease heartbeat", "top_k": 10, "mode": "lexical", "filter": {"field": "source_key", "eq": only}})
+        assert not is_error, answer
+        assert answer["hits"] and {hit["source_key"] for hit in answer["hits"]} == {only}, answer
         # Defaults: three hits.
         answer, _ = await call(client, "search", {"query": "lease heartbeat", "mode": "lexical"})
         assert len(answer["hits"]) == 3, len(answer["hits"])

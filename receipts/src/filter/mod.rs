@@ -31,6 +31,7 @@
 //!   the filter at fault (`filter.must[1].field`) with a stable code.
 
 mod eval;
+pub mod facets;
 mod parse;
 pub mod sql;
 

@@ -202,20 +202,9 @@ fn condition(
             })
         })?),
         _ => {
-            let name = &field["metadata.".len()..];
-            if name.is_empty()
-                || name.len() > 64
-                || !name
-                    .bytes()
-                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
-            {
-                return Err(refuse(
-                    "filter_unknown_field",
-                    &field_at,
-                    "a metadata field is `metadata.<name>`, the name 1 to 64 letters, digits, \
-                     `_` or `-` (a top-level key of the revision's metadata)",
-                ));
-            }
+            let Some(name) = metadata_name(field) else {
+                return Err(refuse("filter_unknown_field", &field_at, METADATA_NAMES));
+            };
             let test = match operator {
                 "eq" => ValueTest::In(vec![scalar(value, &here)?]),
                 "in" => {
@@ -385,6 +374,22 @@ fn printable(text: &str) -> String {
         shown.push('…');
     }
     shown
+}
+
+/// What a metadata field's name may be, for refusals.
+pub(crate) const METADATA_NAMES: &str = "a metadata field is `metadata.<name>`, the name 1 to 64 \
+                                         letters, digits, `_` or `-` (a top-level key of the \
+                                         revision's metadata)";
+
+/// The name of a `metadata.<name>` field, when it is one and the name is well formed.
+pub(crate) fn metadata_name(field: &str) -> Option<&str> {
+    let name = field.strip_prefix("metadata.")?;
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
+    valid.then_some(name)
 }
 
 #[cfg(test)]

@@ -308,3 +308,128 @@ fn scalars(listed: &[Scalar]) -> Value {
             .collect(),
     )
 }
+
+/// The statement that counts `field`'s values over the sources `filter` selects in `datasets`
+/// (empty: every dataset): heads that are not tombstones, or with `at` the revisions held
+/// then. Its rows are `kind` (`value`, `sources`, `valued`, `distinct`), `rank`, `num`, `txt`
+/// and `n`; values come first, at most `limit`, in [`FacetValue::order`] after their count.
+///
+/// [`FacetValue::order`]: super::facets::FacetValue::order
+pub fn facet_query(
+    dialect: Dialect,
+    datasets: &[String],
+    filter: Option<&Filter>,
+    at: Option<crate::validity::At>,
+    field: &super::facets::FacetField,
+    limit: u32,
+) -> Compiled {
+    use super::facets::FacetField;
+    let mut writer = Writer {
+        dialect,
+        alias: "fr",
+        first: 1,
+        params: Vec::new(),
+    };
+    let datasets_param = writer.param(Param::Texts(datasets.to_vec()));
+    let in_datasets = |column: &str| match dialect {
+        Dialect::Sqlite => format!(
+            "(json_array_length({datasets_param}) = 0 OR {column} IN (SELECT value FROM \
+             json_each({datasets_param})))"
+        ),
+        Dialect::Postgres => format!(
+            "(cardinality({datasets_param}::text[]) = 0 OR {column} = ANY({datasets_param}))"
+        ),
+    };
+    let limit = writer.param(Param::Int(i64::from(limit)));
+    let tombstone = match dialect {
+        Dialect::Sqlite => "fr.tombstone = 0",
+        Dialect::Postgres => "NOT fr.tombstone",
+    };
+    let selected = match at {
+        None => format!(
+            "SELECT fr.id, fr.tags, fr.metadata, fr.media_type FROM sources s \
+             JOIN revisions fr ON fr.id = s.head_revision_id AND {tombstone} WHERE {}",
+            in_datasets("s.dataset")
+        ),
+        Some(at) => {
+            let valid_at = writer.param(Param::Int(at.valid_at));
+            let as_of = writer.param(Param::Int(at.as_of));
+            format!(
+                "SELECT DISTINCT fr.id, fr.tags, fr.metadata, fr.media_type FROM validity v \
+                 JOIN revisions fr ON fr.id = v.revision_id AND {tombstone} \
+                 WHERE v.valid_from <= {valid_at} AND {valid_at} < v.valid_to \
+                   AND v.recorded_from <= {as_of} AND {as_of} < v.recorded_to AND {}",
+                in_datasets("fr.dataset")
+            )
+        }
+    };
+    // The values each selected revision holds: `rank` 0 booleans, 1 numbers, 2 strings; a
+    // number in `num`, a string or `true`/`false` in `txt`.
+    let values = match (field, dialect) {
+        (FacetField::Tags, Dialect::Sqlite) => {
+            "SELECT m.id, 2 AS rank, NULL AS num, t.value AS txt \
+             FROM m, json_each(m.tags) t WHERE t.type = 'text'"
+                .to_owned()
+        }
+        (FacetField::Tags, Dialect::Postgres) => {
+            "SELECT m.id, 2 AS rank, NULL::float8 AS num, t.value AS txt \
+             FROM m, jsonb_array_elements_text(m.tags) t(value)"
+                .to_owned()
+        }
+        (FacetField::MediaType, Dialect::Sqlite) => {
+            "SELECT m.id, 2 AS rank, NULL AS num, m.media_type AS txt FROM m".to_owned()
+        }
+        (FacetField::MediaType, Dialect::Postgres) => {
+            "SELECT m.id, 2 AS rank, NULL::float8 AS num, m.media_type AS txt FROM m".to_owned()
+        }
+        (FacetField::Metadata(name), Dialect::Sqlite) => {
+            let path = writer.param(Param::Text(format!("$.\"{name}\"")));
+            // json_each over an object walks its members: an object offers no value.
+            format!(
+                "SELECT m.id, CASE WHEN e.type IN ('true', 'false') THEN 0 \
+                   WHEN e.type IN ('integer', 'real') THEN 1 ELSE 2 END AS rank, \
+                 CASE WHEN e.type IN ('integer', 'real') THEN CAST(e.value AS REAL) END AS num, \
+                 CASE WHEN e.type IN ('true', 'false') THEN e.type \
+                   WHEN e.type = 'text' THEN e.value END AS txt \
+                 FROM m, json_each(m.metadata, {path}) e \
+                 WHERE coalesce(json_type(m.metadata, {path}), 'object') <> 'object' \
+                   AND e.type IN ('true', 'false', 'integer', 'real', 'text')"
+            )
+        }
+        (FacetField::Metadata(name), Dialect::Postgres) => {
+            let key = writer.param(Param::Text(name.clone()));
+            let field = format!("(m.metadata -> {key})");
+            format!(
+                "SELECT m.id, CASE jsonb_typeof(e.v) WHEN 'boolean' THEN 0 WHEN 'number' THEN 1 \
+                   ELSE 2 END AS rank, \
+                 CASE WHEN jsonb_typeof(e.v) = 'number' THEN (e.v)::float8 END AS num, \
+                 CASE WHEN jsonb_typeof(e.v) = 'boolean' THEN (e.v)::text \
+                   WHEN jsonb_typeof(e.v) = 'string' THEN e.v #>> '{{}}' END AS txt \
+                 FROM m, jsonb_array_elements(CASE jsonb_typeof({field}) WHEN 'array' THEN \
+                   {field} ELSE jsonb_build_array({field}) END) e(v) \
+                 WHERE jsonb_typeof(e.v) IN ('boolean', 'number', 'string')"
+            )
+        }
+    };
+    let matching = filter.map_or_else(|| "TRUE".to_owned(), |filter| writer.node(filter));
+    // Strings in byte order on both engines (SQLite's BINARY, PostgreSQL's "C").
+    let text_order = match dialect {
+        Dialect::Sqlite => "txt",
+        Dialect::Postgres => "txt COLLATE \"C\"",
+    };
+    let sql = format!(
+        "WITH m AS MATERIALIZED ({selected} AND {matching}), \
+         v AS MATERIALIZED ({values}), \
+         g AS MATERIALIZED (SELECT rank, num, txt, count(DISTINCT id) AS n FROM v \
+           GROUP BY rank, num, txt) \
+         SELECT * FROM (SELECT 'value' AS kind, rank, num, txt, n FROM g \
+           ORDER BY n DESC, rank, num, {text_order} LIMIT {limit}) page \
+         UNION ALL SELECT 'sources', NULL, NULL, NULL, (SELECT count(*) FROM m) \
+         UNION ALL SELECT 'valued', NULL, NULL, NULL, (SELECT count(DISTINCT id) FROM v) \
+         UNION ALL SELECT 'distinct', NULL, NULL, NULL, (SELECT count(*) FROM g)"
+    );
+    Compiled {
+        sql,
+        params: writer.params,
+    }
+}

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::{history_from_row, job_from_row, revision_from_row, PostgresLedger, REVISION_COLUMNS};
 use crate::error::{LedgerError, Result};
 use crate::faults::FaultPoint;
+use crate::filter::facets::{FacetCounts, FacetField, FacetTally, FacetValue};
 use crate::filter::sql::{Dialect, Param};
 use crate::filter::{Filter, RevisionFacts};
 use crate::ledger::Reader;
@@ -223,21 +224,77 @@ impl Reader for PostgresLedger {
                 compiled.sql
             ),
         };
-        let mut statement = sqlx::query_scalar::<_, Uuid>(&sql)
-            .bind(datasets)
-            .bind(i64::from(limit));
+        let mut params = vec![
+            Param::Texts(datasets.to_vec()),
+            Param::Int(i64::from(limit)),
+        ];
         if let Some(at) = at {
-            statement = statement.bind(at.valid_at).bind(at.as_of);
+            params.extend([Param::Int(at.valid_at), Param::Int(at.as_of)]);
         }
-        for param in &compiled.params {
-            statement = match param {
-                Param::Text(text) => statement.bind(text.clone()),
-                Param::Texts(texts) => statement.bind(texts.clone()),
-                Param::Int(number) => statement.bind(*number),
-                Param::Real(number) => statement.bind(*number),
-            };
+        params.extend(compiled.params);
+        bind_params(sqlx::query(&sql), &params)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| Ok(row.try_get::<Uuid, _>(0)?))
+            .collect()
+    }
+
+    async fn facet_counts(
+        &self,
+        datasets: &[String],
+        filter: Option<&Filter>,
+        at: Option<At>,
+        field: &FacetField,
+        max_values: u32,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<FacetCounts> {
+        let compiled = crate::filter::sql::facet_query(
+            Dialect::Postgres,
+            datasets,
+            filter,
+            at,
+            field,
+            max_values,
+        );
+        let rows = match self
+            .fetch_bounded(&compiled.sql, &compiled.params, deadline)
+            .await?
+        {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(QUERY_CANCELED) =>
+            {
+                return Err(LedgerError::DeadlineExceeded(format!(
+                    "facet count of {} cancelled by the server at its deadline ({error})",
+                    field.name()
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let mut tally = FacetTally::new(field, max_values);
+        for row in &rows {
+            let kind: String = row.try_get("kind")?;
+            let n: i64 = row.try_get("n")?;
+            if kind == "value" {
+                let rank: i32 = row.try_get("rank")?;
+                let value = match rank {
+                    0 => FacetValue::Bool(
+                        row.try_get::<Option<String>, _>("txt")?.as_deref() == Some("true"),
+                    ),
+                    1 => FacetValue::Number(
+                        row.try_get::<Option<f64>, _>("num")?.unwrap_or_default(),
+                    ),
+                    _ => FacetValue::Text(
+                        row.try_get::<Option<String>, _>("txt")?.unwrap_or_default(),
+                    ),
+                };
+                tally.value(value, n);
+            } else {
+                tally.total(&kind, n);
+            }
         }
-        Ok(statement.fetch_all(&self.pool).await?)
+        Ok(tally.finish())
     }
 
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
@@ -501,18 +558,6 @@ impl PostgresLedger {
         let Some(words) = ts_query(query) else {
             return Ok(Vec::new());
         };
-        let mut tx = self.pool.begin().await?;
-        if let Some(deadline) = deadline {
-            // The server cancels the statement at the deadline: nothing keeps running after
-            // the caller gives up, and `SET LOCAL` ends with the transaction.
-            let left = deadline
-                .saturating_duration_since(std::time::Instant::now())
-                .as_millis()
-                .clamp(1, i32::MAX as u128);
-            sqlx::query(&format!("SET LOCAL statement_timeout = {left}"))
-                .execute(&mut *tx)
-                .await?;
-        }
         let slow = deadline.is_some() && self.faults.fire(FaultPoint::SlowLexical);
         let sql = if slow {
             "SELECT '' AS dataset, '' AS source_key, NULL::uuid AS revision_id, \
@@ -546,23 +591,16 @@ impl PostgresLedger {
                 filtered.as_str()
             }
         };
-        let mut statement = sqlx::query(sql)
-            .bind(&words)
-            .bind(datasets)
-            .bind(i64::from(limit));
+        let mut params = vec![
+            Param::Texts(words),
+            Param::Texts(datasets.to_vec()),
+            Param::Int(i64::from(limit)),
+        ];
         if let (Some(at), false) = (at, slow) {
-            statement = statement.bind(at.valid_at).bind(at.as_of);
+            params.extend([Param::Int(at.valid_at), Param::Int(at.as_of)]);
         }
-        for param in compiled.iter().flat_map(|compiled| &compiled.params) {
-            statement = match param {
-                Param::Text(text) => statement.bind(text.clone()),
-                Param::Texts(texts) => statement.bind(texts.clone()),
-                Param::Int(number) => statement.bind(*number),
-                Param::Real(number) => statement.bind(*number),
-            };
-        }
-        let result = statement.fetch_all(&mut *tx).await;
-        let rows = match result {
+        params.extend(compiled.into_iter().flat_map(|compiled| compiled.params));
+        let rows = match self.fetch_bounded(sql, &params, deadline).await? {
             Ok(rows) => rows,
             Err(sqlx::Error::Database(error))
                 if error.code().as_deref() == Some(QUERY_CANCELED) =>
@@ -573,7 +611,6 @@ impl PostgresLedger {
             }
             Err(error) => return Err(error.into()),
         };
-        tx.commit().await?;
         rows.iter()
             .map(|row| {
                 Ok(LexicalHit {
@@ -751,3 +788,49 @@ static TEMPORAL_LEXICAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(
             1,
         )
 });
+
+/// Binds `params` in order.
+fn bind_params<'q>(
+    mut statement: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    params: &[Param],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    for param in params {
+        statement = match param {
+            Param::Text(text) => statement.bind(text.clone()),
+            Param::Texts(texts) => statement.bind(texts.clone()),
+            Param::Int(number) => statement.bind(*number),
+            Param::Real(number) => statement.bind(*number),
+        };
+    }
+    statement
+}
+
+impl PostgresLedger {
+    /// Runs a read that the server cancels at `deadline` (`SET LOCAL statement_timeout`, so
+    /// nothing keeps running after the caller gives up): the outer error is the connection's,
+    /// the inner one the statement's (`57014` when cancelled).
+    async fn fetch_bounded(
+        &self,
+        sql: &str,
+        params: &[Param],
+        deadline: Option<std::time::Instant>,
+    ) -> Result<std::result::Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(deadline) = deadline {
+            let left = deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .clamp(1, i32::MAX as u128);
+            sqlx::query(&format!("SET LOCAL statement_timeout = {left}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let result = bind_params(sqlx::query(sql), params)
+            .fetch_all(&mut *tx)
+            .await;
+        if result.is_ok() {
+            tx.commit().await?;
+        }
+        Ok(result)
+    }
+}

@@ -13,6 +13,7 @@ use super::rows::REVISION_COLUMNS;
 use crate::error::LedgerError;
 use crate::error::Result;
 use crate::faults::FaultPoint;
+use crate::filter::facets::{FacetCounts, FacetField, FacetTally, FacetValue};
 use crate::filter::sql::{Dialect, Param};
 use crate::filter::{Filter, RevisionFacts};
 use crate::ledger::Reader;
@@ -259,26 +260,73 @@ impl Reader for SqliteLedger {
                 compiled.sql
             ),
         };
-        let mut statement = sqlx::query_scalar::<_, String>(&sql)
-            .bind(json_text(datasets))
-            .bind(i64::from(limit));
+        let mut params = vec![
+            Param::Texts(datasets.to_vec()),
+            Param::Int(i64::from(limit)),
+        ];
         if let Some(at) = at {
-            statement = statement.bind(at.valid_at).bind(at.as_of);
+            params.extend([Param::Int(at.valid_at), Param::Int(at.as_of)]);
         }
-        for param in &compiled.params {
-            statement = match param {
-                Param::Text(text) => statement.bind(text.clone()),
-                Param::Texts(texts) => statement.bind(json_text(texts)),
-                Param::Int(number) => statement.bind(*number),
-                Param::Real(number) => statement.bind(*number),
-            };
-        }
-        statement
+        params.extend(compiled.params);
+        bind_params(sqlx::query(&sql), &params)
             .fetch_all(&self.reads)
             .await?
             .iter()
-            .map(|id| parse_uuid(id))
+            .map(|row| parse_uuid(&row.try_get::<String, _>("id")?))
             .collect()
+    }
+
+    async fn facet_counts(
+        &self,
+        datasets: &[String],
+        filter: Option<&Filter>,
+        at: Option<At>,
+        field: &FacetField,
+        max_values: u32,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<FacetCounts> {
+        let compiled = crate::filter::sql::facet_query(
+            Dialect::Sqlite,
+            datasets,
+            filter,
+            at,
+            field,
+            max_values,
+        );
+        let rows = match fetch_bounded(&self.reads, compiled.sql, compiled.params, deadline).await?
+        {
+            Ok(rows) => rows,
+            Err(error) if deadline.is_some_and(|d| std::time::Instant::now() >= d) => {
+                return Err(LedgerError::DeadlineExceeded(format!(
+                    "facet count of {} interrupted at its deadline ({error})",
+                    field.name()
+                )))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let mut tally = FacetTally::new(field, max_values);
+        for row in &rows {
+            let kind: String = row.try_get("kind")?;
+            let n: i64 = row.try_get("n")?;
+            if kind == "value" {
+                let rank: i64 = row.try_get("rank")?;
+                let value = match rank {
+                    0 => FacetValue::Bool(
+                        row.try_get::<Option<String>, _>("txt")?.as_deref() == Some("true"),
+                    ),
+                    1 => FacetValue::Number(
+                        row.try_get::<Option<f64>, _>("num")?.unwrap_or_default(),
+                    ),
+                    _ => FacetValue::Text(
+                        row.try_get::<Option<String>, _>("txt")?.unwrap_or_default(),
+                    ),
+                };
+                tally.value(value, n);
+            } else {
+                tally.total(&kind, n);
+            }
+        }
+        Ok(tally.finish())
     }
 
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
@@ -603,49 +651,16 @@ impl SqliteLedger {
                 text.into()
             }
         };
-        // The query runs in a task of its own, so a caller that stops waiting (a client that
-        // hung up, a cancelled tool call) cannot leave a connection behind with the progress
-        // handler still installed: the task always removes it before the connection goes back
-        // to the pool. The handler runs every 1,000 SQLite VM steps and interrupts the query
-        // once the deadline passes, or as soon as the caller has gone.
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
-        let pool = self.reads.clone();
-        let datasets = json_text(datasets);
-        let query = async move {
-            let mut connection = pool.acquire().await?;
-            if let Some(deadline) = deadline {
-                connection
-                    .lock_handle()
-                    .await?
-                    .set_progress_handler(1_000, move || {
-                        !abandoned.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
-                    });
-            }
-            let mut statement = sqlx::query(&sql)
-                .bind(fts)
-                .bind(datasets)
-                .bind(i64::from(limit));
-            if let (Some(at), false) = (at, slow) {
-                statement = statement.bind(at.valid_at).bind(at.as_of);
-            }
-            for param in compiled.iter().flat_map(|compiled| &compiled.params) {
-                statement = match param {
-                    Param::Text(text) => statement.bind(text.clone()),
-                    Param::Texts(texts) => statement.bind(json_text(texts)),
-                    Param::Int(number) => statement.bind(*number),
-                    Param::Real(number) => statement.bind(*number),
-                };
-            }
-            let result = statement.fetch_all(&mut *connection).await;
-            if deadline.is_some() {
-                connection.lock_handle().await?.remove_progress_handler();
-            }
-            Ok::<_, LedgerError>(result)
-        };
-        let result = tokio::spawn(query)
-            .await
-            .map_err(|error| LedgerError::Internal(format!("lexical search task: {error}")))??;
+        let mut params = vec![
+            Param::Text(fts),
+            Param::Texts(datasets.to_vec()),
+            Param::Int(i64::from(limit)),
+        ];
+        if let (Some(at), false) = (at, slow) {
+            params.extend([Param::Int(at.valid_at), Param::Int(at.as_of)]);
+        }
+        params.extend(compiled.into_iter().flat_map(|compiled| compiled.params));
+        let result = fetch_bounded(&self.reads, sql.into_owned(), params, deadline).await?;
         let rows = match result {
             Ok(rows) => rows,
             Err(error)
@@ -810,6 +825,62 @@ const TEMPORAL_LEXICAL: &str = "WITH ranked AS (SELECT * FROM ( \
    JOIN revisions r ON r.id = k.revision_id AND r.tombstone = 0 \
    JOIN contents c ON c.sha256 = r.content_sha256 \
    ORDER BY k.rank";
+
+/// Binds `params` in order: lists travel as JSON text.
+fn bind_params<'q>(
+    mut statement: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    params: &[Param],
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    for param in params {
+        statement = match param {
+            Param::Text(text) => statement.bind(text.clone()),
+            Param::Texts(texts) => statement.bind(json_text(texts)),
+            Param::Int(number) => statement.bind(*number),
+            Param::Real(number) => statement.bind(*number),
+        };
+    }
+    statement
+}
+
+/// Runs a read that stops at `deadline`: the outer error is the pool's or the task's, the
+/// inner one the statement's (interrupted when the deadline passed).
+///
+/// The query runs in a task of its own, so a caller that stops waiting (a client that hung
+/// up, a cancelled tool call) cannot leave a connection behind with the progress handler still
+/// installed: the task always removes it before the connection goes back to the pool. The
+/// handler runs every 1,000 SQLite VM steps and interrupts the query once the deadline passes,
+/// or as soon as the caller has gone.
+async fn fetch_bounded(
+    pool: &sqlx::SqlitePool,
+    sql: String,
+    params: Vec<Param>,
+    deadline: Option<std::time::Instant>,
+) -> Result<std::result::Result<Vec<sqlx::sqlite::SqliteRow>, sqlx::Error>> {
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
+    let pool = pool.clone();
+    let query = async move {
+        let mut connection = pool.acquire().await?;
+        if let Some(deadline) = deadline {
+            connection
+                .lock_handle()
+                .await?
+                .set_progress_handler(1_000, move || {
+                    !abandoned.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
+                });
+        }
+        let result = bind_params(sqlx::query(&sql), &params)
+            .fetch_all(&mut *connection)
+            .await;
+        if deadline.is_some() {
+            connection.lock_handle().await?.remove_progress_handler();
+        }
+        Ok::<_, LedgerError>(result)
+    };
+    tokio::spawn(query)
+        .await
+        .map_err(|error| LedgerError::Internal(format!("bounded read task: {error}")))?
+}
 
 #[cfg(test)]
 mod fts_tests {

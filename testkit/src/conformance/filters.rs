@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use receipts::filter::{Filter, FilterLimits};
+use receipts::filter::facets::{FacetCount, FacetCounts, FacetField, FacetValue};
+use receipts::filter::{Filter, FilterLimits, RevisionFacts};
 use receipts::model::{Change, Document, Submission};
 use receipts::validity::At;
 use receipts::Clock;
@@ -206,6 +207,22 @@ pub async fn filters_select_what_the_exact_evaluation_selects(harness: Harness) 
 
     let mut matched_some = 0;
     let mut matched_none = 0;
+    let mut facet_values_seen = 0;
+    let mut truncations = 0;
+    // Unfiltered counts: every head.
+    let every: Vec<&RevisionFacts> = facts.iter().collect();
+    for field in ["tags", "metadata.author"] {
+        let field = FacetField::parse(field).expect("a facet field");
+        let got = must(
+            harness
+                .ledger
+                .facet_counts(&[], None, None, &field, 100, None)
+                .await,
+            "facet counts",
+        );
+        assert_eq!(got, facet_model(&every, &field, 100), "unfiltered facets");
+        assert_eq!(got.sources as usize, heads.len());
+    }
     for case in 0..250 {
         let wire = filter(&mut random, 3, start, end);
         let roomy = FilterLimits {
@@ -247,6 +264,37 @@ pub async fn filters_select_what_the_exact_evaluation_selects(harness: Harness) 
         } else {
             matched_some += 1;
         }
+        if case % 5 == 0 {
+            let limit = *random.pick(&[2u32, 3, 100]);
+            let counted: Vec<&RevisionFacts> = facts
+                .iter()
+                .filter(|facts| parsed.matches(&facts.facts()))
+                .collect();
+            for field in [
+                "tags",
+                "media_type",
+                "metadata.year",
+                "metadata.author",
+                "metadata.draft",
+            ] {
+                let field = FacetField::parse(field).expect("a facet field");
+                let got = must(
+                    harness
+                        .ledger
+                        .facet_counts(&[], Some(&parsed), None, &field, limit, None)
+                        .await,
+                    "facet counts",
+                );
+                assert_eq!(
+                    got,
+                    facet_model(&counted, &field, limit),
+                    "case {case}: facets of {} under {wire}",
+                    field.name()
+                );
+                facet_values_seen += got.values.len();
+                truncations += usize::from(got.truncated);
+            }
+        }
         if expected.len() >= 3 {
             // Applied before the cut: a page of 3 is 3 matching sources' passages.
             let page = found(&harness, &parsed, 3, None).await;
@@ -257,6 +305,11 @@ pub async fn filters_select_what_the_exact_evaluation_selects(harness: Harness) 
             );
         }
     }
+    assert!(
+        facet_values_seen > 100 && truncations > 5,
+        "facets must count values and cut long lists ({facet_values_seen} values, \
+         {truncations} cut)"
+    );
     assert!(
         matched_some > 50 && matched_none > 10,
         "the random filters must both match and miss ({matched_some} matched, {matched_none} \
@@ -338,6 +391,35 @@ pub async fn filters_apply_to_the_revision_that_held(harness: Harness) {
         selected(tag("old"), Some(at)).await,
         vec![old.source_revision_id]
     );
+    // Facets at that time count the revision that held.
+    let tags_then = must(
+        harness
+            .ledger
+            .facet_counts(&[], None, Some(at), &FacetField::Tags, 10, None)
+            .await,
+        "facets then",
+    );
+    assert_eq!(
+        tags_then.values,
+        vec![FacetCount {
+            value: FacetValue::Text("old".to_owned()),
+            count: 1
+        }]
+    );
+    let tags_now = must(
+        harness
+            .ledger
+            .facet_counts(&[], None, None, &FacetField::Tags, 10, None)
+            .await,
+        "facets now",
+    );
+    assert_eq!(
+        tags_now.values,
+        vec![FacetCount {
+            value: FacetValue::Text("new".to_owned()),
+            count: 1
+        }]
+    );
     assert!(selected(tag("new"), Some(at)).await.is_empty());
     assert_eq!(
         selected(tag("new"), None).await,
@@ -352,4 +434,55 @@ pub async fn filters_apply_to_the_revision_that_held(harness: Harness) {
         "filter revisions",
     );
     assert!(elsewhere.is_empty());
+}
+
+/// The exact facet counts, from each revision's facts: a source counts once per distinct value
+/// it holds (a list's elements; strings, numbers and booleans only).
+fn facet_model(facts: &[&RevisionFacts], field: &FacetField, limit: u32) -> FacetCounts {
+    let mut counted: Vec<FacetCount> = Vec::new();
+    let mut valued = 0;
+    for facts in facts {
+        let mut values: Vec<FacetValue> = Vec::new();
+        let offered: Vec<Value> = match field {
+            FacetField::Tags => facts.tags.iter().map(|tag| json!(tag)).collect(),
+            FacetField::MediaType => vec![json!(facts.media_type)],
+            FacetField::Metadata(name) => match facts.metadata.get(name) {
+                Some(Value::Array(items)) => items.clone(),
+                Some(value) => vec![value.clone()],
+                None => Vec::new(),
+            },
+        };
+        for value in offered {
+            let value = match value {
+                Value::Bool(flag) => FacetValue::Bool(flag),
+                Value::Number(number) => match number.as_f64() {
+                    Some(number) => FacetValue::Number(number),
+                    None => continue,
+                },
+                Value::String(text) => FacetValue::Text(text),
+                _ => continue,
+            };
+            if !values.contains(&value) {
+                values.push(value);
+            }
+        }
+        valued += usize::from(!values.is_empty());
+        for value in values {
+            match counted.iter_mut().find(|count| count.value == value) {
+                Some(count) => count.count += 1,
+                None => counted.push(FacetCount { value, count: 1 }),
+            }
+        }
+    }
+    counted.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.value.order(&b.value)));
+    let distinct = counted.len();
+    counted.truncate(limit as usize);
+    FacetCounts {
+        field: field.name(),
+        sources: facts.len() as u64,
+        missing: (facts.len() - valued) as u64,
+        truncated: distinct > counted.len(),
+        values: counted,
+        exact: true,
+    }
 }
