@@ -81,6 +81,8 @@ pub(crate) async fn search(
         valid_at: args.valid_at,
         as_of: args.as_of,
         filter: args.filter,
+        facets: None,
+        facet_values: None,
     };
     let query = search::api::parse(body, principal, &shared.searcher).map_err(|error| {
         let mut error = ToolError::from(error);

@@ -48,6 +48,7 @@ pub fn routes(ledger: Arc<dyn SearchLedger>, searcher: Arc<Searcher>) -> OpenApi
     };
     OpenApiRouter::new()
         .routes(utoipa_axum::routes!(search))
+        .routes(utoipa_axum::routes!(dataset_facets))
         .with_state(SearchState { ledger, searcher })
         .merge(
             OpenApiRouter::new()
@@ -109,6 +110,13 @@ pub struct SearchBody {
         {"field": "accepted_at", "gte": "2026-12-01T00:00:00Z"}
     ], "must_not": [{"field": "metadata.draft", "eq": true}]}))]
     pub filter: Option<serde_json::Value>,
+    /// Fields to count over every source the datasets and the filter select (not the page):
+    /// `tags`, `media_type`, `metadata.<name>`; at most 8.
+    #[schema(example = json!(["tags", "media_type", "metadata.author"]))]
+    pub facets: Option<Vec<String>>,
+    /// Values listed per facet, most frequent first: 1 to 100 (default 20).
+    #[schema(minimum = 1, maximum = 100)]
+    pub facet_values: Option<i64>,
 }
 
 /// How far in the past an `as_of` must lie: acceptance transactions commit within it, so no
@@ -221,7 +229,13 @@ pub fn parse(
         .map(|filter| receipts::filter::Filter::parse(filter, settings.filter_limits))
         .transpose()
         .map_err(filter_refused)?;
+    let facets = body
+        .facets
+        .as_deref()
+        .map(|fields| facet_request(fields, body.facet_values))
+        .transpose()?;
     Ok(Query {
+        facets,
         text: text.to_owned(),
         datasets,
         top_k: usize::try_from(top_k).unwrap_or(DEFAULT_TOP_K),
@@ -231,6 +245,64 @@ pub fn parse(
         at,
         filter,
     })
+}
+
+/// The facets a request names, checked: known fields, no repeats, bounded counts.
+pub fn facet_request(
+    fields: &[String],
+    values: Option<i64>,
+) -> Result<crate::facets::FacetRequest, ApiError> {
+    use crate::facets::{DEFAULT_FACET_VALUES, MAX_FACETS, MAX_FACET_VALUES};
+    if fields.is_empty() || fields.len() > MAX_FACETS {
+        return Err(ApiError::unprocessable(
+            "invalid_facets",
+            format!(
+                "`facets` names 1 to {MAX_FACETS} fields (got {}); omit it for no counts",
+                fields.len()
+            ),
+        ));
+    }
+    let mut parsed = Vec::with_capacity(fields.len());
+    for field in fields {
+        let field = receipts::filter::facets::FacetField::parse(field)
+            .map_err(|error| ApiError::unprocessable(error.code, error.message))?;
+        if parsed.contains(&field) {
+            return Err(ApiError::unprocessable(
+                "invalid_facets",
+                format!("`facets` names {} twice", field.name()),
+            ));
+        }
+        parsed.push(field);
+    }
+    let values = values.unwrap_or(i64::from(DEFAULT_FACET_VALUES));
+    let values = u32::try_from(values)
+        .ok()
+        .filter(|values| (1..=MAX_FACET_VALUES).contains(values))
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "invalid_facets",
+                format!("`facet_values` must be between 1 and {MAX_FACET_VALUES} (got {values})"),
+            )
+        })?;
+    Ok(crate::facets::FacetRequest {
+        fields: parsed,
+        values,
+    })
+}
+
+/// Removes credentials from counted values, as from result texts.
+fn redact_facets(facets: &mut [receipts::filter::facets::FacetCounts]) {
+    for counts in facets {
+        for count in &mut counts.values {
+            if let receipts::filter::facets::FacetValue::Text(text) = &mut count.value {
+                let (redacted, found) = receipts::secrets::redact(text);
+                if found > 0 {
+                    tracing::warn!(field = %counts.field, "credentials redacted from a facet value");
+                    *text = redacted;
+                }
+            }
+        }
+    }
 }
 
 /// A refused filter: 422 with its stable code, the part at fault in the message and in
@@ -317,6 +389,7 @@ async fn search(
     // Ingest refuses credentials; one stored another way (an older release, a restored
     // backup) still never leaves in an answer.
     if let Ok(response) = outcome.as_mut() {
+        redact_facets(&mut response.facets);
         for result in &mut response.results {
             let (text, found) = receipts::secrets::redact(&result.text);
             if found > 0 {
@@ -422,4 +495,69 @@ pub fn record_metrics(
                 .increment(1);
         }
     }
+}
+
+/// The query of `GET /v1/datasets/{dataset}/facets`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct FacetParams {
+    /// Fields to count, comma-separated: `tags`, `media_type`, `metadata.<name>` (at most 8).
+    pub field: String,
+    /// Only sources that match this filter (JSON, as `POST /v1/search` takes it).
+    pub filter: Option<String>,
+    /// Values listed per field, most frequent first: 1 to 100 (default 20).
+    pub values: Option<i64>,
+}
+
+/// Facet counts of a dataset's current sources, without a query.
+#[utoipa::path(get, path = "/v1/datasets/{dataset}/facets", tag = "search", security(("bearer" = [])),
+    params(("dataset" = String, Path, description = "The dataset."), FacetParams),
+    responses((status = 200, description = "Each field's values with the number of current sources that hold them, exact; fields that could not be counted within the budget are named in `facets_partial`.", body = crate::facets::FacetAnswer), ApiErrors))]
+async fn dataset_facets(
+    State(state): State<SearchState>,
+    auth: Auth,
+    axum::extract::Path(dataset): axum::extract::Path<String>,
+    params: Result<axum::extract::Query<FacetParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let principal = auth.require(Scope::Search)?;
+    validate::dataset(&dataset).map_err(ApiError::from)?;
+    principal.require_dataset(&dataset)?;
+    let axum::extract::Query(params) = params.map_err(|rejection| {
+        ApiError::unprocessable("invalid_query_parameters", rejection.body_text())
+    })?;
+    let fields: Vec<String> = params
+        .field
+        .split(',')
+        .map(|field| field.trim().to_owned())
+        .filter(|field| !field.is_empty())
+        .collect();
+    let request = facet_request(&fields, params.values)?;
+    let settings = state.searcher.settings();
+    let filter = match params.filter.as_deref() {
+        None => None,
+        Some(text) => {
+            let value: serde_json::Value = serde_json::from_str(text).map_err(|error| {
+                ApiError::unprocessable("filter_shape", format!("`filter` is not JSON ({error})"))
+                    .with_details(serde_json::json!({ "at": "filter" }))
+            })?;
+            Some(
+                receipts::filter::Filter::parse(&value, settings.filter_limits)
+                    .map_err(filter_refused)?,
+            )
+        }
+    };
+    let mut answer = state
+        .searcher
+        .facets(crate::facets::FacetQuery {
+            datasets: vec![dataset],
+            filter,
+            at: None,
+            request,
+            budget: settings.default_budget,
+        })
+        .await
+        .map_err(ApiError::from)?;
+    redact_facets(&mut answer.facets);
+    Ok(Json(answer).into_response())
 }

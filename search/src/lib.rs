@@ -32,6 +32,7 @@
 //!   pool.
 
 pub mod api;
+pub mod facets;
 pub mod fusion;
 pub mod graph;
 
@@ -192,6 +193,9 @@ pub struct Query {
     pub at: Option<At>,
     /// Only sources whose revision (the current one, or the one held at `at`) matches.
     pub filter: Option<Filter>,
+    /// Facet counts to return beside the results, over every source the datasets and the
+    /// filter select.
+    pub facets: Option<facets::FacetRequest>,
 }
 
 /// One result.
@@ -265,7 +269,7 @@ pub struct SearchResponse {
     /// Whether the answer is less complete than asked.
     pub degraded: bool,
     /// Why: `vector_timeout`, `vector_error`, `embed_error`, `lexical_timeout`,
-    /// `lexical_error`, `stale_dropped`.
+    /// `lexical_error`, `stale_dropped`, `facets_partial`.
     pub degradations: Vec<String>,
     /// Hits removed because their revision was no longer current (or not yet searchable).
     pub stale_dropped: usize,
@@ -292,6 +296,14 @@ pub struct SearchResponse {
     /// Which indexes miss some of that history: `vector`, `lexical`.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub history_gaps: Vec<String>,
+    /// The facet counts asked for, in the order asked: exact, over every source the datasets
+    /// and the filter select (not the page).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub facets: Vec<receipts::filter::facets::FacetCounts>,
+    /// Facets asked for but left out: their count could not finish within the budget (never
+    /// a count of part of the set).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub facets_partial: Vec<String>,
 }
 
 /// Why a search has no answer.
@@ -645,7 +657,24 @@ impl Searcher {
             // interrupts it), and dropping it mid-way would leave its connection armed.
             Some(self.lexical_phase(&query, deadline, generation).await)
         };
-        let (vector, lexical) = tokio::join!(vector_phase, lexical_phase);
+        let facet_phase = async {
+            match &query.facets {
+                None => (Vec::new(), Vec::new()),
+                Some(request) => {
+                    facets::count(
+                        self.ledger.as_ref(),
+                        &query.datasets,
+                        query.filter.as_ref(),
+                        query.at,
+                        request,
+                        deadline,
+                    )
+                    .await
+                }
+            }
+        };
+        let (vector, lexical, (facets, facets_partial)) =
+            tokio::join!(vector_phase, lexical_phase, facet_phase);
 
         let mut phases = Phases {
             admission: (admission_ms >= 0.01).then_some(admission_ms),
@@ -709,6 +738,9 @@ impl Searcher {
             degradations.push("stale_dropped".to_owned());
         }
         phases.fuse = Some(ms(fusing));
+        if !facets_partial.is_empty() {
+            degradations.push("facets_partial".to_owned());
+        }
         Ok(SearchResponse {
             results,
             mode: answered,
@@ -723,6 +755,8 @@ impl Searcher {
             as_of: query.at.map(|at| at.as_of),
             history_partial: history_gaps.as_ref().map(|gaps| !gaps.is_empty()),
             history_gaps: history_gaps.unwrap_or_default(),
+            facets,
+            facets_partial,
         })
     }
 

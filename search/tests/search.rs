@@ -240,6 +240,7 @@ fn query(text: &str, mode: Mode, budget_ms: u64) -> Query {
         group_by_source: true,
         at: None,
         filter: None,
+        facets: None,
     }
 }
 
@@ -1044,6 +1045,105 @@ async fn the_api_checks_tokens_datasets_and_parameters_in_every_mode() {
             assert!(error["details"]["at"].is_string(), "{error}");
         }
     }
+    // Facets through the API, beside a search and alone.
+    let (status, _, answer) = call(
+        &router,
+        &everything,
+        json!({"query": "lava", "mode": "lexical", "facets": ["media_type", "tags"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["facets"][0]["field"], "media_type", "{answer}");
+    assert_eq!(answer["facets"][0]["sources"], 12, "{answer}");
+    assert_eq!(answer["facets"][1]["missing"], 12, "{answer}");
+    for (body, code) in [
+        (
+            json!({"query": "lava", "facets": ["colour"]}),
+            "facet_unknown_field",
+        ),
+        (
+            json!({"query": "lava", "facets": ["tags", "tags"]}),
+            "invalid_facets",
+        ),
+        (json!({"query": "lava", "facets": []}), "invalid_facets"),
+        (
+            json!({"query": "lava", "facets": vec!["tags"; 9]}),
+            "invalid_facets",
+        ),
+        (
+            json!({"query": "lava", "facets": ["tags"], "facet_values": 0}),
+            "invalid_facets",
+        ),
+    ] {
+        let (status, _, error) = call(&router, &everything, body.clone()).await;
+        assert_eq!(
+            (status, error["code"].as_str()),
+            (422, Some(code)),
+            "{body} -> {error}"
+        );
+    }
+    let facets = |token: &str, path: &str| {
+        let router = router.clone();
+        let request = axum::http::Request::get(path)
+            .header("authorization", format!("Bearer {token}"))
+            .body(axum::body::Body::empty())
+            .expect("request");
+        async move {
+            use tower::ServiceExt;
+            let response = router.oneshot(request).await.expect("response");
+            let status = response.status().as_u16();
+            let bytes = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .expect("body")
+                .to_bytes();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default(),
+            )
+        }
+    };
+    let filter = urlencode(r#"{"field": "source_key", "in": ["volcano", "trains", "nothing"]}"#);
+    let (status, answer) = facets(
+        &alpha_only,
+        &format!("/v1/datasets/alpha/facets?field=media_type,tags&filter={filter}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["facets"][0]["values"],
+        json!([{"value": "text/plain", "count": 2}]),
+        "{answer}"
+    );
+    assert_eq!(answer["facets"][0]["sources"], 2, "{answer}");
+    let (status, error) = facets(&alpha_only, "/v1/datasets/beta/facets?field=tags").await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (403, Some("forbidden")),
+        "{error}"
+    );
+    let (status, error) = facets(&everything, "/v1/datasets/alpha/facets?field=colour").await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (422, Some("facet_unknown_field")),
+        "{error}"
+    );
+    let (status, error) = facets(
+        &everything,
+        "/v1/datasets/alpha/facets?field=tags&filter=%7Bnope",
+    )
+    .await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (422, Some("filter_shape")),
+        "{error}"
+    );
+    let (status, error) = facets(&everything, "/v1/datasets/alpha/facets").await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (422, Some("invalid_query_parameters")),
+        "{error}"
+    );
+
     // The same filter in every mode, through the API.
     for mode in ["auto", "vector", "lexical"] {
         let (status, _, answer) = call(
@@ -1255,6 +1355,38 @@ async fn filters_hold_in_every_mode_and_at_binding_and_fill_the_page() {
         }
     }
 
+    // Facets beside a search: over every source the filter selects, not the page of 5.
+    let mut asked = query("a ship moored in the harbour", Mode::Auto, 10_000);
+    asked.filter = Some(
+        Filter::parse(
+            &json!({"field": "source_key", "prefix": "west/"}),
+            FilterLimits::default(),
+        )
+        .expect("filter"),
+    );
+    asked.facets = Some(search::facets::FacetRequest {
+        fields: vec![
+            receipts::filter::facets::FacetField::Tags,
+            receipts::filter::facets::FacetField::Metadata("n".to_owned()),
+        ],
+        values: 3,
+    });
+    let answer = narrowing.search(asked).await.expect("search with facets");
+    assert_eq!(answer.results.len(), 5);
+    assert!(answer.facets_partial.is_empty(), "{answer:?}");
+    let counts = serde_json::to_value(&answer.facets).expect("json");
+    assert_eq!(
+        counts,
+        json!([
+            {"field": "tags", "sources": 12, "missing": 0, "truncated": false, "exact": true,
+             "values": [{"value": "even", "count": 6}, {"value": "odd", "count": 6}]},
+            {"field": "metadata.n", "sources": 12, "missing": 0, "truncated": true, "exact": true,
+             "values": [{"value": 12.0, "count": 1}, {"value": 13.0, "count": 1},
+                        {"value": 14.0, "count": 1}]}
+        ]),
+        "{counts}"
+    );
+
     // A source whose tags changed: its new revision (pending, not yet projected) no longer
     // matches, and its old points, still in the store, are dropped at binding.
     let edited = world
@@ -1318,4 +1450,16 @@ async fn filters_hold_in_every_mode_and_at_binding_and_fill_the_page() {
             assert_eq!(answer.results.len(), 12, "{mode:?}: {answer:?}");
         }
     }
+}
+
+/// Percent-encodes a query parameter's value.
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (byte as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
 }

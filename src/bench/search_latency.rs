@@ -247,6 +247,7 @@ async fn burst(
                 group_by_source: true,
                 at: None,
                 filter: None,
+                facets: None,
             };
             tokio::spawn(async move {
                 let began = Instant::now();
@@ -381,6 +382,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             group_by_source: true,
             at: None,
             filter: None,
+            facets: None,
         };
         // Warm-up, alike for both sides: caches, the model's first runs, and the searcher's
         // learned over-fetch (its first queries fetch two hits per result).

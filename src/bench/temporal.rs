@@ -289,6 +289,7 @@ pub async fn temporal(config: &Config, bench: TemporalBench) -> anyhow::Result<V
         group_by_source: true,
         at,
         filter: None,
+        facets: None,
     };
     // Warm-up: caches, the model's first runs, the searcher's over-fetch estimate.
     for text in queries.iter().take(20) {

@@ -603,7 +603,52 @@ pub async fn search(client: &Client, body: &Value, as_json: bool) -> anyhow::Res
             format!(", DEGRADED: {degradations}")
         },
     );
+    print_facets(&answer);
     Ok(())
+}
+
+/// The facet counts of an answer, one block per field: each value with its count.
+fn print_facets(answer: &Value) {
+    for facet in answer
+        .get("facets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let count = |key: &str| facet.get(key).and_then(Value::as_u64).unwrap_or(0);
+        println!(
+            "\n{} ({} source(s), {} without a value{})",
+            facet.get("field").and_then(Value::as_str).unwrap_or("?"),
+            count("sources"),
+            count("missing"),
+            if facet.get("truncated").and_then(Value::as_bool) == Some(true) {
+                ", more values not shown"
+            } else {
+                ""
+            }
+        );
+        for value in facet
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let shown = match value.get("value") {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let shown: String = shown.chars().take(60).collect();
+            println!(
+                "  {:>8}  {shown}",
+                value.get("count").and_then(Value::as_u64).unwrap_or(0)
+            );
+        }
+    }
+    let partial = joined(answer, "facets_partial", ", ");
+    if !partial.is_empty() {
+        println!("\nnot counted within the budget: {partial}");
+    }
 }
 
 /// `cairn status`: health, readiness and counts.

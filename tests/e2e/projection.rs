@@ -340,6 +340,40 @@ async fn markdown_and_html_results_name_their_section() {
         .as_str()
         .expect("text")
         .contains('<'));
+    // The CLI's filter and facets: only the Markdown guide, and the counts of what matches.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["search", "the valley and the harbour", "--dataset", "docs"])
+        .args([
+            "--filter",
+            r#"{"field": "media_type", "eq": "text/markdown"}"#,
+        ])
+        .args(["--facet", "media_type", "--server", &base, "--data-dir"])
+        .arg(data.path())
+        .output()
+        .expect("cairn search");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    assert!(
+        table.contains("guide.md") && !table.contains("tides.html"),
+        "{table}"
+    );
+    assert!(
+        table.contains("media_type (1 source(s), 0 without a value)"),
+        "{table}"
+    );
+    assert!(table.contains("       1  text/markdown"), "{table}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["search", "valley", "--filter", "{not json"])
+        .args(["--server", &base, "--data-dir"])
+        .arg(data.path())
+        .output()
+        .expect("cairn search");
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("not JSON"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     server.kill().await.expect("stop");
 }
 

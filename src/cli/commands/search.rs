@@ -35,6 +35,10 @@ pub struct SearchArgs {
     /// '{"field": "source_key", "prefix": "src/appendix"}'.
     #[arg(long, value_parser = parse_filter)]
     filter: Option<serde_json::Value>,
+    /// Count a field's values over every matching source (repeat): `tags`, `media_type`,
+    /// `metadata.<name>`.
+    #[arg(long = "facet")]
+    facets: Vec<String>,
     /// Print the server's JSON.
     #[arg(long)]
     json: bool,
@@ -55,6 +59,7 @@ impl SearchArgs {
             valid_at,
             as_of,
             filter,
+            facets,
             json,
             client,
         } = self;
@@ -86,6 +91,9 @@ impl SearchArgs {
         }
         if let Some(filter) = filter {
             body["filter"] = filter;
+        }
+        if !facets.is_empty() {
+            body["facets"] = serde_json::json!(facets);
         }
         crate::cli::client::search(&api, &body, json).await?;
 
