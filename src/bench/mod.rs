@@ -438,6 +438,8 @@ pub use search_latency::{search, SearchBench};
 
 mod temporal;
 pub use temporal::{temporal, TemporalBench};
+mod filters;
+pub use filters::{filters, FilterBench};
 
 mod served;
 

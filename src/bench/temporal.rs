@@ -52,13 +52,13 @@ const STEP: i64 = 30 * 86_400_000_000;
 
 /// Planted neighbours: in round `k`, source `(k * 7919 + q * per_query + i) mod docs` gets a
 /// vector near query `q`'s embedding, the farther the larger `i`.
-struct Planting {
+pub(super) struct Planting {
     /// The queries' embeddings.
-    queries: Vec<Vec<f32>>,
+    pub(super) queries: Vec<Vec<f32>>,
     /// Sources planted per query and round (0: none).
-    per_query: usize,
+    pub(super) per_query: usize,
     /// Sources in the corpus.
-    docs: usize,
+    pub(super) docs: usize,
 }
 
 impl Planting {
@@ -75,7 +75,7 @@ impl Planting {
 
     /// The vector of `source` in `round`: near a query's embedding where one is planted
     /// (cosine about 0.96 for the nearest, falling to about 0.5), else pseudo-random.
-    fn vector(&self, round: usize, source: usize, random: &mut Random) -> Vec<f32> {
+    pub(super) fn vector(&self, round: usize, source: usize, random: &mut Random) -> Vec<f32> {
         let noise = random.unit_vector();
         let Some((query, rank)) = self.at(round, source) else {
             return noise;
@@ -149,7 +149,7 @@ async fn round(
 
 /// The exact top `k` of `vectors` for `query` (unit vectors: the dot product is the cosine),
 /// as indexes into `vectors`, best first.
-fn exact(round: &[Vec<f32>], query: &[f32], k: usize) -> Vec<usize> {
+pub(super) fn exact(round: &[Vec<f32>], query: &[f32], k: usize) -> Vec<usize> {
     let mut scored: Vec<(f32, usize)> = round
         .iter()
         .enumerate()

@@ -154,6 +154,26 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-temporal.json")]
         out: PathBuf,
     },
+    /// Filtered search at 50%, 5%, 0.5% and 0.05% selectivity, per mode, against the same
+    /// queries unfiltered: p50, p99, vector recall against an exact filtered search, full
+    /// pages; and facet counts over every head (embedded default: SQLite, qdrant-edge).
+    Filters {
+        /// Sources in the corpus.
+        #[arg(long, default_value_t = 100_000)]
+        docs: usize,
+        /// Queries per selectivity and mode.
+        #[arg(long, default_value_t = 100)]
+        queries: usize,
+        /// Results per query.
+        #[arg(long, default_value_t = 10)]
+        top_k: usize,
+        /// TOML configuration file (model and search settings).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-filters.json")]
+        out: PathBuf,
+    },
     /// The MCP `search` tool over HTTP against `POST /v1/search` on the same server and
     /// queries: added latency, and throughput at each client count.
     Mcp {
@@ -307,6 +327,25 @@ impl BenchArgs {
                         queries: queries.max(1),
                         top_k: top_k.clamp(1, search::MAX_TOP_K),
                         data_dir,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Filters {
+                docs,
+                queries,
+                top_k,
+                config,
+                out,
+            } => {
+                let config = file_config(config, None, env)?;
+                let report = crate::bench::filters(
+                    &config,
+                    crate::bench::FilterBench {
+                        docs: docs.max(1),
+                        queries: queries.max(1),
+                        top_k: top_k.clamp(1, search::MAX_TOP_K),
                     },
                 )
                 .await?;
