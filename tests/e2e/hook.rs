@@ -92,6 +92,43 @@ async fn hooks_print_untrusted_context_store_session_notes_and_never_fail_the_ho
     );
     assert!(stdout.trim_end().ends_with("</cairn-context>"), "{stdout}");
 
+    // `--filter`: one that the document matches finds it; one that excludes it finds
+    // nothing; a refused filter prints nothing and says why.
+    for (filter, found) in [
+        (r#"{"field": "media_type", "eq": "text/markdown"}"#, true),
+        (r#"{"field": "source_key", "prefix": "elsewhere/"}"#, false),
+    ] {
+        let flags = [
+            "--server",
+            &base,
+            "--token",
+            &token,
+            "--deadline-ms",
+            "20000",
+        ];
+        let (code, stdout, stderr, _) =
+            hook(&[&flags[..], &["--filter", filter]].concat(), &payload);
+        assert_eq!(code, Some(0), "stderr: {stderr}");
+        assert_eq!(
+            stdout.contains("docs/lease.md"),
+            found,
+            "{filter}: {stdout}\n{stderr}"
+        );
+    }
+    let (code, stdout, stderr, _) = hook(
+        &[
+            "--server",
+            &base,
+            "--token",
+            &token,
+            "--filter",
+            r#"{"field": "colour", "eq": 1}"#,
+        ],
+        &payload,
+    );
+    assert_eq!((code, stdout.as_str()), (Some(0), ""));
+    assert!(stderr.contains("filter_unknown_field"), "{stderr}");
+
     // A payload that is not JSON, or holds only code: nothing printed, exit 0.
     let (code, stdout, stderr, _) = hook(&["--server", &base, "--token", &token], "not json");
     assert_eq!((code, stdout.as_str()), (Some(0), ""));
