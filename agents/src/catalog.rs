@@ -158,6 +158,8 @@ impl ToolName {
                         "description": "Search what held at this instant (epoch microseconds, or RFC 3339 with an offset such as 2026-03-01T00:00:00Z), as known now or at as_of."},
                     "as_of": {"type": ["integer", "string"],
                         "description": "Search what cairn believed at this instant (at least 5 s ago), about valid_at (default: the same instant): the basis of a past decision."},
+                    "facets": {"type": "array", "maxItems": 8, "items": {"type": "string"},
+                        "description": "Count the values of these fields over every document that matches the datasets and the filter (not only the hits), the 10 most frequent each: tags, media_type, metadata.NAME. Use it to learn which tags, types or authors exist before filtering."},
                     "filter": {"type": "object",
                         "description": "Only documents that match. A condition is {\"field\": F, OP: VALUE}: tags with any/all/none (lists of strings); media_type with eq/in; source_key with eq/in/prefix/glob (* and ?); accepted_at with gt/gte/lt/lte (RFC 3339); metadata.NAME with eq/in (strings, numbers, booleans), exists (true/false), gt/gte/lt/lte (numbers). Git and folder connectors set metadata.path, metadata.commit, metadata.author, metadata.commit_time (epoch seconds). Combine with {\"must\": [...], \"should\": [...] (at least one), \"must_not\": [...]}, nested at most 4 deep and 32 conditions in all (server defaults). Example: {\"must\": [{\"field\": \"source_key\", \"prefix\": \"src/appendix\"}, {\"field\": \"tags\", \"any\": [\"async\"]}]}."}
                 },

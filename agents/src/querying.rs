@@ -22,6 +22,8 @@ pub(crate) const MAX_TOP_K: usize = 10;
 pub(crate) const DEFAULT_SNIPPET_CHARS: usize = 500;
 /// Longest snippet, in characters.
 pub(crate) const MAX_SNIPPET_CHARS: usize = 1000;
+/// Values listed per facet in an answer.
+const MCP_FACET_VALUES: i64 = 10;
 /// Characters of snippet text in one answer, all hits together.
 pub(crate) const SNIPPET_BUDGET_CHARS: usize = 6000;
 
@@ -37,6 +39,7 @@ struct SearchArgs {
     valid_at: Option<Value>,
     as_of: Option<Value>,
     filter: Option<Value>,
+    facets: Option<Vec<String>>,
 }
 
 /// Runs `search`: the answer, the datasets it searched and its hit count (for the log).
@@ -81,8 +84,8 @@ pub(crate) async fn search(
         valid_at: args.valid_at,
         as_of: args.as_of,
         filter: args.filter,
-        facets: None,
-        facet_values: None,
+        facet_values: args.facets.as_ref().map(|_| MCP_FACET_VALUES),
+        facets: args.facets,
     };
     let query = search::api::parse(body, principal, &shared.searcher).map_err(|error| {
         let mut error = ToolError::from(error);
@@ -190,6 +193,33 @@ pub(crate) async fn search(
     } else {
         None
     };
+    // Counted values, each a line of bounded length: data, like the hits.
+    let facets: Value = response
+        .facets
+        .iter()
+        .map(|counts| {
+            let values: Vec<Value> = counts
+                .values
+                .iter()
+                .map(|count| {
+                    let value = match &count.value {
+                        receipts::filter::facets::FacetValue::Text(text) => {
+                            json!(text::line(text, 200).text)
+                        }
+                        other => json!(other),
+                    };
+                    json!({"value": value, "count": count.count})
+                })
+                .collect();
+            json!({
+                "field": counts.field,
+                "sources": counts.sources,
+                "missing": counts.missing,
+                "truncated": counts.truncated,
+                "values": values,
+            })
+        })
+        .collect();
     let mut omitted = 0usize;
     let answer = loop {
         let mut fields = Map::new();
@@ -210,6 +240,12 @@ pub(crate) async fn search(
             fields.insert("as_of".into(), json!(response.as_of));
             fields.insert("history_partial".into(), json!(partial));
             fields.insert("history_gaps".into(), json!(response.history_gaps));
+        }
+        if !response.facets.is_empty() {
+            fields.insert("facets".into(), facets.clone());
+        }
+        if !response.facets_partial.is_empty() {
+            fields.insert("facets_partial".into(), json!(response.facets_partial));
         }
         fields.insert("hits".into(), Value::Array(hits.clone()));
         fields.insert("omitted".into(), json!(omitted));

@@ -126,6 +126,12 @@ async def bounds_hold_for_hostile_arguments(config):
         answer, is_error = await call(client, "search", {"query": "lease heartbeat", "top_k": 10, "mode": "lexical", "filter": {"field": "source_key", "eq": only}})
         assert not is_error, answer
         assert answer["hits"] and {hit["source_key"] for hit in answer["hits"]} == {only}, answer
+        # Facets: counts over every matching document, beside the hits.
+        answer, is_error = await call(client, "search", {"query": "lease heartbeat", "mode": "lexical", "facets": ["media_type"], "filter": {"field": "source_key", "eq": only}})
+        assert not is_error, answer
+        assert answer["facets"][0]["field"] == "media_type" and answer["facets"][0]["sources"] == 1, answer
+        assert sum(value["count"] for value in answer["facets"][0]["values"]) == 1, answer
+        await expect_error(client, "search", {"query": "lease", "facets": ["colour"]}, "facet_unknown_field")
         # Defaults: three hits.
         answer, _ = await call(client, "search", {"query": "lease heartbeat", "mode": "lexical"})
         assert len(answer["hits"]) == 3, len(answer["hits"])
