@@ -917,27 +917,15 @@ impl Searcher {
             _ => needed,
         };
         let wanted = query.top_k.min(needed);
-        // A filter narrows the search to the revisions it selects in the ledger, searched
-        // exactly; one that selects more than the narrowing bound searches the index, and
-        // binding keeps the hits that match (refilling as for stale ones).
-        let narrowed = match &query.filter {
-            None => None,
-            Some(filter) => {
-                let cap = side_cap(self.settings.filter_max_narrowing);
-                let selecting = Instant::now();
-                let selected = self
-                    .ledger
-                    .filter_revisions(&query.datasets, filter, query.at, cap)
-                    .await
-                    .map_err(PhaseFailure::Ledger)?;
-                outcome.bind_ms += ms(selecting);
-                if selected.is_empty() {
-                    outcome.search_ms = Some(0.0);
-                    return Ok(outcome);
-                }
-                (selected.len() <= self.settings.filter_max_narrowing).then_some(selected)
-            }
-        };
+        // A filter first searches the index as an unfiltered query would, binding keeping the
+        // hits that match: a filter that many sources match fills the page there, in hit
+        // order, which is the order of the exact filtered search. Only when that leaves the
+        // page short does the ledger select the revisions that match, and the store search
+        // exactly among their points, so a selective filter never loses recall to the index
+        // walk. A selection larger than the narrowing bound goes on searching the index
+        // (refilling as for stale hits).
+        let mut narrowed: Option<Vec<Uuid>> = None;
+        let mut selection_pending = query.filter.is_some();
         // What each hit bound to (`None`: dropped by the check). A hit is bound once, however
         // many rounds fetch it.
         let mut bound: HashMap<HitRef, Option<Candidate>> = HashMap::new();
@@ -995,7 +983,7 @@ impl Searcher {
             let enough = self.distinct(query, &hits, &bound) >= wanted;
             // Searches at a past time fetch every revision's points, and narrowed ones only
             // the filter's: either would teach the over-fetch for plain searches wrongly.
-            if query.mode == Mode::Vector && query.at.is_none() && narrowed.is_none() {
+            if query.mode == Mode::Vector && query.at.is_none() && query.filter.is_none() {
                 if let Some(position) = Self::position_of(query, &hits, &bound, wanted) {
                     self.overfetch.observe(wanted, position);
                 }
@@ -1006,6 +994,44 @@ impl Searcher {
             // Refill: drops (or several chunks of one source) left too few, the store has
             // more, and there is time for another round.
             let remaining = deadline.saturating_duration_since(Instant::now());
+            if let (false, true, false, Some(filter)) = (
+                enough,
+                selection_pending,
+                remaining.is_zero(),
+                &query.filter,
+            ) {
+                // The share of this round's hits that matched says how far the index would
+                // have to be read: when a wider round would likely fill the page, read it
+                // (cheaper than selecting among every head); otherwise select now.
+                let kept = bound
+                    .values()
+                    .filter(|candidate| candidate.is_some())
+                    .count();
+                let estimate = (wanted * bound.len() * 3 / 2)
+                    .checked_div(kept)
+                    .unwrap_or(usize::MAX);
+                if !exhausted && estimate > limit && estimate <= MAX_VECTOR_FETCH / 2 {
+                    limit = estimate;
+                    continue;
+                }
+                selection_pending = false;
+                let cap = side_cap(self.settings.filter_max_narrowing);
+                let selecting = Instant::now();
+                let selected = self
+                    .ledger
+                    .filter_revisions(&query.datasets, filter, query.at, cap)
+                    .await
+                    .map_err(PhaseFailure::Ledger)?;
+                outcome.bind_ms += ms(selecting);
+                if selected.is_empty() {
+                    // Nothing matches: binding kept nothing either.
+                    break;
+                }
+                if selected.len() <= self.settings.filter_max_narrowing {
+                    narrowed = Some(selected);
+                    continue;
+                }
+            }
             if enough || exhausted || limit >= MAX_VECTOR_FETCH || remaining.is_zero() {
                 break;
             }
