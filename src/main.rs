@@ -47,6 +47,8 @@ enum Command {
     Status(commands::StatusArgs),
     /// Block exact content (by SHA-256) in a dataset.
     Block(commands::BlockArgs),
+    /// Who may read a source: show it, or set its readers without a new revision.
+    Access(commands::AccessArgs),
     /// Erase a source: every trace of every revision, in every store.
     Erase(commands::EraseArgs),
     /// A source's validity timeline: its assertions, and which revision held when.
@@ -113,6 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Generation(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,
+        Command::Access(command) => command.run(&env).await,
         Command::Erase(command) => command.run(&env).await,
         Command::Timeline(command) => command.run(&env).await,
         Command::Token(command) => command.run(&env).await,

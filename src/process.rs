@@ -46,6 +46,7 @@ pub async fn ensure_admin_token(
             name: "admin".to_owned(),
             scopes: vec![Scope::Admin],
             datasets: None,
+            identity: None,
             created_by: "cairn:bootstrap".to_owned(),
             expires_at: None,
         })

@@ -17,6 +17,7 @@
 //! - Batch items are independent: one refused item does not fail the others, and results come
 //!   back in request order.
 
+mod access;
 mod batch;
 
 use std::sync::Arc;
@@ -139,7 +140,9 @@ pub fn routes(ledger: Arc<dyn AcceptLedger>, config: AcceptorConfig) -> OpenApiR
         .routes(utoipa_axum::routes!(get_timeline))
         .routes(utoipa_axum::routes!(get_revision))
         .routes(utoipa_axum::routes!(get_content))
-        .routes(utoipa_axum::routes!(block_content));
+        .routes(utoipa_axum::routes!(block_content))
+        .routes(utoipa_axum::routes!(access::get_access, access::put_access))
+        .routes(utoipa_axum::routes!(access::put_dataset_access));
     exactly_one_content(router.get_openapi_mut());
     router.with_state(state)
 }
@@ -230,6 +233,10 @@ struct SourceRequest {
     /// projected).
     #[schema(schema_with = receipts::http::instant_schema)]
     valid_to: Option<Value>,
+    /// Who may read the source (`{"readers": ["user:alice", "group:eng"]}`); absent: the
+    /// readers it has, else its dataset's default. Readers belong to the source, not the
+    /// revision: `PUT /v1/sources/access` changes them without a new revision.
+    access: Option<receipts::access::SourceAccess>,
 }
 
 /// A submission's validity from its wire fields (typed refusals for bad instants).
@@ -387,8 +394,44 @@ async fn readyz(State(state): State<AcceptorState>, _auth: Auth) -> Result<Json<
 
 /// Checks a request item and turns it into a submission. Everything that can refuse the
 /// request runs here, before the ledger sees it.
-fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
-    admit_for(auth.require(Scope::Ingest)?, request)
+fn admit(auth: &Auth, request: SourceRequest) -> Result<Admitted, ApiError> {
+    let readers = request
+        .access
+        .as_ref()
+        .map(receipts::access::SourceAccess::checked)
+        .transpose()?;
+    Ok(Admitted {
+        submission: admit_for(auth.require(Scope::Ingest)?, request)?,
+        readers,
+    })
+}
+
+/// A request admitted: its submission, and the readers it names.
+struct Admitted {
+    submission: Submission,
+    readers: Option<Vec<String>>,
+}
+
+impl Admitted {
+    /// Records the readers the request names, before its revision is accepted: a revision
+    /// is never readable by more than its request said, even for a moment, and a crash
+    /// between the two leaves readers on a key with nothing new to read.
+    async fn record_access(&self, state: &AcceptorState) -> Result<(), ApiError> {
+        let Some(readers) = &self.readers else {
+            return Ok(());
+        };
+        state
+            .ledger
+            .change_access(receipts::access::AccessChange::Source {
+                dataset: self.submission.dataset.clone(),
+                source_key: self.submission.source_key.clone(),
+                readers: Some(readers.clone()),
+                actor: self.submission.actor.clone(),
+                reason: "put with access".to_owned(),
+            })
+            .await?;
+        Ok(())
+    }
 }
 
 /// A text document from a client that is not the HTTP API (an agent's MCP `ingest`).
@@ -426,6 +469,7 @@ pub fn admit_text(
             metadata: None,
             valid_from: None,
             valid_to: None,
+            access: None,
         },
     )
 }
@@ -559,8 +603,9 @@ async fn put_source(
     auth.require(Scope::Ingest)?;
     let _reserved = state.reserve(&headers, state.config.max_body_bytes).await?;
     let request: SourceRequest = read_json(&headers, body, state.config.max_body_bytes).await?;
-    let submission = admit(&auth, request)?;
-    accept_one(&state, submission).await
+    let admitted = admit(&auth, request)?;
+    admitted.record_access(&state).await?;
+    accept_one(&state, admitted.submission).await
 }
 
 fn item_error(index: usize, error: ApiError) -> Value {
@@ -618,6 +663,10 @@ async fn put_batch(
                 ApiError::unprocessable("invalid_json", format!("items[{index}]: {error}"))
             })
             .and_then(|request| admit(&auth, request));
+        let parsed = match parsed {
+            Ok(item) => item.record_access(&state).await.map(|()| item.submission),
+            Err(error) => Err(error),
+        };
         match parsed {
             Ok(submission) => {
                 slots.push(index);
@@ -742,6 +791,7 @@ async fn get_source(
     let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
     let query = source_query(query)?;
     principal.require_dataset(&query.dataset)?;
+    readable(&state, principal, &query.dataset, &query.source_key).await?;
     match state
         .ledger
         .source(&query.dataset, &query.source_key)
@@ -781,6 +831,7 @@ async fn get_timeline(
     let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead])?;
     let query = source_query(query)?;
     principal.require_dataset(&query.dataset)?;
+    readable(&state, principal, &query.dataset, &query.source_key).await?;
     let timeline = state
         .ledger
         .timeline(&query.dataset, &query.source_key)
@@ -869,6 +920,19 @@ async fn list_sources(
     let next_after = (sources.len() == limit as usize)
         .then(|| sources.last().map(|head| head.source_key.clone()))
         .flatten();
+    // A page keeps its cursor; the sources the caller may not read are left out of it.
+    let reads_as = principal.reads_as();
+    let mut shown = Vec::with_capacity(sources.len());
+    for source in sources {
+        if state
+            .ledger
+            .may_read(reads_as.as_deref(), &dataset, &source.source_key)
+            .await?
+        {
+            shown.push(source);
+        }
+    }
+    let sources = shown;
     Ok(Json(SourcePage {
         dataset,
         prefix,
@@ -901,7 +965,43 @@ async fn visible_revision(
     principal
         .require_dataset(&detail.revision.dataset)
         .map_err(|_| not_found())?;
+    let reads_as = principal.reads_as();
+    let may = state
+        .ledger
+        .may_read(
+            reads_as.as_deref(),
+            &detail.revision.dataset,
+            &detail.revision.source_key,
+        )
+        .await?;
+    if !may {
+        return Err(not_found());
+    }
     Ok(detail)
+}
+
+/// Answers a source that `principal` may not read ([`receipts::access`]) as one that does
+/// not exist, so that its existence does not leak.
+async fn readable(
+    state: &AcceptorState,
+    principal: &receipts::Principal,
+    dataset: &str,
+    source_key: &str,
+) -> Result<(), ApiError> {
+    let reads_as = principal.reads_as();
+    if state
+        .ledger
+        .may_read(reads_as.as_deref(), dataset, source_key)
+        .await?
+    {
+        Ok(())
+    } else {
+        Err(LedgerError::SourceNotFound {
+            dataset: dataset.to_owned(),
+            source_key: source_key.to_owned(),
+        }
+        .into())
+    }
 }
 
 /// A revision: whether it is the head, its job, its receipts, its history (newest first).

@@ -355,6 +355,7 @@ mod tests {
             name: "t".to_owned(),
             scopes: scopes.to_vec(),
             datasets: None,
+            identity: None,
         }
     }
 

@@ -69,6 +69,27 @@ fn source_names(dataset: &str, source_key: &str, principal: &Principal) -> Resul
         .map_err(|_| not_found("that source"))
 }
 
+/// Answers a source the principal may not read ([`receipts::access`]) like one that does not
+/// exist.
+async fn may_read(
+    shared: &Shared,
+    principal: &Principal,
+    dataset: &str,
+    source_key: &str,
+    what: &str,
+) -> Result<(), ToolError> {
+    let reads_as = principal.reads_as();
+    if shared
+        .ledger
+        .may_read(reads_as.as_deref(), dataset, source_key)
+        .await?
+    {
+        Ok(())
+    } else {
+        Err(not_found(what))
+    }
+}
+
 /// `read_document`.
 pub(crate) async fn read_document(
     shared: &Shared,
@@ -127,6 +148,14 @@ async fn resolve(
             principal
                 .require_dataset(&detail.revision.dataset)
                 .map_err(|_| not_found("that revision"))?;
+            may_read(
+                shared,
+                principal,
+                &detail.revision.dataset,
+                &detail.revision.source_key,
+                "that revision",
+            )
+            .await?;
             // A revision a search at a point in time returned may be read at that point: it
             // held then, as the ledger believed then.
             let held_then = match at {
@@ -162,6 +191,7 @@ async fn resolve(
             source_key,
         } => {
             source_names(&dataset, &source_key, principal)?;
+            may_read(shared, principal, &dataset, &source_key, "that source").await?;
             let view = shared
                 .ledger
                 .source(&dataset, &source_key)
@@ -310,6 +340,14 @@ pub(crate) async fn get_source(
 ) -> Result<CallToolResult, ToolError> {
     let args: SourceArgs = crate::handler::arguments(arguments)?;
     source_names(&args.dataset, &args.source_key, principal)?;
+    may_read(
+        shared,
+        principal,
+        &args.dataset,
+        &args.source_key,
+        "that source",
+    )
+    .await?;
     let view = shared
         .ledger
         .source(&args.dataset, &args.source_key)

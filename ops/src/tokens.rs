@@ -35,6 +35,13 @@ struct CreateBody {
     /// Lifetime in seconds (1 to ten years; absent: no expiry).
     #[schema(minimum = 1, maximum = 315360000)]
     expires_in_seconds: Option<u64>,
+    /// The identity it reads as: `user:<name>` or `service:<name>` (absent: it reads every
+    /// document of its datasets).
+    #[schema(max_length = 200)]
+    principal: Option<String>,
+    /// Its groups (`eng` or `group:eng`), with `principal` only; at most 64.
+    #[schema(max_items = 64)]
+    groups: Option<Vec<String>>,
 }
 
 fn token_name() -> utoipa::openapi::schema::Object {
@@ -163,10 +170,24 @@ pub async fn create(
                 .map_err(|message| ApiError::unprocessable("invalid_scopes", message))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let identity = match (&body.principal, &body.groups) {
+        (Some(principal), groups) => Some(receipts::access::Identity::new(
+            principal,
+            groups.as_deref().unwrap_or_default(),
+        )?),
+        (None, Some(_)) => {
+            return Err(ApiError::unprocessable(
+                "invalid_groups",
+                "`groups` belong to a `principal`: give both, or neither",
+            ))
+        }
+        (None, None) => None,
+    };
     let token = NewToken {
         name: body.name,
         scopes,
         datasets: body.datasets,
+        identity,
         created_by: principal.actor(),
         expires_at: expiry(body.expires_in_seconds)?,
     };

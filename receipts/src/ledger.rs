@@ -45,6 +45,12 @@ pub trait Acceptor: Send + Sync {
     /// records `erased` receipts. The answer is the erasure's receipt. An erased source can be
     /// ingested again, as new.
     async fn erase(&self, request: ErasureRequest) -> Result<Acceptance>;
+
+    /// The one path for every change of who may read ([`crate::access`]): a source's readers
+    /// or a dataset's default, in one transaction, recorded in history with its actor and
+    /// reason. A change to what is already held writes nothing. Not a new revision: nothing
+    /// is chunked or embedded again, and search applies it from the next query on.
+    async fn change_access(&self, change: crate::access::AccessChange) -> Result<()>;
 }
 
 /// Reads of sources, revisions, content and the lexical index.
@@ -107,6 +113,28 @@ pub trait Reader: Send + Sync {
         max_values: u32,
         deadline: Option<std::time::Instant>,
     ) -> Result<crate::filter::facets::FacetCounts>;
+
+    /// Who may read a source now: its own readers, and its dataset's default (whether or not
+    /// the source exists).
+    async fn access_of(
+        &self,
+        dataset: &str,
+        source_key: &str,
+    ) -> Result<crate::access::AccessRecord>;
+
+    /// Whether a caller reading as `names` ([`crate::access::Identity::names`]) may read the
+    /// source; `None` (a token without an identity) reads every source. The check every read
+    /// of one source or revision makes; a source it may not read is answered as absent.
+    async fn may_read(
+        &self,
+        names: Option<&[String]>,
+        dataset: &str,
+        source_key: &str,
+    ) -> Result<bool> {
+        let Some(names) = names else { return Ok(true) };
+        let record = self.access_of(dataset, source_key).await?;
+        Ok(crate::access::admits(record.effective().as_deref(), names))
+    }
 
     /// What a filter sees of each of these revisions ([`Filter::matches`]), in no particular
     /// order; unknown revisions are left out.

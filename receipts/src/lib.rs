@@ -82,6 +82,7 @@
 //! Ids are described in [`ids`].
 
 mod acceptance;
+pub mod access;
 pub mod auth;
 pub mod clock;
 pub mod connectors;

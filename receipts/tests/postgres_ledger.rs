@@ -225,6 +225,7 @@ async fn a_token_changed_anywhere_is_forgotten_by_every_process() {
             name: name.to_owned(),
             scopes: vec![Scope::Search],
             datasets: None,
+            identity: None,
             created_by: "test".to_owned(),
             expires_at: None,
         })

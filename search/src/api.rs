@@ -229,6 +229,7 @@ pub fn parse(
         .map(|filter| receipts::filter::Filter::parse(filter, settings.filter_limits))
         .transpose()
         .map_err(filter_refused)?;
+    let filter = readable(filter, principal);
     let facets = body
         .facets
         .as_deref()
@@ -245,6 +246,20 @@ pub fn parse(
         at,
         filter,
     })
+}
+
+/// The filter a search runs for `principal`: its own, and for a token that reads as an
+/// identity, only the sources that identity may read ([`receipts::access`]). Every mode, the
+/// facet counts and binding then apply it; binding reads the ledger's current access, so a
+/// revoked reader loses a document at the next query.
+pub fn readable(
+    filter: Option<receipts::filter::Filter>,
+    principal: &Principal,
+) -> Option<receipts::filter::Filter> {
+    match principal.reads_as() {
+        None => filter,
+        Some(names) => Some(receipts::access::restrict(filter, names)),
+    }
 }
 
 /// The facets a request names, checked: known fields, no repeats, bounded counts.
@@ -378,13 +393,21 @@ async fn search(
             ))
         }
     };
+    let reads_as = principal.reads_as();
     let query = parse(body, principal, &state.searcher)?;
     let mode = query.mode;
     let budget = query.budget;
     let started = std::time::Instant::now();
     let mut outcome = state.searcher.search(query).await;
     if let (true, Ok(response), Some(graph)) = (expand, outcome.as_mut(), state.searcher.graph()) {
-        expand_links(&state.ledger, graph, response, started + budget).await;
+        expand_links(
+            &state.ledger,
+            graph,
+            reads_as.as_deref(),
+            response,
+            started + budget,
+        )
+        .await;
     }
     // Ingest refuses credentials; one stored another way (an older release, a restored
     // backup) still never leaves in an answer.
@@ -422,6 +445,7 @@ const LINKS_PER_RESULT: usize = 20;
 async fn expand_links(
     ledger: &Arc<dyn SearchLedger>,
     graph: &Arc<dyn gateways::GraphStore>,
+    reads_as: Option<&[String]>,
     response: &mut crate::SearchResponse,
     deadline: std::time::Instant,
 ) {
@@ -432,6 +456,7 @@ async fn expand_links(
                 crate::graph::bound_links(
                     ledger.as_ref(),
                     graph.as_ref(),
+                    reads_as,
                     &result.dataset,
                     &result.source_key,
                     result.source_revision_id,
@@ -551,7 +576,7 @@ async fn dataset_facets(
         .searcher
         .facets(crate::facets::FacetQuery {
             datasets: vec![dataset],
-            filter,
+            filter: readable(filter, principal),
             at: None,
             request,
             budget: settings.default_budget,

@@ -79,10 +79,13 @@ fn graph_error(error: GatewayError) -> ApiError {
 }
 
 /// The sources linked to `dataset/source_key` (whose current head is `head`), bound to the
-/// ledger. Unknown or deleted sources have no links.
+/// ledger. Unknown or deleted sources have no links, nor do sources that a caller reading as
+/// `reads_as` ([`receipts::Principal::reads_as`]) may not read.
+#[allow(clippy::too_many_arguments)]
 pub async fn bound_links(
     ledger: &dyn SearchLedger,
     graph: &dyn GraphStore,
+    reads_as: Option<&[String]>,
     dataset: &str,
     source_key: &str,
     head: Uuid,
@@ -105,7 +108,7 @@ pub async fn bound_links(
         let Some(view) = ledger.source(dataset, &other).await? else {
             continue;
         };
-        if view.deleted {
+        if view.deleted || !ledger.may_read(reads_as, dataset, &other).await? {
             continue;
         }
         // The edge must come from the linking source's current head.
@@ -193,6 +196,18 @@ pub(crate) async fn graph_sources(
             format!("no source {}/{}", query.dataset, query.source_key),
         ));
     };
+    let reads_as = principal.reads_as();
+    if !state
+        .ledger
+        .may_read(reads_as.as_deref(), &query.dataset, &query.source_key)
+        .await?
+    {
+        // A source the caller may not read is answered as one that does not exist.
+        return Err(ApiError::not_found(
+            "source_not_found",
+            format!("no source {}/{}", query.dataset, query.source_key),
+        ));
+    }
     if view.deleted {
         return Err(ApiError::not_found(
             "source_not_found",
@@ -202,6 +217,7 @@ pub(crate) async fn graph_sources(
     let links = bound_links(
         state.ledger.as_ref(),
         graph.as_ref(),
+        reads_as.as_deref(),
         &query.dataset,
         &query.source_key,
         view.head.id,

@@ -68,6 +68,7 @@ async fn token(
             name: "graph-test".to_owned(),
             scopes,
             datasets: datasets.map(|names| names.into_iter().map(str::to_owned).collect()),
+            identity: None,
             created_by: "test".to_owned(),
             expires_at: None,
         })

@@ -917,6 +917,7 @@ async fn token(
             name: "search-test".to_owned(),
             scopes,
             datasets: datasets.map(|names| names.into_iter().map(str::to_owned).collect()),
+            identity: None,
             created_by: "test".to_owned(),
             expires_at: None,
         })
@@ -1448,6 +1449,138 @@ async fn filters_hold_in_every_mode_and_at_binding_and_fill_the_page() {
                 "{mode:?}: the revision that held is not found: {answer:?}"
             );
             assert_eq!(answer.results.len(), 12, "{mode:?}: {answer:?}");
+        }
+    }
+}
+
+/// Who may read which document: a token that reads as an identity gets, in every mode and
+/// from the facet counts, only the sources whose readers name it (or its groups), the page
+/// still full; a revocation holds at the next query, before any store changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_holds_in_every_mode_and_a_revocation_at_the_next_query() {
+    use receipts::access::{restrict, AccessChange, DefaultAccess};
+    let world = world().await;
+    let corpus = harbour();
+    world
+        .project(corpus.iter().map(|(.., s)| s.clone()).collect())
+        .await;
+    let change = |change: AccessChange| {
+        let ledger = world.ledger.clone();
+        async move { ledger.change_access(change).await.expect("access change") }
+    };
+    // A closed dataset: n % 3 == 0 is read by ana, other even n by the crew, the rest by
+    // nobody (they name no readers).
+    change(AccessChange::Dataset {
+        dataset: "ports".to_owned(),
+        default: DefaultAccess::Nobody,
+        actor: "test".to_owned(),
+        reason: "closed".to_owned(),
+    })
+    .await;
+    for (key, _, n, _) in &corpus {
+        let readers = if n % 3 == 0 {
+            vec!["user:ana".to_owned()]
+        } else if n % 2 == 0 {
+            vec!["group:crew".to_owned()]
+        } else {
+            continue;
+        };
+        change(AccessChange::Source {
+            dataset: "ports".to_owned(),
+            source_key: key.clone(),
+            readers: Some(readers),
+            actor: "test".to_owned(),
+            reason: "readers".to_owned(),
+        })
+        .await;
+    }
+    let narrowing = world.searcher(model().await, 8);
+    let binding_only = Searcher::new(
+        world.ledger.clone(),
+        Some(VectorSide {
+            embedders: Arc::new(gateways::OneModel(model().await)),
+            stores: world.stores(world.vectors.clone()),
+        }),
+        SearchSettings {
+            filter_max_narrowing: 0,
+            ..SearchSettings::default()
+        },
+    );
+    let identities: [(Vec<String>, fn(i64) -> bool); 3] = [
+        (vec!["user:ana".to_owned()], |n| n % 3 == 0),
+        (vec!["user:bob".to_owned(), "group:crew".to_owned()], |n| {
+            n % 2 == 0 && n % 3 != 0
+        }),
+        (vec!["user:eve".to_owned()], |_| false),
+    ];
+    for (names, may) in &identities {
+        let readable: HashSet<&str> = corpus
+            .iter()
+            .filter(|(_, _, n, _)| may(*n))
+            .map(|(key, ..)| key.as_str())
+            .collect();
+        for searcher in [&narrowing, &binding_only] {
+            for mode in [Mode::Auto, Mode::Vector, Mode::Lexical] {
+                let mut asked = query("a ship moored in the harbour", mode, 10_000);
+                asked.filter = Some(restrict(None, names.clone()));
+                asked.facets = Some(search::facets::FacetRequest {
+                    fields: vec![receipts::filter::facets::FacetField::Tags],
+                    values: 5,
+                });
+                let answer = searcher.search(asked).await.expect("search");
+                let found: HashSet<&str> = answer
+                    .results
+                    .iter()
+                    .map(|r| r.source_key.as_str())
+                    .collect();
+                assert!(
+                    found.is_subset(&readable),
+                    "{names:?} {mode:?}: {found:?} is not within {readable:?}"
+                );
+                assert_eq!(
+                    found.len(),
+                    readable.len().min(5),
+                    "{names:?} {mode:?}: a short page {found:?}"
+                );
+                assert_eq!(
+                    answer.facets.first().map(|facet| facet.sources),
+                    Some(readable.len() as u64),
+                    "{names:?} {mode:?}: facets count what may be read"
+                );
+            }
+        }
+    }
+    // Revoked: ana loses east/00 and west/12 at once, though the stores are untouched.
+    for key in ["east/00", "west/12"] {
+        change(AccessChange::Source {
+            dataset: "ports".to_owned(),
+            source_key: key.to_owned(),
+            readers: Some(vec!["user:bob".to_owned()]),
+            actor: "test".to_owned(),
+            reason: "revoked".to_owned(),
+        })
+        .await;
+    }
+    for searcher in [&narrowing, &binding_only] {
+        for mode in [Mode::Auto, Mode::Vector, Mode::Lexical] {
+            let mut asked = query("Harbour log 0: a ferry moored", mode, 10_000);
+            asked.filter = Some(restrict(None, vec!["user:ana".to_owned()]));
+            asked.top_k = 20;
+            let answer = searcher.search(asked).await.expect("search");
+            let found: HashSet<&str> = answer
+                .results
+                .iter()
+                .map(|r| r.source_key.as_str())
+                .collect();
+            assert!(
+                !found.contains("east/00") && !found.contains("west/12"),
+                "{mode:?}: a revoked reader still sees {found:?}"
+            );
+            assert_eq!(
+                found.len(),
+                6,
+                "{mode:?}: ana keeps the other six: {found:?}"
+            );
         }
     }
 }

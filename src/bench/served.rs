@@ -39,6 +39,7 @@ pub(super) async fn served(config: &Config, scope: Scope) -> anyhow::Result<Serv
             name: "bench".to_owned(),
             scopes: vec![scope],
             datasets: None,
+            identity: None,
             created_by: "bench".to_owned(),
             expires_at: None,
         })

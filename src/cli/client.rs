@@ -81,6 +81,11 @@ impl Client {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
     /// `DELETE path`.
     pub async fn delete(&self, path: &str) -> anyhow::Result<(u16, Value)> {
         self.call(reqwest::Method::DELETE, path, None).await

@@ -36,6 +36,7 @@ pub async fn create(
     name: String,
     scopes: &[String],
     datasets: Vec<String>,
+    identity: Option<receipts::access::Identity>,
     expires_in: Option<&str>,
 ) -> anyhow::Result<()> {
     let scopes = scopes
@@ -47,6 +48,7 @@ pub async fn create(
             name,
             scopes,
             datasets: (!datasets.is_empty()).then_some(datasets),
+            identity,
             created_by: actor,
             expires_at: expires_in.map(expires_at).transpose()?,
         }))

@@ -163,9 +163,20 @@ impl QdrantServer {
             // Calls between peers give up after 1 s (connections after 1 s too), well inside
             // the client's own timeout: a write that cannot reach a replica fails or marks it
             // dead in time for the client to see an answer, not a cancelled call. The
-            // deployment guide recommends the same.
+            // deployment guide recommends the same. A node that comes back recovers its dead
+            // replicas by shard transfers, one at a time by default; on a loaded two-core CI
+            // machine six sequential transfers ran past 90 s, so a node takes up to three at
+            // once each way (storage.performance.*_shard_transfers_limit).
             command
                 .env("QDRANT__CLUSTER__ENABLED", "true")
+                .env(
+                    "QDRANT__STORAGE__PERFORMANCE__INCOMING_SHARD_TRANSFERS_LIMIT",
+                    "3",
+                )
+                .env(
+                    "QDRANT__STORAGE__PERFORMANCE__OUTGOING_SHARD_TRANSFERS_LIMIT",
+                    "3",
+                )
                 .env("QDRANT__CLUSTER__GRPC_TIMEOUT_MS", "1000")
                 .env("QDRANT__CLUSTER__CONNECTION_TIMEOUT_MS", "1000")
                 .env("QDRANT__CLUSTER__P2P__PORT", p2p_port.to_string())

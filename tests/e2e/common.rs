@@ -91,6 +91,7 @@ impl TestApp {
                 name: name.to_owned(),
                 scopes: scopes.to_vec(),
                 datasets: datasets.map(|list| list.iter().map(|d| d.to_string()).collect()),
+                identity: None,
                 created_by: "test".to_owned(),
                 expires_at: None,
             })

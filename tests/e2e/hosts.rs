@@ -380,7 +380,7 @@ async fn restart(cluster: &mut QdrantCluster, index: usize, collection: &str) {
 async fn await_active(cluster: &QdrantCluster, collection: &str) {
     tokio::task::block_in_place(|| {
         cluster
-            .await_active(collection, 6, 3, Duration::from_secs(90))
+            .await_active(collection, 6, 3, Duration::from_secs(150))
             .unwrap_or_else(|error| panic!("{error}"))
     });
 }

@@ -1,6 +1,7 @@
 //! cairn's end-to-end tests: the HTTP API over a real SQLite ledger, the served binary under
 //! SIGKILL, the ops dashboard in headless Chromium.
 
+mod access;
 mod api;
 mod backup;
 mod browser;

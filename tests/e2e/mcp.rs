@@ -91,6 +91,7 @@ async fn token(
             name: name.to_owned(),
             scopes: scopes.to_vec(),
             datasets: datasets.map(|names| names.iter().map(|name| (*name).to_owned()).collect()),
+            identity: None,
             created_by: "test:mcp".to_owned(),
             expires_at: None,
         })

@@ -18,6 +18,8 @@ pub struct Facts<'a> {
     pub metadata: &'a Value,
     /// Acceptance time, epoch microseconds.
     pub accepted_at: crate::Micros,
+    /// The source's readers in force now (`None`: everyone who may read the dataset).
+    pub readers: Option<&'a [String]>,
 }
 
 pub(super) fn matches(filter: &Filter, facts: &Facts<'_>) -> bool {
@@ -50,6 +52,7 @@ fn holds(condition: &Condition, facts: &Facts<'_>) -> bool {
         Condition::SourceKey(KeyTest::Prefix(prefix)) => facts.source_key.starts_with(prefix),
         Condition::SourceKey(KeyTest::Glob(pattern)) => glob(pattern, facts.source_key),
         Condition::AcceptedAt(range) => range.contains(facts.accepted_at),
+        Condition::Readable(names) => crate::access::admits(facts.readers, names),
         Condition::Metadata(name, test) => {
             let value = facts.metadata.get(name).filter(|value| !value.is_null());
             match test {
@@ -136,6 +139,7 @@ mod tests {
             tags: &tags,
             metadata: &metadata,
             accepted_at: 1_000,
+            readers: None,
         })
     }
 

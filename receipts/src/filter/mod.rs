@@ -52,6 +52,9 @@ pub struct RevisionFacts {
     pub metadata: serde_json::Value,
     /// Acceptance time, epoch microseconds.
     pub accepted_at: crate::Micros,
+    /// Who may read its source now ([`crate::access`]): `None` for everyone who may read
+    /// the dataset, else the readers in force (empty: nobody).
+    pub readers: Option<Vec<String>>,
 }
 
 impl RevisionFacts {
@@ -63,6 +66,7 @@ impl RevisionFacts {
             tags: &self.tags,
             metadata: &self.metadata,
             accepted_at: self.accepted_at,
+            readers: self.readers.as_deref(),
         }
     }
 }
@@ -97,6 +101,10 @@ pub enum Condition {
     AcceptedAt(Range<crate::Micros>),
     /// On one top-level metadata field.
     Metadata(String, ValueTest),
+    /// The source's readers in force now admit one of these names
+    /// ([`crate::access::admits`]). Never read from the wire: the search joins it to the
+    /// caller's filter for a token that reads as an identity ([`crate::access::restrict`]).
+    Readable(Vec<String>),
 }
 
 /// How a tag list is tested.

@@ -188,6 +188,27 @@ impl Writer<'_> {
                 self.range(&format!("{r}.accepted_at"), range)
             }
             (Condition::Metadata(name, test), dialect) => self.metadata(name, test, dialect),
+            (Condition::Readable(names), dialect) => {
+                // The source's own readers when it names any, else its dataset's default: the
+                // same rule as `access::admits` over what `revision_facts` reads.
+                let list = self.strings(names);
+                let row = format!(
+                    "FROM source_access a WHERE a.dataset = {r}.dataset \
+                     AND a.source_key = {r}.source_key"
+                );
+                let named = match dialect {
+                    Dialect::Sqlite => format!(
+                        "EXISTS (SELECT 1 {row} AND EXISTS (SELECT 1 FROM json_each(a.readers) j \
+                         WHERE j.value IN {list}))"
+                    ),
+                    Dialect::Postgres => format!("EXISTS (SELECT 1 {row} AND a.readers ?| {list})"),
+                };
+                format!(
+                    "(CASE WHEN EXISTS (SELECT 1 {row}) THEN {named} ELSE NOT EXISTS (SELECT 1 \
+                     FROM dataset_access d WHERE d.dataset = {r}.dataset \
+                     AND d.default_access = 'nobody') END)"
+                )
+            }
         }
     }
 

@@ -223,6 +223,14 @@ impl Acceptor for PostgresLedger {
         tx.commit().await?;
         Ok(())
     }
+
+    async fn change_access(&self, change: crate::access::AccessChange) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        super::access::change(&mut tx, change, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }
 
 impl PostgresLedger {

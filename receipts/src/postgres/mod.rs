@@ -41,6 +41,7 @@
 //! drops it reconnects, and workers keep polling as the fallback.
 
 mod acceptance;
+mod access;
 mod connectors;
 mod erasure;
 mod generations;

@@ -297,12 +297,21 @@ impl Reader for PostgresLedger {
         Ok(tally.finish())
     }
 
+    async fn access_of(
+        &self,
+        dataset: &str,
+        source_key: &str,
+    ) -> Result<crate::access::AccessRecord> {
+        super::access::of(&self.pool, dataset, source_key).await
+    }
+
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
         if revision_ids.is_empty() {
             return Ok(Vec::new());
         }
         let rows = sqlx::query(&format!(
-            "SELECT {REVISION_COLUMNS} FROM revisions WHERE id = ANY($1)"
+            "SELECT {REVISION_COLUMNS}, {} FROM revisions WHERE id = ANY($1)",
+            crate::access::FACT_COLUMNS
         ))
         .bind(revision_ids)
         .fetch_all(&self.pool)
@@ -317,6 +326,11 @@ impl Reader for PostgresLedger {
                     tags: revision.tags,
                     metadata: revision.metadata,
                     accepted_at: revision.accepted_at,
+                    readers: crate::access::in_force(
+                        row.try_get::<Option<serde_json::Value>, _>("named_readers")?,
+                        row.try_get::<Option<String>, _>("default_access")?
+                            .as_deref(),
+                    )?,
                 })
             })
             .collect()

@@ -86,7 +86,7 @@ impl TokenCache {
 }
 
 const COLUMNS: &str = "id, name, scopes, datasets, created_by, created_at, expires_at, \
-                       revoked_at, revoked_by, replaced_by";
+                       revoked_at, revoked_by, replaced_by, principal, groups";
 
 async fn create(
     connection: &mut PgConnection,
@@ -97,7 +97,7 @@ async fn create(
     let secret = generate_secret();
     sqlx::query(
         "INSERT INTO tokens (id, name, sha256, scopes, datasets, created_by, created_at, \
-         expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         expires_at, principal, groups) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(id)
     .bind(&token.name)
@@ -112,6 +112,18 @@ async fn create(
     .bind(&token.created_by)
     .bind(now)
     .bind(token.expires_at)
+    .bind(
+        token
+            .identity
+            .as_ref()
+            .map(|identity| identity.principal.clone()),
+    )
+    .bind(
+        token
+            .identity
+            .as_ref()
+            .map(|identity| serde_json::json!(identity.groups)),
+    )
     .execute(&mut *connection)
     .await?;
     let info = fetch(connection, id, now)
@@ -197,8 +209,22 @@ fn info(row: &PgRow, now: Micros) -> Result<TokenInfo> {
         revoked_at,
         revoked_by: row.try_get("revoked_by")?,
         replaced_by: row.try_get("replaced_by")?,
+        identity: identity(row)?,
         state,
     })
+}
+
+/// The identity stored with a token, if it has one.
+fn identity(row: &PgRow) -> Result<Option<crate::access::Identity>> {
+    let Some(principal) = row.try_get::<Option<String>, _>("principal")? else {
+        return Ok(None);
+    };
+    let groups = row
+        .try_get::<Option<serde_json::Value>, _>("groups")?
+        .map(json::<Vec<String>>)
+        .transpose()?
+        .unwrap_or_default();
+    Ok(Some(crate::access::Identity { principal, groups }))
 }
 
 #[async_trait]
@@ -241,6 +267,7 @@ impl Tokens for PostgresLedger {
                     name: old.name.clone(),
                     scopes: old.scopes.clone(),
                     datasets: old.datasets.clone(),
+                    identity: old.identity.clone(),
                     created_by: actor.clone(),
                     expires_at,
                 };
@@ -274,7 +301,8 @@ impl Tokens for PostgresLedger {
         let fetched = Instant::now();
         // The clock is read in the query itself.
         let row = sqlx::query(
-            "SELECT id, name, scopes, datasets, expires_at FROM tokens WHERE sha256 = $1 \
+            "SELECT id, name, scopes, datasets, expires_at, principal, groups FROM tokens \
+             WHERE sha256 = $1 \
              AND revoked_at IS NULL \
              AND (expires_at IS NULL OR expires_at > COALESCE($2, cairn_db_now()))",
         )
@@ -291,6 +319,7 @@ impl Tokens for PostgresLedger {
                 .try_get::<Option<serde_json::Value>, _>("datasets")?
                 .map(json)
                 .transpose()?,
+            identity: identity(&row)?,
         };
         if !max_age.is_zero() {
             let cached = Cached {

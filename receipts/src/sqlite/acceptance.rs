@@ -39,4 +39,8 @@ impl Acceptor for SqliteLedger {
         )?;
         self.submit(|reply| WriteOp::Erase(request, reply)).await?
     }
+
+    async fn change_access(&self, change: crate::access::AccessChange) -> Result<()> {
+        self.submit(|reply| WriteOp::Access(change, reply)).await?
+    }
 }

@@ -14,6 +14,7 @@
 //! and `operations` implement their traits; `options` and `rows` are shared by all.
 
 mod acceptance;
+mod access;
 mod connectors;
 mod erasure;
 mod generations;

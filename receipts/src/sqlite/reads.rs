@@ -329,13 +329,22 @@ impl Reader for SqliteLedger {
         Ok(tally.finish())
     }
 
+    async fn access_of(
+        &self,
+        dataset: &str,
+        source_key: &str,
+    ) -> Result<crate::access::AccessRecord> {
+        super::access::of(&self.reads, dataset, source_key).await
+    }
+
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
         if revision_ids.is_empty() {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = revision_ids.iter().map(Uuid::to_string).collect();
         let rows = sqlx::query(&format!(
-            "SELECT {REVISION_COLUMNS} FROM revisions WHERE id IN (SELECT value FROM json_each(?))"
+            "SELECT {REVISION_COLUMNS}, {} FROM revisions WHERE id IN (SELECT value FROM json_each(?))",
+            crate::access::FACT_COLUMNS
         ))
         .bind(json_text(&ids))
         .fetch_all(&self.reads)
@@ -350,6 +359,11 @@ impl Reader for SqliteLedger {
                     tags: revision.tags,
                     metadata: revision.metadata,
                     accepted_at: revision.accepted_at,
+                    readers: crate::access::in_force(
+                        row.try_get::<Option<String>, _>("named_readers")?,
+                        row.try_get::<Option<String>, _>("default_access")?
+                            .as_deref(),
+                    )?,
                 })
             })
             .collect()

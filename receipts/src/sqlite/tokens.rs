@@ -20,7 +20,7 @@ use crate::error::{LedgerError, Result};
 use crate::ids;
 
 const COLUMNS: &str = "id, name, scopes, datasets, created_by, created_at, expires_at, \
-                       revoked_at, revoked_by, replaced_by";
+                       revoked_at, revoked_by, replaced_by, principal, groups";
 
 /// Applies one change (inside the writer's transaction).
 pub(crate) async fn change(
@@ -63,6 +63,7 @@ pub(crate) async fn change(
                     name: old.name.clone(),
                     scopes: old.scopes.clone(),
                     datasets: old.datasets.clone(),
+                    identity: old.identity.clone(),
                     created_by: actor.clone(),
                     expires_at,
                 },
@@ -92,7 +93,7 @@ async fn create(
     let secret = generate_secret();
     sqlx::query(
         "INSERT INTO tokens (id, name, sha256, scopes, datasets, created_by, created_at, \
-         expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+         expires_at, principal, groups) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(id.to_string())
     .bind(&token.name)
@@ -102,6 +103,18 @@ async fn create(
     .bind(&token.created_by)
     .bind(now)
     .bind(token.expires_at)
+    .bind(
+        token
+            .identity
+            .as_ref()
+            .map(|identity| identity.principal.clone()),
+    )
+    .bind(
+        token
+            .identity
+            .as_ref()
+            .map(|identity| json_text(&identity.groups)),
+    )
     .execute(&mut *connection)
     .await?;
     let info = fetch(connection, id, now)
@@ -179,7 +192,7 @@ pub(crate) async fn authenticate(
     now: Micros,
 ) -> Result<Option<Principal>> {
     let row = sqlx::query(
-        "SELECT id, name, scopes, datasets FROM tokens WHERE sha256 = ? \
+        "SELECT id, name, scopes, datasets, principal, groups FROM tokens WHERE sha256 = ? \
          AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
     )
     .bind(secret_hash(secret))
@@ -195,6 +208,7 @@ pub(crate) async fn authenticate(
             .try_get::<Option<String>, _>("datasets")?
             .map(|text| json(&text))
             .transpose()?,
+        identity: identity(&row)?,
     }))
 }
 
@@ -237,8 +251,22 @@ fn info(row: &SqliteRow, now: Micros) -> Result<TokenInfo> {
             .as_deref()
             .map(parse_uuid)
             .transpose()?,
+        identity: identity(row)?,
         state,
     })
+}
+
+/// The identity stored with a token, if it has one.
+fn identity(row: &SqliteRow) -> Result<Option<crate::access::Identity>> {
+    let Some(principal) = row.try_get::<Option<String>, _>("principal")? else {
+        return Ok(None);
+    };
+    let groups = row
+        .try_get::<Option<String>, _>("groups")?
+        .map(|text| json::<Vec<String>>(&text))
+        .transpose()?
+        .unwrap_or_default();
+    Ok(Some(crate::access::Identity { principal, groups }))
 }
 
 fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {

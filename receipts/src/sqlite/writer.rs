@@ -59,6 +59,7 @@ pub(super) enum WriteOp {
     Project(ProjectCommand, oneshot::Sender<Result<()>>),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
     Token(TokenChange, oneshot::Sender<Result<TokenChanged>>),
+    Access(crate::access::AccessChange, oneshot::Sender<Result<()>>),
     Generation(
         GenerationCommand,
         oneshot::Sender<Result<GenerationChanged>>,
@@ -74,6 +75,7 @@ impl WriteOp {
             WriteOp::Accept(items, _) => items.len().max(1),
             WriteOp::Block(..)
             | WriteOp::Token(..)
+            | WriteOp::Access(..)
             | WriteOp::Job(..)
             | WriteOp::Project(..)
             | WriteOp::Generation(..)
@@ -93,6 +95,7 @@ pub(super) enum Done {
     Block(Result<()>, oneshot::Sender<Result<()>>),
     Project(Result<()>, oneshot::Sender<Result<()>>),
     Token(Result<TokenChanged>, oneshot::Sender<Result<TokenChanged>>),
+    Access(Result<()>, oneshot::Sender<Result<()>>),
     Generation(
         Result<GenerationChanged>,
         oneshot::Sender<Result<GenerationChanged>>,
@@ -121,6 +124,7 @@ impl Done {
             Done::Project(result, reply) => Done::Project(fail_one(result, error), reply),
             Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
+            Done::Access(result, reply) => Done::Access(fail_one(result, error), reply),
             Done::Generation(result, reply) => Done::Generation(fail_one(result, error), reply),
             Done::Erase(result, reply) => Done::Erase(fail_one(result, error), reply),
             Done::Connector(result, reply) => Done::Connector(fail_one(result, error), reply),
@@ -147,6 +151,7 @@ impl Done {
             | Done::Job(..)
             | Done::Block(..)
             | Done::Token(..)
+            | Done::Access(..)
             | Done::Project(..)
             | Done::Generation(..) => false,
         }
@@ -160,6 +165,7 @@ impl Done {
             Done::Project(result, reply) => drop(reply.send(result)),
             Done::Job(result, reply) => drop(reply.send(result)),
             Done::Token(result, reply) => drop(reply.send(result)),
+            Done::Access(result, reply) => drop(reply.send(result)),
             Done::Generation(result, reply) => drop(reply.send(result)),
             Done::Erase(result, reply) => drop(reply.send(result)),
             Done::Connector(result, reply) => drop(reply.send(result)),
@@ -360,6 +366,14 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Token(self.end_item(result).await, reply)
+            }
+            WriteOp::Access(change, reply) => {
+                let now = self.clock.now_micros();
+                let result = match self.begin_item().await {
+                    Ok(()) => super::access::change(&mut self.connection, change, now).await,
+                    Err(error) => Err(error),
+                };
+                Done::Access(self.end_item(result).await, reply)
             }
             WriteOp::Generation(command, reply) => {
                 let now = self.clock.now_micros();

@@ -9,6 +9,7 @@ use anyhow::Context;
 
 use crate::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
 
+mod access;
 mod backup;
 mod bench;
 mod block;
@@ -31,6 +32,7 @@ mod token;
 mod verify;
 mod worker;
 
+pub use access::AccessArgs;
 pub use backup::{BackupArgs, RestoreArgs};
 pub use bench::BenchArgs;
 pub use block::BlockArgs;

@@ -25,6 +25,14 @@ enum TokenCommand {
         /// Lifetime: 90d, 12h, 30m, 45s (default: no expiry).
         #[arg(long)]
         expires_in: Option<String>,
+        /// The identity it reads as, `user:<name>` or `service:<name>`: it then sees only
+        /// the documents that name it or its groups as readers (default: every document of
+        /// its datasets).
+        #[arg(long)]
+        principal: Option<String>,
+        /// A group of the principal (`eng` or `group:eng`; repeatable).
+        #[arg(long = "group", requires = "principal")]
+        groups: Vec<String>,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -92,14 +100,20 @@ impl TokenArgs {
                 scopes,
                 datasets,
                 expires_in,
+                principal,
+                groups,
                 ..
             } => {
+                let identity = principal
+                    .map(|principal| receipts::access::Identity::new(&principal, &groups))
+                    .transpose()?;
                 crate::cli::tokens::create(
                     ledger.as_ref(),
                     actor,
                     name,
                     &scopes,
                     datasets,
+                    identity,
                     expires_in.as_deref(),
                 )
                 .await?

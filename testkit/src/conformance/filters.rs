@@ -201,8 +201,31 @@ pub async fn filters_select_what_the_exact_evaluation_selects(harness: Harness) 
         }
     }
     let end = harness.clock.now_micros();
+    // Who may read: some sources name readers (possibly none), the rest follow the dataset's
+    // default, which turns closed halfway through the cases.
+    const READERS: [&str; 4] = ["user:ada", "user:bob", "group:eng", "group:hr"];
+    for key in &keys {
+        if random.chance(60) {
+            let readers: Vec<&str> = READERS
+                .iter()
+                .copied()
+                .filter(|_| random.chance(40))
+                .collect();
+            super::set_readers(&harness, "docs", key, Some(&readers)).await;
+        }
+    }
+    let identities: Vec<Vec<String>> = vec![
+        vec!["user:ada".to_owned()],
+        vec!["user:bob".to_owned(), "group:eng".to_owned()],
+        vec![
+            "service:x".to_owned(),
+            "group:hr".to_owned(),
+            "group:eng".to_owned(),
+        ],
+        vec!["user:nobody".to_owned()],
+    ];
     let ids: Vec<Uuid> = heads.values().copied().collect();
-    let facts = must(harness.ledger.revision_facts(&ids).await, "revision facts");
+    let mut facts = must(harness.ledger.revision_facts(&ids).await, "revision facts");
     assert_eq!(facts.len(), heads.len(), "every head's facts are read");
 
     let mut matched_some = 0;
@@ -231,6 +254,28 @@ pub async fn filters_select_what_the_exact_evaluation_selects(harness: Harness) 
         };
         let parsed = Filter::parse(&wire, roomy)
             .unwrap_or_else(|error| panic!("case {case}: {wire} refused: {error}"));
+        if case == 125 {
+            must(
+                harness
+                    .ledger
+                    .change_access(receipts::access::AccessChange::Dataset {
+                        dataset: "docs".to_owned(),
+                        default: receipts::access::DefaultAccess::Nobody,
+                        actor: "test:conformance".to_owned(),
+                        reason: "closed halfway".to_owned(),
+                    })
+                    .await,
+                "close the dataset",
+            );
+            facts = must(harness.ledger.revision_facts(&ids).await, "revision facts");
+        }
+        // A third of the cases read as an identity, as a search for such a token does.
+        let parsed = if case % 3 == 0 {
+            let who = random.pick(&identities).clone();
+            receipts::access::restrict(Some(parsed), who)
+        } else {
+            parsed
+        };
         let expected: BTreeSet<String> = facts
             .iter()
             .filter(|facts| parsed.matches(&facts.facts()))

@@ -16,6 +16,7 @@ use uuid::Uuid;
 pub use receipts::policy::DEFAULT_BACKENDS;
 
 mod acceptance;
+mod access;
 mod connectors;
 mod erasure;
 mod filters;
@@ -30,6 +31,7 @@ mod validity;
 mod verify;
 
 pub use acceptance::*;
+pub use access::*;
 pub use connectors::*;
 pub use erasure::*;
 pub use filters::*;
@@ -255,6 +257,9 @@ macro_rules! ledger_conformance {
             a_large_batch_keeps_each_sources_order,
             concurrent_acceptances_are_all_durable,
             tokens_authenticate,
+            tokens_carry_an_identity,
+            access_changes_are_one_audited_path,
+            readable_sources_are_selected_exactly,
             verify_reads_a_bucket_of_settled_heads,
             verify_passes_go_through_one_path,
             a_repair_reprojects_the_head_only,

@@ -16,6 +16,7 @@ pub async fn tokens_authenticate(harness: Harness) {
             name: "ingest-bot".to_owned(),
             scopes: vec![Scope::Ingest],
             datasets: Some(vec!["docs".to_owned()]),
+            identity: None,
             created_by: "test".to_owned(),
             expires_at: None,
         })
@@ -56,6 +57,7 @@ pub async fn token_lifecycle(harness: Harness) {
                 name: "short".to_owned(),
                 scopes: vec![Scope::Search],
                 datasets: Some(vec!["docs".to_owned()]),
+                identity: None,
                 created_by: "test".to_owned(),
                 expires_at: Some(now + 60 * SECOND),
             }))
@@ -77,6 +79,7 @@ pub async fn token_lifecycle(harness: Harness) {
                 name: "stale".to_owned(),
                 scopes: vec![Scope::Search],
                 datasets: None,
+                identity: None,
                 created_by: "test".to_owned(),
                 expires_at: Some(now),
             }))
@@ -148,6 +151,7 @@ pub async fn token_lifecycle(harness: Harness) {
                 name: "kept".to_owned(),
                 scopes: vec![Scope::Ingest],
                 datasets: None,
+                identity: None,
                 created_by: "test".to_owned(),
                 expires_at: None,
             })
