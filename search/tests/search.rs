@@ -1506,7 +1506,8 @@ async fn access_holds_in_every_mode_and_a_revocation_at_the_next_query() {
             ..SearchSettings::default()
         },
     );
-    let identities: [(Vec<String>, fn(i64) -> bool); 3] = [
+    type Readable = fn(i64) -> bool;
+    let identities: [(Vec<String>, Readable); 3] = [
         (vec!["user:ana".to_owned()], |n| n % 3 == 0),
         (vec!["user:bob".to_owned(), "group:crew".to_owned()], |n| {
             n % 2 == 0 && n % 3 != 0
