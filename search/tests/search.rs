@@ -1586,6 +1586,191 @@ async fn access_holds_in_every_mode_and_a_revocation_at_the_next_query() {
     }
 }
 
+/// One change of a source's readers as the flipper made it: the change took effect at some
+/// instant between `before` and `after` (microseconds, the ledger's clock).
+#[derive(Debug, Clone)]
+struct Flip {
+    readers: Vec<String>,
+    before: i64,
+    after: i64,
+}
+
+/// Whether some state of `flips` (a source's readers, in order) that admits `names` may
+/// have been in force at some instant of `[start, end]`: a state holds from its change (at
+/// the earliest, `before`) until the next change (at the latest, its `after`).
+fn possibly_readable(flips: &[Flip], names: &[String], start: i64, end: i64) -> bool {
+    flips.iter().enumerate().any(|(index, flip)| {
+        let from = flip.before;
+        let until = flips.get(index + 1).map_or(i64::MAX, |next| next.after);
+        receipts::access::admits(Some(&flip.readers), names) && from <= end && until >= start
+    })
+}
+
+/// The leak race: 16 clients reading as 8 identities search in every mode while a flipper
+/// changes the readers of 1,000 documents as fast as the ledger takes it. No answer holds a
+/// document that its caller could not read at any moment of its request, checked against
+/// every change the flipper made (each bracketed by the clock before and after its call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_answer_leaks_a_document_while_readers_change() {
+    use receipts::access::{restrict, AccessChange, DefaultAccess};
+    use receipts::Clock;
+    let world = world().await;
+    const DOCUMENTS: usize = 1000;
+    const CARGO: [&str; 5] = ["timber", "grain", "coal", "salt", "wool"];
+    let keys: Vec<String> = (0..DOCUMENTS).map(|n| format!("dock/{n:04}")).collect();
+    world
+        .project(
+            keys.iter()
+                .enumerate()
+                .map(|(n, key)| {
+                    let text = format!(
+                        "Dock report {n}: crates of {} unloaded at the quay.",
+                        CARGO[n % CARGO.len()]
+                    );
+                    put("docks", key, &text)
+                })
+                .collect(),
+        )
+        .await;
+    world
+        .ledger
+        .change_access(AccessChange::Dataset {
+            dataset: "docks".to_owned(),
+            default: DefaultAccess::Nobody,
+            actor: "test".to_owned(),
+            reason: "closed".to_owned(),
+        })
+        .await
+        .expect("close");
+    let names: Vec<String> = (0..8)
+        .map(|i| format!("user:p{i}"))
+        .chain((0..4).map(|g| format!("group:g{g}")))
+        .collect();
+    let identities: Vec<Vec<String>> = (0..8)
+        .map(|i| vec![format!("user:p{i}"), format!("group:g{}", i % 4)])
+        .collect();
+    let mut seed = 0x00AC_CE55_u64;
+    let mut next = move |bound: usize| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        ((seed >> 33) as usize) % bound
+    };
+    let clock = SystemClock;
+    let mut flips: HashMap<String, Vec<Flip>> = HashMap::new();
+    for key in &keys {
+        let readers: Vec<String> = (0..next(3))
+            .map(|_| names[next(names.len())].clone())
+            .collect();
+        let mut sorted = readers.clone();
+        sorted.sort();
+        sorted.dedup();
+        let before = clock.now_micros();
+        world
+            .ledger
+            .change_access(AccessChange::Source {
+                dataset: "docks".to_owned(),
+                source_key: key.clone(),
+                readers: Some(sorted.clone()),
+                actor: "test".to_owned(),
+                reason: "initial".to_owned(),
+            })
+            .await
+            .expect("initial readers");
+        let after = clock.now_micros();
+        flips.insert(
+            key.clone(),
+            vec![Flip {
+                readers: sorted,
+                before,
+                after,
+            }],
+        );
+    }
+    let searcher = Arc::new(world.searcher(model().await, 16));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for client in 0..16 {
+        let searcher = searcher.clone();
+        let stop = stop.clone();
+        let who = identities[client % identities.len()].clone();
+        clients.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let mut round = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let mode = [Mode::Auto, Mode::Vector, Mode::Lexical][(client + round) % 3];
+                let text = format!("crates of {} at the quay", CARGO[round % CARGO.len()]);
+                let mut asked = query(&text, mode, 10_000);
+                asked.filter = Some(restrict(None, who.clone()));
+                let start = SystemClock.now_micros();
+                let answer = searcher.search(asked).await;
+                let end = SystemClock.now_micros();
+                let keys: Vec<String> = match answer {
+                    Ok(answer) => answer.results.into_iter().map(|r| r.source_key).collect(),
+                    Err(SearchError::Overloaded { .. }) => continue,
+                    Err(error) => panic!("search failed: {error}"),
+                };
+                answers.push((who.clone(), start, end, keys));
+            }
+            answers
+        }));
+    }
+    // The flipper: one change at a time, as fast as the ledger commits them, for 8 s.
+    let flipping = Instant::now();
+    let mut changes = 0usize;
+    while flipping.elapsed() < Duration::from_secs(8) {
+        let key = &keys[next(keys.len())];
+        let mut readers: Vec<String> = (0..next(3))
+            .map(|_| names[next(names.len())].clone())
+            .collect();
+        readers.sort();
+        readers.dedup();
+        let before = clock.now_micros();
+        world
+            .ledger
+            .change_access(AccessChange::Source {
+                dataset: "docks".to_owned(),
+                source_key: key.clone(),
+                readers: Some(readers.clone()),
+                actor: "test".to_owned(),
+                reason: "flip".to_owned(),
+            })
+            .await
+            .expect("flip");
+        let after = clock.now_micros();
+        flips.entry(key.clone()).or_default().push(Flip {
+            readers,
+            before,
+            after,
+        });
+        changes += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut answered = 0usize;
+    let mut returned = 0usize;
+    for client in clients {
+        for (who, start, end, found) in client.await.expect("client") {
+            answered += 1;
+            for key in found {
+                returned += 1;
+                let history = flips.get(&key).map(Vec::as_slice).unwrap_or_default();
+                assert!(
+                    possibly_readable(history, &who, start, end),
+                    "{who:?} was answered {key}, which it could not read during its request \
+                     [{start}, {end}]: {history:?}"
+                );
+            }
+        }
+    }
+    assert!(changes > 500, "the flipper made only {changes} changes");
+    assert!(
+        answered > 100 && returned > 500,
+        "too few answers to mean anything: {answered} answers, {returned} results"
+    );
+    eprintln!(
+        "leak race: {changes} access changes, {answered} answers, {returned} results, no leak"
+    );
+}
+
 /// Percent-encodes a query parameter's value.
 fn urlencode(text: &str) -> String {
     text.bytes()
