@@ -45,6 +45,7 @@ pub(crate) struct AccessRequest {
     readers: Option<Vec<String>>,
     /// Why (recorded in history).
     #[schema(schema_with = receipts::http::reason_schema)]
+    #[serde(default, deserialize_with = "present")]
     reason: Option<String>,
 }
 
@@ -56,6 +57,7 @@ pub(crate) struct DefaultRequest {
     default: DefaultAccess,
     /// Why (recorded in history).
     #[schema(schema_with = receipts::http::reason_schema)]
+    #[serde(default, deserialize_with = "present")]
     reason: Option<String>,
 }
 
@@ -64,6 +66,23 @@ pub(crate) struct DefaultRequest {
 pub(crate) struct DatasetAccess {
     dataset: String,
     default: DefaultAccess,
+}
+
+/// An optional string that, when given, is a string (`null` is refused, as the schema says).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(deserializer).map(Some)
+}
+
+/// The reason a change gives, checked as every reason is (1-500 printable characters, not
+/// only spaces), or `default` when it gives none.
+fn given_reason(reason: Option<String>, default: &str) -> Result<String, ApiError> {
+    match reason {
+        Some(reason) => {
+            validate::reason(&reason)?;
+            Ok(reason.trim().to_owned())
+        }
+        None => Ok(default.to_owned()),
+    }
 }
 
 /// Who may read a source now: the readers it names (`null`: its dataset's default) and that
@@ -106,7 +125,7 @@ pub(crate) async fn put_access(
     validate::dataset(&request.dataset)?;
     validate::source_key(&request.source_key)?;
     principal.require_dataset(&request.dataset)?;
-    let reason = receipts::http::reason(request.reason, "access changed")?;
+    let reason = given_reason(request.reason, "access changed")?;
     let readers = request
         .readers
         .map(|readers| SourceAccess { readers }.checked())
@@ -148,7 +167,7 @@ pub(crate) async fn put_dataset_access(
     validate::dataset(&dataset)?;
     principal.require_dataset(&dataset)?;
     let request: DefaultRequest = read_json(&headers, body, MAX_ACCESS_BODY_BYTES).await?;
-    let reason = receipts::http::reason(request.reason, "dataset default access changed")?;
+    let reason = given_reason(request.reason, "dataset default access changed")?;
     state
         .ledger
         .change_access(AccessChange::Dataset {
