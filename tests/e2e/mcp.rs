@@ -226,10 +226,43 @@ async fn an_agent_gets_current_bounded_labelled_hits_within_its_scopes() {
         &json!({"dataset": "docs", "source_key": "old.md", "content": "second words"}),
     )
     .await;
+    // Who may read which document: bob's payroll, alice's notes, and a token reading as alice.
+    let payroll = post_source(
+        &http,
+        &base,
+        &admin,
+        &json!({"dataset": "docs", "source_key": "hr-payroll.md",
+                "content": "payroll ledger for the quarter", "access": {"readers": ["user:bob"]}}),
+    )
+    .await;
+    post_source(
+        &http,
+        &base,
+        &admin,
+        &json!({"dataset": "docs", "source_key": "alice-notes.md",
+                "content": "payroll notes kept by alice", "access": {"readers": ["user:alice"]}}),
+    )
+    .await;
+    let alice = ledger
+        .create_token(NewToken {
+            name: "alice".to_owned(),
+            scopes: vec![Scope::Search, Scope::Ingest],
+            datasets: None,
+            identity: Some(
+                receipts::access::Identity::new("user:alice", &["eng".to_owned()])
+                    .expect("identity"),
+            ),
+            created_by: "test:mcp".to_owned(),
+            expires_at: None,
+        })
+        .await
+        .expect("token")
+        .secret;
     let config = json!({
         "base_url": base,
         "mcp_url": format!("{base}/mcp"),
-        "tokens": {"search": search, "docs_rw": docs_rw},
+        "tokens": {"search": search, "docs_rw": docs_rw, "alice": alice},
+        "payroll_revision": payroll,
         "private_revision": private,
         "superseded_revision": superseded,
         "leaked_key": LEAKED_KEY,

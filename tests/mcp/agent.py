@@ -208,6 +208,31 @@ async def allowlist_isolates(config):
         assert empty["hits"] == [] and "no current document matched" in empty["note"], empty
 
 
+async def readers_isolate(config):
+    """A token that reads as user:alice: every tool answers bob's document as absent, and
+    alice's own is found."""
+    payroll = config["payroll_revision"]
+    async with connect(config, config["tokens"]["alice"], "2026-07-28") as client:
+        for mode in ("lexical", "auto"):
+            answer, _ = await call(client, "search", {"query": "payroll", "mode": mode, "top_k": 10})
+            keys = [hit["source_key"] for hit in answer["hits"]]
+            assert "hr-payroll.md" not in keys and "payroll ledger" not in json.dumps(answer), answer
+            if mode == "lexical":
+                assert keys == ["alice-notes.md"], keys
+        await expect_error(client, "read_document", {"revision_id": payroll}, "not_found")
+        await expect_error(client, "read_document", {"dataset": "docs", "source_key": "hr-payroll.md"}, "not_found")
+        await expect_error(client, "get_source", {"dataset": "docs", "source_key": "hr-payroll.md"}, "not_found")
+        for uri in (f"cairn://revision/{payroll}", "cairn://source/docs/hr-payroll.md"):
+            try:
+                result = await client.read_resource(uri)
+            except Exception as error:
+                assert "not exist" in str(error) or "not_found" in str(error), error
+            else:
+                raise AssertionError(f"{uri} was served: {result!r:.300}")
+        own, _ = await call(client, "get_source", {"dataset": "docs", "source_key": "alice-notes.md"})
+        assert own["source_key"] == "alice-notes.md", own
+
+
 async def hits_are_current_while_sources_change(config):
     """Supersede and delete a source through the API between searches: every hit is the head
     accepted last, and after the deletion the source is gone."""
@@ -282,6 +307,7 @@ async def scenario_http(config):
     await bounds_hold_for_hostile_arguments(config)
     await instructions_stay_data(config)
     await allowlist_isolates(config)
+    await readers_isolate(config)
     await hits_are_current_while_sources_change(config)
     await unauthenticated_is_401(config)
 
