@@ -1595,6 +1595,28 @@ struct Flip {
     after: i64,
 }
 
+/// Sets `key`'s readers in the leak race's dataset, bracketed by the clock before and after.
+async fn timed_flip(world: &World, key: &str, readers: Vec<String>, reason: &str) -> Flip {
+    use receipts::Clock;
+    let before = SystemClock.now_micros();
+    world
+        .ledger
+        .change_access(receipts::access::AccessChange::Source {
+            dataset: "docks".to_owned(),
+            source_key: key.to_owned(),
+            readers: Some(readers.clone()),
+            actor: "test".to_owned(),
+            reason: reason.to_owned(),
+        })
+        .await
+        .expect("access change");
+    Flip {
+        readers,
+        before,
+        after: SystemClock.now_micros(),
+    }
+}
+
 /// Whether some state of `flips` (a source's readers, in order) that admits `names` may
 /// have been in force at some instant of `[start, end]`: a state holds from its change (at
 /// the earliest, `before`) until the next change (at the latest, its `after`).
@@ -1654,36 +1676,20 @@ async fn no_answer_leaks_a_document_while_readers_change() {
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         ((seed >> 33) as usize) % bound
     };
-    let clock = SystemClock;
-    let mut flips: HashMap<String, Vec<Flip>> = HashMap::new();
-    for key in &keys {
-        let readers: Vec<String> = (0..next(3))
+    // Up to two of the names, sorted, without repeats.
+    fn random_readers(next: &mut impl FnMut(usize) -> usize, names: &[String]) -> Vec<String> {
+        let mut readers: Vec<String> = (0..next(3))
             .map(|_| names[next(names.len())].clone())
             .collect();
-        let mut sorted = readers.clone();
-        sorted.sort();
-        sorted.dedup();
-        let before = clock.now_micros();
-        world
-            .ledger
-            .change_access(AccessChange::Source {
-                dataset: "docks".to_owned(),
-                source_key: key.clone(),
-                readers: Some(sorted.clone()),
-                actor: "test".to_owned(),
-                reason: "initial".to_owned(),
-            })
-            .await
-            .expect("initial readers");
-        let after = clock.now_micros();
-        flips.insert(
-            key.clone(),
-            vec![Flip {
-                readers: sorted,
-                before,
-                after,
-            }],
-        );
+        readers.sort();
+        readers.dedup();
+        readers
+    }
+    let mut flips: HashMap<String, Vec<Flip>> = HashMap::new();
+    for key in &keys {
+        let readers = random_readers(&mut next, &names);
+        let flip = timed_flip(&world, key, readers, "initial").await;
+        flips.insert(key.clone(), vec![flip]);
     }
     let searcher = Arc::new(world.searcher(model().await, 16));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1718,30 +1724,10 @@ async fn no_answer_leaks_a_document_while_readers_change() {
     let flipping = Instant::now();
     let mut changes = 0usize;
     while flipping.elapsed() < Duration::from_secs(8) {
-        let key = &keys[next(keys.len())];
-        let mut readers: Vec<String> = (0..next(3))
-            .map(|_| names[next(names.len())].clone())
-            .collect();
-        readers.sort();
-        readers.dedup();
-        let before = clock.now_micros();
-        world
-            .ledger
-            .change_access(AccessChange::Source {
-                dataset: "docks".to_owned(),
-                source_key: key.clone(),
-                readers: Some(readers.clone()),
-                actor: "test".to_owned(),
-                reason: "flip".to_owned(),
-            })
-            .await
-            .expect("flip");
-        let after = clock.now_micros();
-        flips.entry(key.clone()).or_default().push(Flip {
-            readers,
-            before,
-            after,
-        });
+        let key = keys[next(keys.len())].clone();
+        let readers = random_readers(&mut next, &names);
+        let flip = timed_flip(&world, &key, readers, "flip").await;
+        flips.entry(key).or_default().push(flip);
         changes += 1;
     }
     stop.store(true, Ordering::Relaxed);

@@ -36,6 +36,7 @@ mod parse;
 pub mod sql;
 
 pub use eval::Facts;
+pub(crate) use parse::printable;
 
 /// What the ledger holds of one revision that a filter can test (an owned [`Facts`]).
 #[derive(Debug, Clone, PartialEq)]

@@ -358,7 +358,7 @@ fn scalar(value: &Value, at: &str) -> Result<Scalar, FilterError> {
 }
 
 /// A client's text as it may appear in a message: short, without control characters.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut shown: String = text
         .chars()
         .take(64)

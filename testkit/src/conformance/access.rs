@@ -54,6 +54,17 @@ async fn set_default(harness: &Harness, dataset: &str, default: DefaultAccess) {
     );
 }
 
+/// The heads `filter` selects in every dataset.
+async fn selection(harness: &Harness, filter: &Filter) -> Vec<uuid::Uuid> {
+    must(
+        harness
+            .ledger
+            .filter_revisions(&[], filter, None, 1000)
+            .await,
+        "filter revisions",
+    )
+}
+
 /// A token may read as an identity, which authentication hands back and a rotation keeps; a
 /// token without one reads as none; a malformed identity is refused.
 pub async fn tokens_carry_an_identity(harness: Harness) {
@@ -249,13 +260,7 @@ pub async fn readable_sources_are_selected_exactly(harness: Harness) {
             let mut seen = BTreeSet::new();
             for who in &identities {
                 let filter: Filter = restrict(None, who.clone());
-                let heads = must(
-                    harness
-                        .ledger
-                        .filter_revisions(&[], &filter, None, 1000)
-                        .await,
-                    "filter revisions",
-                );
+                let heads = selection(harness, &filter).await;
                 let facts = must(harness.ledger.revision_facts(&heads).await, "facts");
                 let selected: BTreeSet<String> =
                     facts.iter().map(|fact| fact.source_key.clone()).collect();
@@ -306,13 +311,7 @@ pub async fn readable_sources_are_selected_exactly(harness: Harness) {
     );
     // alice: a, e, f, z; bob (eng): b, d, e, f, z; the indexer (hr): d, e, f, z.
     let alice = restrict(None, identities[0].clone());
-    let heads = must(
-        harness
-            .ledger
-            .filter_revisions(&[], &alice, None, 1000)
-            .await,
-        "filter revisions",
-    );
+    let heads = selection(&harness, &alice).await;
     assert_eq!(heads.len(), 4, "alice reads a, e, f and z");
 
     set_readers(&harness, "docs", "a", Some(&["user:bob"])).await;
