@@ -24,6 +24,24 @@ pub(crate) struct Prepared {
     /// When it holds, as the submission said.
     pub(crate) validity: Validity,
     pub(crate) change: PreparedChange,
+    /// The readers a put names, recorded with its acceptance.
+    pub(crate) readers: Option<Vec<String>>,
+}
+
+impl Prepared {
+    /// The access change an accepted put makes (its readers), if it names any.
+    pub(crate) fn access_change(&self) -> Option<crate::access::AccessChange> {
+        let readers = self.readers.clone()?;
+        matches!(self.change, PreparedChange::Put { .. }).then(|| {
+            crate::access::AccessChange::Source {
+                dataset: self.dataset.clone(),
+                source_key: self.source_key.clone(),
+                readers: Some(readers),
+                actor: self.actor.clone(),
+                reason: "put with access".to_owned(),
+            }
+        })
+    }
 }
 
 // A prepared change lives for one acceptance; boxing the large variant would cost an
@@ -49,6 +67,15 @@ pub(crate) enum PreparedChange {
 pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
     validate::dataset(&submission.dataset)?;
     validate::source_key(&submission.source_key)?;
+    let readers = match &submission.readers {
+        Some(readers) => Some(
+            crate::access::SourceAccess {
+                readers: readers.clone(),
+            }
+            .checked()?,
+        ),
+        None => None,
+    };
     let change = match submission.change {
         Change::Put(document) => {
             validate::content(&document.bytes)?;
@@ -124,6 +151,7 @@ pub(crate) fn prepare(submission: Submission) -> Result<Prepared> {
         owner: submission.connector.map(crate::model::owner_of),
         validity: submission.validity,
         change,
+        readers,
     })
 }
 

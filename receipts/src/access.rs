@@ -24,6 +24,12 @@
 //!   that its existence does not leak.
 //! - Every change goes through the ledger's one write path, in one transaction, and the ledger
 //!   records it in `history` (entity `access`) with its actor and reason.
+//! - A change to a source's readers queues, in the same transaction, one `access` job per live
+//!   generation that holds vectors ([`crate::JobKind::Access`]), unless that generation's
+//!   projection of the source waits to run (it reads the readers when it runs; a running one
+//!   reads them again once its points are current, and a change after that queues a job). The job
+//!   writes the readers onto the source's points, so the store's prefilter follows the change;
+//!   binding never waits for it.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +43,11 @@ pub const MAX_READERS: usize = 256;
 pub const MAX_GROUPS: usize = 64;
 /// Longest reader name, in bytes (`group:` included).
 pub const MAX_READER_BYTES: usize = 200;
+/// Claim priority of access jobs: above projection and connector runs, so a permission change
+/// reaches the stores' prefilter before content that waits behind it.
+pub const ACCESS_PRIORITY: i64 = 2;
+/// Who queues access jobs (their `changed_by`): the ledger, on an access change.
+pub const ACCESS_QUEUER: &str = "cairn:access";
 
 /// The identity a request reads as: a principal (`user:<name>` or `service:<name>`) and the
 /// groups it belongs to (`group:<name>`).
@@ -311,6 +322,40 @@ pub fn restrict(filter: Option<Filter>, names: Vec<String>) -> Filter {
         },
     }
 }
+
+/// Who made an access change, as a metric label: `connector`, `config`, `restore` or `api`.
+fn origin(change: &AccessChange) -> &'static str {
+    let (actor, reason) = match change {
+        AccessChange::Source { actor, reason, .. }
+        | AccessChange::Dataset { actor, reason, .. } => (actor, reason),
+    };
+    if actor.starts_with("connector:") {
+        "connector"
+    } else if actor == "config" {
+        "config"
+    } else if reason.contains("replayed by the restore") {
+        "restore"
+    } else {
+        "api"
+    }
+}
+
+/// Records an access change's outcome and its time from the call to its commit, which is when
+/// it is in force (search reads the ledger's current readers at every query):
+/// `cairn_access_changes_total{origin,outcome}` and `cairn_access_change_seconds{origin}`.
+pub(crate) fn observe(change: &AccessChange, started: std::time::Instant, ok: bool) {
+    let origin = origin(change);
+    let outcome = if ok { "committed" } else { "failed" };
+    metrics::counter!("cairn_access_changes_total", "origin" => origin, "outcome" => outcome)
+        .increment(1);
+    if ok {
+        metrics::histogram!("cairn_access_change_seconds", "origin" => origin)
+            .record(started.elapsed().as_secs_f64());
+    }
+}
+
+/// Every origin label [`observe`] uses, for series that exist from the first scrape.
+pub const ORIGINS: [&str; 4] = ["api", "connector", "config", "restore"];
 
 fn check_reader(name: &str, code: &'static str) -> Result<(), LedgerError> {
     let (_, rest) = name.split_once(':').unwrap_or((name, ""));

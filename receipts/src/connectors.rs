@@ -108,6 +108,7 @@ pub fn validate(new: &NewConnector) -> Result<()> {
             ),
         ));
     }
+    validate_access(new)?;
     if !(1..=MAX_FILE_BYTES).contains(&new.max_file_bytes) {
         return Err(LedgerError::invalid(
             "invalid_connector",
@@ -122,6 +123,44 @@ pub fn validate(new: &NewConnector) -> Result<()> {
                 new.interval_ms
             ),
         ));
+    }
+    Ok(())
+}
+
+/// A connector's access settings: readers checked, `posix` for a folder only, a rules file for
+/// git only, named by a relative path inside the repository.
+fn validate_access(new: &NewConnector) -> Result<()> {
+    let invalid = |message: String| Err(LedgerError::invalid("invalid_connector", message));
+    let access = &new.access;
+    if let Some(readers) = &access.readers {
+        crate::access::SourceAccess {
+            readers: readers.clone(),
+        }
+        .checked()?;
+    }
+    if access.from.is_some() && new.kind != ConnectorKind::Folder {
+        return invalid(format!(
+            "`access.from` reads a folder's file system; a {} connector takes `access.file`",
+            new.kind
+        ));
+    }
+    if let Some(file) = &access.file {
+        if new.kind != ConnectorKind::Git {
+            return invalid(
+                "`access.file` is a rules file inside a git repository; a folder connector \
+                 takes `access.from: posix` or `access.readers`"
+                    .to_owned(),
+            );
+        }
+        let parts_fine = file
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+        if crate::validate::source_key(file).is_err() || !parts_fine {
+            return invalid(format!(
+                "`access.file` must be a relative path inside the repository (got `{}`)",
+                crate::filter::printable(file)
+            ));
+        }
     }
     Ok(())
 }
@@ -290,6 +329,7 @@ pub fn ownership(submitter: Option<&str>, ownership: &Ownership, source: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{AccessFrom, ConnectorAccess};
 
     fn connector(state: ConnectorState, removal: Option<Removal>) -> Connector {
         Connector {
@@ -302,6 +342,7 @@ mod tests {
             exclude: vec![],
             max_file_bytes: 1 << 20,
             interval_ms: 60_000,
+            access: ConnectorAccess::default(),
             state,
             removal,
             created_by: "t".into(),
@@ -372,8 +413,63 @@ mod tests {
             exclude: vec![],
             max_file_bytes: 1 << 20,
             interval_ms: 60_000,
+            access: Default::default(),
         };
         assert!(validate(&good).is_ok());
+        let posix = NewConnector {
+            access: ConnectorAccess {
+                from: Some(AccessFrom::Posix),
+                readers: Some(vec!["group:staff".into()]),
+                file: None,
+            },
+            ..good.clone()
+        };
+        assert!(validate(&posix).is_ok());
+        let git = |file: &str| NewConnector {
+            kind: ConnectorKind::Git,
+            location: "/srv/repo".into(),
+            git_ref: Some("main".into()),
+            access: ConnectorAccess {
+                file: Some(file.into()),
+                ..Default::default()
+            },
+            ..good.clone()
+        };
+        assert!(validate(&git(".cairn/access")).is_ok());
+        for refused in [
+            NewConnector {
+                access: ConnectorAccess {
+                    readers: Some(vec!["alice".into()]),
+                    ..Default::default()
+                },
+                ..good.clone()
+            },
+            NewConnector {
+                access: ConnectorAccess {
+                    file: Some("access".into()),
+                    ..Default::default()
+                },
+                ..good.clone()
+            },
+            NewConnector {
+                access: ConnectorAccess {
+                    from: Some(AccessFrom::Posix),
+                    ..Default::default()
+                },
+                ..git("access")
+            },
+            git("../access"),
+            git("/etc/access"),
+            git("a//b"),
+        ] {
+            let error = validate(&refused).expect_err("refused");
+            let code = if refused.access.readers.is_some() {
+                "invalid_access"
+            } else {
+                "invalid_connector"
+            };
+            assert_eq!(error.code(), code, "{refused:?}");
+        }
         let relative = NewConnector {
             location: "docs".into(),
             ..good.clone()

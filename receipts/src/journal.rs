@@ -1,6 +1,6 @@
-//! The erasure journal: erasures and token revocations, also written outside the ledger, so
-//! that a restore from a backup taken before them makes them again instead of bringing the
-//! erased content (or the revoked token) back to life.
+//! The erasure journal: erasures, token revocations and access changes, also written outside
+//! the ledger, so that a restore from a backup taken before them makes them again instead of
+//! bringing the erased content, the revoked token or a revoked reader back to life.
 //!
 //! ## Model
 //! - One JSON line per entry, in `journal/erasures.jsonl` beside the ledger (SQLite) or in the
@@ -13,6 +13,9 @@
 //!   then failed only repeats a request the operator made, so replaying it is safe.
 //! - Lines are appended whole, one writer at a time per process. A torn last line (a crash
 //!   mid-write) is ignored when the journal is read; every earlier line is intact.
+//! - Access changes come many at a time (a connector's run, a bulk change): a
+//!   [`JournalWriter`] appends the entries that arrive together with one `fsync`, and answers
+//!   each caller once its line is on disk.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,18 @@ pub enum JournalKind {
     Erase,
     /// A token revoked.
     Revoke,
+    /// A source's readers or a dataset's default changed.
+    Access,
+}
+
+/// What an access change set, as journalled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JournalAccess {
+    /// A source's readers; `None`: back to its dataset's default.
+    Readers(Option<Vec<String>>),
+    /// A dataset's default.
+    Default(crate::access::DefaultAccess),
 }
 
 /// One journal line.
@@ -47,6 +62,10 @@ pub struct JournalEntry {
     /// The revoked token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id: Option<Uuid>,
+    /// What an access change set (the source is `dataset` and `source_key`; a dataset's
+    /// default names no key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<JournalAccess>,
     /// Who asked.
     pub actor: String,
     /// Why.
@@ -62,8 +81,77 @@ impl JournalEntry {
             dataset: Some(request.dataset.clone()),
             source_key: Some(request.source_key.clone()),
             token_id: None,
+            access: None,
             actor: request.actor.clone(),
             reason: request.reason.clone(),
+        }
+    }
+
+    /// The entry of an access change.
+    pub fn access(change: &crate::access::AccessChange, at: i64) -> JournalEntry {
+        use crate::access::AccessChange;
+        let (dataset, source_key, access, actor, reason) = match change {
+            AccessChange::Source {
+                dataset,
+                source_key,
+                readers,
+                actor,
+                reason,
+            } => (
+                dataset,
+                Some(source_key.clone()),
+                JournalAccess::Readers(readers.clone()),
+                actor,
+                reason,
+            ),
+            AccessChange::Dataset {
+                dataset,
+                default,
+                actor,
+                reason,
+            } => (
+                dataset,
+                None,
+                JournalAccess::Default(*default),
+                actor,
+                reason,
+            ),
+        };
+        JournalEntry {
+            at,
+            kind: JournalKind::Access,
+            dataset: Some(dataset.clone()),
+            source_key,
+            token_id: None,
+            access: Some(access),
+            actor: actor.clone(),
+            reason: reason.clone(),
+        }
+    }
+
+    /// The access change an entry records, made again by `actor` with `note` added to its
+    /// reason; `None` for another kind of entry, or one missing its parts.
+    pub fn access_change(&self, note: &str) -> Option<crate::access::AccessChange> {
+        use crate::access::AccessChange;
+        let dataset = self.dataset.clone()?;
+        let reason = format!("{} ({note})", self.reason);
+        match (&self.access, &self.source_key) {
+            (Some(JournalAccess::Readers(readers)), Some(source_key)) => {
+                Some(AccessChange::Source {
+                    dataset,
+                    source_key: source_key.clone(),
+                    readers: readers.clone(),
+                    actor: self.actor.clone(),
+                    reason,
+                })
+            }
+            (Some(JournalAccess::Default(default)), None) => Some(AccessChange::Dataset {
+                dataset,
+                default: *default,
+                actor: self.actor.clone(),
+                reason,
+            }),
+            _ => None,
         }
     }
 
@@ -84,6 +172,7 @@ impl JournalEntry {
             dataset: None,
             source_key: None,
             token_id: Some(*id),
+            access: None,
             actor: actor.clone(),
             reason: reason.clone().unwrap_or_else(|| "revoked".to_owned()),
         })
@@ -101,6 +190,90 @@ pub(crate) fn record(path: Option<&Path>, entry: Option<JournalEntry>) -> crate:
             path.display()
         ))
     })
+}
+
+/// An entry waiting for its line to reach the disk, with where to answer.
+type Pending = (
+    JournalEntry,
+    tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
+);
+
+/// Most entries one `fsync` covers.
+const MAX_GROUP: usize = 4096;
+
+/// Appends entries to one journal from a thread of its own, every entry that arrived while
+/// the last group was written going out together with one `fsync`. Stops when the last
+/// handle to it is dropped.
+#[derive(Debug)]
+pub(crate) struct JournalWriter {
+    path: PathBuf,
+    sender: Mutex<std::sync::mpsc::Sender<Pending>>,
+}
+
+impl JournalWriter {
+    /// A writer of the journal at `path`.
+    pub(crate) fn start(path: PathBuf) -> std::io::Result<JournalWriter> {
+        let (sender, receiver) = std::sync::mpsc::channel::<Pending>();
+        let journal = Journal::at(path.clone());
+        std::thread::Builder::new()
+            .name("cairn-journal".to_owned())
+            .spawn(move || {
+                while let Ok(first) = receiver.recv() {
+                    let mut group = vec![first];
+                    while group.len() < MAX_GROUP {
+                        match receiver.try_recv() {
+                            Ok(next) => group.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    let (entries, replies): (Vec<JournalEntry>, Vec<_>) = group.into_iter().unzip();
+                    let written = journal
+                        .append_all(&entries)
+                        .map_err(|error| error.to_string());
+                    for reply in replies {
+                        let _ = reply.send(written.clone());
+                    }
+                }
+            })?;
+        Ok(JournalWriter {
+            path,
+            sender: Mutex::new(sender),
+        })
+    }
+
+    /// The writer of a ledger's journal, if it keeps one, as a ledger error.
+    pub(crate) fn for_ledger(path: Option<&Path>) -> crate::Result<Option<std::sync::Arc<Self>>> {
+        path.map(|path| {
+            JournalWriter::start(path.to_path_buf())
+                .map(std::sync::Arc::new)
+                .map_err(|error| {
+                    crate::LedgerError::Unavailable(format!(
+                        "starting the journal's writer: {error}"
+                    ))
+                })
+        })
+        .transpose()
+    }
+
+    /// Appends `entry` and returns once it is on disk, as a ledger error.
+    pub(crate) async fn append(&self, entry: JournalEntry) -> crate::Result<()> {
+        let failed = |error: String| {
+            crate::LedgerError::Unavailable(format!(
+                "the erasure journal {} could not be written ({error}); nothing was changed",
+                self.path.display()
+            ))
+        };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.sender
+            .lock()
+            .map_err(|_| failed("its writer's lock is poisoned".to_owned()))?
+            .send((entry, reply))
+            .map_err(|_| failed("its writer stopped".to_owned()))?;
+        answer
+            .await
+            .map_err(|_| failed("its writer stopped".to_owned()))?
+            .map_err(failed)
+    }
 }
 
 /// One append at a time in this process, whichever [`Journal`] value makes it.
@@ -130,11 +303,19 @@ impl Journal {
 
     /// Appends `entry` and returns once it is on disk.
     pub fn append(&self, entry: &JournalEntry) -> std::io::Result<()> {
+        self.append_all(std::slice::from_ref(entry))
+    }
+
+    /// Appends `entries` in order, with one `fsync`, and returns once they are on disk.
+    pub fn append_all(&self, entries: &[JournalEntry]) -> std::io::Result<()> {
         let _writing = WRITING
             .lock()
             .map_err(|_| std::io::Error::other("the journal lock is poisoned"))?;
-        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
-        line.push(b'\n');
+        let mut line = Vec::new();
+        for entry in entries {
+            serde_json::to_writer(&mut line, entry).map_err(std::io::Error::other)?;
+            line.push(b'\n');
+        }
         let directory = self.path.parent().unwrap_or_else(|| Path::new("."));
         let created = !self.path.exists();
         std::fs::create_dir_all(directory)?;
@@ -196,6 +377,7 @@ mod tests {
             dataset: Some("docs".into()),
             source_key: Some("a.md".into()),
             token_id: None,
+            access: None,
             actor: "token:admin".into(),
             reason: "legal request".into(),
         };
@@ -205,6 +387,7 @@ mod tests {
             dataset: None,
             source_key: None,
             token_id: Some(Uuid::nil()),
+            access: None,
             actor: "token:admin".into(),
             reason: "leaked".into(),
         };
@@ -219,5 +402,70 @@ mod tests {
             Journal::read(&path).expect("read"),
             Some(vec![erase, revoke])
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn access_changes_are_grouped_and_made_again_from_their_lines() {
+        use crate::access::{AccessChange, DefaultAccess};
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = Journal::beside(directory.path());
+        let writer = std::sync::Arc::new(JournalWriter::start(path.clone()).expect("writer"));
+        let changes: Vec<AccessChange> = (0..200)
+            .map(|n| AccessChange::Source {
+                dataset: "docs".into(),
+                source_key: format!("k{n}"),
+                readers: (n % 3 != 0).then(|| vec![format!("user:u{n}")]),
+                actor: "token:t".into(),
+                reason: "why".into(),
+            })
+            .chain([AccessChange::Dataset {
+                dataset: "docs".into(),
+                default: DefaultAccess::Nobody,
+                actor: "config".into(),
+                reason: "closed".into(),
+            }])
+            .collect();
+        let mut tasks = Vec::new();
+        for (at, change) in changes.iter().enumerate() {
+            let writer = writer.clone();
+            let entry = JournalEntry::access(change, at as i64);
+            tasks.push(tokio::spawn(async move { writer.append(entry).await }));
+        }
+        for task in tasks {
+            task.await.expect("task").expect("appended");
+        }
+        let mut read = Journal::read(&path).expect("read").expect("a journal");
+        assert_eq!(read.len(), changes.len());
+        read.sort_by_key(|entry| entry.at);
+        for (entry, change) in read.iter().zip(&changes) {
+            let again = entry.access_change("replayed").expect("an access change");
+            let expected = match change.clone() {
+                AccessChange::Source {
+                    dataset,
+                    source_key,
+                    readers,
+                    actor,
+                    ..
+                } => AccessChange::Source {
+                    dataset,
+                    source_key,
+                    readers,
+                    actor,
+                    reason: "why (replayed)".into(),
+                },
+                AccessChange::Dataset {
+                    dataset,
+                    default,
+                    actor,
+                    ..
+                } => AccessChange::Dataset {
+                    dataset,
+                    default,
+                    actor,
+                    reason: "closed (replayed)".into(),
+                },
+            };
+            assert_eq!(again, expected);
+        }
     }
 }

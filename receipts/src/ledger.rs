@@ -122,6 +122,17 @@ pub trait Reader: Send + Sync {
         source_key: &str,
     ) -> Result<crate::access::AccessRecord>;
 
+    /// The sources of `dataset` that name their readers, by key in byte order after `after`,
+    /// at most `limit` (capped at [`crate::model::MAX_LISTING_PAGE`]) with their readers: what
+    /// a connector's run compares its files' readers with. A source not listed follows its
+    /// dataset's default.
+    async fn named_readers(
+        &self,
+        dataset: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<(String, Vec<String>)>>;
+
     /// Whether a caller reading as `names` ([`crate::access::Identity::names`]) may read the
     /// source; `None` (a token without an identity) reads every source. The check every read
     /// of one source or revision makes; a source it may not read is answered as absent.
@@ -397,7 +408,8 @@ pub trait Connectors: Send + Sync {
     /// and dropped, and the report so far (kept with the job).
     async fn record_sync(&self, lease: &LeaseToken, progress: SyncProgress) -> Result<()>;
 
-    /// The connector's runs, newest first, at most `limit` (capped at 100), with their reports.
+    /// The connector's runs, newest first (created later, then due later), at most `limit`
+    /// (capped at 100), with their reports.
     async fn sync_runs(&self, id: Uuid, limit: u32) -> Result<Vec<SyncRun>>;
 }
 

@@ -55,6 +55,9 @@ pub struct JobFilter {
     pub limit: u32,
     /// Skip this many.
     pub offset: u32,
+    /// Only jobs of sources a caller reading as these names may read
+    /// ([`crate::access::Identity::names`]); `None`: every job (a token without an identity).
+    pub readable_by: Option<Vec<String>>,
 }
 
 /// One page of jobs and how many match in all.

@@ -117,6 +117,8 @@ pub struct JobPolicies {
     pub graph: JobPolicy,
     /// Connector runs.
     pub sync: JobPolicy,
+    /// Access payload rewrites.
+    pub access: JobPolicy,
 }
 
 impl JobPolicies {
@@ -127,6 +129,7 @@ impl JobPolicies {
             tombstone: policy,
             graph: policy,
             sync: policy,
+            access: policy,
         }
     }
 
@@ -137,16 +140,18 @@ impl JobPolicies {
             JobKind::Tombstone => &self.tombstone,
             JobKind::Graph => &self.graph,
             JobKind::Sync => &self.sync,
+            JobKind::Access => &self.access,
         }
     }
 
     /// Every kind with its policy.
-    pub fn all(&self) -> [(JobKind, &JobPolicy); 4] {
+    pub fn all(&self) -> [(JobKind, &JobPolicy); 5] {
         [
             (JobKind::Project, &self.project),
             (JobKind::Tombstone, &self.tombstone),
             (JobKind::Graph, &self.graph),
             (JobKind::Sync, &self.sync),
+            (JobKind::Access, &self.access),
         ]
     }
 

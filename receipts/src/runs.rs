@@ -187,7 +187,8 @@ pub(crate) fn cancel_step(job: &Job) -> Result<CancelStep, LedgerError> {
 
 /// Whether an operator may requeue `job`: it must have ended (dead, cancelled, quarantined)
 /// and still be current (`is_current`, read by the engine): its revision is still its
-/// source's head or, for a sync run, its connector is active with no other open run.
+/// source's head or, for a sync run, its connector is active with no other open run, or, for
+/// an access job, its source still exists.
 pub(crate) fn check_requeue(job: &Job, is_current: bool) -> Result<(), LedgerError> {
     let state = if !matches!(
         job.state,

@@ -347,9 +347,9 @@ async fn sync_runs_name_a_connector_and_only_one_is_open() {
     .execute(&pool)
     .await;
     assert!(
-        orphan
-            .as_ref()
-            .is_err_and(|error| error.to_string().contains("jobs_sync_has_no_revision")),
+        orphan.as_ref().is_err_and(|error| error
+            .to_string()
+            .contains("jobs_runs_and_access_have_no_revision")),
         "{orphan:?}"
     );
     let trail: Vec<(String, String)> =
@@ -792,6 +792,7 @@ async fn acceptance_claims_and_search_plans_probe_by_key() {
                     exclude: vec![],
                     max_file_bytes: 1_000,
                     interval_ms: 60_000,
+                    access: Default::default(),
                 }),
                 actor: "test:plans".to_owned(),
                 reason: "a connector, so claims schedule runs".to_owned(),

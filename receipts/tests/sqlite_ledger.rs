@@ -168,6 +168,7 @@ async fn each_job_kind_gets_its_own_policy() {
         },
         graph: JobPolicy::default(),
         sync: JobPolicy::default(),
+        access: JobPolicy::default(),
     };
     let ledger = SqliteLedger::open(options, clock.clone())
         .await

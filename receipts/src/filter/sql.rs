@@ -37,6 +37,48 @@ pub struct Compiled {
     pub params: Vec<Param>,
 }
 
+/// A piece of a condition: SQL text, or a value bound where it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// SQL text.
+    Sql(String),
+    /// A parameter's place.
+    Bind(Param),
+}
+
+/// Whether a caller reading as `names` may read the row aliased `row` (any table with
+/// `dataset` and `source_key`: a revision, a job): the source's own readers when it names any,
+/// else its dataset's default; the same rule as [`crate::access::admits`]. One lookup of the
+/// source's access row (NULL when it has none). On SQLite a reader is found in the stored JSON
+/// text by its quoted name (names hold no quote or escape, `access::check_reader`), far cheaper
+/// per row than `json_each`. The one text both a filter's [`Condition::Readable`] and the ops
+/// listings use.
+pub fn readable(dialect: Dialect, row: &str, names: &[String]) -> Vec<Piece> {
+    let mut pieces = vec![Piece::Sql("COALESCE((SELECT (".to_owned())];
+    match dialect {
+        Dialect::Sqlite if names.is_empty() => pieces.push(Piece::Sql("0".to_owned())),
+        Dialect::Sqlite => {
+            for (index, name) in names.iter().enumerate() {
+                let or = if index == 0 { "" } else { " OR " };
+                pieces.push(Piece::Sql(format!("{or}instr(a.readers, ")));
+                pieces.push(Piece::Bind(Param::Text(format!("\"{name}\""))));
+                pieces.push(Piece::Sql(") > 0".to_owned()));
+            }
+        }
+        Dialect::Postgres => {
+            pieces.push(Piece::Sql("a.readers ?| ".to_owned()));
+            pieces.push(Piece::Bind(Param::Texts(names.to_vec())));
+            pieces.push(Piece::Sql("::text[]".to_owned()));
+        }
+    }
+    pieces.push(Piece::Sql(format!(
+        ") FROM source_access a WHERE a.dataset = {row}.dataset \
+         AND a.source_key = {row}.source_key), NOT EXISTS (SELECT 1 FROM dataset_access d \
+         WHERE d.dataset = {row}.dataset AND d.default_access = 'nobody'))"
+    )));
+    pieces
+}
+
 /// Writes `filter` as a condition on the `revisions` row aliased `alias`, numbering its
 /// parameters from `first`.
 pub fn compile(filter: &Filter, dialect: Dialect, alias: &str, first: usize) -> Compiled {
@@ -189,25 +231,14 @@ impl Writer<'_> {
             }
             (Condition::Metadata(name, test), dialect) => self.metadata(name, test, dialect),
             (Condition::Readable(names), dialect) => {
-                // The source's own readers when it names any, else its dataset's default: the
-                // same rule as `access::admits` over what `revision_facts` reads.
-                let list = self.strings(names);
-                let row = format!(
-                    "FROM source_access a WHERE a.dataset = {r}.dataset \
-                     AND a.source_key = {r}.source_key"
-                );
-                let named = match dialect {
-                    Dialect::Sqlite => format!(
-                        "EXISTS (SELECT 1 {row} AND EXISTS (SELECT 1 FROM json_each(a.readers) j \
-                         WHERE j.value IN {list}))"
-                    ),
-                    Dialect::Postgres => format!("EXISTS (SELECT 1 {row} AND a.readers ?| {list})"),
-                };
-                format!(
-                    "(CASE WHEN EXISTS (SELECT 1 {row}) THEN {named} ELSE NOT EXISTS (SELECT 1 \
-                     FROM dataset_access d WHERE d.dataset = {r}.dataset \
-                     AND d.default_access = 'nobody') END)"
-                )
+                let mut sql = String::new();
+                for piece in readable(dialect, &r, names) {
+                    match piece {
+                        Piece::Sql(text) => sql.push_str(&text),
+                        Piece::Bind(param) => sql.push_str(&self.param(param)),
+                    }
+                }
+                sql
             }
         }
     }

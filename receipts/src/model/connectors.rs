@@ -40,6 +40,43 @@ closed_enum! {
     }
 }
 
+closed_enum! {
+    /// Where a folder connector reads each file's readers from.
+    AccessFrom {
+        /// The file's owner, group, mode bits and POSIX ACL, mapped through the system's user
+        /// and group names.
+        Posix => "posix",
+    }
+}
+
+/// Who may read the sources a connector keeps ([`crate::access`]). Nothing set: the
+/// connector never touches access, and its sources follow whatever access changes name (or
+/// their dataset's default). Set, each run computes every file's readers and records the
+/// ones that changed as access changes: no new revision, nothing embedded again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ConnectorAccess {
+    /// Readers of every file that nothing else names (`user:<name>`, `service:<name>`,
+    /// `group:<name>`); unset: the dataset's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readers: Option<Vec<String>>,
+    /// A folder connector's readers from the file system (`posix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<AccessFrom>,
+    /// A git connector's rules file, a path inside the repository read at the run's commit
+    /// (docs/operations.md, "Connectors", gives its format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+impl ConnectorAccess {
+    /// Whether the connector keeps its sources' readers at all.
+    pub fn is_set(&self) -> bool {
+        self.readers.is_some() || self.from.is_some() || self.file.is_some()
+    }
+}
+
 /// A connector as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
@@ -62,6 +99,9 @@ pub struct Connector {
     pub max_file_bytes: i64,
     /// Time between the end of a run and the start of the next, in milliseconds.
     pub interval_ms: i64,
+    /// Who may read its sources, kept by each run.
+    #[serde(default)]
+    pub access: ConnectorAccess,
     /// Where it is in its life.
     pub state: ConnectorState,
     /// Set once removed: what happened to its sources.
@@ -111,6 +151,8 @@ pub struct NewConnector {
     pub max_file_bytes: i64,
     /// Time between runs, in milliseconds (at least 1 s).
     pub interval_ms: i64,
+    /// Who may read its sources.
+    pub access: ConnectorAccess,
 }
 
 /// A change to a connector: the one path for every connector state change.
@@ -227,6 +269,10 @@ pub struct SyncReport {
     /// Git trees read (a subtree whose id the last run recorded is not).
     #[serde(default)]
     pub trees_read: u64,
+    /// Sources whose readers the run changed (counted apart from content changes: an access
+    /// change is no new revision).
+    #[serde(default)]
+    pub access_changed: u64,
     /// Up to [`MAX_REPORTED_FILES`] files skipped, failed or in conflict.
     pub files: Vec<SyncFile>,
     /// Files beyond the cap that `files` leaves out.

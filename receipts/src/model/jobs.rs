@@ -53,6 +53,11 @@ closed_enum! {
         /// Run a connector: list its folder or git tree, accept what is new or changed and
         /// tombstone what is gone. It names its connector and no revision.
         Sync => "sync",
+        /// Write a source's readers in force onto its points in one generation's vector store
+        /// and read them back: queued by an access change, one per live generation that holds
+        /// vectors. It names its source and generation and no revision; nothing is chunked or
+        /// embedded again.
+        Access => "access",
     }
 }
 

@@ -64,9 +64,9 @@ mod sources;
 
 pub use chunks::{ChunkRef, ChunkRow, ChunkSummary};
 pub use connectors::{
-    owner_of, Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorFile,
-    ConnectorKind, ConnectorState, NewConnector, Removal, SyncFile, SyncProgress, SyncReport,
-    SyncRun, MAX_REPORTED_FILES,
+    owner_of, AccessFrom, Connector, ConnectorAccess, ConnectorChange, ConnectorChanged,
+    ConnectorCommand, ConnectorFile, ConnectorKind, ConnectorState, NewConnector, Removal,
+    SyncFile, SyncProgress, SyncReport, SyncRun, MAX_REPORTED_FILES,
 };
 pub use counts::{DatasetSummary, LedgerCounts};
 pub use drift::{

@@ -37,9 +37,19 @@ pub struct Submission {
     pub validity: crate::validity::Validity,
     /// The change itself.
     pub change: Change,
+    /// The readers a put names ([`crate::access`], checked); `None`: the source's readers
+    /// stay as they are. Recorded in the acceptance's own transaction, and only when the put
+    /// is accepted (a duplicate included): a refused put changes nobody's access.
+    pub readers: Option<Vec<String>>,
 }
 
 impl Submission {
+    /// The same submission, naming its readers.
+    pub fn read_by(mut self, readers: Vec<String>) -> Submission {
+        self.readers = Some(readers);
+        self
+    }
+
     /// The same submission, holding over `validity`.
     pub fn valid(mut self, validity: crate::validity::Validity) -> Submission {
         self.validity = validity;
@@ -77,6 +87,7 @@ impl Submission {
                 tags: Vec::new(),
                 metadata: serde_json::Map::new(),
             }),
+            readers: None,
         }
     }
 }

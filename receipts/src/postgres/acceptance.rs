@@ -225,11 +225,27 @@ impl Acceptor for PostgresLedger {
     }
 
     async fn change_access(&self, change: crate::access::AccessChange) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        let now = self.now(&mut tx).await?;
-        super::access::change(&mut tx, change, now).await?;
-        tx.commit().await?;
-        Ok(())
+        let started = std::time::Instant::now();
+        let observed = change.clone();
+        let result = async {
+            // Journalled before it is committed: a restore from an older backup makes it
+            // again.
+            if let Some(writer) = self.journal_writer() {
+                let now = self.now_outside().await?;
+                writer
+                    .append(crate::journal::JournalEntry::access(&change, now))
+                    .await?;
+            }
+            let mut tx = self.pool.begin().await?;
+            let now = self.now(&mut tx).await?;
+            let attempts = self.options.job_policies.access.max_attempts;
+            super::access::change(&mut tx, change, now, attempts).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        crate::access::observe(&observed, started, result.is_ok());
+        result
     }
 }
 
@@ -398,6 +414,17 @@ impl PostgresLedger {
         let validity = ValidityRows::of(wave, &outcomes);
         if !validity.is_empty() {
             write_validity(tx, &validity).await?;
+        }
+        // The readers an accepted put names, in the same transaction: a refused put changes
+        // nobody's access.
+        for (item, outcome) in wave.iter().zip(&outcomes) {
+            if matches!(outcome, Outcome::Refused(_)) {
+                continue;
+            }
+            if let Some(change) = item.access_change() {
+                let attempts = self.options.job_policies.access.max_attempts;
+                super::access::change(tx, change, now, attempts).await?;
+            }
         }
 
         Ok(wave

@@ -8,11 +8,53 @@ use crate::access::{AccessChange, AccessRecord, DefaultAccess};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 
-/// Applies one change inside the caller's transaction.
+/// Queues the access jobs of one source's readers change (see [`crate::access`]): one per
+/// live generation holding vectors, unless one is already pending there or that generation's
+/// projection of the source waits to run (it reads the readers when it runs; a running one reads
+/// them again once its points are current, and a change after that queues a job).
+async fn queue(
+    connection: &mut PgConnection,
+    dataset: &str,
+    source_key: &str,
+    max_attempts: i64,
+    now: Micros,
+    cause: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state, \
+           priority, attempt, max_attempts, run_at, run_at_rule, created_at, changed_by, \
+           change_cause, changed_at, generation) \
+         SELECT gen_random_uuid(), NULL, NULL, $1, $2, 'access', 'pending', $3, 0, $4, $5, \
+           'access changed', $5, $6, $7, $5, g.id \
+         FROM generations g \
+         WHERE g.state IN ('building', 'active', 'standby') AND g.backends ? 'vector' \
+           AND EXISTS (SELECT 1 FROM sources s WHERE s.dataset = $1 AND s.source_key = $2) \
+           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.kind = 'access' AND j.state = 'pending' \
+             AND j.dataset = $1 AND j.source_key = $2 AND j.generation = g.id) \
+           AND NOT EXISTS (SELECT 1 FROM sources s JOIN jobs p ON p.revision_id = s.head_revision_id \
+             WHERE s.dataset = $1 AND s.source_key = $2 AND p.generation = g.id \
+               AND p.kind IN ('project', 'tombstone') \
+               AND p.state IN ('pending', 'retry_wait'))",
+    )
+    .bind(dataset)
+    .bind(source_key)
+    .bind(crate::access::ACCESS_PRIORITY)
+    .bind(max_attempts)
+    .bind(now)
+    .bind(crate::access::ACCESS_QUEUER)
+    .bind(cause)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+/// Applies one change inside the caller's transaction; a change to a source's readers queues
+/// its access jobs (`access_attempts`: their attempts).
 pub(super) async fn change(
     connection: &mut PgConnection,
     change: AccessChange,
     now: Micros,
+    access_attempts: i64,
 ) -> Result<()> {
     match change {
         AccessChange::Source {
@@ -22,7 +64,7 @@ pub(super) async fn change(
             actor,
             reason,
         } => {
-            sqlx::query(
+            let written = sqlx::query(
                 "INSERT INTO source_access (dataset, source_key, readers, version, changed_by, \
                  change_cause, changed_at) VALUES ($1, $2, $3, 1, $4, $5, $6) \
                  ON CONFLICT (dataset, source_key) DO UPDATE SET readers = excluded.readers, \
@@ -38,6 +80,18 @@ pub(super) async fn change(
             .bind(now)
             .execute(&mut *connection)
             .await?;
+            if written.rows_affected() > 0 {
+                let cause = format!("readers set: {reason}");
+                queue(
+                    connection,
+                    &dataset,
+                    &source_key,
+                    access_attempts,
+                    now,
+                    &cause,
+                )
+                .await?;
+            }
         }
         AccessChange::Source {
             dataset,
@@ -47,7 +101,7 @@ pub(super) async fn change(
             reason,
         } => {
             // Back to the dataset's default: history keeps the readers the row had.
-            sqlx::query(
+            let gone = sqlx::query(
                 "WITH gone AS (DELETE FROM source_access WHERE dataset = $1 AND source_key = $2 \
                  RETURNING readers) \
                  SELECT history_add(true, $3, 'access', $1 || '/' || $2, 'readers', \
@@ -60,6 +114,18 @@ pub(super) async fn change(
             .bind(&reason)
             .execute(&mut *connection)
             .await?;
+            if gone.rows_affected() > 0 {
+                let cause = format!("readers handed back to the dataset default: {reason}");
+                queue(
+                    connection,
+                    &dataset,
+                    &source_key,
+                    access_attempts,
+                    now,
+                    &cause,
+                )
+                .await?;
+            }
         }
         AccessChange::Dataset {
             dataset,

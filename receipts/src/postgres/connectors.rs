@@ -34,6 +34,8 @@ fn connector_from_row(row: &PgRow) -> Result<Connector> {
         exclude: globs("exclude")?,
         max_file_bytes: row.try_get("max_file_bytes")?,
         interval_ms: row.try_get("interval_ms")?,
+        access: serde_json::from_value(row.try_get::<serde_json::Value, _>("access")?)
+            .map_err(|error| LedgerError::Corrupt(format!("connector access: {error}")))?,
         state: parse_enum(&row.try_get::<String, _>("state")?)?,
         removal: row
             .try_get::<Option<String>, _>("removal")?
@@ -124,9 +126,9 @@ impl PostgresLedger {
             sqlx::query(
                 "INSERT INTO connectors (id, dataset, kind, location, git_ref, include, exclude, \
                    max_file_bytes, interval_ms, state, created_by, reason, created_at, \
-                   changed_by, change_cause, changed_at) \
+                   changed_by, change_cause, changed_at, access) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $10, \
-                   'created: ' || $11, $12)",
+                   'created: ' || $11, $12, $13)",
             )
             .bind(id)
             .bind(&new.dataset)
@@ -140,6 +142,7 @@ impl PostgresLedger {
             .bind(&actor)
             .bind(&reason)
             .bind(now)
+            .bind(serde_json::json!(new.access))
             .execute(&mut *tx)
             .await?;
             let connector = load(&mut tx, id, false).await?;
@@ -367,7 +370,7 @@ impl Connectors for PostgresLedger {
         let rows = sqlx::query(
             "SELECT jobs.*, report.report AS sync_report FROM jobs \
              LEFT JOIN sync_reports report ON report.job_id = jobs.id \
-             WHERE jobs.connector_id = $1 ORDER BY jobs.created_at DESC, jobs.id DESC LIMIT $2",
+             WHERE jobs.connector_id = $1 ORDER BY jobs.created_at DESC, jobs.run_at DESC, jobs.id DESC LIMIT $2",
         )
         .bind(id)
         .bind(i64::from(limit.clamp(1, 100)))

@@ -268,7 +268,9 @@ impl Leases for PostgresLedger {
         let now = self.now(&mut tx).await?;
         let job = load(&mut tx, job_id).await?;
         let is_current: bool = sqlx::query_scalar(
-            "SELECT CASE WHEN $4::uuid IS NULL THEN EXISTS (SELECT 1 FROM sources \
+            "SELECT CASE WHEN $3::uuid IS NULL AND $4::uuid IS NULL THEN EXISTS (SELECT 1 \
+                 FROM sources WHERE dataset = $1 AND source_key = $2) \
+               WHEN $4::uuid IS NULL THEN EXISTS (SELECT 1 FROM sources \
                  WHERE dataset = $1 AND source_key = $2 AND head_revision_id = $3) \
                ELSE EXISTS (SELECT 1 FROM connectors WHERE id = $4 AND state = 'active') \
                  AND NOT EXISTS (SELECT 1 FROM jobs WHERE connector_id = $4 \

@@ -155,6 +155,8 @@ pub struct PostgresLedger {
     token_cache: Arc<tokens::TokenCache>,
     /// Stops the listener when the last clone of the ledger is dropped.
     _listener: Arc<ListenerGuard>,
+    /// Appends access changes to this process's erasure journal in groups (`None`: none).
+    journal_writer: Option<Arc<crate::journal::JournalWriter>>,
 }
 
 /// Applies the ledger's migrations to the database at `url` and says what it did. Safe to run
@@ -271,7 +273,9 @@ impl PostgresLedger {
             token_cache.clone(),
         ));
         let committers = options.committers.max(1);
+        let journal_writer = crate::journal::JournalWriter::for_ledger(options.journal.as_deref())?;
         let mut ledger = Self {
+            journal_writer,
             pool,
             clock,
             faults,
@@ -319,9 +323,14 @@ impl PostgresLedger {
     }
 
     /// The ledger's `now` outside a transaction (the erasure journal's time).
-    async fn now_outside(&self) -> Result<Micros> {
+    pub(crate) async fn now_outside(&self) -> Result<Micros> {
         let mut connection = self.pool.acquire().await?;
         self.now(&mut connection).await
+    }
+
+    /// The writer of this process's erasure journal, if it keeps one.
+    pub(crate) fn journal_writer(&self) -> Option<&crate::journal::JournalWriter> {
+        self.journal_writer.as_deref()
     }
 
     /// Appends `entry` to this process's erasure journal, if it keeps one.

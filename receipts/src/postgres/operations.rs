@@ -48,6 +48,30 @@ fn push_conditions(query: &mut QueryBuilder<'_, Postgres>, filter: &JobFilter) {
             .push(" AND last_error_code = ")
             .push_bind(code.clone());
     }
+    if let Some(names) = &filter.readable_by {
+        query.push(" AND ");
+        for piece in
+            crate::filter::sql::readable(crate::filter::sql::Dialect::Postgres, "jobs", names)
+        {
+            match piece {
+                crate::filter::sql::Piece::Sql(text) => {
+                    query.push(text);
+                }
+                crate::filter::sql::Piece::Bind(crate::filter::sql::Param::Text(text)) => {
+                    query.push_bind(text);
+                }
+                crate::filter::sql::Piece::Bind(crate::filter::sql::Param::Texts(texts)) => {
+                    query.push_bind(texts);
+                }
+                crate::filter::sql::Piece::Bind(crate::filter::sql::Param::Int(value)) => {
+                    query.push_bind(value);
+                }
+                crate::filter::sql::Piece::Bind(crate::filter::sql::Param::Real(value)) => {
+                    query.push_bind(value);
+                }
+            }
+        }
+    }
 }
 
 #[async_trait]

@@ -305,6 +305,30 @@ impl Reader for PostgresLedger {
         super::access::of(&self.pool, dataset, source_key).await
     }
 
+    async fn named_readers(
+        &self,
+        dataset: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<(String, Vec<String>)>> {
+        // Byte order on both engines, so a cursor pages the same way.
+        sqlx::query("SELECT source_key, readers FROM source_access WHERE dataset = $1 AND ($2::text IS NULL OR source_key COLLATE \"C\" > $2::text COLLATE \"C\") ORDER BY source_key COLLATE \"C\" LIMIT $3")
+            .bind(dataset)
+            .bind(after)
+            .bind(i64::from(limit.min(crate::model::MAX_LISTING_PAGE)))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| {
+                let readers: serde_json::Value = row.try_get("readers")?;
+                Ok((
+                    row.try_get("source_key")?,
+                    crate::access::StoredReaders::readers(readers)?,
+                ))
+            })
+            .collect()
+    }
+
     async fn revision_facts(&self, revision_ids: &[Uuid]) -> Result<Vec<RevisionFacts>> {
         if revision_ids.is_empty() {
             return Ok(Vec::new());

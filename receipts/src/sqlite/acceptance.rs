@@ -41,6 +41,23 @@ impl Acceptor for SqliteLedger {
     }
 
     async fn change_access(&self, change: crate::access::AccessChange) -> Result<()> {
-        self.submit(|reply| WriteOp::Access(change, reply)).await?
+        let started = std::time::Instant::now();
+        let observed = change.clone();
+        let result = async {
+            // Journalled before it is committed: a restore from an older backup makes it
+            // again, so a revoked reader stays revoked.
+            if let Some(writer) = &self.journal_writer {
+                writer
+                    .append(crate::journal::JournalEntry::access(
+                        &change,
+                        self.clock.now_micros(),
+                    ))
+                    .await?;
+            }
+            self.submit(|reply| WriteOp::Access(change, reply)).await?
+        }
+        .await;
+        crate::access::observe(&observed, started, result.is_ok());
+        result
     }
 }

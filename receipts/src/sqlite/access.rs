@@ -10,6 +10,65 @@ use crate::access::{AccessChange, AccessRecord, DefaultAccess};
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 
+/// The statement that queues access jobs for one source (see [`crate::access`]): one per live
+/// generation holding vectors, unless one is already pending there or that generation's
+/// projection of the source waits to run (it reads the readers when it runs; a running one reads
+/// them again once its points are current, and a change after that queues a job). Each argument is
+/// an SQL expression: the dataset, the key, the time and the job's cause.
+fn queue_statement(dataset: &str, key: &str, at: &str, cause: &str) -> String {
+    format!(
+        "INSERT INTO jobs (id, revision_id, connector_id, dataset, source_key, kind, state, \
+           priority, max_attempts, run_at, run_at_rule, created_at, changed_by, change_cause, \
+           changed_at, generation) \
+         SELECT {uuid}, NULL, NULL, {dataset}, {key}, 'access', 'pending', {priority}, \
+           (SELECT max_attempts FROM job_policies WHERE kind = 'access'), {at}, \
+           'access changed', {at}, '{queuer}', {cause}, {at}, g.id \
+         FROM generations AS g \
+         WHERE g.state IN ('building', 'active', 'standby') \
+           AND EXISTS (SELECT 1 FROM json_each(g.backends) AS b WHERE b.value = 'vector') \
+           AND EXISTS (SELECT 1 FROM sources AS s WHERE s.dataset = {dataset} \
+                       AND s.source_key = {key}) \
+           AND NOT EXISTS (SELECT 1 FROM jobs AS j INDEXED BY jobs_pending_access \
+             WHERE j.kind = 'access' AND j.state = 'pending' AND j.dataset = {dataset} \
+               AND j.source_key = {key} AND j.generation = g.id) \
+           AND NOT EXISTS (SELECT 1 FROM sources AS s JOIN jobs AS p INDEXED BY jobs_by_revision \
+               ON p.revision_id = s.head_revision_id \
+             WHERE s.dataset = {dataset} AND s.source_key = {key} \
+               AND p.generation = g.id AND p.kind IN ('project', 'tombstone') \
+               AND p.state IN ('pending', 'retry_wait'))",
+        uuid = super::generations::SQL_UUID,
+        priority = crate::access::ACCESS_PRIORITY,
+        queuer = crate::access::ACCESS_QUEUER,
+    )
+}
+
+/// The writer's triggers that queue access jobs when a source's readers are set or changed
+/// ([`queue_statement`]). Temporary: they read the writer's `job_policies`, and naming
+/// readers stays one statement.
+pub(crate) fn queue_triggers() -> String {
+    ["insert", "update"]
+        .iter()
+        .map(|event| {
+            let cause = "'readers set: ' || NEW.change_cause";
+            format!(
+                "CREATE TEMP TRIGGER IF NOT EXISTS access_queue_{event} AFTER {upper} ON \
+                 main.source_access BEGIN {statement}; END;",
+                upper = event.to_uppercase(),
+                statement =
+                    queue_statement("NEW.dataset", "NEW.source_key", "NEW.changed_at", cause),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether [`change`] writes `change` with one statement (naming readers, a dataset's
+/// default; the access jobs it queues are written by triggers inside it), which is atomic
+/// without a savepoint; handing a source back to its default takes three.
+pub(crate) fn one_statement(change: &AccessChange) -> bool {
+    !matches!(change, AccessChange::Source { readers: None, .. })
+}
+
 /// Applies one change (inside the writer's transaction).
 pub(crate) async fn change(
     connection: &mut SqliteConnection,
@@ -73,6 +132,15 @@ pub(crate) async fn change(
                 sqlx::query("DELETE FROM source_access WHERE dataset = ?1 AND source_key = ?2")
                     .bind(&dataset)
                     .bind(&source_key)
+                    .execute(&mut *connection)
+                    .await?;
+                sqlx::query(&queue_statement("?1", "?2", "?3", "?4"))
+                    .bind(&dataset)
+                    .bind(&source_key)
+                    .bind(now)
+                    .bind(format!(
+                        "readers handed back to the dataset default: {reason}"
+                    ))
                     .execute(&mut *connection)
                     .await?;
             }

@@ -63,6 +63,8 @@ pub(crate) fn connector_from_row(row: &SqliteRow) -> Result<Connector> {
         exclude: globs("exclude")?,
         max_file_bytes: row.try_get("max_file_bytes")?,
         interval_ms: row.try_get("interval_ms")?,
+        access: serde_json::from_str(&row.try_get::<String, _>("access")?)
+            .map_err(|error| LedgerError::Corrupt(format!("connector access: {error}")))?,
         state: parse_enum(&row.try_get::<String, _>("state")?)?,
         removal: row
             .try_get::<Option<String>, _>("removal")?
@@ -143,9 +145,9 @@ async fn change(
             sqlx::query(
                 "INSERT INTO connectors (id, dataset, kind, location, git_ref, include, exclude, \
                    max_file_bytes, interval_ms, state, created_by, reason, created_at, \
-                   changed_by, change_cause, changed_at) \
+                   changed_by, change_cause, changed_at, access) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', ?10, ?11, ?12, ?10, \
-                   'created: ' || ?11, ?12)",
+                   'created: ' || ?11, ?12, ?13)",
             )
             .bind(id.to_string())
             .bind(&new.dataset)
@@ -159,6 +161,7 @@ async fn change(
             .bind(&actor)
             .bind(&reason)
             .bind(now)
+            .bind(json_text(&new.access))
             .execute(&mut *connection)
             .await?;
             let connector = load(connection, id).await?;

@@ -88,6 +88,8 @@ pub struct SqliteLedger {
     pub(super) writer: mpsc::Sender<WriteOp>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) options: Arc<SqliteOptions>,
+    /// Appends access changes to the erasure journal in groups (`None`: no journal).
+    pub(super) journal_writer: Option<Arc<crate::journal::JournalWriter>>,
 }
 
 impl SqliteLedger {
@@ -112,7 +114,7 @@ impl SqliteLedger {
             })?;
         }
         let connect = connect_options(&options.path, options.busy_timeout);
-        let mut write_connection = connect
+        let writer_options = connect
             .clone()
             .create_if_missing(true)
             // The writer keeps a large page cache and checkpoints the WAL in bigger steps, so
@@ -124,20 +126,26 @@ impl SqliteLedger {
             .pragma("wal_autocheckpoint", "0")
             // Freed cells and pages are overwritten with zeros, so that no deleted byte (an
             // erased document above all) lingers in free space once the WAL is checkpointed.
-            .pragma("secure_delete", "ON")
-            .connect()
-            .await?;
+            .pragma("secure_delete", "ON");
+        let mut write_connection = writer_options.clone().connect().await?;
         let failed = |error| {
             LedgerError::Unavailable(format!("migrating {}: {error}", options.path.display()))
         };
         let migrator = crate::migrations::sqlite().await.map_err(failed)?;
         migrator.run(&mut write_connection).await.map_err(failed)?;
+        // A fresh connection parses the schema the migrations left: a migration that edits a
+        // table's checks in place (`writable_schema`) is then in force for the writer too.
+        write_connection.close().await?;
+        let mut write_connection = writer_options.connect().await?;
         super::verify::fill_buckets(&mut write_connection).await?;
         sqlx::raw_sql(steps::TABLES)
             .execute(&mut write_connection)
             .await?;
         let trigger = steps::trigger();
         sqlx::raw_sql(&trigger)
+            .execute(&mut write_connection)
+            .await?;
+        sqlx::raw_sql(&super::access::queue_triggers())
             .execute(&mut write_connection)
             .await?;
         for (kind, policy) in options.job_policies.all() {
@@ -190,6 +198,7 @@ impl SqliteLedger {
             sender.downgrade(),
             options.busy_timeout,
         ));
+        let journal_writer = crate::journal::JournalWriter::for_ledger(options.journal.as_deref())?;
         Ok(Self {
             reads,
             faults,
@@ -197,6 +206,7 @@ impl SqliteLedger {
             writer: sender,
             clock,
             options,
+            journal_writer,
         })
     }
 
@@ -745,7 +755,7 @@ impl Connectors for SqliteLedger {
         let rows = sqlx::query(
             "SELECT jobs.*, report.report AS sync_report FROM jobs \
              LEFT JOIN sync_reports AS report ON report.job_id = jobs.id \
-             WHERE jobs.connector_id = ? ORDER BY jobs.created_at DESC, jobs.id DESC LIMIT ?",
+             WHERE jobs.connector_id = ? ORDER BY jobs.created_at DESC, jobs.run_at DESC, jobs.id DESC LIMIT ?",
         )
         .bind(id.to_string())
         .bind(i64::from(limit.clamp(1, 100)))

@@ -226,6 +226,123 @@ pub async fn access_changes_are_one_audited_path(harness: Harness) {
     let defaults = must(harness.ledger.history("access", "docs").await, "history");
     assert_eq!(defaults.len(), 2, "closed, then open again: {defaults:?}");
 
+    // A new revision keeps the source's readers; changes racing new revisions end with the
+    // last change, whatever the interleaving, and every revision is read by it.
+    set_readers(&harness, "docs", "wiki/home.md", Some(&["group:eng"])).await;
+    must_accept(
+        &harness,
+        put("docs", "wiki/home.md", "welcome, edited lantern"),
+    )
+    .await;
+    assert!(may(&bob, "wiki/home.md").await);
+    assert!(!may(&alice, "wiki/home.md").await);
+    let mut racing = Vec::new();
+    for round in 0..8 {
+        let ledger = harness.ledger.clone();
+        racing.push(tokio::spawn(async move {
+            let readers = if round % 2 == 0 {
+                vec!["user:alice".to_owned()]
+            } else {
+                vec!["group:eng".to_owned()]
+            };
+            ledger
+                .change_access(AccessChange::Source {
+                    dataset: "docs".to_owned(),
+                    source_key: "wiki/home.md".to_owned(),
+                    readers: Some(readers),
+                    actor: "test:conformance".to_owned(),
+                    reason: format!("race {round}"),
+                })
+                .await
+        }));
+        let ledger = harness.ledger.clone();
+        racing.push(tokio::spawn(async move {
+            ledger
+                .accept(vec![put(
+                    "docs",
+                    "wiki/home.md",
+                    &format!("edit {round} lantern"),
+                )])
+                .await
+                .into_iter()
+                .try_for_each(|result| result.map(|_| ()))
+        }));
+    }
+    for task in racing {
+        must(task.await.expect("a racing task"), "racing change or put");
+    }
+    set_readers(&harness, "docs", "wiki/home.md", Some(&["user:bob"])).await;
+    let source = must(
+        harness.ledger.source("docs", "wiki/home.md").await,
+        "source",
+    )
+    .expect("the source");
+    assert!(
+        source.revisions.len() >= 10,
+        "{} revisions",
+        source.revisions.len()
+    );
+    assert!(may(&bob, "wiki/home.md").await);
+    assert!(!may(&alice, "wiki/home.md").await);
+
+    // An erased source is gone for every reader; its readers stay with its key (fail closed:
+    // a document ingested again under it is read by the same readers until they change).
+    must(
+        harness
+            .ledger
+            .erase(ErasureRequest {
+                dataset: "docs".to_owned(),
+                source_key: "wiki/home.md".to_owned(),
+                actor: "test:conformance".to_owned(),
+                reason: "conformance".to_owned(),
+            })
+            .await,
+        "erase",
+    );
+    let readable = restrict(None, bob.clone());
+    let left = selection(&harness, &readable).await;
+    let facts = must(harness.ledger.revision_facts(&left).await, "facts");
+    assert!(
+        facts.iter().all(|fact| fact.source_key != "wiki/home.md"),
+        "an erased source is selected for nobody"
+    );
+    let record = must(
+        harness.ledger.access_of("docs", "wiki/home.md").await,
+        "access of",
+    );
+    assert_eq!(record.readers, Some(vec!["user:bob".to_owned()]));
+    must_accept(&harness, put("docs", "wiki/home.md", "back again lantern")).await;
+    assert!(!may(&alice, "wiki/home.md").await);
+    assert!(may(&bob, "wiki/home.md").await);
+
+    // The sources that name readers, listed by key and paged, one dataset at a time.
+    set_readers(&harness, "docs", "hr/pay.md", Some(&["group:hr"])).await;
+    set_readers(&harness, "other", "z.md", Some(&["user:zed"])).await;
+    let listed = must(
+        harness.ledger.named_readers("docs", None, 1000).await,
+        "named readers",
+    );
+    assert_eq!(
+        listed,
+        vec![
+            ("hr/pay.md".to_owned(), vec!["group:hr".to_owned()]),
+            ("wiki/home.md".to_owned(), vec!["user:bob".to_owned()]),
+        ]
+    );
+    let first = must(
+        harness.ledger.named_readers("docs", None, 1).await,
+        "first page",
+    );
+    assert_eq!(first.len(), 1);
+    let rest = must(
+        harness
+            .ledger
+            .named_readers("docs", Some(&first[0].0), 1000)
+            .await,
+        "next page",
+    );
+    assert_eq!(rest, listed[1..].to_vec());
+
     // Malformed readers never reach the ledger's tables through the checked path.
     let refused = receipts::access::SourceAccess {
         readers: vec!["alice".to_owned()],
@@ -340,5 +457,147 @@ pub async fn readable_sources_are_selected_exactly(harness: Harness) {
         heads.len(),
         1,
         "alice now reads z only (another, open dataset)"
+    );
+}
+
+/// A put's readers are recorded in its acceptance's own transaction: an accepted put (a
+/// duplicate too) sets them, with its actor in history; a refused one (blocked content, a key
+/// a connector owns, readers that are not names) changes nobody's access, so a failing put
+/// can never widen who reads the revision already there.
+pub async fn a_puts_readers_hold_only_when_it_is_accepted(harness: Harness) {
+    let ledger = &harness.ledger;
+    must_accept(
+        &harness,
+        put("docs", "a.md", "alpha lantern").read_by(vec!["user:alice".to_owned()]),
+    )
+    .await;
+    let record = must(ledger.access_of("docs", "a.md").await, "access of");
+    assert_eq!(record.readers, Some(vec!["user:alice".to_owned()]));
+    assert_eq!(record.changed_by.as_deref(), Some("test:conformance"));
+    // The same bytes again, naming bob: a duplicate, and its readers hold.
+    let again = must(
+        ledger
+            .accept(vec![put("docs", "a.md", "alpha lantern")
+                .read_by(vec!["user:bob".to_owned(), "user:alice".to_owned()])])
+            .await
+            .pop()
+            .expect("one result"),
+        "duplicate",
+    );
+    assert_eq!(again.status, receipts::model::AcceptStatus::Duplicate);
+    assert_eq!(
+        must(ledger.access_of("docs", "a.md").await, "access of").readers,
+        Some(vec!["user:alice".to_owned(), "user:bob".to_owned()])
+    );
+    // Blocked content naming everyone: refused, and the readers are as they were.
+    must(
+        ledger
+            .block_content(receipts::model::ContentBlock {
+                dataset: "docs".to_owned(),
+                sha256: receipts::ids::sha256_hex(b"blocked lantern"),
+                reason: "retracted".to_owned(),
+                actor: "token:curator".to_owned(),
+            })
+            .await,
+        "block",
+    );
+    let refused = ledger
+        .accept(vec![
+            put("docs", "a.md", "blocked lantern").read_by(vec!["user:mallory".to_owned()])
+        ])
+        .await
+        .pop()
+        .expect("one result");
+    assert!(refused.is_err(), "{refused:?}");
+    // Readers that are not names: refused before anything is written.
+    let malformed = ledger
+        .accept(vec![
+            put("docs", "b.md", "beta lantern").read_by(vec!["mallory".to_owned()])
+        ])
+        .await
+        .pop()
+        .expect("one result");
+    assert!(
+        malformed.is_err_and(|error| error.code() == "invalid_access"),
+        "a reader needs its kind"
+    );
+    assert!(must(ledger.source("docs", "b.md").await, "source").is_none());
+    let record = must(ledger.access_of("docs", "a.md").await, "access of");
+    assert_eq!(
+        record.readers,
+        Some(vec!["user:alice".to_owned(), "user:bob".to_owned()])
+    );
+    assert_eq!(record.version, 2, "two accepted puts, two changes");
+    assert!(!must(
+        ledger
+            .may_read(Some(&names("user:mallory", &[])), "docs", "a.md")
+            .await,
+        "may read"
+    ));
+}
+
+/// A change to a source's readers queues one `access` job per live vector generation, in the
+/// change's own transaction: none while the source's projection waits to run (it reads the
+/// readers when it runs), one pending at most per source (it reads them when it runs), a
+/// new one once the last is running; none for a source that does not exist, a change that
+/// changes nothing or a dataset's default.
+pub async fn access_changes_queue_access_jobs(harness: Harness) {
+    use receipts::JobKind;
+    let ledger = &harness.ledger;
+    let generation = super::activate_test_generation(&harness).await;
+    must_accept(&harness, put("docs", "a.md", "alpha")).await;
+    // The projection waits to run: it writes the readers itself.
+    set_readers(&harness, "docs", "a.md", Some(&["user:a"])).await;
+    let (project, token) = super::claim_one(&harness, "worker").await;
+    assert_eq!(project.kind, JobKind::Project);
+    must(ledger.complete(&token).await, "complete the projection");
+    assert!(must(ledger.claim("worker", 10).await, "claim").is_empty());
+
+    set_readers(&harness, "docs", "a.md", Some(&["user:b"])).await;
+    let (access, _running) = super::claim_one(&harness, "worker").await;
+    assert_eq!(access.kind, JobKind::Access);
+    assert_eq!(
+        (access.dataset.as_str(), access.source_key.as_str()),
+        ("docs", "a.md")
+    );
+    assert_eq!(access.revision_id, None);
+    assert_eq!(access.connector_id, None);
+    assert_eq!(access.generation.as_deref(), Some(generation.id.as_str()));
+    assert_eq!(access.priority, receipts::access::ACCESS_PRIORITY);
+
+    // While it runs, a change queues another; further changes share that pending one.
+    set_readers(&harness, "docs", "a.md", Some(&["user:c"])).await;
+    set_readers(&harness, "docs", "a.md", Some(&["user:d"])).await;
+    let claimed = must(ledger.claim("worker", 10).await, "claim");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].kind, JobKind::Access);
+
+    // Back to the dataset's default is a change too.
+    set_readers(&harness, "docs", "a.md", None).await;
+    let claimed = must(ledger.claim("worker", 10).await, "claim");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert!(
+        claimed[0].change_cause.contains("claimed"),
+        "{:?}",
+        claimed[0]
+    );
+
+    // Nothing to write: the same readers, a source that does not exist, a dataset default.
+    set_readers(&harness, "docs", "a.md", None).await;
+    set_readers(&harness, "docs", "missing.md", Some(&["user:a"])).await;
+    set_default(&harness, "docs", DefaultAccess::Nobody).await;
+    assert!(must(ledger.claim("worker", 10).await, "claim").is_empty());
+
+    // The history names who queued the jobs and why.
+    let queued = must(
+        ledger.history("job", &access.id.to_string()).await,
+        "history",
+    );
+    assert!(
+        queued
+            .iter()
+            .any(|entry| entry.actor == receipts::access::ACCESS_QUEUER
+                && entry.cause.contains("conformance")),
+        "{queued:?}"
     );
 }

@@ -20,6 +20,7 @@ fn folder(dataset: &str) -> NewConnector {
         exclude: vec![],
         max_file_bytes: 1 << 20,
         interval_ms: 60_000,
+        access: Default::default(),
     }
 }
 
@@ -173,6 +174,33 @@ pub async fn connector_changes_go_through_one_path(harness: Harness) {
         must(ledger.connector(id).await, "connector").map(|c| c.state),
         Some(ConnectorState::Removed)
     );
+    // Access settings are kept as given, and checked like every reader list.
+    let access = receipts::model::ConnectorAccess {
+        readers: Some(vec!["group:staff".to_owned()]),
+        from: Some(receipts::model::AccessFrom::Posix),
+        file: None,
+    };
+    let kept = must(
+        ledger
+            .change_connector(command(ConnectorChange::Create(NewConnector {
+                access: access.clone(),
+                ..folder("posix")
+            })))
+            .await,
+        "a connector with access settings",
+    );
+    let stored = must(ledger.connector(kept.connector.id).await, "read back");
+    assert_eq!(stored.map(|connector| connector.access), Some(access));
+    let bad_readers = ledger
+        .change_connector(command(ConnectorChange::Create(NewConnector {
+            access: receipts::model::ConnectorAccess {
+                readers: Some(vec!["staff".to_owned()]),
+                ..Default::default()
+            },
+            ..folder("docs")
+        })))
+        .await;
+    assert!(bad_readers.is_err_and(|error| error.code() == "invalid_access"));
 }
 
 /// A run is a leased job: claimed once, its progress fenced by its lease, its index and report

@@ -157,6 +157,7 @@ fn put(key: &str, document: Document) -> Submission {
         connector: None,
         validity: Default::default(),
         change: Change::Put(document),
+        readers: None,
     }
 }
 

@@ -76,6 +76,7 @@ pub fn delete(dataset: &str, key: &str) -> Submission {
         change: Change::Delete {
             reason: Some("test".to_owned()),
         },
+        readers: None,
     }
 }
 
@@ -259,6 +260,8 @@ macro_rules! ledger_conformance {
             tokens_authenticate,
             tokens_carry_an_identity,
             access_changes_are_one_audited_path,
+            a_puts_readers_hold_only_when_it_is_accepted,
+            access_changes_queue_access_jobs,
             readable_sources_are_selected_exactly,
             verify_reads_a_bucket_of_settled_heads,
             verify_passes_go_through_one_path,

@@ -125,6 +125,59 @@ pub async fn operations_read_jobs_activity_and_events(harness: Harness) {
         "page",
     );
     assert_eq!((paged.total, paged.jobs.len()), (3, 1));
+    // A caller reading as an identity sees the jobs of sources it may read, counted alike.
+    let change = |dataset: &str, key: Option<&str>, reader: Option<&str>| {
+        let change = match key {
+            Some(key) => receipts::access::AccessChange::Source {
+                dataset: dataset.to_owned(),
+                source_key: key.to_owned(),
+                readers: reader.map(|reader| vec![reader.to_owned()]),
+                actor: "test:conformance".to_owned(),
+                reason: "conformance".to_owned(),
+            },
+            None => receipts::access::AccessChange::Dataset {
+                dataset: dataset.to_owned(),
+                default: if reader.is_some() {
+                    receipts::access::DefaultAccess::Nobody
+                } else {
+                    receipts::access::DefaultAccess::Everyone
+                },
+                actor: "test:conformance".to_owned(),
+                reason: "conformance".to_owned(),
+            },
+        };
+        async move { must(ledger.change_access(change).await, "change access") }
+    };
+    let as_names = |who: &str| Some(vec![who.to_owned(), "group:staff".to_owned()]);
+    let b_key = by_text.jobs[0].source_key.clone();
+    change("docs", Some(&b_key), Some("user:bob")).await;
+    let alice = find(JobFilter {
+        readable_by: as_names("user:alice"),
+        ..JobFilter::default()
+    })
+    .await;
+    assert_eq!(alice.total, 2, "alice does not see bob's job: {alice:?}");
+    assert!(alice.jobs.iter().all(|job| job.source_key != b_key));
+    let bob = find(JobFilter {
+        readable_by: as_names("user:bob"),
+        ..JobFilter::default()
+    })
+    .await;
+    assert_eq!(bob.total, 3);
+    change("other", None, Some("closed")).await;
+    let closed = find(JobFilter {
+        readable_by: as_names("user:alice"),
+        ..JobFilter::default()
+    })
+    .await;
+    assert_eq!(closed.total, 1, "a closed dataset hides what names nobody");
+    let everything = find(JobFilter::default()).await;
+    assert_eq!(
+        everything.total, 3,
+        "a caller without an identity sees every job"
+    );
+    change("other", None, None).await;
+    change("docs", Some(&b_key), None).await;
 
     // Activity: claims, completions, retries per minute; depth; latencies; pauses.
     must(

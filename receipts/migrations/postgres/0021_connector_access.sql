@@ -1,0 +1,6 @@
+-- cairn ledger, schema 21: who may read the sources a connector keeps.
+--
+-- - `connectors.access`: the connector's access settings (`receipts::model::ConnectorAccess`):
+--   readers for every file, `from: posix` for a folder, a rules `file` for git. `{}` (every
+--   connector made before this schema): the connector never touches access.
+ALTER TABLE connectors ADD COLUMN access JSONB NOT NULL DEFAULT '{}'::jsonb;
