@@ -31,6 +31,7 @@ fn points(source: usize, revision: Uuid, count: u32) -> Vec<VectorPoint> {
             chunk_index: index,
             head_at: 1,
             vector: vec![1.0, index as f32 + 1.0, source as f32 * 0.1, 0.25],
+            facts: None,
         })
         .collect()
 }
@@ -88,7 +89,7 @@ async fn the_store_fails_over_from_a_killed_node_and_the_replicas_converge_after
     cluster.node(0).kill();
     let killed = Instant::now();
     let hits = store
-        .search(vec![1.0, 2.0, 0.5, 0.25], &[], 5)
+        .search(vec![1.0, 2.0, 0.5, 0.25], &[], None, 5)
         .await
         .expect("a search after the node died fails over");
     let detected = killed.elapsed();
@@ -130,7 +131,7 @@ async fn the_store_fails_over_from_a_killed_node_and_the_replicas_converge_after
         );
     }
     let hits = store
-        .search(vec![1.0, 2.0, 0.5, 0.25], &[], 5)
+        .search(vec![1.0, 2.0, 0.5, 0.25], &[], None, 5)
         .await
         .expect("search with a node down");
     assert_eq!(hits.len(), 5);
@@ -267,7 +268,7 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
     // hung node, so the next search does not wait there too.
     let abandoned = tokio::time::timeout(
         Duration::from_millis(800),
-        store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5),
+        store.search(vec![1.0, 2.0, 0.5, 0.25], &[], None, 5),
     )
     .await;
     assert!(abandoned.is_err(), "the hung node answered: {abandoned:?}");
@@ -278,7 +279,7 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
     );
     let answered = tokio::time::timeout(
         Duration::from_millis(800),
-        store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5),
+        store.search(vec![1.0, 2.0, 0.5, 0.25], &[], None, 5),
     )
     .await;
     assert_eq!(
@@ -310,7 +311,7 @@ async fn a_paused_node_times_out_and_search_moves_to_the_next_one() {
     cluster.nodes()[0].resume();
     cluster.nodes()[1].pause();
     let started = Instant::now();
-    let hits = store.search(vec![1.0, 2.0, 0.5, 0.25], &[], 5).await;
+    let hits = store.search(vec![1.0, 2.0, 0.5, 0.25], &[], None, 5).await;
     let took = started.elapsed();
     cluster.nodes()[1].resume();
     let hits = hits.expect("search answers from another node");
@@ -452,7 +453,7 @@ async fn partitions_move_the_store_and_the_replicas_heal() {
     network.isolate(name).expect("take the active host off");
     let isolated = Instant::now();
     let hits = store
-        .search(vec![1.0, 2.0, 0.5, 0.25], &[], 5)
+        .search(vec![1.0, 2.0, 0.5, 0.25], &[], None, 5)
         .await
         .expect("search fails over from an unreachable host");
     assert_eq!(hits.len(), 5);

@@ -99,6 +99,7 @@ fn points(dataset: &str, key: &str, revision: Uuid, count: u32, head_at: i64) ->
             chunk_index: index,
             head_at,
             vector: unit(u32::try_from(head_at).expect("small") * 7 + index),
+            facts: None,
         })
         .collect()
 }
@@ -146,13 +147,16 @@ mod checks {
         // Search finds current points only; `search_any` the superseded revision's too (the
         // candidates of a search at a past time), in the datasets asked.
         let docs = ["docs".to_owned()];
-        let current = store.search(unit(7), &docs, 20).await.expect("search");
+        let current = store
+            .search(unit(7), &docs, None, 20)
+            .await
+            .expect("search");
         assert!(
             current.iter().all(|hit| hit.revision_id != old),
             "{current:?}"
         );
         let any = store
-            .search_any(unit(7), &docs, 20)
+            .search_any(unit(7), &docs, None, 20)
             .await
             .expect("search_any");
         assert!(any.iter().any(|hit| hit.revision_id == old), "{any:?}");
@@ -178,7 +182,7 @@ mod checks {
         assert_eq!(count(gateways::PointSelector::Revision(other)).await, 0);
         assert_eq!(count(source("misc", "a")).await, 1);
         let hits = store
-            .search(unit(7), &["docs".to_owned()], 10)
+            .search(unit(7), &["docs".to_owned()], None, 10)
             .await
             .expect("search");
         assert!(hits.iter().all(|hit| hit.revision_id == later), "{hits:?}");
@@ -204,7 +208,7 @@ mod checks {
         assert_eq!((unknown.count, unknown.with_dimension), (0, 0));
         // The ids are the derived ones: searching with a point's own vector finds that chunk.
         let hits = store
-            .search(unit(7 + 2), &["docs".to_owned()], 1)
+            .search(unit(7 + 2), &["docs".to_owned()], None, 1)
             .await
             .expect("search");
         assert_eq!(hits.len(), 1);
@@ -303,7 +307,7 @@ mod checks {
             .expect("old tombstone");
         assert_eq!(store.source_current("docs", "c").await.expect("count"), 1);
         let hits = store
-            .search(unit(11 * 7), &["docs".to_owned()], 10)
+            .search(unit(11 * 7), &["docs".to_owned()], None, 10)
             .await
             .expect("search");
         assert!(
@@ -320,7 +324,7 @@ mod checks {
         project(store.as_ref(), "docs", "a", docs, 2, 2).await;
         project(store.as_ref(), "notes", "b", notes, 2, 3).await;
         let only_docs = store
-            .search(unit(3 * 7), &["docs".to_owned()], 10)
+            .search(unit(3 * 7), &["docs".to_owned()], None, 10)
             .await
             .expect("search");
         assert!(!only_docs.is_empty());
@@ -331,10 +335,18 @@ mod checks {
             "{only_docs:?}"
         );
         let both = store
-            .search(unit(3 * 7), &["docs".to_owned(), "notes".to_owned()], 10)
+            .search(
+                unit(3 * 7),
+                &["docs".to_owned(), "notes".to_owned()],
+                None,
+                10,
+            )
             .await
             .expect("search");
-        let everywhere = store.search(unit(3 * 7), &[], 10).await.expect("search");
+        let everywhere = store
+            .search(unit(3 * 7), &[], None, 10)
+            .await
+            .expect("search");
         for hits in [&both, &everywhere] {
             assert_eq!(hits.len(), 4, "{hits:?}");
             assert!(hits.iter().all(|hit| hit.revision_id != old));
@@ -342,7 +354,7 @@ mod checks {
         }
         assert_eq!(everywhere[0].revision_id, notes, "the best match first");
         let none = store
-            .search(unit(1), &["elsewhere".to_owned()], 10)
+            .search(unit(1), &["elsewhere".to_owned()], None, 10)
             .await
             .expect("search");
         assert!(none.is_empty());
@@ -426,7 +438,7 @@ mod checks {
             0
         );
         assert!(second
-            .search(unit(7), &[], 10)
+            .search(unit(7), &[], None, 10)
             .await
             .expect("search")
             .is_empty());
@@ -476,6 +488,310 @@ mod checks {
         for required in ["dataset", "is_current", "revision_id", "bucket"] {
             assert!(indexed.iter().any(|name| name == required));
         }
+    }
+
+    /// A search filter pushed down to the payload selects at least every point whose
+    /// revision matches (exactly the matching ones when every condition is decidable), and
+    /// always the points written without facts; declared metadata fields gain an index.
+    pub(super) async fn pushed_filters_select_what_matches(backend: &dyn Backend) {
+        use gateways::vectors::pushdown;
+        use gateways::PointFacts;
+        use receipts::filter::{Filter, FilterLimits};
+
+        let store = backend.open("g-push").await;
+        let facts = [
+            (
+                "guides/intro.md",
+                vec!["rust", "async"],
+                "text/markdown",
+                serde_json::json!({"year": 2021, "author": "ann", "draft": false,
+                                   "labels": ["x", "y"]}),
+                1_000,
+                vec!["user:ann"],
+            ),
+            (
+                "guides/deep/ref.md",
+                vec!["rust"],
+                "text/html",
+                serde_json::json!({"year": 2019.5, "author": "bob", "labels": "z"}),
+                2_000,
+                vec![],
+            ),
+            (
+                "top.md",
+                vec![],
+                "text/plain",
+                serde_json::json!({}),
+                3_000,
+                vec!["group:eng"],
+            ),
+        ];
+        let mut written = Vec::new();
+        for (n, (key, tags, media, metadata, accepted, readers)) in facts.iter().enumerate() {
+            let revision = Uuid::now_v7();
+            let head_at = i64::try_from(n).expect("small") + 1;
+            let mut point = points("docs", key, revision, 1, head_at);
+            point[0].facts = Some(Arc::new(PointFacts {
+                tags: tags.iter().map(|tag| (*tag).to_owned()).collect(),
+                media_type: (*media).to_owned(),
+                metadata: metadata.clone(),
+                accepted_at: *accepted,
+                readers: readers.iter().map(|reader| (*reader).to_owned()).collect(),
+            }));
+            store.upsert(point).await.expect("upsert");
+            store
+                .set_current("docs", key, Some(revision), head_at)
+                .await
+                .expect("current");
+            written.push(revision);
+        }
+        // A point written before payloads carried facts.
+        let legacy = Uuid::now_v7();
+        project(store.as_ref(), "docs", "legacy.md", legacy, 1, 9).await;
+
+        let cases = [
+            (serde_json::json!({"field": "tags", "any": ["async"]}), true),
+            (
+                serde_json::json!({"field": "tags", "all": ["rust", "async"]}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "tags", "none": ["async"]}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "media_type", "in": ["text/html", "text/plain"]}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "source_key", "prefix": "guides/"}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "source_key", "prefix": "guides/de"}),
+                false,
+            ),
+            (
+                serde_json::json!({"field": "source_key", "glob": "guides/*/ref.md"}),
+                false,
+            ),
+            (
+                serde_json::json!({"field": "source_key", "in": ["top.md"]}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "accepted_at", "gte": 2_000}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "accepted_at", "gt": 1_000, "lt": 3_000}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "metadata.year", "gte": 2020}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "metadata.year", "eq": 2019.5}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "metadata.author", "in": ["ann", "carol"]}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "metadata.labels", "eq": "y"}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "metadata.draft", "eq": false}),
+                true,
+            ),
+            (
+                serde_json::json!({"field": "metadata.author", "exists": true}),
+                false,
+            ),
+            (
+                serde_json::json!({"must_not": [{"field": "metadata.author", "exists": true}]}),
+                false,
+            ),
+            (
+                serde_json::json!({"should": [
+                {"field": "tags", "any": ["async"]},
+                {"field": "metadata.year", "lt": 2020}
+            ], "must_not": [{"field": "media_type", "eq": "text/plain"}]}),
+                true,
+            ),
+        ];
+        // Who may read: the source names the caller, or names nobody (the dataset's default,
+        // decided at binding). Never read from the wire, so built here.
+        let readable = Filter::Condition(receipts::filter::Condition::Readable(vec![
+            "user:ann".to_owned()
+        ]));
+        let mut parsed: Vec<(String, Filter, bool)> = cases
+            .iter()
+            .map(|(case, exact)| {
+                let filter = Filter::parse(case, FilterLimits::default()).expect("a valid filter");
+                (case.to_string(), filter, *exact)
+            })
+            .collect();
+        parsed.push(("readable by user:ann".to_owned(), readable, false));
+        for (case, filter, exact) in parsed {
+            let pushed = pushdown(&filter, true);
+            assert_eq!(pushed.exact, exact, "{case}");
+            let matching: Vec<Uuid> = facts
+                .iter()
+                .zip(&written)
+                .filter(|((key, tags, media, metadata, accepted, readers), _)| {
+                    let tags: Vec<String> = tags.iter().map(|tag| (*tag).to_owned()).collect();
+                    let readers: Vec<String> =
+                        readers.iter().map(|reader| (*reader).to_owned()).collect();
+                    filter.matches(&receipts::filter::Facts {
+                        source_key: key,
+                        media_type: media,
+                        tags: &tags,
+                        metadata,
+                        accepted_at: *accepted,
+                        readers: (!readers.is_empty()).then_some(readers.as_slice()),
+                    })
+                })
+                .map(|(_, revision)| *revision)
+                .collect();
+            let docs = ["docs".to_owned()];
+            for any_revision in [false, true] {
+                let hits = if any_revision {
+                    store
+                        .search_any(unit(7), &docs, pushed.filter.as_ref(), 10)
+                        .await
+                } else {
+                    store
+                        .search(unit(7), &docs, pushed.filter.as_ref(), 10)
+                        .await
+                }
+                .expect("search");
+                let found: std::collections::HashSet<Uuid> =
+                    hits.iter().map(|hit| hit.revision_id).collect();
+                assert!(
+                    found.contains(&legacy),
+                    "{case}: a point without facts passes"
+                );
+                for revision in &matching {
+                    assert!(
+                        found.contains(revision),
+                        "{case}: a match is missing: {hits:?}"
+                    );
+                }
+                if exact {
+                    assert_eq!(found.len(), matching.len() + 1, "{case}: {hits:?}");
+                }
+                if case.starts_with("readable") && !any_revision {
+                    // group:eng's source is kept out by the store itself.
+                    assert!(!found.contains(&written[2]), "{case}: {hits:?}");
+                }
+            }
+        }
+        // A field declared filterable gains an index; declaring it again changes nothing.
+        let declared = [("metadata.author".to_owned(), gateways::FieldKind::Keyword)];
+        store.ensure_indexes(&declared).await.expect("index");
+        store.ensure_indexes(&declared).await.expect("again");
+        let indexed = store.indexed_fields().await.expect("indexes");
+        assert!(
+            indexed.iter().any(|field| field == "metadata.author"),
+            "{indexed:?}"
+        );
+    }
+
+    /// An access job's write: a source's readers onto every point of it, every revision, read
+    /// back by digest; the readers prefilter follows them.
+    pub(super) async fn readers_are_written_onto_every_point_of_a_source(backend: &dyn Backend) {
+        use gateways::vectors::pushdown;
+        use receipts::filter::{Condition, Filter};
+
+        let store = backend.open("g-readers").await;
+        let with_readers = |revision: Uuid, head_at: i64, readers: &[&str]| {
+            let mut written = points("docs", "a.md", revision, 2, head_at);
+            for point in &mut written {
+                point.facts = Some(Arc::new(gateways::PointFacts {
+                    readers: readers.iter().map(|reader| (*reader).to_owned()).collect(),
+                    ..gateways::PointFacts::default()
+                }));
+            }
+            written
+        };
+        let (old, new) = (Uuid::now_v7(), Uuid::now_v7());
+        for (revision, head_at) in [(old, 1), (new, 2)] {
+            store
+                .upsert(with_readers(revision, head_at, &["user:x"]))
+                .await
+                .expect("upsert");
+            store
+                .set_current("docs", "a.md", Some(revision), head_at)
+                .await
+                .expect("current");
+        }
+        project(store.as_ref(), "docs", "other.md", Uuid::now_v7(), 1, 3).await;
+        let names =
+            |list: &[&str]| -> Vec<String> { list.iter().map(|n| (*n).to_owned()).collect() };
+        assert_eq!(
+            store
+                .readers_held("docs", "a.md", &names(&["user:x"]))
+                .await
+                .expect("held"),
+            (4, 4)
+        );
+        let finds = |reader: &str| {
+            let store = store.clone();
+            let filter = Filter::Condition(Condition::Readable(vec![reader.to_owned()]));
+            async move {
+                let pushed = pushdown(&filter, true);
+                store
+                    .search(unit(7), &["docs".to_owned()], pushed.filter.as_ref(), 10)
+                    .await
+                    .expect("search")
+                    .iter()
+                    .any(|hit| hit.source_key == "a.md")
+            }
+        };
+        assert!(finds("user:x").await);
+        assert!(!finds("user:y").await);
+
+        store
+            .set_readers("docs", "a.md", &names(&["group:eng", "user:y"]))
+            .await
+            .expect("set readers");
+        assert_eq!(
+            store
+                .readers_held("docs", "a.md", &names(&["group:eng", "user:y"]))
+                .await
+                .expect("held"),
+            (4, 4),
+            "every point of every revision carries them"
+        );
+        assert_eq!(
+            store
+                .readers_held("docs", "a.md", &names(&["user:x"]))
+                .await
+                .expect("held"),
+            (4, 0)
+        );
+        assert!(finds("user:y").await);
+        assert!(!finds("user:x").await);
+        // Another source is untouched.
+        assert_eq!(
+            store
+                .readers_held("docs", "other.md", &names(&[]))
+                .await
+                .expect("held"),
+            (1, 0)
+        );
+        // Naming nobody hands the source to the dataset's default: every caller passes the
+        // prefilter, binding decides.
+        store.set_readers("docs", "a.md", &[]).await.expect("clear");
+        assert!(finds("user:x").await);
+        assert_eq!(
+            store.readers_held("docs", "a.md", &[]).await.expect("held"),
+            (4, 4)
+        );
     }
 
     /// Every point, read page by page with its vector and payload, loads into another store
@@ -658,6 +974,16 @@ macro_rules! vector_conformance {
             async fn payload_indexes_exist_before_any_point() {
                 checks::payload_indexes_exist_before_any_point(&$backend).await;
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn pushed_filters_select_what_matches() {
+                checks::pushed_filters_select_what_matches(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn readers_are_written_onto_every_point_of_a_source() {
+                checks::readers_are_written_onto_every_point_of_a_source(&$backend).await;
+            }
         }
     };
 }
@@ -688,4 +1014,6 @@ async fn a_three_node_cluster_passes_the_suite() {
     checks::a_bucket_is_read_by_revision_without_a_full_scroll(&on("10")).await;
     checks::every_point_dumps_and_loads_as_it_was(&on("11")).await;
     checks::payload_indexes_exist_before_any_point(&on("12")).await;
+    checks::pushed_filters_select_what_matches(&on("13")).await;
+    checks::readers_are_written_onto_every_point_of_a_source(&on("14")).await;
 }

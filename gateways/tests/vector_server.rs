@@ -19,6 +19,7 @@ fn points(revision: Uuid, count: u32) -> Vec<VectorPoint> {
             chunk_index: index,
             head_at: 1,
             vector: vec![1.0, index as f32 + 1.0, 0.5, 0.25],
+            facts: None,
         })
         .collect()
 }
@@ -121,7 +122,7 @@ async fn a_paused_server_times_out_instead_of_hanging() {
     server.pause();
     let started = Instant::now();
     let error = store
-        .search(vec![1.0, 1.0, 0.5, 0.25], &[], 5)
+        .search(vec![1.0, 1.0, 0.5, 0.25], &[], None, 5)
         .await
         .expect_err("paused");
     assert!(
@@ -138,7 +139,7 @@ async fn a_paused_server_times_out_instead_of_hanging() {
     );
     server.resume();
     let hits = store
-        .search(vec![1.0, 1.0, 0.5, 0.25], &[], 5)
+        .search(vec![1.0, 1.0, 0.5, 0.25], &[], None, 5)
         .await
         .expect("search after resume");
     assert_eq!(hits.len(), 2);

@@ -23,6 +23,7 @@ fn points(dataset: &str, key: &str, revision: Uuid, count: u32, seed: u32) -> Ve
             chunk_index: index,
             head_at: i64::from(seed),
             vector: unit(seed + index),
+            facts: None,
         })
         .collect()
 }
@@ -91,7 +92,7 @@ async fn points_are_idempotent_current_only_and_survive_reopen() {
         );
         // The exact vector of an old chunk finds only current points of the dataset.
         let hits = store
-            .search(unit(1), &["docs".to_owned()], 10)
+            .search(unit(1), &["docs".to_owned()], None, 10)
             .await
             .expect("search");
         assert!(!hits.is_empty());
@@ -99,7 +100,7 @@ async fn points_are_idempotent_current_only_and_survive_reopen() {
             .iter()
             .all(|hit| hit.revision_id == new && hit.dataset == "docs"));
         let hits = store
-            .search(unit(3), &["notes".to_owned()], 10)
+            .search(unit(3), &["notes".to_owned()], None, 10)
             .await
             .expect("search");
         assert_eq!(hits.len(), 1);
@@ -115,7 +116,7 @@ async fn points_are_idempotent_current_only_and_survive_reopen() {
             .await
             .expect("tombstone");
         assert!(store
-            .search(unit(7), &["docs".to_owned()], 10)
+            .search(unit(7), &["docs".to_owned()], None, 10)
             .await
             .expect("search")
             .is_empty());
@@ -162,6 +163,7 @@ fn random_points(first: u64, count: u64) -> Vec<VectorPoint> {
             chunk_index: 0,
             head_at: 1,
             vector: random_unit(n, 384),
+            facts: None,
         })
         .collect()
 }
@@ -202,7 +204,7 @@ async fn index_building_runs_alongside_writes_flushes_and_searches() {
             .await
             .expect("a payload update while the index builds");
         let hits = store
-            .search(random_unit(batch, 384), &["bulk".to_owned()], 5)
+            .search(random_unit(batch, 384), &["bulk".to_owned()], None, 5)
             .await
             .expect("a search while the index builds");
         assert_eq!(hits.len(), 5);
@@ -228,7 +230,7 @@ async fn index_building_runs_alongside_writes_flushes_and_searches() {
     // A point written during the build is found by its own vector after it.
     let probe = (batch - 1) * 100 + 7;
     let hits = store
-        .search(random_unit(probe, 384), &["bulk".to_owned()], 1)
+        .search(random_unit(probe, 384), &["bulk".to_owned()], None, 1)
         .await
         .expect("search");
     assert_eq!(hits[0].revision_id, Uuid::from_u128(u128::from(probe) + 1));

@@ -21,9 +21,9 @@ use qdrant_edge::{
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, fold_points, point_id, BackupFile, FieldKind, Held, PointSelector,
-    RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint, VectorHit, VectorPoint, VectorStore,
-    INDEXED_FIELDS, SCROLL_PAGE,
+    check_dimensions, fold_points, point_id, BackupFile, FieldKind, Held, PayloadFilter,
+    PointSelector, RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint, VectorHit, VectorPoint,
+    VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -96,7 +96,53 @@ fn schema(kind: FieldKind) -> PayloadSchemaType {
         FieldKind::Keyword => PayloadSchemaType::Keyword,
         FieldKind::Integer => PayloadSchemaType::Integer,
         FieldKind::Bool => PayloadSchemaType::Bool,
+        FieldKind::Float => PayloadSchemaType::Float,
     }
+}
+
+/// A pushed-down search filter as the engine reads it (Qdrant's JSON form).
+fn pushed_condition(filter: &PayloadFilter) -> Result<Condition, GatewayError> {
+    let filter: Filter = serde_json::from_value(match filter.to_qdrant_json() {
+        // A bare condition becomes a filter of one.
+        condition if condition.get("key").is_some() || condition.get("is_empty").is_some() => {
+            serde_json::json!({ "must": [condition] })
+        }
+        nested => nested,
+    })
+    .map_err(|error| {
+        GatewayError::Config(format!("a search filter the store cannot read: {error}"))
+    })?;
+    Ok(Condition::Filter(filter))
+}
+
+/// Creates the payload indexes among `fields` that the shard lacks; answers whether it
+/// created any.
+fn create_missing<'a>(
+    shard: &EdgeShard,
+    fields: impl IntoIterator<Item = (&'a str, FieldKind)>,
+) -> Result<bool, GatewayError> {
+    let indexed: Vec<String> = shard
+        .info()
+        .payload_schema
+        .keys()
+        .map(|key| key.to_string())
+        .collect();
+    let mut created = false;
+    for (field, kind) in fields {
+        if indexed.iter().any(|name| name == field) {
+            continue;
+        }
+        shard
+            .update(qdrant_edge::UpdateOperation::FieldIndexOperation(
+                qdrant_edge::FieldIndexOperations::CreateIndex(qdrant_edge::CreateIndex {
+                    field_name: payload_path(field)?,
+                    field_schema: Some(PayloadFieldSchema::FieldType(schema(kind))),
+                }),
+            ))
+            .map_err(unavailable)?;
+        created = true;
+    }
+    Ok(created)
 }
 
 struct Shard {
@@ -363,10 +409,14 @@ impl EdgeVectorStore {
         limit: usize,
         current_only: bool,
         within: Option<&[Uuid]>,
+        pushed: Option<&PayloadFilter>,
     ) -> Result<Vec<VectorHit>, GatewayError> {
         let mut must = Vec::new();
         if current_only {
             must.push(flag(&self.fields.is_current, true));
+        }
+        if let Some(pushed) = pushed {
+            must.push(pushed_condition(pushed)?);
         }
         if let Some(revisions) = within {
             let ids: Vec<String> = revisions.iter().map(Uuid::to_string).collect();
@@ -500,28 +550,8 @@ impl EdgeVectorStore {
             EdgeShard::new(path, config).map_err(unavailable)?
         };
         // Every index exists before a point is written; a shard made by an older build gains
-        // the ones it lacks (the `bucket` field of schema 15) here.
-        let indexed: Vec<String> = shard
-            .info()
-            .payload_schema
-            .keys()
-            .map(|key| key.to_string())
-            .collect();
-        let mut created = !existing;
-        for (field, kind) in INDEXED_FIELDS {
-            if indexed.iter().any(|name| name == field) {
-                continue;
-            }
-            shard
-                .update(qdrant_edge::UpdateOperation::FieldIndexOperation(
-                    qdrant_edge::FieldIndexOperations::CreateIndex(qdrant_edge::CreateIndex {
-                        field_name: payload_path(field)?,
-                        field_schema: Some(PayloadFieldSchema::FieldType(schema(kind))),
-                    }),
-                ))
-                .map_err(unavailable)?;
-            created = true;
-        }
+        // the ones it lacks (the `bucket` field of schema 15, the facts fields) here.
+        let created = create_missing(&shard, INDEXED_FIELDS)? || !existing;
         if created {
             flush(&shard)?;
         }
@@ -702,7 +732,7 @@ impl EdgeVectorStore {
             .into_iter()
             .map(|point| {
                 let bucket = receipts::verify::bucket(&point.dataset, &point.source_key);
-                let payload = serde_json::json!({
+                let mut payload = serde_json::json!({
                     "bucket": bucket,
                     "dataset": point.dataset,
                     "source_key": point.source_key,
@@ -711,6 +741,9 @@ impl EdgeVectorStore {
                     "head_at": point.head_at,
                     "is_current": true,
                 });
+                if let (Some(facts), Some(fields)) = (&point.facts, payload.as_object_mut()) {
+                    fields.extend(facts.payload(&point.source_key));
+                }
                 PointStruct::new(
                     PointId::Uuid(point_id(point.revision_id, point.chunk_index)),
                     point.vector,
@@ -973,6 +1006,18 @@ impl VectorStore for EdgeVectorStore {
         .await
     }
 
+    async fn ensure_indexes(&self, fields: &[(String, FieldKind)]) -> Result<(), GatewayError> {
+        let fields = fields.to_vec();
+        self.with_shard(true, move |shard| {
+            create_missing(
+                shard,
+                fields.iter().map(|(field, kind)| (field.as_str(), *kind)),
+            )
+            .map(|_| ())
+        })
+        .await
+    }
+
     fn dimension(&self) -> usize {
         self.dimension
     }
@@ -1069,6 +1114,61 @@ impl VectorStore for EdgeVectorStore {
                     exact: true,
                 })
                 .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn set_readers(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(), GatewayError> {
+        let filter = all_of(vec![
+            keyword(&self.fields.dataset, dataset),
+            keyword(&self.fields.source_key, source_key),
+        ]);
+        let payload = super::payload::readers_payload(readers);
+        self.with_shard(true, move |shard| {
+            shard
+                .update(qdrant_edge::UpdateOperation::PayloadOperation(
+                    qdrant_edge::PayloadOps::SetPayload(qdrant_edge::SetPayloadOp {
+                        payload: qdrant_edge::Payload(payload),
+                        points: None,
+                        filter: Some(filter),
+                        key: None,
+                    }),
+                ))
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn readers_held(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(usize, usize), GatewayError> {
+        let source = vec![
+            keyword(&self.fields.dataset, dataset),
+            keyword(&self.fields.source_key, source_key),
+        ];
+        let mut carrying = source.clone();
+        carrying.push(keyword(
+            &payload_path("readers_digest")?,
+            &super::payload::readers_digest(readers),
+        ));
+        self.with_shard(false, move |shard| {
+            let count = |filter: Filter| {
+                shard
+                    .count(CountRequest {
+                        filter: Some(filter),
+                        exact: true,
+                    })
+                    .map_err(unavailable)
+            };
+            Ok((count(all_of(source))?, count(all_of(carrying))?))
         })
         .await
     }
@@ -1326,18 +1426,22 @@ impl VectorStore for EdgeVectorStore {
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, true, None).await
+        self.nearest(vector, datasets, limit, true, None, filter)
+            .await
     }
 
     async fn search_any(
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, false, None).await
+        self.nearest(vector, datasets, limit, false, None, filter)
+            .await
     }
 
     async fn search_within(
@@ -1348,7 +1452,14 @@ impl VectorStore for EdgeVectorStore {
         any_revision: bool,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, !any_revision, Some(revisions))
-            .await
+        self.nearest(
+            vector,
+            datasets,
+            limit,
+            !any_revision,
+            Some(revisions),
+            None,
+        )
+        .await
     }
 }

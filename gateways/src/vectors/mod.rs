@@ -10,7 +10,9 @@
 //! store once (an embedded shard has one owner). A point is one chunk of one revision, with the payload
 //! `dataset`, `source_key`, `revision_id`, `chunk_index`, `head_at`, `is_current` and `bucket`
 //! (the source's verify bucket, [`receipts::verify::bucket`], so that verify reads one bucket
-//! of points without a full scroll).
+//! of points without a full scroll), and, written by a projection, its revision's facts
+//! (`facts`, `tags`, `media_type`, `metadata`, `accepted_at`, `key_prefixes`: [`PointFacts`])
+//! that a search filter is pushed down to ([`pushdown`]).
 //!
 //! ## Invariants (both implementations; `tests/vector_conformance.rs` runs one suite on both)
 //! - Point ids are derived from (revision id, chunk index): projecting twice overwrites, never
@@ -22,13 +24,19 @@
 //!   durable with the next durable write. Every other write is durable when it returns.
 //! - `is_current` flips are ordered by `head_at`: a late write of an older head never retires a
 //!   newer one.
-//! - Search filters by dataset and `is_current = true` inside the store; the caller still binds
-//!   every hit to the ledger's current head.
+//! - Search filters by dataset and `is_current = true` inside the store, and by the pushed-down
+//!   search filter, which passes a superset of the matching points (every point without
+//!   facts among them); the caller still binds every hit to the ledger's current head.
 
 mod edge;
+mod payload;
 mod server;
 
 pub use edge::{EdgeVectorStore, OptimizePolicy, OptimizerStats};
+pub use payload::{
+    digest, key_prefixes, pushdown, readers_digest, readers_payload, PayloadFilter, PointFacts,
+    Pushed, FACTS_VERSION, MAX_PAYLOAD_METADATA_BYTES,
+};
 pub use server::{CollectionLayout, ServerOptions, ServerVectorStore};
 
 use std::sync::Arc;
@@ -46,12 +54,16 @@ pub enum FieldKind {
     Keyword,
     /// Integers (matches and ranges).
     Integer,
+    /// Numbers (ranges).
+    Float,
     /// Booleans.
     Bool,
 }
 
 /// The payload fields search and projection filter by, indexed before any point is written.
-pub const INDEXED_FIELDS: [(&str, FieldKind); 7] = [
+/// The last six carry a revision's facts ([`PointFacts`]) and its source's readers, which a
+/// search filter is pushed down to.
+pub const INDEXED_FIELDS: [(&str, FieldKind); 13] = [
     ("head_at", FieldKind::Integer),
     ("dataset", FieldKind::Keyword),
     ("source_key", FieldKind::Keyword),
@@ -59,6 +71,12 @@ pub const INDEXED_FIELDS: [(&str, FieldKind); 7] = [
     ("is_current", FieldKind::Bool),
     ("chunk_index", FieldKind::Integer),
     ("bucket", FieldKind::Integer),
+    ("facts", FieldKind::Integer),
+    ("tags", FieldKind::Keyword),
+    ("media_type", FieldKind::Keyword),
+    ("key_prefixes", FieldKind::Keyword),
+    ("accepted_at", FieldKind::Integer),
+    ("readers", FieldKind::Keyword),
 ];
 
 /// Points a bucket scroll reads per request.
@@ -80,6 +98,9 @@ pub struct VectorPoint {
     pub head_at: i64,
     /// The embedding.
     pub vector: Vec<f32>,
+    /// The revision's facts that a search filter tests, written as payload (`None`: unknown;
+    /// such a point passes every pushed-down filter and is judged at binding).
+    pub facts: Option<Arc<PointFacts>>,
 }
 
 /// A nearest-neighbour hit.
@@ -212,26 +233,46 @@ pub trait VectorStore: Send + Sync + 'static {
     ) -> Result<(), GatewayError>;
     /// Points of a source marked current (a tombstone's read-back expects none).
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
+    /// Writes a source's readers (empty: it names none) onto every point of the source, of
+    /// every revision, durably before it returns: an access job's write.
+    async fn set_readers(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(), GatewayError>;
+    /// The source's points, and how many of them carry exactly `readers` (by digest): an
+    /// access job's read-back.
+    async fn readers_held(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(usize, usize), GatewayError>;
     /// Marks a revision's points not current (a stale run undoing its own write).
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError>;
     /// Deletes the selected points, durably before it returns (erasure).
     async fn delete_points(&self, selector: PointSelector) -> Result<(), GatewayError>;
     /// The selected points, current or not (erasure's read-back expects none).
     async fn count_points(&self, selector: PointSelector) -> Result<usize, GatewayError>;
-    /// Nearest current points in `datasets` (empty: every dataset), best first.
+    /// Nearest current points in `datasets` (empty: every dataset) that pass `filter` (a
+    /// search filter pushed down, [`pushdown`]), best first. The store's planner picks the
+    /// index walk or an exact search by how many points the filter selects.
     async fn search(
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError>;
-    /// Nearest points of any revision, current or not, in `datasets`, best first: the
-    /// candidates of a search at a past valid or record time, which binding then narrows to
-    /// the revisions held then.
+    /// Nearest points of any revision, current or not, in `datasets`, that pass `filter`,
+    /// best first: the candidates of a search at a past valid or record time, which binding
+    /// then narrows to the revisions held then.
     async fn search_any(
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError>;
     /// [`VectorStore::search`] (or, with `any_revision`, [`VectorStore::search_any`])
@@ -250,6 +291,10 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError>;
     /// The payload fields the store holds an index for (read from the store itself).
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError>;
+    /// Creates the payload indexes among `fields` that the store lacks (metadata fields a
+    /// dataset declares filterable, `metadata.<name>`); the store indexes its existing points
+    /// as it creates each. Idempotent.
+    async fn ensure_indexes(&self, fields: &[(String, FieldKind)]) -> Result<(), GatewayError>;
     /// Every point of a verify bucket, by revision and the source its payload names, read
     /// without vectors; with `vectors`, each point's vector is read as well and checked
     /// against the store's dimension (the deep tier).

@@ -48,8 +48,9 @@ use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, fold_points, point_id, FieldKind, Held, PointSelector, RevisionPoints,
-    ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
+    check_dimensions, fold_points, point_id, FieldKind, Held, PayloadFilter, PointSelector,
+    RevisionPoints, ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
+    SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -301,6 +302,34 @@ fn kind_of(kind: FieldKind) -> FieldType {
         FieldKind::Keyword => FieldType::Keyword,
         FieldKind::Integer => FieldType::Integer,
         FieldKind::Bool => FieldType::Bool,
+        FieldKind::Float => FieldType::Float,
+    }
+}
+
+/// A pushed-down search filter as a Qdrant condition.
+fn pushed_condition(filter: &PayloadFilter) -> Condition {
+    let all = |nodes: &[PayloadFilter]| nodes.iter().map(pushed_condition).collect::<Vec<_>>();
+    match filter {
+        PayloadFilter::All(nodes) => Condition::from(Filter::must(all(nodes))),
+        PayloadFilter::Any(nodes) => Condition::from(Filter::should(all(nodes))),
+        PayloadFilter::Not(node) => Condition::from(Filter::must_not([pushed_condition(node)])),
+        PayloadFilter::Keywords(key, values) => Condition::matches(key.as_str(), values.clone()),
+        PayloadFilter::Numbers(key, range) => {
+            let mut bounds = Range::default();
+            match range.lower {
+                Some((lower, true)) => bounds.gte = Some(lower),
+                Some((lower, false)) => bounds.gt = Some(lower),
+                None => {}
+            }
+            match range.upper {
+                Some((upper, true)) => bounds.lte = Some(upper),
+                Some((upper, false)) => bounds.lt = Some(upper),
+                None => {}
+            }
+            Condition::range(key.as_str(), bounds)
+        }
+        PayloadFilter::Flag(key, value) => Condition::matches(key.as_str(), *value),
+        PayloadFilter::Missing(key) => Condition::is_empty(key.as_str()),
     }
 }
 
@@ -397,12 +426,16 @@ impl ServerVectorStore {
         limit: usize,
         current_only: bool,
         within: Option<&[Uuid]>,
+        pushed: Option<&PayloadFilter>,
     ) -> Result<Vec<VectorHit>, GatewayError> {
         let mut filter = if current_only {
             Filter::must([flag("is_current", true)])
         } else {
             Filter::default()
         };
+        if let Some(pushed) = pushed {
+            filter.must.push(pushed_condition(pushed));
+        }
         if let Some(revisions) = within {
             let ids: Vec<String> = revisions.iter().map(Uuid::to_string).collect();
             filter.must.push(Condition::matches("revision_id", ids));
@@ -663,7 +696,16 @@ impl ServerVectorStore {
             .result
             .map(|info| info.payload_schema.into_keys().collect())
             .unwrap_or_default();
-        for (field, kind) in INDEXED_FIELDS {
+        self.create_missing(&indexed, INDEXED_FIELDS).await
+    }
+
+    /// Creates the payload indexes among `fields` that are not in `indexed`, each waited for.
+    async fn create_missing<'a>(
+        &self,
+        indexed: &[String],
+        fields: impl IntoIterator<Item = (&'a str, FieldKind)>,
+    ) -> Result<(), GatewayError> {
+        for (field, kind) in fields {
             if indexed.iter().any(|name| name == field) {
                 continue;
             }
@@ -794,7 +836,10 @@ impl VectorStore for ServerVectorStore {
                     ))),
                 );
                 payload.insert("dataset".to_owned(), Value::from(point.dataset));
-                payload.insert("source_key".to_owned(), Value::from(point.source_key));
+                payload.insert(
+                    "source_key".to_owned(),
+                    Value::from(point.source_key.clone()),
+                );
                 payload.insert(
                     "revision_id".to_owned(),
                     Value::from(point.revision_id.to_string()),
@@ -805,6 +850,14 @@ impl VectorStore for ServerVectorStore {
                 );
                 payload.insert("head_at".to_owned(), Value::from(point.head_at));
                 payload.insert("is_current".to_owned(), Value::from(true));
+                if let Some(facts) = &point.facts {
+                    payload.extend(
+                        facts
+                            .payload(&point.source_key)
+                            .into_iter()
+                            .map(|(key, value)| (key, Value::from(value))),
+                    );
+                }
                 PointStruct::new(
                     point_id(point.revision_id, point.chunk_index),
                     point.vector,
@@ -880,6 +933,49 @@ impl VectorStore for ServerVectorStore {
         .await
     }
 
+    async fn set_readers(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(), GatewayError> {
+        let payload: HashMap<String, Value> = super::payload::readers_payload(readers)
+            .into_iter()
+            .map(|(key, value)| (key, Value::from(value)))
+            .collect();
+        let filter = Filter::must([
+            keyword("dataset", dataset),
+            keyword("source_key", source_key),
+        ]);
+        self.retrying("set_payload", |client| {
+            let request = SetPayloadPointsBuilder::new(self.collection.as_str(), payload.clone())
+                .points_selector(filter.clone())
+                .wait(true)
+                .ordering(ordered());
+            async move { client.set_payload(request).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn readers_held(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(usize, usize), GatewayError> {
+        let source = [
+            keyword("dataset", dataset),
+            keyword("source_key", source_key),
+        ];
+        let total = self.count(Filter::must(source.clone())).await?;
+        let digest = keyword("readers_digest", &super::payload::readers_digest(readers));
+        let carrying = self
+            .count(Filter::must(source.into_iter().chain([digest])))
+            .await?;
+        Ok((total, carrying))
+    }
+
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
         self.set_payload(
             Filter::must([keyword("revision_id", &revision_id.to_string())]),
@@ -911,18 +1007,22 @@ impl VectorStore for ServerVectorStore {
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, true, None).await
+        self.nearest(vector, datasets, limit, true, None, filter)
+            .await
     }
 
     async fn search_any(
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, false, None).await
+        self.nearest(vector, datasets, limit, false, None, filter)
+            .await
     }
 
     async fn search_within(
@@ -933,8 +1033,15 @@ impl VectorStore for ServerVectorStore {
         any_revision: bool,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.nearest(vector, datasets, limit, !any_revision, Some(revisions))
-            .await
+        self.nearest(
+            vector,
+            datasets,
+            limit,
+            !any_revision,
+            Some(revisions),
+            None,
+        )
+        .await
     }
 
     async fn vectors(&self, ids: &[Uuid]) -> Result<Vec<Option<Vec<f32>>>, GatewayError> {
@@ -975,6 +1082,15 @@ impl VectorStore for ServerVectorStore {
             .result
             .map(|info| info.payload_schema.into_keys().collect())
             .unwrap_or_default())
+    }
+
+    async fn ensure_indexes(&self, fields: &[(String, FieldKind)]) -> Result<(), GatewayError> {
+        let indexed = self.indexed_fields().await?;
+        let wanted: Vec<(&str, FieldKind)> = fields
+            .iter()
+            .map(|(field, kind)| (field.as_str(), *kind))
+            .collect();
+        self.create_missing(&indexed, wanted).await
     }
 
     async fn bucket_points(&self, bucket: u16, vectors: bool) -> Result<Vec<Held>, GatewayError> {
