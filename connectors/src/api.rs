@@ -23,8 +23,8 @@ use axum::Json;
 use receipts::auth::Principal;
 use receipts::http::{read_json, reason, ApiError, ApiErrors, Auth};
 use receipts::model::{
-    Connector, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorKind, NewConnector,
-    Removal, SyncRun,
+    Connector, ConnectorAccess, ConnectorChange, ConnectorChanged, ConnectorCommand, ConnectorKind,
+    NewConnector, Removal, SyncRun,
 };
 use receipts::{Scope, SyncLedger, Tokens};
 use serde::{Deserialize, Serialize};
@@ -115,6 +115,11 @@ struct CreateBody {
     /// Time between runs in milliseconds (1 s to 366 days; default 10 minutes).
     #[schema(minimum = 1000, maximum = 31622400000_i64)]
     interval_ms: Option<i64>,
+    /// Who may read the files it keeps, computed at every run apart from their content:
+    /// `readers` for every file, `from: posix` (a folder: owner, group, mode bits and ACL),
+    /// `file` (git: a rules file in the repository). Absent: the connector leaves access alone.
+    #[serde(default)]
+    access: ConnectorAccess,
     /// Why (recorded in history).
     #[schema(max_length = 500)]
     reason: Option<String>,
@@ -288,6 +293,7 @@ async fn create_connector(
                 exclude: body.exclude,
                 max_file_bytes: body.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
                 interval_ms: body.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS),
+                access: body.access,
             }),
             actor: principal.actor(),
             reason,

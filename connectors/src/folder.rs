@@ -33,6 +33,9 @@ pub struct Entry {
     pub modified: Option<SystemTime>,
     /// The media type it is read as.
     pub media_type: &'static str,
+    /// Its owner, group, mode and ACL, when the listing was asked for them
+    /// ([`list_with_access`]).
+    pub posix: Option<crate::access::Posix>,
 }
 
 /// A file that is not listed, and why.
@@ -220,143 +223,208 @@ pub(crate) fn admit_head(head: &[u8], media_type: &str) -> Result<(), String> {
 /// Lists `folder` under `selection`. Fails only when the folder itself cannot be read; a
 /// subfolder that cannot is skipped with its reason.
 pub fn list(folder: &Dir, selection: &Selection) -> std::io::Result<Listing> {
+    list_with_access(folder, selection, false)
+}
+
+/// [`list`], reading each file's owner, group, mode and access ACL as well when `posix` is
+/// set (from the open file, so they belong to the file that is listed). A file whose ACL
+/// cannot be read is skipped as unreadable: its readers would be a guess.
+pub fn list_with_access(
+    folder: &Dir,
+    selection: &Selection,
+    posix: bool,
+) -> std::io::Result<Listing> {
     let mut listing = Listing::default();
     let top = folder.entries()?;
-    walk(folder, top, Path::new(""), 0, selection, &mut listing);
+    let walker = Walker { selection, posix };
+    walker.walk(folder, top, Path::new(""), 0, &mut listing);
     listing.entries.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(listing)
 }
 
-fn walk(
-    folder: &Dir,
-    entries: cap_std::fs::ReadDir,
-    at: &Path,
-    depth: usize,
-    selection: &Selection,
-    listing: &mut Listing,
-) {
-    let mut names = Vec::new();
-    for entry in entries {
-        match entry.and_then(|entry| Ok((entry.file_name(), entry.file_type()?))) {
-            Ok(named) => names.push(named),
-            Err(error) => listing.skipped.push(Skipped {
-                path: at.to_string_lossy().into_owned(),
-                reason: SkipReason::Unreadable,
-                detail: error.to_string(),
-            }),
+/// A file's owner, group, mode and access ACL, read from its open handle.
+fn posix_of(
+    file: &std::fs::File,
+    metadata: &std::fs::Metadata,
+) -> std::io::Result<crate::access::Posix> {
+    use std::os::unix::fs::MetadataExt;
+    let mut buffer = vec![0u8; 4 + 8 * 64];
+    let acl = loop {
+        match rustix::fs::fgetxattr(file, "system.posix_acl_access", &mut buffer) {
+            Ok(length) => {
+                break crate::access::parse_acl(&buffer[..length])
+                    .map_err(|message| std::io::Error::other(format!("its ACL: {message}")))?
+            }
+            Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => break Vec::new(),
+            Err(rustix::io::Errno::RANGE) if buffer.len() < 1 << 20 => {
+                buffer.resize(buffer.len() * 8, 0)
+            }
+            Err(error) => return Err(error.into()),
         }
-    }
-    names.sort_by(|a, b| {
-        std::os::unix::ffi::OsStrExt::as_bytes(a.0.as_os_str())
-            .cmp(std::os::unix::ffi::OsStrExt::as_bytes(b.0.as_os_str()))
-    });
-    for (name, file_type) in names {
-        let relative: PathBuf = at.join(&name);
-        let shown = relative.to_string_lossy().into_owned();
-        let skip = |reason, detail: String| Skipped {
-            path: shown.clone(),
-            reason,
-            detail,
-        };
-        // The key: every component UTF-8. A folder whose name is not is not descended.
-        let parts: Option<Vec<&str>> = relative
-            .components()
-            .map(|c| c.as_os_str().to_str())
-            .collect();
-        let Some(parts) = parts else {
-            listing.skipped.push(skip(
-                SkipReason::InvalidName,
-                "the name is not valid UTF-8".to_owned(),
-            ));
-            continue;
-        };
-        if file_type.is_dir() {
-            if depth + 1 >= MAX_DEPTH {
+    };
+    Ok(crate::access::Posix {
+        uid: metadata.uid(),
+        gid: metadata.gid(),
+        mode: metadata.mode() & 0o7777,
+        acl,
+    })
+}
+
+/// What a listing reads.
+struct Walker<'a> {
+    selection: &'a Selection,
+    /// Whether each file's owner, group, mode and ACL are read.
+    posix: bool,
+}
+
+impl Walker<'_> {
+    fn walk(
+        &self,
+        folder: &Dir,
+        entries: cap_std::fs::ReadDir,
+        at: &Path,
+        depth: usize,
+        listing: &mut Listing,
+    ) {
+        let selection = self.selection;
+        let mut names = Vec::new();
+        for entry in entries {
+            match entry.and_then(|entry| Ok((entry.file_name(), entry.file_type()?))) {
+                Ok(named) => names.push(named),
+                Err(error) => listing.skipped.push(Skipped {
+                    path: at.to_string_lossy().into_owned(),
+                    reason: SkipReason::Unreadable,
+                    detail: error.to_string(),
+                }),
+            }
+        }
+        names.sort_by(|a, b| {
+            std::os::unix::ffi::OsStrExt::as_bytes(a.0.as_os_str())
+                .cmp(std::os::unix::ffi::OsStrExt::as_bytes(b.0.as_os_str()))
+        });
+        for (name, file_type) in names {
+            let relative: PathBuf = at.join(&name);
+            let shown = relative.to_string_lossy().into_owned();
+            let skip = |reason, detail: String| Skipped {
+                path: shown.clone(),
+                reason,
+                detail,
+            };
+            // The key: every component UTF-8. A folder whose name is not is not descended.
+            let parts: Option<Vec<&str>> = relative
+                .components()
+                .map(|c| c.as_os_str().to_str())
+                .collect();
+            let Some(parts) = parts else {
                 listing.skipped.push(skip(
-                    SkipReason::Unreadable,
-                    format!("deeper than {MAX_DEPTH} folders"),
+                    SkipReason::InvalidName,
+                    "the name is not valid UTF-8".to_owned(),
+                ));
+                continue;
+            };
+            if file_type.is_dir() {
+                if depth + 1 >= MAX_DEPTH {
+                    listing.skipped.push(skip(
+                        SkipReason::Unreadable,
+                        format!("deeper than {MAX_DEPTH} folders"),
+                    ));
+                    continue;
+                }
+                // Opened beneath the folder now: a folder swapped for a link out is refused here.
+                match folder.read_dir(&relative) {
+                    Ok(inner) => self.walk(folder, inner, &relative, depth + 1, listing),
+                    Err(error) if is_escape(&error) => listing.skipped.push(skip(
+                        SkipReason::LinkLeavesRoot,
+                        "the folder resolves outside the connector's folder now".to_owned(),
+                    )),
+                    Err(error) => listing
+                        .skipped
+                        .push(skip(SkipReason::Unreadable, error.to_string())),
+                }
+                continue;
+            }
+            if !file_type.is_file() && !file_type.is_symlink() {
+                listing.skipped.push(skip(
+                    SkipReason::UnsupportedFormat,
+                    "not a regular file".to_owned(),
                 ));
                 continue;
             }
-            // Opened beneath the folder now: a folder swapped for a link out is refused here.
-            match folder.read_dir(&relative) {
-                Ok(inner) => walk(folder, inner, &relative, depth + 1, selection, listing),
-                Err(error) if is_escape(&error) => listing.skipped.push(skip(
-                    SkipReason::LinkLeavesRoot,
-                    "the folder resolves outside the connector's folder now".to_owned(),
-                )),
-                Err(error) => listing
-                    .skipped
-                    .push(skip(SkipReason::Unreadable, error.to_string())),
+            // A link is judged by where it leads before its name: out, nowhere, or to a folder.
+            if file_type.is_symlink() {
+                if let Err(refusal) = resolve(folder, &relative) {
+                    listing
+                        .skipped
+                        .push(refusal.skip(shown.clone(), selection.max_file_bytes));
+                    continue;
+                }
             }
-            continue;
-        }
-        if !file_type.is_file() && !file_type.is_symlink() {
-            listing.skipped.push(skip(
-                SkipReason::UnsupportedFormat,
-                "not a regular file".to_owned(),
-            ));
-            continue;
-        }
-        // A link is judged by where it leads before its name: out, nowhere, or to a folder.
-        if file_type.is_symlink() {
-            if let Err(refusal) = resolve(folder, &relative) {
+            let key = parts.join("/");
+            if let Err(error) = receipts::validate::source_key(&key) {
                 listing
                     .skipped
-                    .push(refusal.skip(shown.clone(), selection.max_file_bytes));
+                    .push(skip(SkipReason::InvalidName, error.to_string()));
                 continue;
             }
-        }
-        let key = parts.join("/");
-        if let Err(error) = receipts::validate::source_key(&key) {
-            listing
-                .skipped
-                .push(skip(SkipReason::InvalidName, error.to_string()));
-            continue;
-        }
-        if !selection.selects(&key) {
-            listing.skipped.push(skip(
-                SkipReason::Excluded,
-                "left out by the include and exclude globs".to_owned(),
-            ));
-            continue;
-        }
-        let Some(media_type) = media_type_for(&key) else {
-            listing.skipped.push(skip(
-                SkipReason::UnsupportedFormat,
-                "cairn reads Markdown, HTML, text, PDF and DOCX; not this name".to_owned(),
-            ));
-            continue;
-        };
-        // A link is followed only to a file inside the folder: the open decides.
-        let (file, metadata) = match open_file(folder, &relative, selection.max_file_bytes) {
-            Ok(opened) => opened,
-            Err(refusal) => {
-                listing
-                    .skipped
-                    .push(refusal.skip(shown.clone(), selection.max_file_bytes));
+            if !selection.selects(&key) {
+                listing.skipped.push(skip(
+                    SkipReason::Excluded,
+                    "left out by the include and exclude globs".to_owned(),
+                ));
                 continue;
             }
-        };
-        if extract::Format::of(media_type).binary() {
-            let mut head = Vec::with_capacity(1024);
-            let read = (&file).take(1024).read_to_end(&mut head);
-            let admitted = read
-                .map_err(|error| format!("cannot read it: {error}"))
-                .and_then(|_| admit_head(&head, media_type));
-            if let Err(detail) = admitted {
-                listing
-                    .skipped
-                    .push(skip(SkipReason::UnsupportedFormat, detail));
+            let Some(media_type) = media_type_for(&key) else {
+                listing.skipped.push(skip(
+                    SkipReason::UnsupportedFormat,
+                    "cairn reads Markdown, HTML, text, PDF and DOCX; not this name".to_owned(),
+                ));
                 continue;
+            };
+            // A link is followed only to a file inside the folder: the open decides.
+            let (file, metadata) = match open_file(folder, &relative, selection.max_file_bytes) {
+                Ok(opened) => opened,
+                Err(refusal) => {
+                    listing
+                        .skipped
+                        .push(refusal.skip(shown.clone(), selection.max_file_bytes));
+                    continue;
+                }
+            };
+            if extract::Format::of(media_type).binary() {
+                let mut head = Vec::with_capacity(1024);
+                let read = (&file).take(1024).read_to_end(&mut head);
+                let admitted = read
+                    .map_err(|error| format!("cannot read it: {error}"))
+                    .and_then(|_| admit_head(&head, media_type));
+                if let Err(detail) = admitted {
+                    listing
+                        .skipped
+                        .push(skip(SkipReason::UnsupportedFormat, detail));
+                    continue;
+                }
             }
+            let posix = if self.posix {
+                match posix_of(&file, &metadata) {
+                    Ok(posix) => Some(posix),
+                    Err(error) => {
+                        listing.skipped.push(skip(
+                            SkipReason::Unreadable,
+                            format!("its owner and ACL cannot be read: {error}"),
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            listing.entries.push(Entry {
+                key,
+                size: metadata.len(),
+                modified: metadata.modified().ok(),
+                media_type,
+                posix,
+            });
         }
-        listing.entries.push(Entry {
-            key,
-            size: metadata.len(),
-            modified: metadata.modified().ok(),
-            media_type,
-        });
     }
 }
 

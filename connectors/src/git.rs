@@ -469,6 +469,42 @@ fn walk(
     Ok(())
 }
 
+/// Largest access rules file read, in bytes.
+pub const MAX_ACCESS_FILE_BYTES: u64 = 1 << 20;
+
+/// The bytes of the file at `path` in the tree of `commit` (a full commit id), or `None` when
+/// the tree holds no file there; refused over `limit` bytes.
+pub fn read_path(
+    repository: &gix::ThreadSafeRepository,
+    commit: &str,
+    path: &str,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, GitError> {
+    let repository = repository.to_thread_local();
+    let id = ObjectId::from_hex(commit.as_bytes()).map_err(read_error)?;
+    let tree = repository
+        .find_commit(id)
+        .map_err(read_error)?
+        .tree()
+        .map_err(read_error)?;
+    let Some(entry) = tree.lookup_entry_by_path(path).map_err(read_error)? else {
+        return Ok(None);
+    };
+    if !entry.mode().is_blob() {
+        return Ok(None);
+    }
+    let object = repository
+        .find_object(entry.object_id())
+        .map_err(read_error)?;
+    if object.data.len() as u64 > limit {
+        return Err(GitError::Read(format!(
+            "{path} holds {} bytes, over the limit of {limit}",
+            object.data.len()
+        )));
+    }
+    Ok(Some(object.detach().data))
+}
+
 /// The bytes of a blob.
 pub fn read_blob(
     repository: &gix::ThreadSafeRepository,

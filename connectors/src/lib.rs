@@ -27,6 +27,7 @@
 //! - A run's invariants (nothing lost to a crash, a missing folder empties nothing, conflicts
 //!   never overwritten, bounded memory) are stated in [`runner`].
 
+pub mod access;
 pub mod api;
 pub mod confine;
 pub mod folder;

@@ -20,9 +20,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use cap_std::fs::Dir;
+use receipts::access::AccessChange;
 use receipts::model::{
-    Change, Connector, ConnectorFile, ConnectorKind, ConnectorState, Document, Failure, Job,
-    LeaseToken, Removal, Submission, SyncProgress, SyncReport,
+    AccessFrom, Change, Connector, ConnectorFile, ConnectorKind, ConnectorState, Document, Failure,
+    Job, LeaseToken, Removal, Submission, SyncProgress, SyncReport,
 };
 use receipts::{LedgerError, SyncLedger};
 use worker::{permanent, retryable};
@@ -82,6 +83,8 @@ struct CopyFile {
     /// Its size in bytes as listed (0 when the index vouched for it unread: such a file is
     /// unchanged and never submitted).
     size: u64,
+    /// Its owner, group, mode and ACL (a folder connector reading POSIX access).
+    posix: Option<crate::access::Posix>,
 }
 
 /// The commit a git run reads, named in its report, its revisions and its tombstones.
@@ -201,9 +204,10 @@ impl Run<'_> {
         // The folder is opened beneath its root now, and every file beneath it when read. A
         // missing or unreadable folder fails the run: an empty listing would remove every
         // source the connector owns.
+        let posix = self.connector.access.from == Some(AccessFrom::Posix);
         let opened = tokio::task::spawn_blocking(move || {
             let folder = roots.open(&location)?;
-            let listing = folder::list(&folder, &selection)
+            let listing = folder::list_with_access(&folder, &selection, posix)
                 .map_err(|error| Confinement::Unavailable(format!("{location}: {error}")))?;
             Ok::<_, Confinement>((folder, listing))
         })
@@ -277,6 +281,7 @@ impl Run<'_> {
                 fingerprint: print,
                 sha256,
                 size: entry.size,
+                posix: entry.posix,
             });
         }
         Ok(copy)
@@ -404,6 +409,7 @@ impl Run<'_> {
                 media_type: entry.media_type,
                 sha256,
                 size: entry.size.unwrap_or(0),
+                posix: None,
             });
         }
         self.repository = Some(repository);
@@ -472,6 +478,7 @@ impl Run<'_> {
             connector: Some(self.connector.id),
             validity: Default::default(),
             change,
+            readers: None,
         }
     }
 
@@ -561,6 +568,181 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The readers the connector's access settings give each file of the copy (`None`: the
+    /// dataset's default). A rules file that is missing or does not parse fails the run
+    /// before anything changes.
+    async fn wanted_access(
+        &mut self,
+        copy: &[CopyFile],
+    ) -> Result<Vec<(String, Option<Vec<String>>)>, Failure> {
+        let access = self.connector.access.clone();
+        let fallback = match &access.readers {
+            Some(readers) => Some(
+                receipts::access::SourceAccess {
+                    readers: readers.clone(),
+                }
+                .checked()
+                .map_err(|error| permanent("invalid_connector", error.public_message()))?,
+            ),
+            None => None,
+        };
+        let rules = match &access.file {
+            Some(path) => Some(self.rules(path).await?),
+            None => None,
+        };
+        let mut names = crate::access::SystemNames::default();
+        let mut wanted = Vec::with_capacity(copy.len());
+        for file in copy {
+            let readers = match (&rules, &file.posix) {
+                (Some(rules), _) => rules.readers(&file.key).unwrap_or_else(|| fallback.clone()),
+                (None, Some(posix)) => {
+                    crate::access::posix_readers(posix, &mut names).or_else(|| fallback.clone())
+                }
+                (None, None) => fallback.clone(),
+            };
+            wanted.push((file.key.clone(), readers));
+        }
+        Ok(wanted)
+    }
+
+    /// The rules file at the run's commit.
+    async fn rules(&mut self, path: &str) -> Result<crate::access::Rules, Failure> {
+        let (Some(repository), Some(commit)) = (self.repository.clone(), self.commit.clone())
+        else {
+            return Err(permanent(
+                "invalid_connector",
+                "an access rules file is read from a git repository",
+            ));
+        };
+        let owned = path.to_owned();
+        let read = tokio::task::spawn_blocking(move || {
+            git::read_path(&repository, &commit.id, &owned, git::MAX_ACCESS_FILE_BYTES)
+        })
+        .await
+        .map_err(|error| retryable("reading_failed", error.to_string()))?;
+        let refused = |run: &mut Self, code: &'static str, message: String| {
+            run.report.note(path, "failed", code, &message);
+            permanent(code, format!("{message}; nothing was changed"))
+        };
+        let bytes = match read {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                let message = format!("the access rules file {path} is not in the tree");
+                let failure = refused(self, "access_file_missing", message);
+                self.record(Vec::new(), Vec::new()).await?;
+                return Err(failure);
+            }
+            Err(error) => return Err(retryable("repository_unreadable", error.to_string())),
+        };
+        let parsed = std::str::from_utf8(&bytes)
+            .map_err(|_| "it is not UTF-8".to_owned())
+            .and_then(crate::access::Rules::parse);
+        match parsed {
+            Ok(rules) => Ok(rules),
+            Err(message) => {
+                let message = format!("the access rules file {path}: {message}");
+                let failure = refused(self, "invalid_access_file", message);
+                self.record(Vec::new(), Vec::new()).await?;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Records an access change for every file whose readers differ from what the ledger
+    /// holds, among the sources the connector owns and the keys nobody holds yet (before
+    /// their first revision is accepted, so that no revision is ever readable by more than
+    /// its file). A source another owner holds is left alone: its conflict is reported by
+    /// the submission.
+    async fn keep_access(
+        &mut self,
+        wanted: Vec<(String, Option<Vec<String>>)>,
+        owned: &[receipts::SourceListing],
+    ) -> Result<(), Failure> {
+        // What the ledger holds: the sources that name their readers, paged by key.
+        let mut named: HashMap<String, Vec<String>> = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .ledger
+                .named_readers(
+                    &self.connector.dataset,
+                    after.as_deref(),
+                    receipts::MAX_LISTING_PAGE,
+                )
+                .await
+                .map_err(ledger_failure)?;
+            let full = page.len() as u32 == receipts::MAX_LISTING_PAGE;
+            after = page.last().map(|(key, _)| key.clone());
+            named.extend(page);
+            if !full {
+                break;
+            }
+        }
+        let owned: std::collections::HashSet<&str> =
+            owned.iter().map(|head| head.source_key.as_str()).collect();
+        let mut changes = Vec::new();
+        for (key, readers) in wanted {
+            // A key another owner holds is left alone; one nobody holds gets its readers
+            // before its first revision.
+            if !owned.contains(key.as_str())
+                && self
+                    .ledger
+                    .source(&self.connector.dataset, &key)
+                    .await
+                    .map_err(ledger_failure)?
+                    .is_some()
+            {
+                continue;
+            }
+            if named.get(&key) != readers.as_ref() {
+                changes.push((key, readers));
+            }
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.stage(&format!("recording {} access changes", changes.len()))
+            .await?;
+        let why = match (&self.connector.access.file, &self.commit) {
+            (Some(file), Some(commit)) => format!("readers from {file} at {}", commit.id),
+            _ if self.connector.access.from.is_some() => {
+                format!(
+                    "readers from the file system at {}",
+                    self.connector.location
+                )
+            }
+            _ => format!("readers of connector {}", self.connector.id),
+        };
+        for batch in changes.chunks(BATCH_FILES) {
+            // Concurrent changes share the ledger's transactions.
+            let results = futures::future::join_all(batch.iter().map(|(key, readers)| {
+                self.ledger.change_access(AccessChange::Source {
+                    dataset: self.connector.dataset.clone(),
+                    source_key: key.clone(),
+                    readers: readers.clone(),
+                    actor: self.connector.owner(),
+                    reason: why.clone(),
+                })
+            }))
+            .await;
+            for ((key, _), result) in batch.iter().zip(results) {
+                match result {
+                    Ok(()) => self.report.access_changed += 1,
+                    Err(error) if error.is_retryable() => {
+                        self.record(Vec::new(), Vec::new()).await?;
+                        return Err(ledger_failure(error));
+                    }
+                    Err(error) => {
+                        self.report
+                            .note(key, "failed", error.code(), &error.public_message())
+                    }
+                }
+            }
+            self.record(Vec::new(), Vec::new()).await?;
+        }
+        Ok(())
+    }
+
     /// Tombstones the keys whose files are gone.
     async fn tombstone(&mut self, keys: Vec<String>) -> Result<(), Failure> {
         if keys.is_empty() {
@@ -625,6 +807,10 @@ impl Run<'_> {
         };
         self.stage("comparing").await?;
         let owned = self.owned_heads().await?;
+        if self.connector.access.is_set() && !last {
+            let wanted = self.wanted_access(&copy).await?;
+            self.keep_access(wanted, &owned).await?;
+        }
         let difference = receipts::sync::difference(
             copy.iter()
                 .map(|file| (file.key.as_str(), file.sha256.as_str())),
@@ -672,6 +858,7 @@ impl Run<'_> {
             ("skipped", report.skipped),
             ("failed", report.failed),
             ("conflict", report.conflicts),
+            ("access_changed", report.access_changed),
         ] {
             metrics::counter!("cairn_sync_files_total", "outcome" => outcome).increment(count);
         }

@@ -1,7 +1,8 @@
 //! A folder connector's runs against real ledgers (an SQLite file, a PostgreSQL server) and a
 //! real folder: what a run accepts, skips, tombstones and refuses; that unchanged files are
 //! not read again; that a missing folder changes nothing; that a tombstoning removal empties
-//! what the connector created and nothing else.
+//! what the connector created and nothing else; that readers from POSIX access (real users,
+//! groups and ACLs) and from a git rules file are kept apart from content.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -46,6 +47,7 @@ fn new_connector(
         exclude: vec![],
         max_file_bytes: 1_000,
         interval_ms: 60_000,
+        access: Default::default(),
     }
 }
 
@@ -629,4 +631,337 @@ async fn a_git_connector_follows_its_ref_on_sqlite() {
         .await
         .expect("index");
     assert!(indexed.is_empty(), "{indexed:?}");
+}
+
+/// Runs a system command that must succeed (as root: `useradd`, `setfacl`, `chmod`), retried
+/// while another test holds the password file's lock.
+fn system(program: &str, args: &[&str]) {
+    for attempt in 0.. {
+        let output = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|error| {
+                panic!("{program} cannot run ({error}): scripts/setup-acl installs it")
+            });
+        if output.status.success() {
+            return;
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if attempt < 50 && stderr.contains("lock") {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
+        panic!("{program} {args:?}: {stderr} (the POSIX access tests run as root, as CI does)");
+    }
+}
+
+/// Users and groups made for one test, removed when it ends.
+struct Accounts {
+    users: Vec<String>,
+    groups: Vec<String>,
+}
+
+impl Accounts {
+    /// Users `<tag>alice` and `<tag>bob`, groups `<tag>eng` and `<tag>hr`, with `tag` unique
+    /// to this process and test.
+    fn make(test: &str) -> (Accounts, String) {
+        let tag = format!("ct{}{test}", std::process::id() % 100_000);
+        let mut accounts = Accounts {
+            users: Vec::new(),
+            groups: Vec::new(),
+        };
+        for group in ["eng", "hr"] {
+            let name = format!("{tag}{group}");
+            system("groupadd", &[&name]);
+            accounts.groups.push(name);
+        }
+        for user in ["alice", "bob"] {
+            let name = format!("{tag}{user}");
+            system("useradd", &["-M", "-N", "-g", &format!("{tag}eng"), &name]);
+            accounts.users.push(name);
+        }
+        (accounts, tag)
+    }
+}
+
+impl Drop for Accounts {
+    fn drop(&mut self) {
+        for user in &self.users {
+            let _ = std::process::Command::new("userdel").arg(user).output();
+        }
+        for group in &self.groups {
+            let _ = std::process::Command::new("groupdel").arg(group).output();
+        }
+    }
+}
+
+/// The readers the ledger holds for a source.
+async fn readers_of(ledger: &Arc<dyn Ledger>, key: &str) -> Option<Vec<String>> {
+    ledger.access_of("docs", key).await.expect("access").readers
+}
+
+/// A folder connector reading POSIX access, on real users, groups, modes and ACLs: each file's
+/// readers come from its owner, group, mode bits and ACL entries; `chmod`, `chgrp` and
+/// `setfacl` without a content change are picked up by the next run as access changes (no new
+/// revision); a file anyone may read takes the dataset's default.
+async fn posix_access_is_kept_apart_from_content(
+    ledger: Arc<dyn Ledger>,
+    clock: Arc<ManualClock>,
+    engine: &str,
+) {
+    let (_accounts, tag) = Accounts::make(engine);
+    let user = |name: &str| format!("user:{tag}{name}");
+    let group = |name: &str| format!("group:{tag}{name}");
+    let folder = tempfile::tempdir().expect("tempdir");
+    let root = folder.path();
+    for (key, owner, owning_group, mode) in [
+        ("team.md", "alice", "eng", "640"),
+        ("private.md", "bob", "eng", "600"),
+        ("public.md", "alice", "eng", "644"),
+        ("shared.md", "alice", "eng", "600"),
+    ] {
+        write(root, key, &format!("# {key}\n\nwords about {key}"));
+        let path = root.join(key);
+        let path = path.to_str().expect("a UTF-8 path");
+        system(
+            "chown",
+            &[&format!("{tag}{owner}:{tag}{owning_group}"), path],
+        );
+        system("chmod", &[mode, path]);
+    }
+    let shared = root.join("shared.md");
+    let shared = shared.to_str().expect("a UTF-8 path");
+    system(
+        "setfacl",
+        &["-m", &format!("u:{tag}bob:r,g:{tag}hr:r"), shared],
+    );
+    let mut new = new_connector("docs", ConnectorKind::Folder, root, None);
+    new.access.from = Some(receipts::model::AccessFrom::Posix);
+    let created = ledger
+        .change_connector(command(ConnectorChange::Create(new)))
+        .await
+        .expect("create");
+    let id = created.connector.id;
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!((report.added, report.access_changed), (4, 3), "{report:?}");
+    assert_eq!(
+        readers_of(&ledger, "team.md").await,
+        Some(vec![group("eng"), user("alice")])
+    );
+    assert_eq!(
+        readers_of(&ledger, "private.md").await,
+        Some(vec![user("bob")])
+    );
+    assert_eq!(
+        readers_of(&ledger, "public.md").await,
+        None,
+        "anyone may read it"
+    );
+    assert_eq!(
+        readers_of(&ledger, "shared.md").await,
+        Some(vec![group("hr"), user("alice"), user("bob")])
+    );
+    let bob = [user("bob"), group("hr")];
+    for (key, readable) in [
+        ("team.md", false),
+        ("private.md", true),
+        ("public.md", true),
+        ("shared.md", true),
+    ] {
+        assert_eq!(
+            ledger
+                .may_read(Some(&bob), "docs", key)
+                .await
+                .expect("may read"),
+            readable,
+            "{key}"
+        );
+    }
+    let revision = |view: Option<receipts::model::SourceView>| {
+        let view = view.expect("a source");
+        (view.head.id, view.revisions.len())
+    };
+    let before = revision(ledger.source("docs", "team.md").await.expect("source"));
+
+    // `chmod 600`: the group loses the file, and nothing else changes.
+    system(
+        "chmod",
+        &["600", root.join("team.md").to_str().expect("path")],
+    );
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!(
+        (
+            report.added,
+            report.changed,
+            report.unchanged,
+            report.access_changed
+        ),
+        (0, 0, 4, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        readers_of(&ledger, "team.md").await,
+        Some(vec![user("alice")])
+    );
+    assert_eq!(
+        revision(ledger.source("docs", "team.md").await.expect("source")),
+        before,
+        "an access change is no new revision"
+    );
+    // `setfacl -x` and `chgrp` with `chmod g+r`: two more access changes.
+    system("setfacl", &["-x", &format!("u:{tag}bob"), shared]);
+    let team = root.join("team.md");
+    let team = team.to_str().expect("path");
+    system("chgrp", &[&format!("{tag}hr"), team]);
+    system("chmod", &["640", team]);
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!(
+        (report.changed, report.access_changed),
+        (0, 2),
+        "{report:?}"
+    );
+    assert_eq!(
+        readers_of(&ledger, "shared.md").await,
+        Some(vec![group("hr"), user("alice")])
+    );
+    assert_eq!(
+        readers_of(&ledger, "team.md").await,
+        Some(vec![group("hr"), user("alice")])
+    );
+    // Nothing changed: nothing recorded.
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(report.expect("a report").access_changed, 0);
+    // History holds every change with the connector as its actor.
+    let trail = ledger
+        .history("access", "docs/team.md")
+        .await
+        .expect("history");
+    assert!(
+        trail.len() >= 3
+            && trail
+                .iter()
+                .all(|entry| entry.actor == format!("connector:{id}")),
+        "{trail:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posix_access_is_kept_apart_from_content_on_sqlite() {
+    let (ledger, clock, _directory) = sqlite_ledger().await;
+    posix_access_is_kept_apart_from_content(ledger, clock, "s").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posix_access_is_kept_apart_from_content_on_postgres() {
+    let (ledger, clock, _server) = postgres_ledger().await;
+    posix_access_is_kept_apart_from_content(ledger, clock, "g").await;
+}
+
+/// A git connector with a rules file: each file takes the last matching rule's readers, and
+/// the connector's own readers where none matches; a commit that changes only the rules is
+/// an access change (no new revision); a rules file that does not parse, or is gone, fails
+/// the run and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_access_rules_are_kept_apart_from_content() {
+    let (ledger, clock, _directory) = sqlite_ledger().await;
+    let repository = tempfile::tempdir().expect("repository");
+    let root = repository.path();
+    git(root, &["init", "--quiet", "--initial-branch=main"]);
+    write(root, "guide.md", "# Guide\n\nfor everyone in engineering");
+    write(root, "hr/pay.md", "# Pay\n\nfor HR");
+    write(root, "hr/handbook.md", "# Handbook\n\nfor everyone");
+    write(root, "notes.txt", "left to the connector's readers");
+    write(
+        root,
+        ".cairn/access",
+        "# who reads what\n*.md group:eng\nhr/** group:hr   # HR only\nhr/handbook.md default\n",
+    );
+    commit(root, "first");
+    let mut new = new_connector("docs", ConnectorKind::Git, root, Some("main"));
+    new.access.file = Some(".cairn/access".to_owned());
+    new.access.readers = Some(vec!["user:ops".to_owned()]);
+    let created = ledger
+        .change_connector(command(ConnectorChange::Create(new)))
+        .await
+        .expect("create");
+    let id = created.connector.id;
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!((report.added, report.access_changed), (4, 3), "{report:?}");
+    let eng = Some(vec!["group:eng".to_owned()]);
+    let hr = Some(vec!["group:hr".to_owned()]);
+    assert_eq!(readers_of(&ledger, "guide.md").await, eng);
+    assert_eq!(readers_of(&ledger, "hr/pay.md").await, hr);
+    assert_eq!(readers_of(&ledger, "hr/handbook.md").await, None);
+    assert_eq!(
+        readers_of(&ledger, "notes.txt").await,
+        Some(vec!["user:ops".to_owned()])
+    );
+    let pay = ledger
+        .source("docs", "hr/pay.md")
+        .await
+        .expect("source")
+        .expect("pay");
+
+    // Only the rules change: an access change, no new revision.
+    write(
+        root,
+        ".cairn/access",
+        "*.md group:eng\nhr/** group:hr user:alice\nhr/handbook.md default\n",
+    );
+    commit(root, "alice reads HR");
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    assert!(result.is_ok(), "{result:?}");
+    let report = report.expect("a report");
+    assert_eq!(
+        (report.added, report.changed, report.access_changed),
+        (0, 0, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        readers_of(&ledger, "hr/pay.md").await,
+        Some(vec!["group:hr".to_owned(), "user:alice".to_owned()])
+    );
+    let after = ledger
+        .source("docs", "hr/pay.md")
+        .await
+        .expect("source")
+        .expect("pay");
+    assert_eq!(after.head.id, pay.head.id);
+
+    // A rules file that does not parse fails the run and changes nothing.
+    write(root, ".cairn/access", "*.md group:eng\nhr/**\n");
+    write(root, "guide.md", "# Guide\n\nedited");
+    commit(root, "broken rules");
+    let (result, report) = run_once(&ledger, &clock, id).await;
+    let failure = result.expect_err("a broken rules file fails the run");
+    assert_eq!(failure.code, "invalid_access_file");
+    assert!(failure.message.contains("line 2"), "{}", failure.message);
+    let report = report.expect("a report");
+    assert_eq!(
+        (report.changed, report.access_changed),
+        (0, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        readers_of(&ledger, "hr/pay.md").await,
+        Some(vec!["group:hr".to_owned(), "user:alice".to_owned()])
+    );
+    // Gone: the same.
+    git(root, &["rm", "--quiet", ".cairn/access"]);
+    commit(root, "no rules");
+    let (result, _) = run_once(&ledger, &clock, id).await;
+    assert_eq!(
+        result.expect_err("a missing rules file fails the run").code,
+        "access_file_missing"
+    );
+    assert_eq!(readers_of(&ledger, "guide.md").await, eng);
 }
