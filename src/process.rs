@@ -79,6 +79,24 @@ pub fn write_secret_file(path: &Path, secret: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Records each configured dataset's default access (`datasets.<d>.default_access`) through
+/// the ledger's one path for access changes; one the ledger already holds writes nothing.
+async fn apply_default_access(ledger: &dyn Ledger, config: &Config) -> anyhow::Result<()> {
+    for (dataset, default) in &config.default_access {
+        ledger
+            .change_access(receipts::access::AccessChange::Dataset {
+                dataset: dataset.clone(),
+                default: *default,
+                actor: "config".to_owned(),
+                reason: format!("datasets.{dataset}.default_access in the configuration"),
+            })
+            .await
+            .with_context(|| format!("recording datasets.{dataset}.default_access"))?;
+        tracing::info!(%dataset, default = default.as_str(), "dataset default access from the configuration");
+    }
+    Ok(())
+}
+
 /// Runs `cairn serve` until `shutdown` resolves. Prints `listening on http://ADDR` on stdout
 /// once the socket is bound.
 pub async fn serve(
@@ -95,6 +113,7 @@ pub async fn serve(
             path.display()
         );
     }
+    apply_default_access(ledger.as_ref(), &config).await?;
     // The process that runs the workers owns the embedded vector shard, so vector search
     // lives there too; with `workers.count = 0` (workers in another process) search is lexical
     // on the embedded store, and hybrid on a Qdrant server (which every process shares).

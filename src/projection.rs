@@ -84,6 +84,8 @@ pub struct GenerationStores {
     own: (String, usize),
     /// Where other generations' dimensions are read.
     ledger: Option<Arc<dyn Projections>>,
+    /// The metadata fields each store indexes (`datasets.<d>.filterable`).
+    filterable: Vec<(String, gateways::FieldKind)>,
     opened: tokio::sync::Mutex<HashMap<String, Opened>>,
 }
 
@@ -115,6 +117,7 @@ impl GenerationStores {
             optimize: config.projection.optimize,
             own: (generation(config).id, model_dimension(config)),
             ledger,
+            filterable: config.filterable.clone(),
             opened: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -181,6 +184,14 @@ impl GenerationStores {
         }
         let fresh = self.open(generation).await?;
         let store = fresh.store();
+        // The declared metadata fields are indexed before the store serves anything; the
+        // store indexes the points it already holds as it creates each index.
+        store
+            .ensure_indexes(&self.filterable)
+            .await
+            .with_context(|| {
+                format!("indexing the filterable metadata fields of generation {generation}")
+            })?;
         opened.insert(generation.to_owned(), fresh);
         Ok(store)
     }

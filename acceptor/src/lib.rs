@@ -393,45 +393,18 @@ async fn readyz(State(state): State<AcceptorState>, _auth: Auth) -> Result<Json<
 }
 
 /// Checks a request item and turns it into a submission. Everything that can refuse the
-/// request runs here, before the ledger sees it.
-fn admit(auth: &Auth, request: SourceRequest) -> Result<Admitted, ApiError> {
+/// request runs here, before the ledger sees it. The readers it names travel with the
+/// submission: the ledger records them in the acceptance's own transaction, so a refused put
+/// changes nobody's access.
+fn admit(auth: &Auth, request: SourceRequest) -> Result<Submission, ApiError> {
     let readers = request
         .access
         .as_ref()
         .map(receipts::access::SourceAccess::checked)
         .transpose()?;
-    Ok(Admitted {
-        submission: admit_for(auth.require(Scope::Ingest)?, request)?,
-        readers,
-    })
-}
-
-/// A request admitted: its submission, and the readers it names.
-struct Admitted {
-    submission: Submission,
-    readers: Option<Vec<String>>,
-}
-
-impl Admitted {
-    /// Records the readers the request names, before its revision is accepted: a revision
-    /// is never readable by more than its request said, even for a moment, and a crash
-    /// between the two leaves readers on a key with nothing new to read.
-    async fn record_access(&self, state: &AcceptorState) -> Result<(), ApiError> {
-        let Some(readers) = &self.readers else {
-            return Ok(());
-        };
-        state
-            .ledger
-            .change_access(receipts::access::AccessChange::Source {
-                dataset: self.submission.dataset.clone(),
-                source_key: self.submission.source_key.clone(),
-                readers: Some(readers.clone()),
-                actor: self.submission.actor.clone(),
-                reason: "put with access".to_owned(),
-            })
-            .await?;
-        Ok(())
-    }
+    let mut submission = admit_for(auth.require(Scope::Ingest)?, request)?;
+    submission.readers = readers;
+    Ok(submission)
 }
 
 /// A text document from a client that is not the HTTP API (an agent's MCP `ingest`).
@@ -576,6 +549,7 @@ fn admit_for(
         connector: None,
         validity,
         change: Change::Put(document),
+        readers: None,
     })
 }
 
@@ -603,9 +577,8 @@ async fn put_source(
     auth.require(Scope::Ingest)?;
     let _reserved = state.reserve(&headers, state.config.max_body_bytes).await?;
     let request: SourceRequest = read_json(&headers, body, state.config.max_body_bytes).await?;
-    let admitted = admit(&auth, request)?;
-    admitted.record_access(&state).await?;
-    accept_one(&state, admitted.submission).await
+    let submission = admit(&auth, request)?;
+    accept_one(&state, submission).await
 }
 
 fn item_error(index: usize, error: ApiError) -> Value {
@@ -663,10 +636,6 @@ async fn put_batch(
                 ApiError::unprocessable("invalid_json", format!("items[{index}]: {error}"))
             })
             .and_then(|request| admit(&auth, request));
-        let parsed = match parsed {
-            Ok(item) => item.record_access(&state).await.map(|()| item.submission),
-            Err(error) => Err(error),
-        };
         match parsed {
             Ok(submission) => {
                 slots.push(index);
@@ -775,6 +744,7 @@ async fn delete_source(
         change: Change::Delete {
             reason: query.reason,
         },
+        readers: None,
     };
     accept_one(&state, submission).await
 }

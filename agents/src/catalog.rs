@@ -203,7 +203,12 @@ impl ToolName {
                     "media_type": {"type": "string", "enum": ["text/plain", "text/markdown"],
                         "default": "text/plain"},
                     "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64},
-                        "maxItems": 64}
+                        "maxItems": 64},
+                    "readers": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 200},
+                        "maxItems": 256,
+                        "description": "Who may read the document: `user:<name>`, `service:<name>` \
+                            or `group:<name>`. Absent: its readers stay as they are (a new source \
+                            follows its dataset's default)."}
                 },
                 "required": ["dataset", "source_key", "content"],
                 "additionalProperties": false

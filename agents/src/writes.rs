@@ -17,6 +17,7 @@ struct IngestArgs {
     content: String,
     media_type: Option<String>,
     tags: Option<Vec<String>>,
+    readers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,7 +75,18 @@ pub(crate) async fn ingest(
              POST /v1/sources",
         ));
     }
-    let submission = acceptor::admit_text(
+    // The readers travel with the submission: recorded in the acceptance's transaction.
+    let readers = match &args.readers {
+        Some(readers) => Some(
+            receipts::access::SourceAccess {
+                readers: readers.clone(),
+            }
+            .checked()
+            .map_err(receipts::http::ApiError::from)?,
+        ),
+        None => None,
+    };
+    let mut submission = acceptor::admit_text(
         principal,
         acceptor::TextDocument {
             dataset: args.dataset,
@@ -84,6 +96,7 @@ pub(crate) async fn ingest(
             tags: args.tags,
         },
     )?;
+    submission.readers = readers;
     tracing::info!(dataset = %submission.dataset, actor = %submission.actor, "mcp ingest");
     submit(
         shared,
@@ -133,6 +146,7 @@ pub(crate) async fn delete_source(
         change: Change::Delete {
             reason: Some(args.reason),
         },
+        readers: None,
     };
     tracing::info!(dataset = %submission.dataset, actor = %submission.actor, "mcp delete_source");
     submit(

@@ -305,6 +305,7 @@ fn filter(
         order,
         limit,
         offset: params.offset.unwrap_or(0),
+        readable_by: principal.reads_as(),
     })
 }
 
@@ -414,6 +415,7 @@ pub(crate) async fn jobs_by_state(
                 order: JobOrder::RecentlyChanged,
                 limit: 1,
                 offset: 0,
+                readable_by: None,
             })
             .await?;
         if page.total > 0 {
@@ -542,14 +544,27 @@ fn parse_job_id(id: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| invalid("invalid_job_id", format!("`{id}` is not a job id (a UUID)")))
 }
 
-/// The job `id` if the token may see it. A job of a dataset outside the token's allowlist is
-/// answered as absent (404), as revisions are, so that ids do not reveal other datasets.
+/// The job `id` if the token may see it. A job of a dataset outside the token's allowlist, or
+/// of a source a token with an identity may not read, is answered as absent (404), as
+/// revisions are, so that ids do not reveal other datasets or documents.
 async fn load_job(state: &OpsState, principal: &Principal, id: Uuid) -> Result<Job, ApiError> {
     let not_found = || ApiError::not_found("job_not_found", format!("no job {id}"));
     let job = state.ledger.job(id).await?.ok_or_else(not_found)?;
     principal
         .require_dataset(&job.dataset)
         .map_err(|_| not_found())?;
+    // A token that reads as an identity sees the jobs of sources it may read, no others.
+    let readable = state
+        .ledger
+        .may_read(
+            principal.reads_as().as_deref(),
+            &job.dataset,
+            &job.source_key,
+        )
+        .await?;
+    if !readable {
+        return Err(not_found());
+    }
     Ok(job)
 }
 
@@ -882,6 +897,7 @@ async fn bulk(
         order: JobOrder::RecentlyChanged,
         limit: receipts::operations::MAX_PAGE,
         offset: 0,
+        readable_by: principal.reads_as(),
     };
     let reason = reason(body.reason, "bulk operator action from the ops API")?;
     // The candidates, at most MAX_BULK of them.

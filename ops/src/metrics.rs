@@ -201,7 +201,26 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "cairn_sync_files_total",
         Kind::Counter,
         "Files that finished connector runs handled, by outcome (added, changed, unchanged, \
-         removed, skipped, failed, conflict).",
+         removed, skipped, failed, conflict, access_changed).",
+    ),
+    (
+        "cairn_access_changes_total",
+        Kind::Counter,
+        "Access changes (a source's readers, a dataset's default) made in this process, by \
+         origin (api, connector, config, restore) and outcome (committed, failed).",
+    ),
+    (
+        "cairn_access_change_seconds",
+        Kind::Histogram,
+        "Time from an access change's call to its commit, when it is in force (search reads \
+         the ledger's current readers at every query; no job has to run), by origin.",
+    ),
+    (
+        "cairn_access_applied_seconds",
+        Kind::Histogram,
+        "Time from an access change to its access job's end: the source's readers written \
+         onto its points in one generation's vector store and read back, so the store's \
+         prefilter follows the change (binding applies it from the commit on).",
     ),
     (
         "cairn_sync_run_seconds",
@@ -288,9 +307,18 @@ fn describe() {
         "skipped",
         "failed",
         "conflict",
+        "access_changed",
     ] {
         metrics::counter!("cairn_sync_files_total", "outcome" => outcome).absolute(0);
     }
+    for origin in receipts::access::ORIGINS {
+        for outcome in ["committed", "failed"] {
+            metrics::counter!("cairn_access_changes_total", "origin" => origin, "outcome" => outcome)
+                .absolute(0);
+        }
+        let _ = metrics::histogram!("cairn_access_change_seconds", "origin" => origin);
+    }
+    let _ = metrics::histogram!("cairn_access_applied_seconds");
     for tier in ["counts", "scrub", "deep"] {
         metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier).absolute(0);
         metrics::counter!("cairn_verify_store_requests_total", "tier" => tier).absolute(0);

@@ -22,6 +22,10 @@
 //!   refilled from further candidates, so drops never silently shorten an answer.
 //! - Dataset permissions apply to every phase: the store's filter, the ledger query and the
 //!   binding all use the same dataset list.
+//! - A search filter is pushed down to the store as a prefilter over the points' payload
+//!   ([`gateways::vectors::pushdown`]) that passes a superset of the matching points, and
+//!   binding checks every hit against the ledger's current revision: the prefilter only
+//!   makes a selective filter fast, it never decides what may be returned.
 //! - Admission is bounded: `max_in_flight` searches run, up to `max_queued` more wait for a
 //!   slot, and the wait counts against each request's budget. A request gets `overloaded`
 //!   (429) when the queue is full or a slot would leave its vector phase less than
@@ -304,6 +308,11 @@ pub struct SearchResponse {
     /// a count of part of the set).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub facets_partial: Vec<String>,
+    /// Metadata fields the filter names that the vector store holds no payload index for
+    /// (`metadata.<name>`): the answer is as exact, found more slowly. Declare a field in
+    /// `datasets.<d>.filterable` to index it.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub filter_unindexed: Vec<String>,
 }
 
 /// Why a search has no answer.
@@ -478,6 +487,8 @@ struct PhaseOutcome {
     embed_ms: Option<f64>,
     search_ms: Option<f64>,
     bind_ms: f64,
+    /// Metadata fields the filter names that the vector store holds no index for.
+    unindexed: Vec<String>,
 }
 
 /// The revisions a query's filter admits.
@@ -684,6 +695,7 @@ impl Searcher {
         let mut stale_dropped = 0;
         let mut lists: Vec<(&'static str, Vec<Candidate>)> = Vec::new();
         let mut failures = Vec::new();
+        let mut filter_unindexed = Vec::new();
         for (name, outcome) in [("vector", vector), ("lexical", lexical)] {
             match outcome {
                 None => {}
@@ -696,6 +708,7 @@ impl Searcher {
                     }
                     *phases.bind.get_or_insert(0.0) += outcome.bind_ms;
                     stale_dropped += outcome.stale_dropped;
+                    filter_unindexed.extend(outcome.unindexed);
                     lists.push((name, outcome.candidates));
                 }
                 Some(Err(failure)) => {
@@ -757,6 +770,7 @@ impl Searcher {
             history_gaps: history_gaps.unwrap_or_default(),
             facets,
             facets_partial,
+            filter_unindexed,
         })
     }
 
@@ -926,6 +940,23 @@ impl Searcher {
         // (refilling as for stale hits).
         let mut narrowed: Option<Vec<Uuid>> = None;
         let mut selection_pending = query.filter.is_some();
+        // The filter pushed down to the points' payload: the store's indexes select what
+        // matches, so even a selective filter fills the page from the store's own search.
+        let pushed = query
+            .filter
+            .as_ref()
+            .and_then(|filter| gateways::vectors::pushdown(filter, query.at.is_none()).filter);
+        if let Some(filter) = &query.filter {
+            let named = filter.metadata_fields();
+            if !named.is_empty() {
+                let indexed = store.indexed_fields().await.map_err(PhaseFailure::Store)?;
+                outcome.unindexed = named
+                    .into_iter()
+                    .map(|name| format!("metadata.{name}"))
+                    .filter(|field| !indexed.contains(field))
+                    .collect();
+            }
+        }
         // What each hit bound to (`None`: dropped by the check). A hit is bound once, however
         // many rounds fetch it.
         let mut bound: HashMap<HitRef, Option<Candidate>> = HashMap::new();
@@ -946,10 +977,14 @@ impl Searcher {
                         )
                         .await
                 }
-                (None, None) => store.search(vector.clone(), &query.datasets, limit).await,
+                (None, None) => {
+                    store
+                        .search(vector.clone(), &query.datasets, pushed.as_ref(), limit)
+                        .await
+                }
                 (None, Some(_)) => {
                     store
-                        .search_any(vector.clone(), &query.datasets, limit)
+                        .search_any(vector.clone(), &query.datasets, pushed.as_ref(), limit)
                         .await
                 }
             }
@@ -1200,6 +1235,7 @@ impl Searcher {
             embed_ms: None,
             search_ms: Some(search_ms),
             bind_ms: ms(binding),
+            unindexed: Vec::new(),
         })
     }
 

@@ -365,6 +365,12 @@ impl VectorStore for FailingSearchVectors {
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.0.indexed_fields().await
     }
+    async fn ensure_indexes(
+        &self,
+        fields: &[(String, gateways::FieldKind)],
+    ) -> Result<(), GatewayError> {
+        self.0.ensure_indexes(fields).await
+    }
     async fn bucket_points(
         &self,
         bucket: u16,
@@ -418,6 +424,22 @@ impl VectorStore for FailingSearchVectors {
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {
         self.0.source_current(dataset, source_key).await
     }
+    async fn set_readers(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(), GatewayError> {
+        self.0.set_readers(dataset, source_key, readers).await
+    }
+    async fn readers_held(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(usize, usize), GatewayError> {
+        self.0.readers_held(dataset, source_key, readers).await
+    }
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
         self.0.retire_revision(revision_id).await
     }
@@ -431,6 +453,7 @@ impl VectorStore for FailingSearchVectors {
         &self,
         _vector: Vec<f32>,
         _datasets: &[String],
+        _filter: Option<&gateways::PayloadFilter>,
         _limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
         Err(GatewayError::Unavailable {
@@ -442,9 +465,10 @@ impl VectorStore for FailingSearchVectors {
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&gateways::PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.search(vector, datasets, limit).await
+        self.search(vector, datasets, filter, limit).await
     }
     async fn search_within(
         &self,
@@ -454,7 +478,7 @@ impl VectorStore for FailingSearchVectors {
         _any_revision: bool,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.search(vector, datasets, limit).await
+        self.search(vector, datasets, None, limit).await
     }
 }
 
@@ -1355,6 +1379,26 @@ async fn filters_hold_in_every_mode_and_at_binding_and_fill_the_page() {
             }
         }
     }
+
+    // A metadata field the store holds no index for is named in the answer; once declared
+    // (indexed), it is not.
+    let on_n = Filter::parse(
+        &json!({"field": "metadata.n", "gte": 5}),
+        FilterLimits::default(),
+    )
+    .expect("filter");
+    let mut asked = query("a ship moored in the harbour", Mode::Vector, 10_000);
+    asked.filter = Some(on_n.clone());
+    let answer = narrowing.search(asked.clone()).await.expect("search");
+    assert_eq!(answer.filter_unindexed, vec!["metadata.n"], "{answer:?}");
+    world
+        .vectors
+        .ensure_indexes(&[("metadata.n".to_owned(), gateways::FieldKind::Float)])
+        .await
+        .expect("index metadata.n");
+    let answer = narrowing.search(asked).await.expect("search");
+    assert!(answer.filter_unindexed.is_empty(), "{answer:?}");
+    assert_eq!(answer.results.len(), 5, "{answer:?}");
 
     // Facets beside a search: over every source the filter selects, not the page of 5.
     let mut asked = query("a ship moored in the harbour", Mode::Auto, 10_000);

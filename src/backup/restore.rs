@@ -236,7 +236,7 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
     step("leases_voided", json!({"voided": voided}));
 
     // 5. journal_replayed
-    let (mut erased, mut revoked) = (0, 0);
+    let (mut erased, mut revoked, mut access) = (0, 0, 0);
     for entry in &later {
         match entry.kind {
             JournalKind::Erase => {
@@ -274,11 +274,22 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
                     Err(error) => return Err(error).context("replaying a revocation"),
                 }
             }
+            JournalKind::Access => {
+                let note = format!("replayed by the restore of {}", manifest.id);
+                let Some(change) = entry.access_change(&note) else {
+                    continue;
+                };
+                ledger
+                    .change_access(change)
+                    .await
+                    .context("replaying an access change")?;
+                access += 1;
+            }
         }
     }
     step(
         "journal_replayed",
-        json!({"erasures": erased, "revocations": revoked}),
+        json!({"erasures": erased, "revocations": revoked, "access_changes": access}),
     );
 
     // 6. stores_loaded

@@ -130,6 +130,7 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
                 exclude: vec![],
                 max_file_bytes: 1 << 20,
                 interval_ms: 1_000,
+                access: Default::default(),
             }),
             actor: "cairn:bench".to_owned(),
             reason: "connector benchmark".to_owned(),

@@ -438,7 +438,9 @@ pub use search_latency::{search, SearchBench};
 
 mod temporal;
 pub use temporal::{temporal, TemporalBench};
+mod access;
 mod filters;
+pub use access::access;
 pub use filters::{filters, FilterBench};
 
 mod served;

@@ -248,6 +248,7 @@ pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Val
             chunk_index: (index % 4) as u32,
             head_at: 0,
             vector,
+            facts: None,
         })
         .collect();
     let point_count = points.len();

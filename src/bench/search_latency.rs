@@ -104,7 +104,7 @@ async fn load(
         &texts,
         random,
         "search",
-        |_, random| Ok(random.unit_vector()),
+        |_, random| Ok((random.unit_vector(), None)),
     )
     .await
 }
@@ -135,6 +135,9 @@ pub(super) async fn accept_texts(
     Ok(texts)
 }
 
+/// A job's vector and the facts its points carry (`None`: written without facts).
+pub(super) type Loaded = (Vec<f32>, Option<Arc<gateways::PointFacts>>);
+
 /// Projects every claimable job as a worker would, with a pseudo-random unit vector per
 /// revision instead of the model's: points in the store, the chunk row (the document's
 /// `texts` entry, one chunk) and verified receipts written under each job's lease, the job
@@ -146,7 +149,7 @@ pub(super) async fn project_claimed(
     texts: &std::collections::HashMap<String, String>,
     random: &mut Random,
     label: &str,
-    mut vector_for: impl FnMut(&receipts::Job, &mut Random) -> anyhow::Result<Vec<f32>>,
+    mut vector_for: impl FnMut(&receipts::Job, &mut Random) -> anyhow::Result<Loaded>,
 ) -> anyhow::Result<()> {
     let mut loaded = 0;
     loop {
@@ -156,7 +159,7 @@ pub(super) async fn project_claimed(
         }
         let mut points = Vec::new();
         for job in &jobs {
-            let vector = vector_for(job, random)?;
+            let (vector, facts) = vector_for(job, random)?;
             points.push(VectorPoint {
                 dataset: job.dataset.clone(),
                 source_key: job.source_key.clone(),
@@ -164,6 +167,7 @@ pub(super) async fn project_claimed(
                 chunk_index: 0,
                 head_at: job.created_at,
                 vector,
+                facts,
             });
         }
         store.upsert(points).await?;
@@ -389,7 +393,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
         for text in &warm_up {
             let vector = embedder.embed(vec![text.clone()]).await?;
             let _ = store
-                .search(vector[0].clone(), &datasets, bench.top_k)
+                .search(vector[0].clone(), &datasets, None, bench.top_k)
                 .await?;
             for (_, mode) in &modes_measured {
                 searcher.search(query(text, *mode)).await?;
@@ -406,7 +410,7 @@ pub async fn search(config: &Config, bench: SearchBench) -> anyhow::Result<Value
             let started = Instant::now();
             let vector = embedder.embed(vec![text.clone()]).await?;
             let hits = store
-                .search(vector[0].clone(), &datasets, bench.top_k)
+                .search(vector[0].clone(), &datasets, None, bench.top_k)
                 .await?;
             raw.push(started.elapsed().as_secs_f64() * 1000.0);
             anyhow::ensure!(!hits.is_empty(), "the bare search found nothing");

@@ -136,7 +136,7 @@ async fn round(
                 *slot = vector.clone();
             }
             revisions.push(job.revision()?);
-            Ok(vector)
+            Ok((vector, None))
         },
     )
     .await?;
@@ -332,7 +332,7 @@ pub async fn temporal(config: &Config, bench: TemporalBench) -> anyhow::Result<V
                         let everything: Vec<Vec<f32>> = rounds.iter().flatten().cloned().collect();
                         let truth = exact(&everything, &embedded[0], bench.top_k);
                         let approximate = store
-                            .search_any(embedded[0].clone(), &datasets, bench.top_k)
+                            .search_any(embedded[0].clone(), &datasets, None, bench.top_k)
                             .await?;
                         let found: std::collections::HashSet<(String, usize)> = approximate
                             .iter()

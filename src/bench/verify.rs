@@ -89,6 +89,7 @@ async fn settle(
                     chunk_index: index as u32,
                     head_at: job.created_at,
                     vector: unit(random, generation.dimension as usize),
+                    facts: None,
                 });
             }
             writes.push((token, rows, summary));
@@ -141,7 +142,7 @@ async fn search_loop(
     while running.load(Ordering::SeqCst) {
         let started = Instant::now();
         let hits = store
-            .search(unit(&mut random, dimension), &[], 10)
+            .search(unit(&mut random, dimension), &[], None, 10)
             .await
             .unwrap_or_default();
         let refs: Vec<receipts::model::HitRef> = hits

@@ -42,6 +42,20 @@ pub(super) struct FileConfig {
     pub(super) backup: FileBackup,
     #[serde(default)]
     pub(super) embeddings: FileEmbeddings,
+    /// `[datasets.<name>]`: settings of one dataset.
+    #[serde(default)]
+    pub(super) datasets: std::collections::BTreeMap<String, FileDataset>,
+}
+
+/// `[datasets.<name>]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileDataset {
+    /// `everyone` or `nobody`: who may read the dataset's sources that name no readers.
+    pub(super) default_access: Option<String>,
+    /// Metadata fields the vector store indexes for filters: name to `keyword`, `number` or
+    /// `bool`.
+    pub(super) filterable: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `[embeddings]`: the remote embedding server (its key comes from the environment only).
@@ -229,6 +243,8 @@ pub(super) struct FileJobs {
     pub(super) graph: FilePolicy,
     #[serde(default)]
     pub(super) sync: FilePolicy,
+    #[serde(default)]
+    pub(super) access: FilePolicy,
 }
 
 #[derive(Debug, Default, Deserialize)]

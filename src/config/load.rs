@@ -102,6 +102,8 @@ impl Config {
         }
         let embeddings = embeddings(env, &file)?;
         let config = Config {
+            default_access: default_access(&file)?,
+            filterable: filterable(&file)?,
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
             verify: verify_settings(env, &file)?,
@@ -258,6 +260,7 @@ fn job_policies(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<policy::JobP
         tombstone: from_env.over(jobs.tombstone.over(every_kind)).resolve(),
         graph: from_env.over(jobs.graph.over(every_kind)).resolve(),
         sync: from_env.over(jobs.sync.over(every_kind)).resolve(),
+        access: from_env.over(jobs.access.over(every_kind)).resolve(),
     })
 }
 
@@ -558,6 +561,70 @@ fn mcp(
 
 /// `[connectors]`: the folders connectors may read, each an absolute path (comma-separated in
 /// the variable). None by default: a folder connector is refused until an operator names them.
+/// `datasets.<d>.default_access`, each dataset name and value checked.
+fn default_access(
+    file: &FileConfig,
+) -> anyhow::Result<std::collections::BTreeMap<String, receipts::access::DefaultAccess>> {
+    let mut defaults = std::collections::BTreeMap::new();
+    for (dataset, settings) in &file.datasets {
+        receipts::validate::dataset(dataset)
+            .map_err(|error| anyhow::anyhow!("[datasets.{dataset}]: {error}"))?;
+        if let Some(text) = &settings.default_access {
+            let default = text.parse().map_err(|error: String| {
+                anyhow::anyhow!("datasets.{dataset}.default_access: {error}")
+            })?;
+            defaults.insert(dataset.clone(), default);
+        }
+    }
+    Ok(defaults)
+}
+
+/// `datasets.<d>.filterable`: the metadata fields the vector store indexes, each name and
+/// type checked, over every dataset (a collection holds them all, so one field has one type).
+fn filterable(file: &FileConfig) -> anyhow::Result<Vec<(String, gateways::FieldKind)>> {
+    let mut fields: std::collections::BTreeMap<String, (gateways::FieldKind, String)> =
+        std::collections::BTreeMap::new();
+    for (dataset, settings) in &file.datasets {
+        for (name, kind) in settings.filterable.iter().flatten() {
+            let at = format!("datasets.{dataset}.filterable.{name}");
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                anyhow::bail!(
+                    "{at}: a metadata field name is 1 to 64 letters, digits, `_` or `-` (the \
+                     names a filter's `metadata.<name>` accepts)"
+                );
+            }
+            let kind = match kind.as_str() {
+                "keyword" => gateways::FieldKind::Keyword,
+                "number" => gateways::FieldKind::Float,
+                "bool" => gateways::FieldKind::Bool,
+                other => anyhow::bail!(
+                    "{at}: `{other}` is not a field type; use `keyword` (strings), `number` or \
+                     `bool`"
+                ),
+            };
+            match fields.get(name) {
+                Some((known, first)) if *known != kind => anyhow::bail!(
+                    "{at}: metadata.{name} is declared with another type in {first}; one vector \
+                     collection holds every dataset, so a field has one type"
+                ),
+                Some(_) => {}
+                None => {
+                    fields.insert(name.clone(), (kind, at));
+                }
+            }
+        }
+    }
+    Ok(fields
+        .into_iter()
+        .map(|(name, (kind, _))| (format!("metadata.{name}"), kind))
+        .collect())
+}
+
 fn connector_settings(
     env: &Env<'_>,
     file: &FileConfig,

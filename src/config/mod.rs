@@ -152,6 +152,14 @@ pub struct Config {
     /// The graph store (`CAIRN_GRAPH_URL`, `graph.url`, with the password from
     /// `CAIRN_GRAPH_PASSWORD`); `None`: no graph backend.
     pub graph: Option<gateways::BoltOptions>,
+    /// Each configured dataset's default access (`datasets.<d>.default_access`), recorded in
+    /// the ledger at every start (a default the file names wins over one set through the API
+    /// since the last start).
+    pub default_access: std::collections::BTreeMap<String, receipts::access::DefaultAccess>,
+    /// The metadata fields the vector store indexes for search filters
+    /// (`datasets.<d>.filterable`, as `metadata.<name>` and its index type), created in every
+    /// generation's store when this process opens it.
+    pub filterable: Vec<(String, gateways::FieldKind)>,
 }
 
 /// Flags that override the file and the environment.

@@ -463,6 +463,10 @@ fn the_configuration_table_lists_every_setting_the_code_reads() {
         .flat_map(|key| {
             if key.contains(".KIND.") {
                 kinds.iter().map(|kind| key.replace("KIND", kind)).collect()
+            } else if let Some((map, _)) = key.split_once(".<d>.") {
+                // A table of named tables (`[datasets.<name>]`): the probe sees its name only;
+                // its keys are checked by the loading tests.
+                vec![map.to_owned()]
             } else {
                 vec![key]
             }
@@ -537,4 +541,39 @@ fn the_configuration_table_lists_every_setting_the_code_reads() {
         unknown.is_empty(),
         "docs/configuration.md lists variables no code reads: {unknown:?}"
     );
+}
+
+#[test]
+fn a_dataset_names_its_default_access() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("cairn.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        Config::load(
+            &Overrides {
+                config_file: Some(path.clone()),
+                ..Overrides::default()
+            },
+            &HashMap::new(),
+        )
+    };
+    let config = load(
+        "[datasets.hr]\ndefault_access = \"nobody\"\n[datasets.wiki]\ndefault_access = \"everyone\"\n",
+    )
+    .expect("config");
+    assert_eq!(
+        config.default_access.into_iter().collect::<Vec<_>>(),
+        [
+            ("hr".to_owned(), receipts::access::DefaultAccess::Nobody),
+            ("wiki".to_owned(), receipts::access::DefaultAccess::Everyone)
+        ]
+    );
+    let wrong = load("[datasets.hr]\ndefault_access = \"some\"\n").expect_err("refused");
+    assert!(
+        format!("{wrong:#}").contains("datasets.hr.default_access"),
+        "{wrong:#}"
+    );
+    let misspelt = load("[datasets.hr]\ndefault = \"nobody\"\n").expect_err("refused");
+    assert!(format!("{misspelt:#}").contains("default"), "{misspelt:#}");
+    assert!(load("[datasets.\"a/b\"]\ndefault_access = \"nobody\"\n").is_err());
 }

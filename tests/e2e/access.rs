@@ -123,6 +123,54 @@ async fn access_end_to_end(engine: Engine) {
     assert_error(&refused, 422, "invalid_access");
     assert_eq!(visible_count(&app, &plain).await, 2);
 
+    // Ops views for a token that reads as an identity: the jobs of what it may read only; a
+    // job of another's document is absent, as the document is.
+    let (status, created) = app
+        .call(
+            "POST",
+            "/v1/tokens",
+            Some(&app.admin),
+            Some(
+                json!({"name": "bob-ops", "scopes": ["ops:read"], "principal": "user:bob",
+                        "groups": ["eng"]}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let bob_ops = created["secret"].as_str().expect("secret").to_owned();
+    let (status, jobs) = app.call("GET", "/v1/ops/jobs", Some(&bob_ops), None).await;
+    assert_eq!(status, 200, "{jobs}");
+    let keys: Vec<&str> = jobs["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|job| job["source_key"].as_str())
+        .collect();
+    assert!(
+        keys.contains(&"wiki/home.md") && !keys.contains(&"hr/pay.md"),
+        "{jobs}"
+    );
+    assert_eq!(jobs["total"].as_u64(), Some(keys.len() as u64), "{jobs}");
+    let pay_job = pay["projection_job_id"].as_str().expect("job");
+    let (status, _) = app
+        .call(
+            "GET",
+            &format!("/v1/ops/jobs/{pay_job}"),
+            Some(&bob_ops),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = app
+        .call(
+            "GET",
+            &format!("/v1/ops/jobs/{pay_job}"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+
     assert_eq!(
         found(&app, &alice, "lantern").await,
         found_sorted(&["hr/pay.md", "wiki/home.md"])
@@ -234,4 +282,62 @@ async fn documents_are_read_only_by_their_readers_on_sqlite() {
 #[tokio::test]
 async fn documents_are_read_only_by_their_readers_on_postgres() {
     access_end_to_end(Engine::Postgres).await;
+}
+
+/// `datasets.<d>.default_access` in the configuration is recorded at `cairn serve`'s start,
+/// through the ledger's one path (history names `config`), and an open dataset stays open.
+#[tokio::test]
+async fn the_configuration_names_a_datasets_default_access() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let config = directory.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        "[workers]\ncount = 0\n[datasets.hr]\ndefault_access = \"nobody\"\n",
+    )
+    .expect("config");
+    let data = directory.path().join("data");
+    let config_arg = config.to_str().expect("a UTF-8 path");
+    let (mut child, base) = crate::crash::spawn_serve_with(
+        &data,
+        &["--config", config_arg],
+        &[],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = crate::common::admin_token(&data);
+    let client = reqwest::Client::new();
+    let access = |dataset: &str| {
+        client
+            .get(format!(
+                "{base}/v1/sources/access?dataset={dataset}&source_key=any.md"
+            ))
+            .bearer_auth(&admin)
+            .send()
+    };
+    let hr = access("hr").await.expect("GET");
+    assert_eq!(hr.status().as_u16(), 200);
+    let hr: serde_json::Value = hr.json().await.expect("json");
+    assert_eq!(hr["default"], "nobody", "{hr}");
+    let wiki = access("wiki").await.expect("GET");
+    assert_eq!(wiki.status().as_u16(), 200);
+    let wiki: serde_json::Value = wiki.json().await.expect("json");
+    assert_eq!(wiki["default"], "everyone", "{wiki}");
+    child.kill().await.expect("stop");
+    let _ = child.wait().await;
+    let ledger = receipts::SqliteLedger::open(
+        receipts::SqliteOptions::new(data.join("ledger.db")),
+        std::sync::Arc::new(receipts::SystemClock),
+    )
+    .await
+    .expect("open the ledger");
+    let trail = receipts::Reader::history(&ledger, "access", "hr")
+        .await
+        .expect("history");
+    assert!(
+        trail
+            .iter()
+            .any(|entry| entry.actor == "config" && entry.to.as_deref() == Some("nobody")),
+        "{trail:?}"
+    );
 }

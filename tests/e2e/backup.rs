@@ -253,6 +253,18 @@ async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
         .await
         .expect("revoke");
     assert_eq!(revoked.status().as_u16(), 200);
+    // ... and an access change: c.md is read by carol alone from now on.
+    let narrowed = http
+        .put(format!("{base}/v1/sources/access"))
+        .bearer_auth(&admin)
+        .json(
+            &json!({"dataset": "docs", "source_key": "c.md", "readers": ["user:carol"],
+                      "reason": "carol only"}),
+        )
+        .send()
+        .await
+        .expect("access change");
+    assert_eq!(narrowed.status().as_u16(), 200);
 
     // A restore refuses a running target.
     let data_dir = data.path().to_string_lossy().into_owned();
@@ -365,6 +377,11 @@ async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
         "{}",
         text(&restored)
     );
+    assert!(
+        text(&restored).contains("\"access_changes\":1"),
+        "{}",
+        text(&restored)
+    );
 
     let (mut server, base) = spawn_serve_with(
         data.path(),
@@ -412,6 +429,18 @@ async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
         .await
         .expect("search");
     assert_eq!(refused.status().as_u16(), 401);
+    // The access change too: c.md's readers are the ones set after the backup.
+    let access = http
+        .get(format!(
+            "{base}/v1/sources/access?dataset=docs&source_key=c.md"
+        ))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("access");
+    assert_eq!(access.status().as_u16(), 200);
+    let access: Value = access.json().await.expect("json");
+    assert_eq!(access["readers"], json!(["user:carol"]), "{access}");
     // And the restored installation verifies clean once the replayed erasure is projected.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {

@@ -184,6 +184,7 @@ async fn chaos(data_dir: &std::path::Path, ledger_url: Option<&str>, at_once: us
                 order: receipts::JobOrder::LeaseExpiry,
                 limit: 500,
                 offset: 0,
+                readable_by: None,
             },
         )
         .await

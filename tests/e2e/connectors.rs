@@ -73,11 +73,27 @@ async fn wait_for_runs(
     }
 }
 
+/// Now, in microseconds since the epoch: the ledger's clock on this machine.
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as i64)
+}
+
+/// How long after its stamped time a head move may still be invisible to a search: the
+/// ledger stamps a change when its write group starts, and readers see it once the group has
+/// committed (an fsync later, longer on a loaded machine).
+const COMMIT_SLACK_MICROS: i64 = 250_000;
+
 /// The keys a lexical search for "wombat" finds in `docs`, each hit checked against its
-/// source: the hit's revision must be the source's head, and the head not a tombstone. A hit
-/// on the old revision of an edited file fails here even though its key is right, and an
-/// error answer fails instead of reading as "nothing found".
+/// source's head history: the hit's revision must have been the source's head (a content
+/// revision, not a tombstone) at some moment between the request being sent and its answer
+/// received (a move counting from its commit, up to [`COMMIT_SLACK_MICROS`] after its stamp). A hit on the old revision of an edited file, or on a source deleted before the
+/// request, fails here even though its key is right; a head that moves while a run is
+/// tombstoning (the loop after the removal) does not. An error answer fails instead of
+/// reading as "nothing found".
 async fn found(http: &reqwest::Client, base: &str, token: &str) -> Vec<String> {
+    let sent = now_micros();
     let response = http
         .post(format!("{base}/v1/search"))
         .bearer_auth(token)
@@ -87,6 +103,7 @@ async fn found(http: &reqwest::Client, base: &str, token: &str) -> Vec<String> {
         .expect("search");
     assert_eq!(response.status().as_u16(), 200, "search");
     let answer: Value = response.json().await.expect("answer");
+    let received = now_micros();
     let mut keys = Vec::new();
     for hit in answer["results"].as_array().expect("results") {
         let key = hit["source_key"].as_str().expect("a hit's key");
@@ -99,12 +116,35 @@ async fn found(http: &reqwest::Client, base: &str, token: &str) -> Vec<String> {
             token,
         )
         .await;
-        assert_eq!(
-            source["head"]["id"].as_str(),
-            Some(revision),
-            "a hit on {key} is not its source's head: {hit}"
+        // Each stretch of time the revision was the head: from a move to it to the next move.
+        let mut moves: Vec<(i64, i64, &str)> = source["head_history"]
+            .as_array()
+            .expect("head history")
+            .iter()
+            .filter_map(|entry| {
+                Some((
+                    entry["seq"].as_i64()?,
+                    entry["at"].as_i64()?,
+                    entry["to"].as_str()?,
+                ))
+            })
+            .collect();
+        moves.sort_unstable();
+        let held = moves.iter().enumerate().any(|(index, (_, at, to))| {
+            let until = moves.get(index + 1).map_or(i64::MAX, |next| next.1);
+            *to == revision && *at <= received && until.saturating_add(COMMIT_SLACK_MICROS) >= sent
+        });
+        assert!(
+            held,
+            "a hit on {key} ({revision}) was not its source's head while the search ran \
+             ({sent}..{received}): {hit} {source}"
         );
-        assert_eq!(source["deleted"], false, "a hit on a deleted source: {hit}");
+        let content = source["revisions"]
+            .as_array()
+            .expect("revisions")
+            .iter()
+            .any(|known| known["id"] == revision && known["tombstone"] == false);
+        assert!(content, "a hit on a tombstone: {hit}");
         keys.push(key.to_owned());
     }
     keys.sort_unstable();

@@ -97,6 +97,10 @@ async fn verify_finds_and_repairs_drift_from_the_cli() {
         (&json!("missing"), &json!("relational"), &json!("b.md"))
     );
     assert_eq!(drift[0]["evidence"]["found"]["rows"], 0, "{}", drift[0]);
+    let drift_pass = drift[0]["pass_id"]
+        .as_str()
+        .expect("the drift's pass")
+        .to_owned();
 
     let repaired = verify(
         &base,
@@ -206,6 +210,51 @@ async fn verify_finds_and_repairs_drift_from_the_cli() {
         listed["passes"].as_array().map(Vec::len),
         "no pass was started: {after}"
     );
+    // A token that reads as an identity sees the drift of the sources it may read only.
+    let narrowed = http
+        .put(format!("{base}/v1/sources/access"))
+        .bearer_auth(&token)
+        .json(
+            &json!({"dataset": "docs", "source_key": "b.md", "readers": ["user:dave"],
+                      "reason": "dave only"}),
+        )
+        .send()
+        .await
+        .expect("access");
+    assert_eq!(narrowed.status().as_u16(), 200);
+    let drift_seen_by = |principal: &'static str| {
+        let (http, base, token) = (http.clone(), base.clone(), token.clone());
+        let drift_pass = drift_pass.clone();
+        async move {
+            let response = http
+                .post(format!("{base}/v1/tokens"))
+                .bearer_auth(&token)
+                .json(&json!({"name": principal, "scopes": ["ops:read"],
+                              "principal": principal}))
+                .send()
+                .await
+                .expect("token");
+            assert_eq!(response.status().as_u16(), 201, "{principal}");
+            let created: Value = response.json().await.expect("json");
+            let secret = created["secret"].as_str().expect("secret").to_owned();
+            let response = http
+                .get(format!("{base}/v1/verify/passes/{drift_pass}"))
+                .bearer_auth(&secret)
+                .send()
+                .await
+                .expect("pass");
+            assert_eq!(response.status().as_u16(), 200, "{principal}");
+            let detail: Value = response.json().await.expect("json");
+            detail["drift"]
+                .as_array()
+                .expect("drift")
+                .iter()
+                .filter_map(|record| record["source_key"].as_str().map(str::to_owned))
+                .collect::<Vec<String>>()
+        }
+    };
+    assert_eq!(drift_seen_by("user:dave").await, ["b.md"]);
+    assert!(drift_seen_by("user:carol").await.is_empty());
     let metrics = http
         .get(format!("{base}/metrics"))
         .bearer_auth(&token)

@@ -264,6 +264,14 @@ async def hits_are_current_while_sources_change(config):
         assert not is_error and stored["receipt"]["status"] == "queued_not_confirmed", stored
         await expect_error(client, "ingest", {"dataset": "private", "source_key": "x.md", "content": "x"}, "forbidden")
         await expect_error(client, "ingest", {"dataset": "docs", "source_key": "k.md", "content": "key AKIAIOSFODNN7EXAMPLE"}, "secret_detected")
+        # `ingest` may name the readers, recorded with the acceptance; a malformed one is refused.
+        kept, is_error = await call(client, "ingest", {"dataset": "docs", "source_key": "agent-private.md", "content": "kept for two readers", "readers": ["user:carol", "group:hr"]})
+        assert not is_error, kept
+        access = await http.get("/v1/sources/access", params={"dataset": "docs", "source_key": "agent-private.md"})
+        assert access.status_code == 200 and access.json()["readers"] == ["group:hr", "user:carol"], access.text
+        await expect_error(client, "ingest", {"dataset": "docs", "source_key": "agent-open.md", "content": "x", "readers": ["carol"]}, "invalid_access")
+        absent = await http.get("/v1/sources", params={"dataset": "docs", "source_key": "agent-open.md"})
+        assert absent.status_code == 404, absent.text
         # With `ingest`, a superseded revision of the token's dataset is readable, and says so.
         old, is_error = await call(client, "read_document", {"revision_id": config["superseded_revision"]})
         assert not is_error, old

@@ -229,8 +229,21 @@ async fn get_pass(
         .pass_drift(id)
         .await?
         .into_iter()
-        .filter(|drift| principal.require_dataset(&drift.dataset).is_ok())
-        .collect();
+        .filter(|drift| principal.require_dataset(&drift.dataset).is_ok());
+    // A token that reads as an identity sees the drift of sources it may read, no others.
+    let names = principal.reads_as();
+    let mut readable = Vec::new();
+    for record in drift {
+        let may = state
+            .verifier
+            .ledger
+            .may_read(names.as_deref(), &record.dataset, &record.source_key)
+            .await?;
+        if may {
+            readable.push(record);
+        }
+    }
+    let drift = readable;
     Ok(Json(PassDetail { pass, drift }))
 }
 

@@ -317,6 +317,7 @@ impl World {
                         chunk_index: index as u32,
                         head_at: 1,
                         vector: vector.expect("vector"),
+                        facts: None,
                     })
                     .collect();
                 self.store.upsert(rewritten).await.expect("rewrite");
@@ -448,6 +449,7 @@ async fn faults_are_found_and_repaired(world: World) {
             chunk_index: 0,
             head_at: clean_head_at,
             vector: foreign,
+            facts: None,
         }])
         .await
         .expect("overwrite a vector");

@@ -387,6 +387,7 @@ impl GraphStage {
                     order: receipts::JobOrder::RecentlyChanged,
                     limit: receipts::operations::MAX_PAGE,
                     offset,
+                    readable_by: None,
                 })
                 .await
                 .map_err(ledger_failure)?;

@@ -24,6 +24,7 @@
 //!   rest and releases their leases without charging an attempt.
 //! - Errors are classified by the work itself ([`FailureClass`]), never by message text.
 
+pub mod access;
 pub mod generations;
 pub mod graph;
 mod job;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use gateways::{Chunker, Embedder, GatewayError, VectorPoint, VectorStore};
+use gateways::{Chunker, Embedder, GatewayError, PointFacts, VectorPoint, VectorStore};
 use receipts::{
     Backend, ChunkRow, ChunkSummary, Failure, Generation, Job, JobKind, LeaseToken, ReceiptState,
     ReceiptUpdate, WorkLedger,
@@ -255,6 +255,8 @@ impl Projector {
             let mut embed_ms = 0.0;
             let mut write_ms = 0.0;
             let mut reused = 0;
+            // The readers the upsert wrote (`None`: it wrote none).
+            let mut written_readers: Option<Option<Vec<String>>> = None;
             if !reconciled {
                 stages.note("embedding");
                 let step = Instant::now();
@@ -264,6 +266,22 @@ impl Projector {
                 embed_ms = millis(step);
                 stages.enter("vector write").await?;
                 let step = Instant::now();
+                // What a search filter tests, carried by every point for the store's prefilter,
+                // with the source's readers as the ledger holds them now (checked again once
+                // the points are current).
+                let access = self
+                    .ledger
+                    .access_of(&job.dataset, &job.source_key)
+                    .await
+                    .map_err(ledger_failure)?;
+                written_readers = Some(access.readers.clone());
+                let facts = Arc::new(PointFacts {
+                    tags: revision.tags.clone(),
+                    media_type: revision.media_type.clone(),
+                    metadata: revision.metadata.clone(),
+                    accepted_at: revision.accepted_at,
+                    readers: access.readers.unwrap_or_default(),
+                });
                 let points = chunks
                     .iter()
                     .zip(vectors_out)
@@ -274,6 +292,7 @@ impl Projector {
                         chunk_index: chunk.index,
                         head_at: job.created_at,
                         vector,
+                        facts: Some(facts.clone()),
                     })
                     .collect();
                 // Visible at once, durable with `set_current` below (one flush per run, not
@@ -325,6 +344,24 @@ impl Projector {
                 )
                 .await
                 .map_err(store_failure)?;
+            // An access change that landed while the points were written (or points already
+            // present, whose readers this run did not write) gets its readers written now:
+            // the change queued no access job while this projection was open.
+            let now_readers = self
+                .ledger
+                .access_of(&job.dataset, &job.source_key)
+                .await
+                .map_err(ledger_failure)?
+                .readers;
+            if written_readers.as_ref() != Some(&now_readers) {
+                crate::access::refresh(
+                    self.ledger.as_ref(),
+                    vectors.as_ref(),
+                    &job.dataset,
+                    &job.source_key,
+                )
+                .await?;
+            }
             let verified = self
                 .receipt(
                     token,
@@ -662,7 +699,7 @@ impl Work for Projector {
         // makes sure its revision is the head once its validity has begun; a job queued to run
         // at once projects the head acceptance just moved, and costs no extra write.
         if job.run_at > job.created_at
-            && job.kind != JobKind::Sync
+            && !matches!(job.kind, JobKind::Sync | JobKind::Access)
             && !self
                 .ledger
                 .cross_boundary(&token)
@@ -685,6 +722,9 @@ impl Work for Projector {
                      on the workers, then requeue it",
                 )),
             },
+            JobKind::Access => {
+                crate::access::run(self.ledger.as_ref(), self.vectors.as_deref(), job).await
+            }
             JobKind::Sync => Err(permanent(
                 "sync_unconfigured",
                 "a sync run reached a projector: the worker was composed without its connector \

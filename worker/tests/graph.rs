@@ -361,6 +361,7 @@ async fn a_graph_outage_never_holds_up_search_and_is_retried_after_the_restart()
                 order: receipts::JobOrder::LeaseExpiry,
                 limit: 10,
                 offset: 0,
+                readable_by: None,
             })
             .await
             .expect("jobs");

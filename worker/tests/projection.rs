@@ -249,7 +249,7 @@ async fn projects_reads_back_supersedes_and_excludes() {
         .expect("embed");
     let hits = world
         .vectors
-        .search(query[0].clone(), &["docs".to_owned()], 3)
+        .search(query[0].clone(), &["docs".to_owned()], None, 3)
         .await
         .expect("search");
     assert_eq!(hits[0].source_key, "guitar", "{hits:?}");
@@ -320,7 +320,7 @@ async fn projects_reads_back_supersedes_and_excludes() {
     let query = embedder.embed(vec![TAXES.to_owned()]).await.expect("embed");
     let hits = world
         .vectors
-        .search(query[0].clone(), &["docs".to_owned()], 10)
+        .search(query[0].clone(), &["docs".to_owned()], None, 10)
         .await
         .expect("search");
     assert!(hits.iter().all(|hit| hit.source_key != "taxes"), "{hits:?}");
@@ -449,6 +449,12 @@ impl VectorStore for FaultyVectors {
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {
         self.real.indexed_fields().await
     }
+    async fn ensure_indexes(
+        &self,
+        fields: &[(String, gateways::FieldKind)],
+    ) -> Result<(), GatewayError> {
+        self.real.ensure_indexes(fields).await
+    }
     async fn bucket_points(
         &self,
         bucket: u16,
@@ -518,6 +524,22 @@ impl VectorStore for FaultyVectors {
     async fn source_current(&self, dataset: &str, key: &str) -> Result<usize, GatewayError> {
         self.real.source_current(dataset, key).await
     }
+    async fn set_readers(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(), GatewayError> {
+        self.real.set_readers(dataset, source_key, readers).await
+    }
+    async fn readers_held(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        readers: &[String],
+    ) -> Result<(usize, usize), GatewayError> {
+        self.real.readers_held(dataset, source_key, readers).await
+    }
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
         self.real.retire_revision(revision_id).await
     }
@@ -531,17 +553,19 @@ impl VectorStore for FaultyVectors {
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&gateways::PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.real.search(vector, datasets, limit).await
+        self.real.search(vector, datasets, filter, limit).await
     }
     async fn search_any(
         &self,
         vector: Vec<f32>,
         datasets: &[String],
+        filter: Option<&gateways::PayloadFilter>,
         limit: usize,
     ) -> Result<Vec<VectorHit>, GatewayError> {
-        self.real.search_any(vector, datasets, limit).await
+        self.real.search_any(vector, datasets, filter, limit).await
     }
     async fn search_within(
         &self,
@@ -1006,4 +1030,99 @@ async fn pdf_chunks_lie_on_the_page_they_name() {
             row.text
         );
     }
+}
+
+/// The readers of a source, as its points in the store carry them, are `readers`.
+struct ReadersHeld {
+    store: Arc<EdgeVectorStore>,
+    key: &'static str,
+    readers: Vec<String>,
+}
+
+#[async_trait]
+impl AsyncCheck for ReadersHeld {
+    async fn check(&self, _ledger: &Arc<dyn Ledger>) -> bool {
+        matches!(
+            self.store.readers_held("docs", self.key, &self.readers).await,
+            Ok((points, carrying)) if points > 0 && points == carrying
+        )
+    }
+}
+
+/// A put's readers are written with the points; an access change reaches them through an
+/// access job (nothing embedded again), and the store's readers prefilter follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_changes_reach_the_points_through_access_jobs() {
+    use receipts::access::AccessChange;
+    use receipts::filter::{Condition, Filter};
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let embedder = embedder().await;
+    let projector = world.projector(embedder.clone(), world.vectors.clone());
+    let names = |list: &[&str]| -> Vec<String> { list.iter().map(|n| (*n).to_owned()).collect() };
+    let accepted = accept(
+        &world.ledger,
+        vec![
+            put("docs", "guitar", GUITAR).read_by(names(&["group:music"])),
+            put("docs", "taxes", TAXES),
+        ],
+    )
+    .await;
+    let jobs: Vec<Uuid> = accepted.iter().map(|(_, job)| *job).collect();
+    world
+        .run_until(projector.clone(), JobsIn(jobs, JobState::Completed))
+        .await;
+    let held = |key: &'static str, readers: &[&str]| ReadersHeld {
+        store: world.vectors.clone(),
+        key,
+        readers: names(readers),
+    };
+    assert!(held("guitar", &["group:music"]).check(&world.ledger).await);
+    assert!(held("taxes", &[]).check(&world.ledger).await);
+    let embedded_before = vector_evidence(&world.ledger, accepted[0].0).await;
+
+    world
+        .ledger
+        .change_access(AccessChange::Source {
+            dataset: "docs".to_owned(),
+            source_key: "guitar".to_owned(),
+            readers: Some(names(&["user:ann"])),
+            actor: "test".to_owned(),
+            reason: "moved to ann".to_owned(),
+        })
+        .await
+        .expect("change access");
+    world
+        .run_until(projector.clone(), held("guitar", &["user:ann"]))
+        .await;
+    // Nothing was embedded again: the revision's vector receipt is the projection's.
+    assert_eq!(
+        vector_evidence(&world.ledger, accepted[0].0).await,
+        embedded_before
+    );
+
+    let query = embedder
+        .embed(vec!["someone performing music".to_owned()])
+        .await
+        .expect("embed");
+    let finds = |reader: &str| {
+        let filter = Filter::Condition(Condition::Readable(vec![reader.to_owned()]));
+        let store = world.vectors.clone();
+        let vector = query[0].clone();
+        async move {
+            let pushed = gateways::vectors::pushdown(&filter, true);
+            store
+                .search(vector, &["docs".to_owned()], pushed.filter.as_ref(), 10)
+                .await
+                .expect("search")
+                .into_iter()
+                .map(|hit| hit.source_key)
+                .collect::<Vec<_>>()
+        }
+    };
+    let for_ann = finds("user:ann").await;
+    assert!(for_ann.contains(&"guitar".to_owned()), "{for_ann:?}");
+    // taxes names nobody: the dataset's default, decided at binding, so it passes.
+    assert!(for_ann.contains(&"taxes".to_owned()), "{for_ann:?}");
+    let for_music = finds("group:music").await;
+    assert!(!for_music.contains(&"guitar".to_owned()), "{for_music:?}");
 }

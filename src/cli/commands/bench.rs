@@ -158,20 +158,21 @@ enum BenchCommand {
     /// queries unfiltered: p50, p99, vector recall against an exact filtered search, full
     /// pages; and facet counts over every head (embedded default: SQLite, qdrant-edge).
     Filters {
-        /// Sources in the corpus.
-        #[arg(long, default_value_t = 100_000)]
-        docs: usize,
-        /// Queries per selectivity and mode.
-        #[arg(long, default_value_t = 100)]
-        queries: usize,
-        /// Results per query.
-        #[arg(long, default_value_t = 10)]
-        top_k: usize,
-        /// TOML configuration file (model and search settings).
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        corpus: CorpusArgs,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-filters.json")]
+        out: PathBuf,
+    },
+    /// Who may read what, priced: access changes per second and to their commit, then search
+    /// for identities that may read every source, 10% and 1% of them, against search with no
+    /// identity: p50, p99, vector recall against an exact search over what each may read
+    /// (embedded default: SQLite, qdrant-edge).
+    Access {
+        #[command(flatten)]
+        corpus: CorpusArgs,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-access.json")]
         out: PathBuf,
     },
     /// The MCP `search` tool over HTTP against `POST /v1/search` on the same server and
@@ -271,6 +272,41 @@ enum BenchCommand {
     },
 }
 
+/// The synthetic corpus `cairn bench filters` and `cairn bench access` search.
+#[derive(Debug, clap::Args)]
+struct CorpusArgs {
+    /// Sources in the corpus.
+    #[arg(long, default_value_t = 100_000)]
+    docs: usize,
+    /// Queries per case (selectivity or identity) and mode.
+    #[arg(long, default_value_t = 100)]
+    queries: usize,
+    /// Results per query.
+    #[arg(long, default_value_t = 10)]
+    top_k: usize,
+    /// TOML configuration file (model and search settings).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl CorpusArgs {
+    /// The configuration and the benchmark's sizes, each at least 1.
+    fn resolve(
+        self,
+        env: &HashMap<String, String>,
+    ) -> anyhow::Result<(crate::config::Config, crate::bench::FilterBench)> {
+        let config = file_config(self.config, None, env)?;
+        Ok((
+            config,
+            crate::bench::FilterBench {
+                docs: self.docs.max(1),
+                queries: self.queries.max(1),
+                top_k: self.top_k.clamp(1, search::MAX_TOP_K),
+            },
+        ))
+    }
+}
+
 /// Benchmarks that write JSON.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -332,23 +368,14 @@ impl BenchArgs {
                 .await?;
                 write_report(&out, &report)?;
             }
-            BenchCommand::Filters {
-                docs,
-                queries,
-                top_k,
-                config,
-                out,
-            } => {
-                let config = file_config(config, None, env)?;
-                let report = crate::bench::filters(
-                    &config,
-                    crate::bench::FilterBench {
-                        docs: docs.max(1),
-                        queries: queries.max(1),
-                        top_k: top_k.clamp(1, search::MAX_TOP_K),
-                    },
-                )
-                .await?;
+            BenchCommand::Filters { corpus, out } => {
+                let (config, bench) = corpus.resolve(env)?;
+                let report = crate::bench::filters(&config, bench).await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Access { corpus, out } => {
+                let (config, bench) = corpus.resolve(env)?;
+                let report = crate::bench::access(&config, bench).await?;
                 write_report(&out, &report)?;
             }
             BenchCommand::Temporal {

@@ -14,34 +14,7 @@ use crate::cli::client::{ok_or_error, Client};
 enum ConnectorCommand {
     /// Create a connector: `add folder PATH --dataset D` or `add git REPO --ref main --dataset
     /// D`. Its first run starts at once.
-    Add {
-        /// `folder` or `git`.
-        kind: String,
-        /// The folder or the repository (a local path, inside the server's
-        /// connectors.folder_roots).
-        location: String,
-        /// The dataset it keeps.
-        #[arg(long)]
-        dataset: String,
-        /// Time between runs: `30s`, `10m`, `2h`, `1d` (default 10m).
-        #[arg(long)]
-        every: Option<String>,
-        /// Only files matching this glob over the key (repeatable).
-        #[arg(long)]
-        include: Vec<String>,
-        /// Leave out files matching this glob (repeatable).
-        #[arg(long)]
-        exclude: Vec<String>,
-        /// Largest file read, in bytes (default 10 MiB).
-        #[arg(long)]
-        max_file_bytes: Option<i64>,
-        /// The git ref (git connectors).
-        #[arg(long = "ref")]
-        git_ref: Option<String>,
-        /// Why (recorded in history).
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    Add(Box<AddArgs>),
     /// Every connector the token may read.
     List,
     /// One connector with its latest runs.
@@ -89,6 +62,47 @@ enum ConnectorCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+}
+
+/// What `cairn connector add` takes.
+#[derive(Debug, clap::Args)]
+struct AddArgs {
+    /// `folder` or `git`.
+    kind: String,
+    /// The folder or the repository (a local path, inside the server's
+    /// connectors.folder_roots).
+    location: String,
+    /// The dataset it keeps.
+    #[arg(long)]
+    dataset: String,
+    /// Time between runs: `30s`, `10m`, `2h`, `1d` (default 10m).
+    #[arg(long)]
+    every: Option<String>,
+    /// Only files matching this glob over the key (repeatable).
+    #[arg(long)]
+    include: Vec<String>,
+    /// Leave out files matching this glob (repeatable).
+    #[arg(long)]
+    exclude: Vec<String>,
+    /// Largest file read, in bytes (default 10 MiB).
+    #[arg(long)]
+    max_file_bytes: Option<i64>,
+    /// The git ref (git connectors).
+    #[arg(long = "ref")]
+    git_ref: Option<String>,
+    /// Readers of every file nothing else names (`user:alice`, `group:eng`; repeatable).
+    #[arg(long = "access", value_name = "READER")]
+    access: Vec<String>,
+    /// A folder's readers from each file's owner, group, mode bits and ACL (`posix`).
+    #[arg(long = "access-from", value_name = "SOURCE")]
+    access_from: Option<String>,
+    /// A git repository's access rules file, a path inside the repository
+    /// (docs/operations.md, "Connectors", gives its format).
+    #[arg(long = "access-file", value_name = "PATH")]
+    access_file: Option<String>,
+    /// Why (recorded in history).
+    #[arg(long)]
+    reason: Option<String>,
 }
 
 /// Connectors: keep a dataset equal to a folder or a git repository, deletions included.
@@ -168,7 +182,7 @@ fn print_runs(runs: &[Value]) {
         if report.is_object() {
             println!(
                 "    {}: added {}, changed {}, unchanged {}, removed {}, skipped {}, failed {}, \
-                 conflicts {} ({} hashed, {} ms)",
+                 conflicts {}; access changed {} ({} hashed, {} ms)",
                 report["stage"].as_str().unwrap_or("?"),
                 report["added"],
                 report["changed"],
@@ -177,6 +191,7 @@ fn print_runs(runs: &[Value]) {
                 report["skipped"],
                 report["failed"],
                 report["conflicts"],
+                report["access_changed"],
                 report["hashed"],
                 report["elapsed_ms"],
             );
@@ -240,17 +255,21 @@ impl ConnectorArgs {
             Ok(())
         };
         match command {
-            ConnectorCommand::Add {
-                kind,
-                location,
-                dataset,
-                every,
-                include,
-                exclude,
-                max_file_bytes,
-                git_ref,
-                reason,
-            } => {
+            ConnectorCommand::Add(add) => {
+                let AddArgs {
+                    kind,
+                    location,
+                    dataset,
+                    every,
+                    include,
+                    exclude,
+                    max_file_bytes,
+                    git_ref,
+                    access,
+                    access_from,
+                    access_file,
+                    reason,
+                } = *add;
                 // A relative path is resolved here, where the operator typed it.
                 let location = if kind == "folder" || kind == "git" {
                     std::path::absolute(&location)
@@ -276,6 +295,17 @@ impl ConnectorArgs {
                 if let Some(git_ref) = git_ref {
                     body["ref"] = json!(git_ref);
                 }
+                let mut readers = json!({});
+                if !access.is_empty() {
+                    readers["readers"] = json!(access);
+                }
+                if let Some(from) = access_from {
+                    readers["from"] = json!(from);
+                }
+                if let Some(file) = access_file {
+                    readers["file"] = json!(file);
+                }
+                body["access"] = readers;
                 if let Some(reason) = reason {
                     body["reason"] = json!(reason);
                 }
