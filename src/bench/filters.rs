@@ -94,6 +94,8 @@ pub(super) struct Corpus {
     pub(super) ledger: Arc<dyn Ledger>,
     /// The vector store (qdrant-edge in `_directory`).
     pub(super) store: Arc<dyn VectorStore>,
+    /// The same store, for its optimiser.
+    pub(super) edge: EdgeVectorStore,
     searcher: Searcher,
     queries: Vec<String>,
     embedded: Vec<Vec<f32>>,
@@ -192,6 +194,7 @@ impl Corpus {
         let corpus = Corpus {
             ledger,
             store,
+            edge,
             searcher,
             queries,
             embedded,

@@ -647,6 +647,35 @@ impl EdgeVectorStore {
         .map_err(|error| unavailable(format!("vector task failed: {error}")))?
     }
 
+    /// Changes the payload of the points `filter` selects. qdrant-edge moves a point whose
+    /// payload changes out of an indexed segment into the appendable one (copy on write), where
+    /// search is brute force: so the moved points count as written, and the optimiser's policy
+    /// indexes them again after a burst of access changes or retirements.
+    async fn rewrite_payload(
+        &self,
+        changes: Vec<(Filter, qdrant_edge::UpdateOperation)>,
+    ) -> Result<(), GatewayError> {
+        let moved = self
+            .with_shard(true, move |shard| {
+                let mut moved = 0;
+                for (filter, operation) in changes {
+                    moved += shard
+                        .count(CountRequest {
+                            filter: Some(filter),
+                            exact: true,
+                        })
+                        .map_err(unavailable)?;
+                    shard.update(operation).map_err(unavailable)?;
+                }
+                Ok(moved)
+            })
+            .await?;
+        self.inner
+            .points_written
+            .fetch_add(moved as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Starts the background optimiser: a thread that checks `policy` and runs qdrant-edge's
     /// optimisers while projection and search go on. It holds the shard only while a run is in
     /// progress and ends when the store is dropped; returns a flag that stops it sooner.
@@ -1081,23 +1110,21 @@ impl VectorStore for EdgeVectorStore {
         ];
         // Points written before payloads carried `bucket` gain it with their next projection.
         let bucket = Some(receipts::verify::bucket(dataset, source_key));
-        self.with_shard(true, move |shard| {
-            let mut older = source.clone();
-            older.push(before(&fields.head_at, head_at));
-            let mut older = all_of(older);
-            if let Some(keep) = keep {
-                older.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
-                let mut mine = source;
-                mine.push(keyword(&fields.revision_id, &keep.to_string()));
-                shard
-                    .update(set_payload(all_of(mine), true, Some(head_at), bucket))
-                    .map_err(unavailable)?;
-            }
-            shard
-                .update(set_payload(older, false, None, bucket))
-                .map_err(unavailable)
-        })
-        .await
+        let mut older = source.clone();
+        older.push(before(&fields.head_at, head_at));
+        let mut older = all_of(older);
+        let mut changes = Vec::new();
+        if let Some(keep) = keep {
+            older.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
+            let mut mine = source;
+            mine.push(keyword(&fields.revision_id, &keep.to_string()));
+            let mine = all_of(mine);
+            let operation = set_payload(mine.clone(), true, Some(head_at), bucket);
+            changes.push((mine, operation));
+        }
+        let operation = set_payload(older.clone(), false, None, bucket);
+        changes.push((older, operation));
+        self.rewrite_payload(changes).await
     }
 
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {
@@ -1129,19 +1156,15 @@ impl VectorStore for EdgeVectorStore {
             keyword(&self.fields.source_key, source_key),
         ]);
         let payload = super::payload::readers_payload(readers);
-        self.with_shard(true, move |shard| {
-            shard
-                .update(qdrant_edge::UpdateOperation::PayloadOperation(
-                    qdrant_edge::PayloadOps::SetPayload(qdrant_edge::SetPayloadOp {
-                        payload: qdrant_edge::Payload(payload),
-                        points: None,
-                        filter: Some(filter),
-                        key: None,
-                    }),
-                ))
-                .map_err(unavailable)
-        })
-        .await
+        let operation = qdrant_edge::UpdateOperation::PayloadOperation(
+            qdrant_edge::PayloadOps::SetPayload(qdrant_edge::SetPayloadOp {
+                payload: qdrant_edge::Payload(payload),
+                points: None,
+                filter: Some(filter.clone()),
+                key: None,
+            }),
+        );
+        self.rewrite_payload(vec![(filter, operation)]).await
     }
 
     async fn readers_held(
@@ -1174,14 +1197,12 @@ impl VectorStore for EdgeVectorStore {
     }
 
     async fn retire_revision(&self, revision_id: Uuid) -> Result<(), GatewayError> {
-        let fields = self.fields.clone();
-        self.with_shard(true, move |shard| {
-            let filter = all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
-            shard
-                .update(set_payload(filter, false, None, None))
-                .map_err(unavailable)
-        })
-        .await
+        let filter = all_of(vec![keyword(
+            &self.fields.revision_id,
+            &revision_id.to_string(),
+        )]);
+        let operation = set_payload(filter.clone(), false, None, None);
+        self.rewrite_payload(vec![(filter, operation)]).await
     }
 
     async fn delete_points(&self, selector: PointSelector) -> Result<(), GatewayError> {
