@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use receipts::Ledger;
 
@@ -60,11 +60,28 @@ pub fn app_with_graph(
         .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));
+    let routes = routes.merge(openapi::router(document)).merge(mcp);
+    let routes = match &config.oauth {
+        None => routes
+            .route_layer(middleware::from_fn(note_route))
+            .fallback(receipts::http::not_found),
+        Some(settings) => match oauth::Guard::new(&settings.resource, settings.cairn_tokens) {
+            Ok(guard) => routes
+                .merge(guard.routes())
+                .route_layer(middleware::from_fn(note_route))
+                .fallback(receipts::http::not_found)
+                .layer(middleware::from_fn_with_state(guard, oauth::guard)),
+            Err(error) => {
+                // The configuration was checked when it was loaded; fail closed if it still
+                // cannot be used.
+                tracing::error!(%error, "the [oauth] settings cannot be used; every request is refused");
+                routes
+                    .fallback(receipts::http::not_found)
+                    .layer(middleware::from_fn(refuse_misconfigured))
+            }
+        },
+    };
     routes
-        .merge(openapi::router(document))
-        .merge(mcp)
-        .route_layer(middleware::from_fn(note_route))
-        .fallback(receipts::http::not_found)
         .layer(middleware::map_response(receipts::http::typed_errors))
         .layer(middleware::from_fn_with_state(
             config.http.request_timeout,
@@ -74,6 +91,17 @@ pub fn app_with_graph(
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
+}
+
+/// Every request, while the `[oauth]` settings cannot be used: 503, so that nothing is
+/// answered without the checks the operator configured.
+async fn refuse_misconfigured(_request: Request, _next: Next) -> Response {
+    receipts::http::ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "auth_unavailable",
+        "authentication is misconfigured on this server; the detail is in its log",
+    )
+    .into_response()
 }
 
 /// A panic in a handler is a bug: answer 500 `internal_error` (and log it) instead of

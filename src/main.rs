@@ -51,6 +51,8 @@ enum Command {
     Access(commands::AccessArgs),
     /// Erase a source: every trace of every revision, in every store.
     Erase(commands::EraseArgs),
+    /// OAuth sign-in: `check` prints what cairn makes of an access token.
+    Auth(commands::AuthArgs),
     /// A source's validity timeline: its assertions, and which revision held when.
     Timeline(commands::TimelineArgs),
     /// Manage API tokens (works on the data directory directly).
@@ -117,6 +119,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Block(command) => command.run(&env).await,
         Command::Access(command) => command.run(&env).await,
         Command::Erase(command) => command.run(&env).await,
+        Command::Auth(command) => command.run(&env).await,
         Command::Timeline(command) => command.run(&env).await,
         Command::Token(command) => command.run(&env).await,
         Command::Eval(command) => command.run(&env).await,

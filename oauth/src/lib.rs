@@ -14,15 +14,18 @@
 //!   (the token will never work: the client must get another), except [`Refusal::Unavailable`],
 //!   a 503 (cairn cannot check the token now: a client must keep it and retry).
 //! - [`metadata`] builds the protected resource metadata (RFC 9728) and the `WWW-Authenticate`
-//!   challenges that lead a client from a 401 to the issuer.
+//!   challenges that lead a client from a 401 to the issuer. [`guard`] is the middleware that
+//!   verifies a JWT bearer token before any route sees the request and hands its principal to
+//!   the API's extractor ([`receipts::http::Authenticated`]); [`Guard::routes`] serves the
+//!   metadata.
 //!
 //! ## Invariants
 //! - No token is accepted without a signature verified by a key its issuer publishes, with an
 //!   algorithm the issuer's configuration allows. `none` and every HMAC algorithm are refused
 //!   whatever is configured: a public key must never verify an HMAC.
-//! - `iss` is compared exactly (no trailing-slash leniency); `aud` must name the resource
-//!   (RFC 8707), so a token minted for another service is refused; `exp` is required, and
-//!   `exp` and `nbf` are checked with the configured skew.
+//! - `iss` is compared exactly (no trailing-slash leniency); `aud` must name the resource or
+//!   its `/mcp` endpoint (RFC 8707), so a token minted for another service is refused; `exp`
+//!   is required, and `exp` and `nbf` are checked with the configured skew.
 //! - Keys are cached. A token naming a key the cache lacks refetches the key set at most once
 //!   per [`IssuerConfig::refetch_interval`], whatever the number of concurrent requests. While
 //!   the issuer cannot be reached, cached keys keep working; a key that only a fetch could find
@@ -31,9 +34,11 @@
 
 mod config;
 mod keys;
+mod layer;
 pub mod metadata;
 mod validate;
 
 pub use config::{IssuerConfig, Resource, ALGORITHMS};
 pub use keys::{KeyCache, KeyStats};
+pub use layer::{guard, Guard};
 pub use validate::{Refusal, Validator, Verified};

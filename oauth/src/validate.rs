@@ -87,7 +87,9 @@ pub struct Verified {
 
 /// Verifies access tokens for one resource against its issuers.
 pub struct Validator {
-    resource: String,
+    /// The audiences a token may name: the resource, and its MCP endpoint (a host asks for a
+    /// token for the URL it connects to, RFC 8707).
+    audiences: Vec<String>,
     issuers: Vec<(IssuerConfig, KeyCache)>,
 }
 
@@ -100,8 +102,9 @@ impl Validator {
             .iter()
             .map(|issuer| Ok((issuer.clone(), KeyCache::new(issuer)?)))
             .collect::<Result<Vec<_>, String>>()?;
+        let base = resource.resource.trim_end_matches('/');
         Ok(Validator {
-            resource: resource.resource.clone(),
+            audiences: vec![resource.resource.clone(), format!("{base}/mcp")],
             issuers,
         })
     }
@@ -163,7 +166,7 @@ impl Validator {
         let mut validation = Validation::new(parsed);
         validation.algorithms = vec![parsed];
         validation.set_issuer(&[issuer.issuer.as_str()]);
-        validation.set_audience(&[self.resource.as_str()]);
+        validation.set_audience(&self.audiences);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.leeway = issuer.skew.as_secs();
         validation.validate_nbf = true;

@@ -143,9 +143,28 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert(RETRY_AFTER, value);
             }
         }
+        if let Some(scope) = self
+            .details
+            .as_ref()
+            .and_then(|details| details.get("missing_scope"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|scope| scope.parse::<Scope>().ok())
+        {
+            response.extensions_mut().insert(MissingScope(scope));
+        }
         response
     }
 }
+
+/// On a 403 response: the scope the call needed, for a layer that names it in a challenge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissingScope(pub Scope);
+
+/// A principal that a layer in front of the routes has already authenticated (an OAuth
+/// access token, verified against its issuer): [`Auth`] takes it as it is, instead of
+/// looking the bearer token up among cairn's own.
+#[derive(Debug, Clone)]
+pub struct Authenticated(pub Principal);
 
 /// The principal of the request's bearer token. Rejects with 401 `unauthenticated`.
 #[derive(Debug, Clone)]
@@ -176,6 +195,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(Authenticated(principal)) = parts.extensions.get::<Authenticated>() {
+            return Ok(Auth(principal.clone()));
+        }
         let unauthenticated = |message: &str| {
             let mut error = ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message);
             error.details = Some(Box::new(serde_json::json!({ "scheme": "Bearer" })));
@@ -454,7 +476,7 @@ pub const ERROR_STATUSES: [(&str, &str); 12] = [
     ("422", "`invalid_*`, `empty_*`, `not_text`, `secret_detected`, `batch_too_large`, ...: the request does not validate; the message says how"),
     ("429", "`overloaded`: no search slot within the budget (`Retry-After`)"),
     ("500", "`internal_error`: a bug; the detail is in the server log"),
-    ("503", "`ledger_unavailable`, `overloaded` (connection cap), `request_timeout`, `shutting_down` (`Retry-After`)"),
+    ("503", "`ledger_unavailable`, `auth_unavailable` (an OAuth issuer unreachable), `overloaded` (connection cap), `request_timeout`, `shutting_down` (`Retry-After`)"),
     ("504", "`search_timeout`: no search phase answered within the budget"),
 ];
 

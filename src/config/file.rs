@@ -45,6 +45,37 @@ pub(super) struct FileConfig {
     /// `[datasets.<name>]`: settings of one dataset.
     #[serde(default)]
     pub(super) datasets: std::collections::BTreeMap<String, FileDataset>,
+    #[serde(default)]
+    pub(super) oauth: FileOAuth,
+}
+
+/// `[oauth]`: cairn as an OAuth 2.1 resource server.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileOAuth {
+    /// cairn's public URL: the audience of every accepted token.
+    pub(super) resource: Option<String>,
+    /// Whether cairn's own tokens still work beside the issuers' (default true).
+    pub(super) cairn_tokens: Option<bool>,
+    /// `[[oauth.issuers]]`: each trusted issuer.
+    pub(super) issuers: Option<Vec<FileIssuer>>,
+}
+
+/// `[[oauth.issuers]]`: one trusted issuer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileIssuer {
+    pub(super) issuer: String,
+    pub(super) jwks_uri: Option<String>,
+    pub(super) algorithms: Option<Vec<String>>,
+    /// The issuer's scope names, each to the cairn scopes it grants.
+    pub(super) scopes: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    pub(super) principal_claim: Option<String>,
+    pub(super) groups_claim: Option<String>,
+    pub(super) datasets_claim: Option<String>,
+    pub(super) datasets: Option<Vec<String>>,
+    pub(super) skew_seconds: Option<u64>,
+    pub(super) refetch_interval_seconds: Option<u64>,
 }
 
 /// `[datasets.<name>]`.

@@ -104,6 +104,7 @@ impl Config {
         let config = Config {
             default_access: default_access(&file)?,
             filterable: filterable(&file)?,
+            oauth: oauth_settings(&file)?,
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
             verify: verify_settings(env, &file)?,
@@ -581,6 +582,62 @@ fn default_access(
 
 /// `datasets.<d>.filterable`: the metadata fields the vector store indexes, each name and
 /// type checked, over every dataset (a collection holds them all, so one field has one type).
+/// `[oauth]` and `[[oauth.issuers]]`: none unless a resource is named.
+fn oauth_settings(file: &FileConfig) -> anyhow::Result<Option<super::OAuthSettings>> {
+    let settings = &file.oauth;
+    let Some(resource) = settings.resource.clone() else {
+        if settings
+            .issuers
+            .as_ref()
+            .is_some_and(|issuers| !issuers.is_empty())
+        {
+            anyhow::bail!("oauth.issuers needs oauth.resource (cairn's public URL, the audience)");
+        }
+        return Ok(None);
+    };
+    let mut issuers = Vec::new();
+    for (index, written) in settings.issuers.iter().flatten().enumerate() {
+        let at = format!("oauth.issuers[{index}]");
+        let mut issuer = oauth::IssuerConfig::new(&written.issuer);
+        issuer.jwks_uri = written.jwks_uri.clone();
+        if let Some(algorithms) = &written.algorithms {
+            issuer.algorithms = algorithms.clone();
+        }
+        for (name, granted) in written.scopes.iter().flatten() {
+            let scopes = granted
+                .iter()
+                .map(|scope| scope.parse::<receipts::Scope>())
+                .collect::<Result<Vec<_>, String>>()
+                .map_err(|error| anyhow::anyhow!("{at}.scopes.{name}: {error}"))?;
+            issuer.scopes.insert(name.clone(), scopes);
+        }
+        if let Some(claim) = &written.principal_claim {
+            issuer.principal_claim = claim.clone();
+        }
+        issuer.groups_claim = written.groups_claim.clone();
+        issuer.datasets_claim = written.datasets_claim.clone();
+        issuer.datasets = written.datasets.clone();
+        if let Some(seconds) = written.skew_seconds {
+            issuer.skew = std::time::Duration::from_secs(seconds);
+        }
+        if let Some(seconds) = written.refetch_interval_seconds {
+            if seconds == 0 {
+                anyhow::bail!("{at}.refetch_interval_seconds: at least 1, so that unknown keys cannot make cairn fetch at every request");
+            }
+            issuer.refetch_interval = std::time::Duration::from_secs(seconds);
+        }
+        issuers.push(issuer);
+    }
+    let resource = oauth::Resource { resource, issuers };
+    resource
+        .check()
+        .map_err(|error| anyhow::anyhow!("[oauth]: {error}"))?;
+    Ok(Some(super::OAuthSettings {
+        resource,
+        cairn_tokens: settings.cairn_tokens.unwrap_or(true),
+    }))
+}
+
 fn filterable(file: &FileConfig) -> anyhow::Result<Vec<(String, gateways::FieldKind)>> {
     let mut fields: std::collections::BTreeMap<String, (gateways::FieldKind, String)> =
         std::collections::BTreeMap::new();

@@ -160,6 +160,18 @@ pub struct Config {
     /// (`datasets.<d>.filterable`, as `metadata.<name>` and its index type), created in every
     /// generation's store when this process opens it.
     pub filterable: Vec<(String, gateways::FieldKind)>,
+    /// cairn as an OAuth 2.1 resource server (`[oauth]`): the resource and its issuers, and
+    /// whether cairn's own tokens still work; `None`: cairn's own tokens only.
+    pub oauth: Option<OAuthSettings>,
+}
+
+/// `[oauth]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OAuthSettings {
+    /// The resource and the issuers it trusts.
+    pub resource: oauth::Resource,
+    /// Whether a bearer token that is not a JWT is looked up among cairn's own tokens.
+    pub cairn_tokens: bool,
 }
 
 /// Flags that override the file and the environment.

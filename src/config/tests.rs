@@ -577,3 +577,65 @@ fn a_dataset_names_its_default_access() {
     assert!(format!("{misspelt:#}").contains("default"), "{misspelt:#}");
     assert!(load("[datasets.\"a/b\"]\ndefault_access = \"nobody\"\n").is_err());
 }
+
+#[test]
+fn oauth_issuers_are_read_and_checked() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let path = directory.path().join("cairn.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        Config::load(
+            &Overrides {
+                config_file: Some(path.clone()),
+                ..Overrides::default()
+            },
+            &HashMap::new(),
+        )
+    };
+    assert_eq!(load("").expect("config").oauth, None);
+    let config = load(
+        "[oauth]\nresource = \"https://cairn.example.com\"\ncairn_tokens = false\n\
+         [[oauth.issuers]]\nissuer = \"https://id.example.com\"\nalgorithms = [\"EdDSA\"]\n\
+         groups_claim = \"groups\"\nskew_seconds = 30\n\
+         scopes = { \"cairn.search\" = [\"search\"], \"cairn.admin\" = [\"admin\"] }\n",
+    )
+    .expect("config");
+    let settings = config.oauth.expect("oauth");
+    assert!(!settings.cairn_tokens);
+    let issuer = &settings.resource.issuers[0];
+    assert_eq!(issuer.issuer, "https://id.example.com");
+    assert_eq!(issuer.algorithms, vec!["EdDSA".to_owned()]);
+    assert_eq!(issuer.groups_claim.as_deref(), Some("groups"));
+    assert_eq!(issuer.skew, std::time::Duration::from_secs(30));
+    assert_eq!(
+        issuer.scopes.get("cairn.search"),
+        Some(&vec![receipts::Scope::Search])
+    );
+    let refused = |text: &str, needle: &str| {
+        let error = load(text).expect_err(needle);
+        assert!(format!("{error:#}").contains(needle), "{error:#}");
+    };
+    refused(
+        "[[oauth.issuers]]\nissuer = \"https://id.example.com\"\n",
+        "oauth.resource",
+    );
+    refused(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\
+         issuer = \"https://id.example.com\"\nalgorithms = [\"HS256\"]\n",
+        "HS256",
+    );
+    refused(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\
+         issuer = \"http://id.example.com\"\n",
+        "https",
+    );
+    refused(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\
+         issuer = \"https://id.example.com\"\nscopes = { x = [\"everything\"] }\n",
+        "oauth.issuers[0].scopes.x",
+    );
+    refused(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n",
+        "at least one issuer",
+    );
+}

@@ -24,6 +24,7 @@ mod postgres;
 mod projection;
 mod prometheus;
 mod server;
+mod sign_in;
 mod tokens;
 mod topology;
 mod validity;

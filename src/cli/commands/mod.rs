@@ -10,6 +10,7 @@ use anyhow::Context;
 use crate::config::{Config, Overrides, DEFAULT_BIND, DEFAULT_DATA_DIR};
 
 mod access;
+mod auth;
 mod backup;
 mod bench;
 mod block;
@@ -33,6 +34,7 @@ mod verify;
 mod worker;
 
 pub use access::AccessArgs;
+pub use auth::AuthArgs;
 pub use backup::{BackupArgs, RestoreArgs};
 pub use bench::BenchArgs;
 pub use block::BlockArgs;
