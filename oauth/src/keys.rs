@@ -119,6 +119,8 @@ impl KeyCache {
             jwks_uri: held.jwks_uri.clone(),
             last_attempt: Some((Instant::now(), fetched.is_err())),
         };
+        let outcome = if fetched.is_ok() { "ok" } else { "failed" };
+        metrics::counter!("cairn_oauth_key_fetches_total", "outcome" => outcome).increment(1);
         match fetched {
             Ok((jwks_uri, keys)) => {
                 tracing::info!(issuer = %self.issuer.issuer, keys = keys.values().map(Vec::len).sum::<usize>(), "issuer keys fetched");

@@ -120,7 +120,13 @@ pub async fn guard(State(guard): State<Guard>, mut request: Request, next: Next)
         .map(|token| token.trim().to_owned());
     if let Some(token) = bearer {
         if Validator::looks_like_jwt(&token) {
-            match guard.validator.verify(&token).await {
+            let verified = guard.validator.verify(&token).await;
+            let outcome = match &verified {
+                Ok(_) => "accepted",
+                Err(refusal) => refusal.reason(),
+            };
+            metrics::counter!("cairn_oauth_tokens_total", "outcome" => outcome).increment(1);
+            match verified {
                 Ok(verified) => {
                     tracing::debug!(issuer = %verified.issuer, subject = %verified.subject, "oauth token verified");
                     request

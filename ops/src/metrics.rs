@@ -223,6 +223,19 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
          prefilter follows the change (binding applies it from the commit on).",
     ),
     (
+        "cairn_oauth_tokens_total",
+        Kind::Counter,
+        "OAuth access tokens checked by the guard, by outcome: accepted, or the refusal's \
+         reason (expired, audience, unknown_issuer, unknown_key, signature, algorithm, claims, \
+         malformed, not_yet_valid, issuer_unavailable).",
+    ),
+    (
+        "cairn_oauth_key_fetches_total",
+        Kind::Counter,
+        "Fetches of an OAuth issuer's key set (discovery included), by outcome (ok, failed); \
+         a failure leaves cached keys in use.",
+    ),
+    (
         "cairn_sync_run_seconds",
         Kind::Histogram,
         "Duration of connector runs, successful or not.",
@@ -319,6 +332,10 @@ fn describe() {
         let _ = metrics::histogram!("cairn_access_change_seconds", "origin" => origin);
     }
     let _ = metrics::histogram!("cairn_access_applied_seconds");
+    metrics::counter!("cairn_oauth_tokens_total", "outcome" => "accepted").absolute(0);
+    for outcome in ["ok", "failed"] {
+        metrics::counter!("cairn_oauth_key_fetches_total", "outcome" => outcome).absolute(0);
+    }
     for tier in ["counts", "scrub", "deep"] {
         metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier).absolute(0);
         metrics::counter!("cairn_verify_store_requests_total", "tier" => tier).absolute(0);

@@ -131,6 +131,29 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
         "{answer}"
     );
 
+    // The guard counts what it decided, by outcome.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("cairn_oauth_tokens_total{outcome=\"accepted\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cairn_oauth_tokens_total{outcome=\"audience\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cairn_oauth_key_fetches_total{outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+
     // `cairn auth check` says the same from the configuration file.
     // (Run without blocking: the issuer answers from this test's runtime.)
     let check = |token: String| {
