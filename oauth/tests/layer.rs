@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRef;
-use axum::routing::get;
+use axum::routing;
 use axum::{Json, Router};
 use common::{FaultyIssuer, SigningKey, RESOURCE};
 use oauth::{Guard, Resource};
@@ -44,8 +44,8 @@ async fn operate(auth: Auth) -> Result<Json<Value>, ApiError> {
 /// Serves the routes behind a guard; returns the base URL.
 async fn serve(tokens: Arc<dyn Tokens>, guard: Guard) -> String {
     let app = Router::new()
-        .route("/v1/whoami", get(whoami))
-        .route("/v1/operate", get(operate))
+        .route("/v1/whoami", routing::get(whoami))
+        .route("/v1/operate", routing::get(operate))
         .with_state(AppState { tokens })
         .merge(guard.routes())
         .layer(axum::middleware::from_fn_with_state(guard, oauth::guard));
@@ -55,6 +55,15 @@ async fn serve(tokens: Arc<dyn Tokens>, guard: Guard) -> String {
     let base = format!("http://{}", listener.local_addr().expect("address"));
     tokio::spawn(async move { axum::serve(listener, app).await });
     base
+}
+
+/// GETs `base` + `path`, with a bearer token when one is given.
+async fn get(base: &str, path: &str, token: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(format!("{base}{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.expect("call")
 }
 
 fn challenge(response: &reqwest::Response) -> String {
@@ -94,15 +103,10 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
         issuers: vec![issuer.config()],
     };
     let base = serve(tokens.clone(), Guard::new(&resource, true).expect("guard")).await;
-    let http = reqwest::Client::new();
     let metadata_url = "https://cairn.example.com/.well-known/oauth-protected-resource";
 
     // No token: 401, a challenge naming the metadata, cairn's typed body.
-    let response = http
-        .get(format!("{base}/v1/whoami"))
-        .send()
-        .await
-        .expect("call");
+    let response = get(&base, "/v1/whoami", None).await;
     assert_eq!(response.status(), 401);
     assert_eq!(
         challenge(&response),
@@ -112,11 +116,8 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
     assert_eq!(body["code"], "unauthenticated");
 
     // The metadata, for the API and for /mcp.
-    let document: Value = http
-        .get(format!("{base}/.well-known/oauth-protected-resource"))
-        .send()
+    let document: Value = get(&base, "/.well-known/oauth-protected-resource", None)
         .await
-        .expect("metadata")
         .json()
         .await
         .expect("json");
@@ -126,11 +127,8 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
         document["scopes_supported"],
         json!(["cairn.ops", "cairn.search"])
     );
-    let document: Value = http
-        .get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
-        .send()
+    let document: Value = get(&base, "/.well-known/oauth-protected-resource/mcp", None)
         .await
-        .expect("metadata")
         .json()
         .await
         .expect("json");
@@ -138,12 +136,8 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
 
     // An issuer's token reads as its subject and groups; a cairn token still works.
     let token = key.mint(&issuer.claims("alice", 300));
-    let body: Value = http
-        .get(format!("{base}/v1/whoami"))
-        .bearer_auth(&token)
-        .send()
+    let body: Value = get(&base, "/v1/whoami", Some(&token))
         .await
-        .expect("call")
         .json()
         .await
         .expect("json");
@@ -152,21 +146,11 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
         body["reads_as"],
         json!(["user:alice", "group:eng", "group:hr"])
     );
-    let response = http
-        .get(format!("{base}/v1/whoami"))
-        .bearer_auth(&cairn.secret)
-        .send()
-        .await
-        .expect("call");
+    let response = get(&base, "/v1/whoami", Some(&cairn.secret)).await;
     assert_eq!(response.status(), 200);
 
     // A missing scope: 403 naming the issuer's scope that grants it.
-    let response = http
-        .get(format!("{base}/v1/operate"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("call");
+    let response = get(&base, "/v1/operate", Some(&token)).await;
     assert_eq!(response.status(), 403);
     let header = challenge(&response);
     assert!(header.contains("error=\"insufficient_scope\""), "{header}");
@@ -178,12 +162,7 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
 
     // An expired token: 401 invalid_token, the reason in the body.
     let expired = key.mint(&issuer.claims("alice", -600));
-    let response = http
-        .get(format!("{base}/v1/whoami"))
-        .bearer_auth(&expired)
-        .send()
-        .await
-        .expect("call");
+    let response = get(&base, "/v1/whoami", Some(&expired)).await;
     assert_eq!(response.status(), 401);
     assert!(challenge(&response).contains("error=\"invalid_token\""));
     let body: Value = response.json().await.expect("json");
@@ -193,33 +172,19 @@ async fn the_guard_admits_issuer_tokens_beside_cairn_tokens_and_challenges_the_r
     issuer.set_down(true);
     tokio::time::sleep(Duration::from_millis(350)).await;
     let rotated = SigningKey::ed25519("k2");
-    let response = http
-        .get(format!("{base}/v1/whoami"))
-        .bearer_auth(rotated.mint(&issuer.claims("alice", 300)))
-        .send()
-        .await
-        .expect("call");
+    let rotated = rotated.mint(&issuer.claims("alice", 300));
+    let response = get(&base, "/v1/whoami", Some(&rotated)).await;
     assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["code"], "auth_unavailable");
     // The cached key still works.
-    let response = http
-        .get(format!("{base}/v1/whoami"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("call");
+    let response = get(&base, "/v1/whoami", Some(&token)).await;
     assert_eq!(response.status(), 200);
 
     // With cairn's own tokens switched off, a cairn token is refused with a challenge.
     let strict = serve(tokens, Guard::new(&resource, false).expect("guard")).await;
-    let response = http
-        .get(format!("{strict}/v1/whoami"))
-        .bearer_auth(&cairn.secret)
-        .send()
-        .await
-        .expect("call");
+    let response = get(&strict, "/v1/whoami", Some(&cairn.secret)).await;
     assert_eq!(response.status(), 401);
     assert!(challenge(&response).starts_with("Bearer resource_metadata="));
 }

@@ -543,20 +543,23 @@ fn the_configuration_table_lists_every_setting_the_code_reads() {
     );
 }
 
+/// Loads `text` as the configuration file (written into `directory`), with no environment.
+fn load_text(directory: &std::path::Path, text: &str) -> anyhow::Result<Config> {
+    let path = directory.join("cairn.toml");
+    std::fs::write(&path, text).expect("write");
+    Config::load(
+        &Overrides {
+            config_file: Some(path),
+            ..Overrides::default()
+        },
+        &HashMap::new(),
+    )
+}
+
 #[test]
 fn a_dataset_names_its_default_access() {
     let directory = tempfile::tempdir().expect("tempdir");
-    let path = directory.path().join("cairn.toml");
-    let load = |text: &str| {
-        std::fs::write(&path, text).expect("write");
-        Config::load(
-            &Overrides {
-                config_file: Some(path.clone()),
-                ..Overrides::default()
-            },
-            &HashMap::new(),
-        )
-    };
+    let load = |text: &str| load_text(directory.path(), text);
     let config = load(
         "[datasets.hr]\ndefault_access = \"nobody\"\n[datasets.wiki]\ndefault_access = \"everyone\"\n",
     )
@@ -581,17 +584,7 @@ fn a_dataset_names_its_default_access() {
 #[test]
 fn oauth_issuers_are_read_and_checked() {
     let directory = tempfile::tempdir().expect("tempdir");
-    let path = directory.path().join("cairn.toml");
-    let load = |text: &str| {
-        std::fs::write(&path, text).expect("write");
-        Config::load(
-            &Overrides {
-                config_file: Some(path.clone()),
-                ..Overrides::default()
-            },
-            &HashMap::new(),
-        )
-    };
+    let load = |text: &str| load_text(directory.path(), text);
     assert_eq!(load("").expect("config").oauth, None);
     let config = load(
         "[oauth]\nresource = \"https://cairn.example.com\"\ncairn_tokens = false\n\
