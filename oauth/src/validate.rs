@@ -286,10 +286,17 @@ fn map(issuer: &IssuerConfig, claims: Value) -> Result<Verified, Refusal> {
     })
 }
 
-/// A claim that lists names: a JSON array of strings, or one space-separated string.
+/// A claim that lists names: a JSON array of strings, or one string of names separated by
+/// spaces (as `scope` is) or commas (as some servers join a multi-valued user property, and
+/// glewlwyd does). No scope, group or dataset name may hold a comma, so neither split
+/// changes a name.
 fn names(claim: Option<&Value>) -> Vec<String> {
     match claim {
-        Some(Value::String(text)) => text.split_whitespace().map(str::to_owned).collect(),
+        Some(Value::String(text)) => text
+            .split(|character: char| character.is_whitespace() || character == ',')
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect(),
         Some(Value::Array(items)) => items
             .iter()
             .filter_map(Value::as_str)

@@ -42,6 +42,25 @@ async fn a_token_maps_to_a_principal_with_groups_and_scopes() {
         );
         assert_eq!(verified.issuer_scopes, vec!["cairn.search", "openid"]);
     }
+    // Groups as one string, joined by commas (glewlwyd joins a multi-valued property so)
+    // or spaces.
+    for joined in ["eng,hr", "eng hr", " eng , hr "] {
+        let mut claims = issuer.claims("alice", 300);
+        claims["groups"] = json!(joined);
+        let verified = validator
+            .verify(&ed.mint(&claims))
+            .await
+            .unwrap_or_else(|refusal| panic!("{joined:?} refused: {refusal}"));
+        assert_eq!(
+            verified.principal.reads_as(),
+            Some(vec![
+                "user:alice".to_owned(),
+                "group:eng".to_owned(),
+                "group:hr".to_owned()
+            ]),
+            "{joined:?}"
+        );
+    }
     assert_eq!(issuer.fetches(), 1, "one fetch serves both keys");
     assert!(Validator::looks_like_jwt(
         &ed.mint(&issuer.claims("alice", 300))

@@ -12,7 +12,8 @@
 //!   the tests run as root), [`qdrant::QdrantServer`] (the official Qdrant v1.18.3 build) and
 //!   [`graph::GraphServer`] (ArcadeDB with its Bolt 4.4 plugin) and
 //!   [`embedding::EmbeddingServer`] (llama.cpp's OpenAI-compatible embedding server, from
-//!   PyPI). The one fake, [`embedding::FaultyEmbeddingProxy`], only injects 429s, error
+//!   PyPI) and [`oauth_server::AuthorizationServer`] (Debian's glewlwyd, an OAuth 2.1/OIDC
+//!   authorization server). The one fake, [`embedding::FaultyEmbeddingProxy`], only injects 429s, error
 //!   statuses and malformed answers in front of the real embedding server.
 //! - **Git repositories** for the connectors' tests are made with the `git` binary, with one
 //!   identity and one clock ([`git::git`], [`git::commit`]).
@@ -31,6 +32,7 @@ pub mod embedding;
 pub mod git;
 pub mod graph;
 pub mod netns;
+pub mod oauth_server;
 pub mod ports;
 pub mod postgres;
 pub mod qdrant;

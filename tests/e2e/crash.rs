@@ -30,8 +30,17 @@ pub(crate) async fn spawn_serve_with(
     log: &str,
     stderr: Stdio,
 ) -> (Child, String) {
+    // A free port unless the caller binds one (a resource whose public URL must be known
+    // before the server starts).
+    let bind: &[&str] = if args.contains(&"--bind") {
+        &[]
+    } else {
+        &["--bind", "127.0.0.1:0"]
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg("serve")
+        .args(bind)
+        .arg("--data-dir")
         .arg(data_dir)
         .args(args)
         .envs(envs.iter().copied())

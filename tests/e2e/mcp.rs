@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 
 use crate::common::{admin_token, post_source};
 
-fn python() -> PathBuf {
+/// The MCP venv's interpreter (`scripts/setup-mcp`), or `CAIRN_MCP_PYTHON`.
+pub(crate) fn python() -> PathBuf {
     std::env::var_os("CAIRN_MCP_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-mcp/bin/python"))
