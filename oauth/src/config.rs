@@ -68,6 +68,35 @@ pub struct IssuerConfig {
     pub refetch_interval: Duration,
     /// The longest a fetch (metadata or keys) may take.
     pub fetch_timeout: Duration,
+    /// Token introspection (RFC 7662): for the issuer's opaque tokens, and for its JWTs too
+    /// when [`Introspection::jwts`] is set.
+    pub introspection: Option<Introspection>,
+}
+
+/// How cairn asks an issuer whether a token is active (RFC 7662).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Introspection {
+    /// The endpoint; absent, the issuer's metadata names it (`introspection_endpoint`).
+    pub endpoint: Option<String>,
+    /// cairn's client id at the issuer (HTTP Basic authentication).
+    pub client_id: String,
+    /// Its secret, read from a file or the environment, never from the configuration file.
+    pub client_secret: Secret,
+    /// The longest an answer is reused; never beyond the token's `exp`.
+    pub cache: Duration,
+    /// Whether the issuer's JWTs are introspected too (so that a revoked token stops working
+    /// within [`Self::cache`]), instead of being checked against its keys alone.
+    pub jwts: bool,
+}
+
+/// A secret that no `Debug` output shows.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Secret(..)")
+    }
 }
 
 impl IssuerConfig {
@@ -86,6 +115,7 @@ impl IssuerConfig {
             skew: Duration::from_secs(60),
             refetch_interval: Duration::from_secs(10),
             fetch_timeout: Duration::from_secs(5),
+            introspection: None,
         }
     }
 
@@ -112,6 +142,24 @@ impl IssuerConfig {
                 "issuer `{}`: the principal claim is empty",
                 self.issuer
             ));
+        }
+        if let Some(introspection) = &self.introspection {
+            if let Some(endpoint) = &introspection.endpoint {
+                check_url("an introspection endpoint", endpoint)?;
+            }
+            if introspection.client_id.trim().is_empty() || introspection.client_secret.0.is_empty()
+            {
+                return Err(format!(
+                    "issuer `{}`: introspection needs a client id and secret",
+                    self.issuer
+                ));
+            }
+            if introspection.cache > Duration::from_secs(300) {
+                return Err(format!(
+                    "issuer `{}`: an introspection cache over 300 s keeps revoked tokens working",
+                    self.issuer
+                ));
+            }
         }
         if self.skew > Duration::from_secs(600) {
             return Err(format!(

@@ -150,7 +150,11 @@ impl KeyCache {
     ) -> Result<(String, HashMap<String, Vec<Key>>), String> {
         let jwks_uri = match jwks_uri {
             Some(uri) => uri,
-            None => self.discover().await?,
+            None => {
+                let url = self.metadata().await?;
+                url.jwks_uri
+                    .ok_or_else(|| format!("{} names no jwks_uri", url.found_at))?
+            }
         };
         let bytes = self.get(&jwks_uri).await?;
         let set: JwkSet = serde_json::from_slice(&bytes)
@@ -171,9 +175,9 @@ impl KeyCache {
         Ok((jwks_uri, keys))
     }
 
-    /// The issuer's `jwks_uri`, from its authorization-server metadata (RFC 8414) or else its
-    /// OpenID configuration. The metadata's `issuer` must be the configured one, exactly.
-    async fn discover(&self) -> Result<String, String> {
+    /// The issuer's metadata: its authorization-server metadata (RFC 8414) or else its OpenID
+    /// configuration. The metadata's `issuer` must be the configured one, exactly.
+    pub(crate) async fn metadata(&self) -> Result<Metadata, String> {
         let mut errors = Vec::new();
         for url in metadata_urls(&self.issuer.issuer)? {
             let bytes = match self.get(&url).await {
@@ -183,7 +187,7 @@ impl KeyCache {
                     continue;
                 }
             };
-            let metadata: Metadata = match serde_json::from_slice(&bytes) {
+            let mut metadata: Metadata = match serde_json::from_slice(&bytes) {
                 Ok(metadata) => metadata,
                 Err(error) => {
                     errors.push(format!("{url} does not parse: {error}"));
@@ -196,16 +200,20 @@ impl KeyCache {
                     metadata.issuer, self.issuer.issuer
                 ));
             }
-            return metadata
-                .jwks_uri
-                .ok_or_else(|| format!("{url} names no jwks_uri"));
+            metadata.found_at = url;
+            return Ok(metadata);
         }
         Err(errors.join("; "))
     }
 
+    /// The client cairn reaches this issuer with (bounded in time, no redirects).
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// GETs `url`, bounded in time and size.
     async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
-        let mut response = self
+        let response = self
             .http
             .get(url)
             .header("accept", "application/json")
@@ -215,26 +223,39 @@ impl KeyCache {
         if !response.status().is_success() {
             return Err(format!("{url} answered {}", response.status()));
         }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|error| format!("{url}: {error}"))?
-        {
-            if bytes.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-                return Err(format!("{url} is over {MAX_DOCUMENT_BYTES} bytes"));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes)
+        read_bounded(url, response).await
     }
+}
+
+/// A response's body, at most [`MAX_DOCUMENT_BYTES`].
+pub(crate) async fn read_bounded(
+    url: &str,
+    mut response: reqwest::Response,
+) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| format!("{url}: {error}"))?
+    {
+        if bytes.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!("{url} is over {MAX_DOCUMENT_BYTES} bytes"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// The fields of an issuer's metadata that cairn reads.
 #[derive(Deserialize)]
-struct Metadata {
+pub(crate) struct Metadata {
     issuer: String,
     jwks_uri: Option<String>,
+    /// Where tokens are introspected (RFC 7662), when the issuer offers it.
+    pub(crate) introspection_endpoint: Option<String>,
+    /// The URL the metadata was read from.
+    #[serde(skip)]
+    pub(crate) found_at: String,
 }
 
 /// Where an issuer's metadata may be: RFC 8414's well-known URL (inserted before the issuer's

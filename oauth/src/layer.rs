@@ -106,7 +106,10 @@ impl Guard {
     }
 }
 
-/// Verifies a JWT bearer token, hands its principal to the routes ([`Authenticated`]), and
+/// How cairn's own token secrets begin (`receipts::auth::generate_secret`).
+const OWN_TOKEN_PREFIX: &str = "cairn_";
+
+/// Verifies a JWT bearer token (or introspects an opaque one), hands its principal to the routes ([`Authenticated`]), and
 /// adds the challenges to refusals: a 401 names the metadata (and why the token was refused),
 /// a 403 for a missing scope names the issuer's scopes that grant it. A token that cannot be
 /// checked now (its issuer's keys cannot be fetched) is a 503, never a 401.
@@ -119,8 +122,17 @@ pub async fn guard(State(guard): State<Guard>, mut request: Request, next: Next)
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(|token| token.trim().to_owned());
     if let Some(token) = bearer {
-        if Validator::looks_like_jwt(&token) {
-            let verified = guard.validator.verify(&token).await;
+        // A JWT is checked against its issuer; a token of cairn's own shape goes to cairn's
+        // tokens (when they are on); any other token is introspected when an issuer does so.
+        let own = token.starts_with(OWN_TOKEN_PREFIX);
+        let verified = if Validator::looks_like_jwt(&token) {
+            Some(guard.validator.verify(&token).await)
+        } else if !own && guard.validator.introspects() {
+            Some(guard.validator.verify_opaque(&token).await)
+        } else {
+            None
+        };
+        if let Some(verified) = verified {
             let outcome = match &verified {
                 Ok(_) => "accepted",
                 Err(refusal) => refusal.reason(),

@@ -33,12 +33,13 @@
 //! - Every fetch is bounded in time and size. A client's token is never sent anywhere.
 
 mod config;
+mod introspect;
 mod keys;
 mod layer;
 pub mod metadata;
 mod validate;
 
-pub use config::{IssuerConfig, Resource, ALGORITHMS};
+pub use config::{Introspection, IssuerConfig, Resource, Secret, ALGORITHMS};
 pub use keys::{KeyCache, KeyStats};
 pub use layer::{guard, Guard};
 pub use validate::{Refusal, Validator, Verified};

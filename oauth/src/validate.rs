@@ -9,6 +9,7 @@ use receipts::{Principal, Scope};
 use serde_json::Value;
 
 use crate::config::{IssuerConfig, Resource};
+use crate::introspect::Introspector;
 use crate::keys::KeyCache;
 
 /// Why a token was refused.
@@ -41,6 +42,9 @@ pub enum Refusal {
     /// A claim cairn needs is missing or not usable.
     #[error("the token's claims are not usable: {0}")]
     Claims(String),
+    /// The issuer says the token is not active (revoked, expired or never issued).
+    #[error("the issuer says the token is not active")]
+    Inactive,
     /// The token cannot be checked now (its issuer's keys cannot be fetched): a 503, so that
     /// a client keeps its token and retries.
     #[error("{0}")]
@@ -60,6 +64,7 @@ impl Refusal {
             Refusal::UnknownKey(_) => "unknown_key",
             Refusal::Signature => "signature",
             Refusal::Claims(_) => "claims",
+            Refusal::Inactive => "inactive",
             Refusal::Unavailable(_) => "issuer_unavailable",
         }
     }
@@ -90,7 +95,14 @@ pub struct Validator {
     /// The audiences a token may name: the resource, and its MCP endpoint (a host asks for a
     /// token for the URL it connects to, RFC 8707).
     audiences: Vec<String>,
-    issuers: Vec<(IssuerConfig, KeyCache)>,
+    issuers: Vec<Trusted>,
+}
+
+/// One trusted issuer: its settings, its keys, and how its tokens are introspected.
+struct Trusted {
+    config: IssuerConfig,
+    keys: KeyCache,
+    introspector: Option<Introspector>,
 }
 
 impl Validator {
@@ -100,7 +112,13 @@ impl Validator {
         let issuers = resource
             .issuers
             .iter()
-            .map(|issuer| Ok((issuer.clone(), KeyCache::new(issuer)?)))
+            .map(|issuer| {
+                Ok(Trusted {
+                    config: issuer.clone(),
+                    keys: KeyCache::new(issuer)?,
+                    introspector: issuer.introspection.as_ref().map(Introspector::new),
+                })
+            })
             .collect::<Result<Vec<_>, String>>()?;
         let base = resource.resource.trim_end_matches('/');
         Ok(Validator {
@@ -113,8 +131,40 @@ impl Validator {
     pub fn keys(&self, issuer: &str) -> Option<&KeyCache> {
         self.issuers
             .iter()
-            .find(|(config, _)| config.issuer == issuer)
-            .map(|(_, keys)| keys)
+            .find(|trusted| trusted.config.issuer == issuer)
+            .map(|trusted| &trusted.keys)
+    }
+
+    /// Whether a token that is not a JWT may be an issuer's (some issuer introspects).
+    pub fn introspects(&self) -> bool {
+        self.issuers
+            .iter()
+            .any(|trusted| trusted.introspector.is_some())
+    }
+
+    /// Verifies a token that is not a JWT through the introspecting issuers, in order: the
+    /// first that says it is active decides. A refusal from each is final only when none of
+    /// them was unavailable.
+    pub async fn verify_opaque(&self, token: &str) -> Result<Verified, Refusal> {
+        let mut last = Refusal::Inactive;
+        for trusted in &self.issuers {
+            let Some(introspector) = &trusted.introspector else {
+                continue;
+            };
+            match introspector
+                .introspect(&trusted.config, &trusted.keys, &self.audiences, token)
+                .await
+            {
+                Ok(verified) => return Ok(verified),
+                Err(refusal) if refusal.is_temporary() => last = refusal,
+                Err(refusal) => {
+                    if !last.is_temporary() {
+                        last = refusal;
+                    }
+                }
+            }
+        }
+        Err(last)
     }
 
     /// Whether `token` has a JWT's shape (three base64url parts), so that a bearer token that
@@ -146,11 +196,34 @@ impl Validator {
             .get("iss")
             .and_then(Value::as_str)
             .ok_or_else(|| Refusal::Claims("`iss` is missing".to_owned()))?;
-        let (issuer, keys) = self
+        let trusted = self
             .issuers
             .iter()
-            .find(|(config, _)| config.issuer == issuer_name)
+            .find(|trusted| trusted.config.issuer == issuer_name)
             .ok_or_else(|| Refusal::UnknownIssuer(shown(issuer_name)))?;
+        let verified = self
+            .verify_signed(trusted, &header, algorithm, token)
+            .await?;
+        if let Some(introspector) = trusted
+            .introspector
+            .as_ref()
+            .filter(|introspector| introspector.takes_jwts())
+        {
+            // The issuer is asked too, so that a revoked token stops working.
+            introspector.still_active(&trusted.keys, token).await?;
+        }
+        Ok(verified)
+    }
+
+    /// Checks a JWT's algorithm, signature and claims against `trusted`'s keys.
+    async fn verify_signed(
+        &self,
+        trusted: &Trusted,
+        header: &Value,
+        algorithm: &str,
+        token: &str,
+    ) -> Result<Verified, Refusal> {
+        let (issuer, keys) = (&trusted.config, &trusted.keys);
         if !issuer.algorithms.iter().any(|allowed| allowed == algorithm) {
             return Err(Refusal::Algorithm(format!(
                 "`{}` is not among {}",
@@ -231,7 +304,7 @@ fn refusal(error: jsonwebtoken::errors::Error) -> Refusal {
 
 /// Maps verified claims to a principal: scopes through the issuer's table, the principal
 /// claim to `user:<value>`, the groups claim to `group:<name>`s, and the datasets.
-fn map(issuer: &IssuerConfig, claims: Value) -> Result<Verified, Refusal> {
+pub(crate) fn map(issuer: &IssuerConfig, claims: Value) -> Result<Verified, Refusal> {
     let subject = claims
         .get(&issuer.principal_claim)
         .and_then(Value::as_str)
@@ -290,7 +363,7 @@ fn map(issuer: &IssuerConfig, claims: Value) -> Result<Verified, Refusal> {
 /// spaces (as `scope` is) or commas (as some servers join a multi-valued user property, and
 /// glewlwyd does). No scope, group or dataset name may hold a comma, so neither split
 /// changes a name.
-fn names(claim: Option<&Value>) -> Vec<String> {
+pub(crate) fn names(claim: Option<&Value>) -> Vec<String> {
     match claim {
         Some(Value::String(text)) => text
             .split(|character: char| character.is_whitespace() || character == ',')

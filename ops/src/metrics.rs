@@ -227,7 +227,15 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "OAuth access tokens checked by the guard, by outcome: accepted, or the refusal's \
          reason (expired, audience, unknown_issuer, unknown_key, signature, algorithm, claims, \
-         malformed, not_yet_valid, issuer_unavailable).",
+         malformed, not_yet_valid, inactive, issuer_unavailable).",
+    ),
+    (
+        "cairn_oauth_introspections_total",
+        Kind::Counter,
+        "Calls to an issuer's token introspection endpoint (RFC 7662) that it answered, by \
+         outcome: active, or the refusal's reason (inactive, audience, expired, ...). Cached \
+         answers are not counted; an endpoint that cannot answer shows as \
+         cairn_oauth_tokens_total{outcome=\"issuer_unavailable\"}.",
     ),
     (
         "cairn_oauth_key_fetches_total",
@@ -336,6 +344,7 @@ fn describe() {
     for outcome in ["ok", "failed"] {
         metrics::counter!("cairn_oauth_key_fetches_total", "outcome" => outcome).absolute(0);
     }
+    metrics::counter!("cairn_oauth_introspections_total", "outcome" => "active").absolute(0);
     for tier in ["counts", "scrub", "deep"] {
         metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier).absolute(0);
         metrics::counter!("cairn_verify_store_requests_total", "tier" => tier).absolute(0);

@@ -76,6 +76,21 @@ pub(super) struct FileIssuer {
     pub(super) datasets: Option<Vec<String>>,
     pub(super) skew_seconds: Option<u64>,
     pub(super) refetch_interval_seconds: Option<u64>,
+    /// `[oauth.issuers.introspection]`: token introspection (RFC 7662).
+    pub(super) introspection: Option<FileIntrospection>,
+}
+
+/// `[oauth.issuers.introspection]`: how cairn introspects the issuer's tokens. The client
+/// secret comes from a file or an environment variable, never from this file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileIntrospection {
+    pub(super) endpoint: Option<String>,
+    pub(super) client_id: String,
+    pub(super) client_secret_file: Option<std::path::PathBuf>,
+    pub(super) client_secret_env: Option<String>,
+    pub(super) cache_seconds: Option<u64>,
+    pub(super) jwts: Option<bool>,
 }
 
 /// `[datasets.<name>]`.

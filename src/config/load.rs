@@ -104,7 +104,7 @@ impl Config {
         let config = Config {
             default_access: default_access(&file)?,
             filterable: filterable(&file)?,
-            oauth: oauth_settings(&file)?,
+            oauth: oauth_settings(&file, env)?,
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
             verify: verify_settings(env, &file)?,
@@ -582,8 +582,43 @@ fn default_access(
 
 /// `datasets.<d>.filterable`: the metadata fields the vector store indexes, each name and
 /// type checked, over every dataset (a collection holds them all, so one field has one type).
+/// `[oauth.issuers.introspection]`, its secret read from the file or the variable it names.
+fn introspection(
+    at: &str,
+    written: &super::file::FileIntrospection,
+    env: &Env,
+) -> anyhow::Result<oauth::Introspection> {
+    let secret = match (&written.client_secret_file, &written.client_secret_env) {
+        (Some(path), None) => std::fs::read_to_string(path)
+            .map_err(|error| {
+                anyhow::anyhow!(
+                    "{at}.introspection.client_secret_file {}: {error}",
+                    path.display()
+                )
+            })?
+            .trim()
+            .to_owned(),
+        (None, Some(name)) => env
+            .text(name)
+            .map(|value| value.trim().to_owned())
+            .ok_or_else(|| {
+                anyhow::anyhow!("{at}.introspection.client_secret_env: ${name} is not set")
+            })?,
+        _ => anyhow::bail!(
+            "{at}.introspection: name the client secret's source, client_secret_file or client_secret_env (one of them)"
+        ),
+    };
+    Ok(oauth::Introspection {
+        endpoint: written.endpoint.clone(),
+        client_id: written.client_id.clone(),
+        client_secret: oauth::Secret(secret),
+        cache: std::time::Duration::from_secs(written.cache_seconds.unwrap_or(30)),
+        jwts: written.jwts.unwrap_or(false),
+    })
+}
+
 /// `[oauth]` and `[[oauth.issuers]]`: none unless a resource is named.
-fn oauth_settings(file: &FileConfig) -> anyhow::Result<Option<super::OAuthSettings>> {
+fn oauth_settings(file: &FileConfig, env: &Env) -> anyhow::Result<Option<super::OAuthSettings>> {
     let settings = &file.oauth;
     let Some(resource) = settings.resource.clone() else {
         if settings
@@ -625,6 +660,9 @@ fn oauth_settings(file: &FileConfig) -> anyhow::Result<Option<super::OAuthSettin
                 anyhow::bail!("{at}.refetch_interval_seconds: at least 1, so that unknown keys cannot make cairn fetch at every request");
             }
             issuer.refetch_interval = std::time::Duration::from_secs(seconds);
+        }
+        if let Some(written) = &written.introspection {
+            issuer.introspection = Some(introspection(&at, written, env)?);
         }
         issuers.push(issuer);
     }

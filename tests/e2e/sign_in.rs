@@ -221,12 +221,13 @@ async fn python(script: &str, directory: &std::path::Path, config: &Value) -> Va
 /// authorization code with PKCE and the resource indicator, then `search`, which finds only
 /// what the signed-in user and her groups may read. Then, with the server's token: a call that
 /// needs a scope the token lacks gets 403 `insufficient_scope`; the server rotates its signing
-/// key and a token signed with the new key is accepted after exactly one JWKS refetch; and with
-/// the server down, the cached key keeps working.
+/// key and a token signed with the new key is accepted after exactly one JWKS refetch; with
+/// the server down, the cached key keeps working; and with introspection on, a token the
+/// server revoked is refused.
 #[tokio::test]
 async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
-    let mut server =
-        testkit::oauth_server::AuthorizationServer::start().expect("glewlwyd (scripts/setup-oauth)");
+    let mut server = testkit::oauth_server::AuthorizationServer::start()
+        .expect("glewlwyd (scripts/setup-oauth)");
     let directory = tempfile::tempdir().expect("tempdir");
     let [port] = testkit::ports::free_ports().expect("port");
     let resource = format!("http://127.0.0.1:{port}");
@@ -307,13 +308,17 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
         if answer["results"].as_array().map(Vec::len) == Some(documents.len()) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "not projected: {answer}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not projected: {answer}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 
     let host_config = json!({"mcp_url": format!("{base}/mcp"), "base": server.url(),
                              "user": "alice", "password": "alice-at-the-door",
                              "consent": ["openid", "cairn.search"],
+                             "extra_grant_types": ["client_credentials"],
                              "query": "lighthouse keeper notes"});
     let signed_in = python("host", directory.path(), &host_config).await;
     assert_eq!(
@@ -358,11 +363,7 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
                 .text()
                 .await
                 .expect("text");
-            crate::common::metric(
-                &text,
-                "cairn_oauth_key_fetches_total",
-                &[("outcome", "ok")],
-            )
+            crate::common::metric(&text, "cairn_oauth_key_fetches_total", &[("outcome", "ok")])
         }
     };
     let fetched_before = key_fetches(http.clone()).await;
@@ -371,7 +372,12 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
     // with a key cairn has not seen, is accepted after one refetch of the server's keys.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (key, cert) = server.new_key("second").expect("key");
-    let answer = python("glewlwyd", directory.path(), &provision("rotate", &key, &cert)).await;
+    let answer = python(
+        "glewlwyd",
+        directory.path(),
+        &provision("rotate", &key, &cert),
+    )
+    .await;
     assert_eq!(answer, "ok");
     let rotated = python("host", directory.path(), &host_config).await;
     assert_eq!(rotated["keys"], signed_in["keys"], "{rotated}");
@@ -387,13 +393,13 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
 
     // The server goes down: the cached key keeps serving the signed-in user.
     server.kill();
-    let response = http
-        .post(format!("{base}/v1/search"))
-        .bearer_auth(&new_token)
-        .json(&json!({"query": "lighthouse keeper", "mode": "lexical", "top_k": 10}))
-        .send()
-        .await
-        .expect("search");
+    let search = |token: String| {
+        http.post(format!("{base}/v1/search"))
+            .bearer_auth(token)
+            .json(&json!({"query": "lighthouse keeper", "mode": "lexical", "top_k": 10}))
+            .send()
+    };
+    let response = search(new_token.clone()).await.expect("search");
     assert_eq!(response.status().as_u16(), 200);
     let answer: Value = response.json().await.expect("json");
     let mut keys: Vec<&str> = answer["results"]
@@ -404,6 +410,66 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
         .collect();
     keys.sort_unstable();
     assert_eq!(keys, vec!["alice/notes.md", "eng/design.md"], "{answer}");
+
+    // Revocation. cairn restarts set to introspect the server's JWTs as well (RFC 7662), with
+    // the host's client credentials: glewlwyd lets a client introspect and revoke its own
+    // tokens. The token works until the server revokes it, then is refused as inactive once
+    // the one-second cache lapses.
+    server.start_again().expect("glewlwyd again");
+    child.kill().await.expect("stop");
+    let _ = child.wait().await;
+    let client_id = rotated["client_id"].as_str().expect("client id");
+    let client_secret = rotated["client_secret"].as_str().expect("client secret");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "[oauth.issuers.introspection]\nclient_id = \"{client_id}\"\n\
+         client_secret_env = \"SIGN_IN_TEST_CLIENT_SECRET\"\ncache_seconds = 1\njwts = true\n"
+    ));
+    std::fs::write(&config, text).expect("config");
+    let (mut child, _) = crate::crash::spawn_serve_with(
+        &data,
+        &["--bind", &bind, "--config", config_arg],
+        &[("SIGN_IN_TEST_CLIENT_SECRET", client_secret)],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let response = search(new_token.clone()).await.expect("search");
+    assert_eq!(response.status().as_u16(), 200, "active at the server");
+    let revoked = http
+        .post(format!("{}/api/oidc/revoke", server.url()))
+        .basic_auth(client_id, Some(client_secret))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={new_token}"))
+        .send()
+        .await
+        .expect("revoke");
+    assert_eq!(revoked.status().as_u16(), 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let response = search(new_token.clone()).await.expect("search");
+    assert_eq!(response.status().as_u16(), 401);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["details"]["reason"], "inactive", "{body}");
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for outcome in ["active", "inactive"] {
+        assert_eq!(
+            crate::common::metric(
+                &text,
+                "cairn_oauth_introspections_total",
+                &[("outcome", outcome)]
+            ),
+            1.0,
+            "{outcome}"
+        );
+    }
 
     child.kill().await.expect("stop");
     let _ = child.wait().await;

@@ -12,8 +12,10 @@ in as, and the `query`. The SDK:
   4. runs authorization code with PKCE and the `resource` parameter; this script plays the user
      at the server's login and consent steps (the calls glewlwyd's login page makes);
   5. exchanges the code for a token and calls `search`.
-Prints one JSON line: the source keys `search` answered, the scopes granted and the access
-token (for the test's own checks), and exits 0; raises on any failure.
+Prints one JSON line: the source keys `search` answered, the scopes granted, the access token
+and the registered client's credentials (for the test's own checks), and exits 0; raises on
+any failure. `extra_grant_types` in CONFIG adds grant types to the registration (glewlwyd lets
+a client introspect and revoke its own tokens once it may use `client_credentials`).
 """
 
 import json
@@ -97,9 +99,9 @@ async def main(config):
         client_metadata=OAuthClientMetadata(
             client_name="cairn sign-in test host",
             redirect_uris=[REDIRECT_URI],
-            grant_types=["authorization_code", "refresh_token"],
+            grant_types=["authorization_code", "refresh_token"] + config.get("extra_grant_types", []),
             response_types=["code"],
-            token_endpoint_auth_method="client_secret_post",
+            token_endpoint_auth_method="client_secret_basic",
         ),
         storage=storage,
         redirect_handler=user.visit,
@@ -117,6 +119,7 @@ async def main(config):
         "keys": keys,
         "scope": storage.tokens.scope,
         "client_id": storage.client_info.client_id,
+        "client_secret": storage.client_info.client_secret,
         "access_token": storage.tokens.access_token,
     }))
 

@@ -1,18 +1,20 @@
 //! The fault-injecting issuer both test files use (`FaultyIssuer`, a fake named as one): it
 //! publishes its metadata and key set over loopback HTTP, and the tests mint the tokens, so
 //! that they can mint what no real authorization server would, rotate its keys and take it
-//! down.
+//! down. It also introspects (RFC 7662) the opaque tokens a test hands it, answering with what
+//! the test scripted, for `INTROSPECTION_CLIENT` only.
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -23,6 +25,8 @@ use ring::signature::{self, KeyPair};
 use serde_json::{json, Value};
 
 pub const RESOURCE: &str = "https://cairn.example.com";
+/// The client id and secret the issuer takes at its introspection endpoint.
+pub const INTROSPECTION_CLIENT: (&str, &str) = ("cairn", "introspection-secret");
 
 pub fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -92,6 +96,8 @@ pub struct Published {
     pub issuer: String,
     pub keys: Vec<Value>,
     pub down: bool,
+    /// Introspection answers by token.
+    pub answers: HashMap<String, Value>,
 }
 
 #[derive(Clone)]
@@ -99,6 +105,7 @@ pub struct FaultyIssuer {
     pub url: String,
     pub published: Arc<Mutex<Published>>,
     pub key_fetches: Arc<AtomicU64>,
+    pub introspections: Arc<AtomicU64>,
 }
 
 impl FaultyIssuer {
@@ -113,12 +120,15 @@ impl FaultyIssuer {
                 issuer: url,
                 keys: keys.iter().map(|key| key.jwk.clone()).collect(),
                 down: false,
+                answers: HashMap::new(),
             })),
             key_fetches: Arc::new(AtomicU64::new(0)),
+            introspections: Arc::new(AtomicU64::new(0)),
         };
         let app = Router::new()
             .route("/.well-known/oauth-authorization-server", get(metadata))
             .route("/jwks", get(jwks))
+            .route("/introspect", post(introspect))
             .with_state(issuer.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         issuer
@@ -131,6 +141,31 @@ impl FaultyIssuer {
 
     pub fn set_down(&self, down: bool) {
         self.published.lock().expect("lock").down = down;
+    }
+
+    /// Scripts the introspection answer for `token` (`{"active": false}` revokes it).
+    pub fn answer(&self, token: &str, answer: Value) {
+        self.published
+            .lock()
+            .expect("lock")
+            .answers
+            .insert(token.to_owned(), answer);
+    }
+
+    /// Introspection calls answered so far.
+    pub fn introspected(&self) -> u64 {
+        self.introspections.load(Ordering::SeqCst)
+    }
+
+    /// The settings cairn introspects this issuer with (endpoint found in its metadata).
+    pub fn introspection(&self, cache: Duration, jwts: bool) -> oauth::Introspection {
+        oauth::Introspection {
+            endpoint: None,
+            client_id: INTROSPECTION_CLIENT.0.to_owned(),
+            client_secret: oauth::Secret(INTROSPECTION_CLIENT.1.to_owned()),
+            cache,
+            jwts,
+        }
     }
 
     pub fn fetches(&self) -> u64 {
@@ -170,6 +205,7 @@ pub async fn metadata(State(issuer): State<FaultyIssuer>) -> Response {
         "issuer": published.issuer,
         "jwks_uri": format!("{}/jwks", issuer.url),
         "token_endpoint": format!("{}/token", issuer.url),
+        "introspection_endpoint": format!("{}/introspect", issuer.url),
     }))
     .into_response()
 }
@@ -181,6 +217,45 @@ pub async fn jwks(State(issuer): State<FaultyIssuer>) -> Response {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     Json(json!({ "keys": published.keys })).into_response()
+}
+
+pub async fn introspect(
+    State(issuer): State<FaultyIssuer>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    // The form body, decoded as a URL's query is.
+    let form: HashMap<String, String> = reqwest::Url::parse(&format!("http://form/?{body}"))
+        .map(|url| url.query_pairs().into_owned().collect())
+        .unwrap_or_default();
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            INTROSPECTION_CLIENT.0, INTROSPECTION_CLIENT.1
+        ))
+    );
+    if headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        != Some(&expected)
+    {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let published = issuer.published.lock().expect("lock");
+    if published.down {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    issuer.introspections.fetch_add(1, Ordering::SeqCst);
+    let token = form.get("token").cloned().unwrap_or_default();
+    Json(
+        published
+            .answers
+            .get(&token)
+            .cloned()
+            .unwrap_or_else(|| json!({"active": false})),
+    )
+    .into_response()
 }
 
 pub fn now() -> i64 {

@@ -44,7 +44,12 @@ impl AuthArgs {
             token
         };
         let validator = oauth::Validator::new(&settings.resource).map_err(anyhow::Error::msg)?;
-        let (report, code) = match validator.verify(&token).await {
+        let checked = if oauth::Validator::looks_like_jwt(&token) {
+            validator.verify(&token).await
+        } else {
+            validator.verify_opaque(&token).await
+        };
+        let (report, code) = match checked {
             Ok(verified) => (
                 json!({
                     "accepted": true,
