@@ -631,4 +631,40 @@ fn oauth_issuers_are_read_and_checked() {
         "[oauth]\nresource = \"https://cairn.example.com\"\n",
         "at least one issuer",
     );
+
+    // Introspection: the secret from a file (never from the configuration itself).
+    let secret = directory.path().join("introspection.secret");
+    std::fs::write(&secret, "s3cret\n").expect("secret");
+    let introspecting = format!(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\
+         issuer = \"https://id.example.com\"\n[oauth.issuers.introspection]\n\
+         client_id = \"cairn\"\nclient_secret_file = \"{}\"\ncache_seconds = 5\njwts = true\n",
+        secret.display()
+    );
+    let config = load(&introspecting).expect("config");
+    let introspection = config.oauth.expect("oauth").resource.issuers[0]
+        .introspection
+        .clone()
+        .expect("introspection");
+    assert_eq!(introspection.client_id, "cairn");
+    assert_eq!(introspection.client_secret, oauth::Secret("s3cret".to_owned()));
+    assert_eq!(introspection.cache, std::time::Duration::from_secs(5));
+    assert!(introspection.jwts);
+    assert_eq!(introspection.endpoint, None, "found in the issuer's metadata");
+    assert!(!format!("{introspection:?}").contains("s3cret"));
+    refused(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\
+         issuer = \"https://id.example.com\"\n[oauth.issuers.introspection]\nclient_id = \"cairn\"\n",
+        "client_secret_file or client_secret_env",
+    );
+    refused(
+        "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\
+         issuer = \"https://id.example.com\"\n[oauth.issuers.introspection]\nclient_id = \"cairn\"\n\
+         client_secret_env = \"NOT_SET_ANYWHERE_1\"\n",
+        "NOT_SET_ANYWHERE_1 is not set",
+    );
+    refused(
+        &introspecting.replace("cache_seconds = 5", "cache_seconds = 3600"),
+        "revoked tokens",
+    );
 }

@@ -29,7 +29,7 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
         format!(
             "[workers]\ncount = 0\n[oauth]\nresource = \"{RESOURCE}\"\n[[oauth.issuers]]\n\
              issuer = \"{}\"\ngroups_claim = \"groups\"\n\
-             scopes = {{ \"cairn.search\" = [\"search\"] }}\n",
+             scopes = {{ \"cairn.search\" = [\"search\"], \"cairn.ops\" = [\"ops:read\"] }}\n",
             issuer.url
         ),
     )
@@ -125,6 +125,29 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["details"]["reason"], "audience", "{body}");
 
+    // The dashboard signs in with an issuer's token as with a cairn token: its calls carry
+    // the bearer token, and the guard reads it before the ops API's scope check.
+    let mut claims = issuer.claims("alice", 300);
+    claims["scope"] = json!("cairn.ops");
+    claims["aud"] = json!(RESOURCE);
+    let ops_token = key.mint(&claims);
+    for path in ["/v1/ops/summary", "/v1/ops/leases?limit=200"] {
+        let response = http
+            .get(format!("{base}{path}"))
+            .bearer_auth(&ops_token)
+            .send()
+            .await
+            .expect("ops");
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+    }
+    let response = http
+        .get(format!("{base}/v1/ops/summary"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("ops");
+    assert_eq!(response.status().as_u16(), 403, "search only");
+
     // The admin's cairn token still works, and reads everything.
     let response = search(admin.clone()).await.expect("search");
     assert_eq!(response.status().as_u16(), 200);
@@ -146,7 +169,7 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
         .await
         .expect("text");
     assert!(
-        metrics.contains("cairn_oauth_tokens_total{outcome=\"accepted\"} 1"),
+        metrics.contains("cairn_oauth_tokens_total{outcome=\"accepted\"} 4"),
         "{metrics}"
     );
     assert!(
