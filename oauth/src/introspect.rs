@@ -11,31 +11,19 @@
 //!   so a client repeating a dead token costs one call per interval. An issuer that cannot
 //!   answer is a temporary refusal, never cached.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
 use serde_json::Value;
 
+use crate::cache::{now, until, TokenCache};
 use crate::config::{Introspection, IssuerConfig};
 use crate::keys::{read_bounded, KeyCache};
 use crate::validate::{map, names, shown, Refusal, Verified};
-
-/// The most answers held; past it, expired answers go first, then the cache starts over.
-const MAX_CACHED: usize = 10_000;
-
-/// One cached answer.
-struct Cached {
-    until: Instant,
-    answer: Value,
-}
 
 /// Introspects one issuer's tokens.
 pub(crate) struct Introspector {
     settings: Introspection,
     /// The endpoint, once configured or found in the issuer's metadata.
     endpoint: tokio::sync::Mutex<Option<String>>,
-    cache: Mutex<HashMap<String, Cached>>,
+    cache: TokenCache<Value>,
 }
 
 impl Introspector {
@@ -43,7 +31,7 @@ impl Introspector {
         Introspector {
             settings: settings.clone(),
             endpoint: tokio::sync::Mutex::new(settings.endpoint.clone()),
-            cache: Mutex::new(HashMap::new()),
+            cache: TokenCache::new(),
         }
     }
 
@@ -78,8 +66,8 @@ impl Introspector {
 
     /// The issuer's answer for `token`, from the cache while it holds one.
     async fn answer(&self, keys: &KeyCache, token: &str) -> Result<Value, Refusal> {
-        let digest = receipts::ids::sha256_hex(token.as_bytes());
-        if let Some(answer) = self.cached(&digest) {
+        let digest = TokenCache::<Value>::digest(token);
+        if let Some(answer) = self.cache.get(&digest) {
             return Ok(answer);
         }
         let endpoint = self.endpoint(keys).await?;
@@ -88,48 +76,17 @@ impl Introspector {
         metrics::counter!("cairn_oauth_introspections_total",
             "outcome" => if active { "active" } else { "inactive" })
         .increment(1);
-        let mut lifetime = self.settings.cache;
-        if active {
+        let lifetime = if active {
             // Never beyond the token's own end (no `exp`: the answer is refused anyway).
-            let left = answer.get("exp").and_then(Value::as_i64).unwrap_or(0) - now();
-            lifetime = lifetime.min(Duration::from_secs(u64::try_from(left).unwrap_or(0)));
-        }
-        if !lifetime.is_zero() {
-            self.remember(digest, lifetime, answer.clone());
-        }
+            until(
+                answer.get("exp").and_then(Value::as_i64).unwrap_or(0),
+                self.settings.cache,
+            )
+        } else {
+            self.settings.cache
+        };
+        self.cache.insert(digest, lifetime, answer.clone());
         Ok(answer)
-    }
-
-    fn cached(&self, digest: &str) -> Option<Value> {
-        let cache = match self.cache.lock() {
-            Ok(cache) => cache,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        cache
-            .get(digest)
-            .filter(|cached| cached.until > Instant::now())
-            .map(|cached| cached.answer.clone())
-    }
-
-    fn remember(&self, digest: String, lifetime: Duration, answer: Value) {
-        let mut cache = match self.cache.lock() {
-            Ok(cache) => cache,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if cache.len() >= MAX_CACHED {
-            let now = Instant::now();
-            cache.retain(|_, cached| cached.until > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-        }
-        cache.insert(
-            digest,
-            Cached {
-                until: Instant::now() + lifetime,
-                answer,
-            },
-        );
     }
 
     /// The endpoint: configured, or read once from the issuer's metadata.
@@ -190,14 +147,6 @@ impl Introspector {
         }
         Ok(answer)
     }
-}
-
-/// Seconds since the epoch.
-fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
 }
 
 /// An introspection answer, judged as a token is: active, from this issuer, for this

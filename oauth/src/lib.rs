@@ -32,6 +32,7 @@
 //!   is then [`Refusal::Unavailable`], never a 401 that would make a client drop its token.
 //! - Every fetch is bounded in time and size. A client's token is never sent anywhere.
 
+mod cache;
 mod config;
 mod introspect;
 mod keys;

@@ -8,6 +8,7 @@ use receipts::access::Identity;
 use receipts::{Principal, Scope};
 use serde_json::Value;
 
+use crate::cache::{until, TokenCache};
 use crate::config::{IssuerConfig, Resource};
 use crate::introspect::Introspector;
 use crate::keys::KeyCache;
@@ -96,7 +97,14 @@ pub struct Validator {
     /// token for the URL it connects to, RFC 8707).
     audiences: Vec<String>,
     issuers: Vec<Trusted>,
+    /// JWTs already verified against their keys, until they expire (at most
+    /// [`VERIFIED_FOR`]): a client repeating its token pays for one signature check.
+    verified: TokenCache<(usize, Verified)>,
 }
+
+/// The longest a verified JWT is reused without checking its signature again, so that a key
+/// the issuer withdrew stops working within it.
+const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One trusted issuer: its settings, its keys, and how its tokens are introspected.
 struct Trusted {
@@ -124,6 +132,7 @@ impl Validator {
         Ok(Validator {
             audiences: vec![resource.resource.clone(), format!("{base}/mcp")],
             issuers,
+            verified: TokenCache::new(),
         })
     }
 
@@ -181,6 +190,31 @@ impl Validator {
 
     /// Verifies `token` and maps it to a principal.
     pub async fn verify(&self, token: &str) -> Result<Verified, Refusal> {
+        let digest = TokenCache::<(usize, Verified)>::digest(token);
+        let (index, verified) = match self.verified.get(&digest) {
+            Some(held) => held,
+            None => {
+                let (index, verified) = self.verify_uncached(token).await?;
+                let lifetime = until(verified.expires_at, VERIFIED_FOR);
+                self.verified
+                    .insert(digest, lifetime, (index, verified.clone()));
+                (index, verified)
+            }
+        };
+        let trusted = &self.issuers[index];
+        if let Some(introspector) = trusted
+            .introspector
+            .as_ref()
+            .filter(|introspector| introspector.takes_jwts())
+        {
+            // The issuer is asked too, so that a revoked token stops working.
+            introspector.still_active(&trusted.keys, token).await?;
+        }
+        Ok(verified)
+    }
+
+    /// Verifies a JWT against its issuer's keys: the issuer's index, and what it grants.
+    async fn verify_uncached(&self, token: &str) -> Result<(usize, Verified), Refusal> {
         let parts: Vec<&str> = token.split('.').collect();
         if parts.len() != 3 {
             return Err(Refusal::Malformed("a JWT has three parts".to_owned()));
@@ -196,23 +230,16 @@ impl Validator {
             .get("iss")
             .and_then(Value::as_str)
             .ok_or_else(|| Refusal::Claims("`iss` is missing".to_owned()))?;
-        let trusted = self
+        let (index, trusted) = self
             .issuers
             .iter()
-            .find(|trusted| trusted.config.issuer == issuer_name)
+            .enumerate()
+            .find(|(_, trusted)| trusted.config.issuer == issuer_name)
             .ok_or_else(|| Refusal::UnknownIssuer(shown(issuer_name)))?;
         let verified = self
             .verify_signed(trusted, &header, algorithm, token)
             .await?;
-        if let Some(introspector) = trusted
-            .introspector
-            .as_ref()
-            .filter(|introspector| introspector.takes_jwts())
-        {
-            // The issuer is asked too, so that a revoked token stops working.
-            introspector.still_active(&trusted.keys, token).await?;
-        }
-        Ok(verified)
+        Ok((index, verified))
     }
 
     /// Checks a JWT's algorithm, signature and claims against `trusted`'s keys.

@@ -447,6 +447,8 @@ mod served;
 
 mod mcp;
 pub use mcp::{mcp, McpBench};
+mod oauth;
+pub use oauth::{oauth, OAuthBench};
 
 mod connector;
 mod prune;

@@ -647,10 +647,16 @@ fn oauth_issuers_are_read_and_checked() {
         .clone()
         .expect("introspection");
     assert_eq!(introspection.client_id, "cairn");
-    assert_eq!(introspection.client_secret, oauth::Secret("s3cret".to_owned()));
+    assert_eq!(
+        introspection.client_secret,
+        oauth::Secret("s3cret".to_owned())
+    );
     assert_eq!(introspection.cache, std::time::Duration::from_secs(5));
     assert!(introspection.jwts);
-    assert_eq!(introspection.endpoint, None, "found in the issuer's metadata");
+    assert_eq!(
+        introspection.endpoint, None,
+        "found in the issuer's metadata"
+    );
     assert!(!format!("{introspection:?}").contains("s3cret"));
     refused(
         "[oauth]\nresource = \"https://cairn.example.com\"\n[[oauth.issuers]]\n\

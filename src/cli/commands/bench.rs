@@ -197,6 +197,26 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-mcp.json")]
         out: PathBuf,
     },
+    /// What checking an issuer's JWT (OAuth) adds to a search against a cairn token: paired
+    /// latency per algorithm, 64 clients with tokens of their own, and the key-set fetches
+    /// when the issuer rotates its key under that load.
+    Oauth {
+        /// Documents in the synthetic corpus.
+        #[arg(long, default_value_t = 2000)]
+        docs: usize,
+        /// Queries per token in the latency series.
+        #[arg(long, default_value_t = 500)]
+        queries: usize,
+        /// Clients in the load run and at the rotation.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Seconds per load run.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-oauth.json")]
+        out: PathBuf,
+    },
     /// `cairn ingest DIR --prune` over a folder of many files: the first run, a run with no
     /// change, and a run after a few edits.
     Prune {
@@ -462,6 +482,26 @@ impl BenchArgs {
                         docs: docs.max(1),
                         queries,
                         concurrency,
+                        seconds,
+                    },
+                )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Oauth {
+                docs,
+                queries,
+                clients,
+                seconds,
+                out,
+            } => {
+                let config = file_config(None, None, env)?;
+                let report = crate::bench::oauth(
+                    &config,
+                    crate::bench::OAuthBench {
+                        docs: docs.max(1),
+                        queries,
+                        clients,
                         seconds,
                     },
                 )
