@@ -57,6 +57,7 @@ pub fn app_with_graph(
             stores,
             config.backup_dir(),
         ))
+        .merge(events::routes(ledger.clone()))
         .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));

@@ -208,6 +208,10 @@ pub async fn serve(
         config.verify.clone(),
     );
     let schedule = verifier.spawn_schedule();
+    let retention = tokio::spawn(events::retention::run(
+        ledger.clone(),
+        config.events_retention,
+    ));
     let application = app_with_graph(
         ledger,
         &config,
@@ -225,6 +229,7 @@ pub async fn serve(
     let (report, ()) = tokio::join!(http, workers.stopped());
     // A pass in progress stays `running` in the ledger; the next start resumes it.
     schedule.abort();
+    retention.abort();
     tracing::info!(
         connections = report.served,
         overflowed = report.overflowed,

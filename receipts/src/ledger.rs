@@ -466,6 +466,7 @@ pub trait Ledger:
     + OpsLedger
     + SyncLedger
     + VerifyLedger
+    + EventsLedger
     + std::fmt::Debug
     + 'static
 {
@@ -486,6 +487,15 @@ impl<T: Leases + Projections + Reader + Operations + std::fmt::Debug + 'static> 
 pub trait SearchLedger: Reader + Projections + Tokens + std::fmt::Debug + 'static {}
 
 impl<T: Reader + Projections + Tokens + std::fmt::Debug + 'static> SearchLedger for T {}
+
+/// What the change feed may do: read the events outbox, check who may read a source, and
+/// authenticate tokens.
+pub trait EventsLedger:
+    crate::events::Events + Reader + Tokens + std::fmt::Debug + 'static
+{
+}
+
+impl<T: crate::events::Events + Reader + Tokens + std::fmt::Debug + 'static> EventsLedger for T {}
 
 /// What the ingest API may do: accept, erase and block, read what it accepted, authenticate
 /// tokens. It cannot touch leases or projections.
@@ -557,6 +567,7 @@ impl<
             + Connectors
             + Verifications
             + Backups
+            + crate::events::Events
             + std::fmt::Debug
             + 'static,
     > Ledger for T

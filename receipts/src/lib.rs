@@ -87,6 +87,7 @@ pub mod auth;
 pub mod clock;
 pub mod connectors;
 mod error;
+pub mod events;
 pub mod faults;
 pub mod filter;
 pub mod generations;
@@ -113,9 +114,9 @@ pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use error::{LedgerError, Result};
 pub use ledger::{
-    AcceptLedger, Acceptor, Backups, Connectors, Leases, Ledger, MigrationReport, OpsLedger,
-    Projections, Reader, SearchLedger, SyncLedger, Tokens, Verifications, VerifyLedger, WorkLedger,
-    CANDIDATES_PER_HASH,
+    AcceptLedger, Acceptor, Backups, Connectors, EventsLedger, Leases, Ledger, MigrationReport,
+    OpsLedger, Projections, Reader, SearchLedger, SyncLedger, Tokens, Verifications, VerifyLedger,
+    WorkLedger, CANDIDATES_PER_HASH,
 };
 pub use migrations::{postgres_schema_version, sqlite_schema_version};
 pub use model::{

@@ -47,6 +47,16 @@ pub(super) struct FileConfig {
     pub(super) datasets: std::collections::BTreeMap<String, FileDataset>,
     #[serde(default)]
     pub(super) oauth: FileOAuth,
+    #[serde(default)]
+    pub(super) events: FileEvents,
+}
+
+/// `[events]`: the events outbox.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileEvents {
+    /// How long events are kept for the change feed (hours).
+    pub(super) retention_hours: Option<u64>,
 }
 
 /// `[oauth]`: cairn as an OAuth 2.1 resource server.

@@ -108,6 +108,7 @@ impl Config {
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
             connectors: connector_settings(env, &file)?,
             verify: verify_settings(env, &file)?,
+            events_retention: events_retention(env, &file)?,
             backup_dir: env
                 .get("CAIRN_BACKUP_DIR")
                 .map(PathBuf::from)
@@ -582,6 +583,21 @@ fn default_access(
 
 /// `datasets.<d>.filterable`: the metadata fields the vector store indexes, each name and
 /// type checked, over every dataset (a collection holds them all, so one field has one type).
+/// `events.retention_hours` (or `CAIRN_EVENTS_RETENTION_HOURS`): at least one hour.
+fn events_retention(env: &Env, file: &FileConfig) -> anyhow::Result<Duration> {
+    let hours = match env.number::<u64>("CAIRN_EVENTS_RETENTION_HOURS")? {
+        Some(hours) => Some(hours),
+        None => file.events.retention_hours,
+    };
+    match hours {
+        None => Ok(events::retention::DEFAULT_RETENTION),
+        Some(0) => bail!(
+            "events.retention_hours: at least 1 (the change feed's consumers need time to read)"
+        ),
+        Some(hours) => Ok(Duration::from_secs(hours.saturating_mul(3600))),
+    }
+}
+
 /// `[oauth.issuers.introspection]`, its secret read from the file or the variable it names.
 fn introspection(
     at: &str,

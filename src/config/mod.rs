@@ -137,6 +137,9 @@ pub struct Config {
     /// Where backups are written (`backup.dir`, `CAIRN_BACKUP_DIR`; `None`: `backups/` in the
     /// data directory).
     pub backup_dir: Option<PathBuf>,
+    /// How long the events outbox keeps events for the change feed (`events.retention_hours`,
+    /// `CAIRN_EVENTS_RETENTION_HOURS`; 168 by default).
+    pub events_retention: std::time::Duration,
     /// The folder holding PostgreSQL's `pg_dump` and `pg_restore` (`backup.pg_bin`,
     /// `CAIRN_PG_BIN`; `None`: the newest `/usr/lib/postgresql/*/bin`, else `PATH`).
     pub pg_bin: Option<PathBuf>,

@@ -44,6 +44,7 @@ mod acceptance;
 mod access;
 mod connectors;
 mod erasure;
+mod events;
 mod generations;
 mod leases;
 mod operations;

@@ -67,6 +67,8 @@ pub(super) enum WriteOp {
     Erase(ErasureRequest, oneshot::Sender<Result<Acceptance>>),
     Connector(ConnectorOp, oneshot::Sender<Result<ConnectorAnswer>>),
     Verify(VerifyOp, oneshot::Sender<Result<VerifyAnswer>>),
+    /// Retention: removes the events that happened before the time.
+    PruneEvents(Micros, oneshot::Sender<Result<u64>>),
 }
 
 impl WriteOp {
@@ -76,6 +78,7 @@ impl WriteOp {
             WriteOp::Block(..)
             | WriteOp::Token(..)
             | WriteOp::Access(..)
+            | WriteOp::PruneEvents(..)
             | WriteOp::Job(..)
             | WriteOp::Project(..)
             | WriteOp::Generation(..)
@@ -107,6 +110,7 @@ pub(super) enum Done {
         oneshot::Sender<Result<ConnectorAnswer>>,
     ),
     Verify(Result<VerifyAnswer>, oneshot::Sender<Result<VerifyAnswer>>),
+    Pruned(Result<u64>, oneshot::Sender<Result<u64>>),
 }
 
 impl Done {
@@ -129,6 +133,7 @@ impl Done {
             Done::Erase(result, reply) => Done::Erase(fail_one(result, error), reply),
             Done::Connector(result, reply) => Done::Connector(fail_one(result, error), reply),
             Done::Verify(result, reply) => Done::Verify(fail_one(result, error), reply),
+            Done::Pruned(result, reply) => Done::Pruned(fail_one(result, error), reply),
         }
     }
 
@@ -152,6 +157,7 @@ impl Done {
             | Done::Block(..)
             | Done::Token(..)
             | Done::Access(..)
+            | Done::Pruned(..)
             | Done::Project(..)
             | Done::Generation(..) => false,
         }
@@ -170,6 +176,7 @@ impl Done {
             Done::Erase(result, reply) => drop(reply.send(result)),
             Done::Connector(result, reply) => drop(reply.send(result)),
             Done::Verify(result, reply) => drop(reply.send(result)),
+            Done::Pruned(result, reply) => drop(reply.send(result)),
         }
     }
 }
@@ -366,6 +373,13 @@ impl Writer {
                     Err(error) => Err(error),
                 };
                 Done::Token(self.end_item(result).await, reply)
+            }
+            WriteOp::PruneEvents(before, reply) => {
+                let result = match self.begin_item().await {
+                    Ok(()) => super::events::prune(&mut self.connection, before).await,
+                    Err(error) => Err(error),
+                };
+                Done::Pruned(self.end_item(result).await, reply)
             }
             WriteOp::Access(change, reply) => {
                 let now = self.clock.now_micros();

@@ -19,6 +19,7 @@ mod acceptance;
 mod access;
 mod connectors;
 mod erasure;
+mod events;
 mod filters;
 mod generations;
 mod indexing;
@@ -34,6 +35,7 @@ pub use acceptance::*;
 pub use access::*;
 pub use connectors::*;
 pub use erasure::*;
+pub use events::*;
 pub use filters::*;
 pub use generations::*;
 pub use indexing::*;
@@ -245,6 +247,8 @@ macro_rules! ledger_conformance {
     ($factory:path) => {
         $crate::ledger_conformance!(@tests $factory;
             accept_records_revision_job_and_receipts,
+            events_report_changes_in_commit_order,
+            events_are_filtered_paged_and_pruned,
             duplicate_creates_nothing,
             new_head_supersedes_previous_job,
             revert_reactivates_earlier_revision,

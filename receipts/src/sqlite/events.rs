@@ -1,0 +1,122 @@
+//! The events outbox on SQLite: written by the triggers of schema 22, read here in one
+//! snapshot, pruned through the writer.
+
+use async_trait::async_trait;
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+
+use super::writer::WriteOp;
+use super::SqliteLedger;
+use crate::clock::Micros;
+use crate::error::{LedgerError, Result};
+use crate::events::{page_limit, Event, EventPage, EventQuery, EventType, Events};
+
+#[async_trait]
+impl Events for SqliteLedger {
+    async fn events(&self, query: &EventQuery) -> Result<EventPage> {
+        let limit = page_limit(query.limit);
+        let mut connection = self.read_pool().acquire().await?;
+        // One read transaction: the newest number and the page come from one snapshot.
+        sqlx::query("BEGIN").execute(&mut *connection).await?;
+        let result = read(&mut connection, query, limit).await;
+        let _ = sqlx::query("COMMIT").execute(&mut *connection).await;
+        result
+    }
+
+    async fn prune_events(&self, before: Micros) -> Result<u64> {
+        self.submit(|reply| WriteOp::PruneEvents(before, reply))
+            .await?
+    }
+}
+
+async fn read(
+    connection: &mut SqliteConnection,
+    query: &EventQuery,
+    limit: i64,
+) -> Result<EventPage> {
+    let newest: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events")
+        .fetch_one(&mut *connection)
+        .await?;
+    let pruned_through: i64 = sqlx::query_scalar("SELECT through FROM events_pruned WHERE id = 1")
+        .fetch_one(&mut *connection)
+        .await?;
+    let mut select = QueryBuilder::<Sqlite>::new(
+        "SELECT seq, type, at, dataset, source_key, revision_id, data FROM events WHERE seq > ",
+    );
+    select.push_bind(query.after);
+    select.push(" AND seq <= ").push_bind(newest);
+    if let Some(datasets) = &query.datasets {
+        select.push(" AND dataset IN (");
+        let mut list = select.separated(", ");
+        for dataset in datasets {
+            list.push_bind(dataset.as_str());
+        }
+        list.push_unseparated(")");
+        if datasets.is_empty() {
+            select.push(" AND 0");
+        }
+    }
+    if let Some(types) = &query.types {
+        select.push(" AND type IN (");
+        let mut list = select.separated(", ");
+        for kind in types {
+            list.push_bind(kind.as_str());
+        }
+        list.push_unseparated(")");
+        if types.is_empty() {
+            select.push(" AND 0");
+        }
+    }
+    select.push(" ORDER BY seq LIMIT ").push_bind(limit);
+    let rows = select.build().fetch_all(&mut *connection).await?;
+    let events = rows
+        .iter()
+        .map(|row| {
+            let seq: i64 = row.try_get("seq")?;
+            let kind: String = row.try_get("type")?;
+            let data: String = row.try_get("data")?;
+            Ok(Event {
+                seq,
+                id: Event::id_of(seq),
+                event_type: kind.parse::<EventType>()?,
+                at: row.try_get("at")?,
+                dataset: row.try_get("dataset")?,
+                source_key: row.try_get("source_key")?,
+                revision_id: row.try_get("revision_id")?,
+                data: serde_json::from_str(&data).map_err(|error| {
+                    LedgerError::Corrupt(format!("event {seq}'s data does not parse: {error}"))
+                })?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let next_after = match events.last() {
+        Some(last) if events.len() as i64 >= limit => last.seq,
+        _ => newest.max(query.after),
+    };
+    Ok(EventPage {
+        events,
+        next_after,
+        pruned_through,
+    })
+}
+
+/// Removes the events before `before` (a prefix of the outbox: through the newest event that
+/// happened before it) and records how far retention went. Inside the writer's transaction.
+pub(super) async fn prune(connection: &mut SqliteConnection, before: Micros) -> Result<u64> {
+    let through: Option<i64> = sqlx::query_scalar("SELECT max(seq) FROM events WHERE at < ?")
+        .bind(before)
+        .fetch_one(&mut *connection)
+        .await?;
+    let Some(through) = through else {
+        return Ok(0);
+    };
+    let removed = sqlx::query("DELETE FROM events WHERE seq <= ?")
+        .bind(through)
+        .execute(&mut *connection)
+        .await?
+        .rows_affected();
+    sqlx::query("UPDATE events_pruned SET through = max(through, ?) WHERE id = 1")
+        .bind(through)
+        .execute(&mut *connection)
+        .await?;
+    Ok(removed)
+}
