@@ -43,8 +43,10 @@ pub struct ChangesParams {
     /// Only these event types (comma-separated), e.g. `receipt.verified,source.tombstoned`.
     types: Option<String>,
     /// At most this many events (1 to 1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// Wait up to this long (milliseconds, at most 30000) for an event when there is none.
+    #[param(maximum = 30000)]
     wait_ms: Option<u64>,
 }
 
@@ -61,7 +63,14 @@ pub async fn changes(
 ) -> Result<Json<Value>, ApiError> {
     let principal = auth.require_any(&[Scope::Ingest, Scope::OpsRead, Scope::Search])?;
     let mut query = query(principal, &params)?;
-    let wait = Duration::from_millis(params.wait_ms.unwrap_or(0)).min(MAX_WAIT);
+    let wait = Duration::from_millis(params.wait_ms.unwrap_or(0));
+    if wait > MAX_WAIT {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_wait",
+            format!("`wait_ms` is at most {}", MAX_WAIT.as_millis()),
+        ));
+    }
     let deadline = Instant::now() + wait;
     loop {
         let page = state.ledger.events(&query).await?;
@@ -119,7 +128,7 @@ fn query(principal: &Principal, params: &ChangesParams) -> Result<EventQuery, Ap
     let after = params.after.unwrap_or(0);
     if after < 0 {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_cursor",
             "`after` is a sequence number, 0 or more",
         ));
@@ -127,7 +136,7 @@ fn query(principal: &Principal, params: &ChangesParams) -> Result<EventQuery, Ap
     let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_EVENTS_PER_PAGE {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_limit",
             format!("`limit` is 1 to {MAX_EVENTS_PER_PAGE}"),
         ));

@@ -230,6 +230,12 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
          malformed, not_yet_valid, inactive, issuer_unavailable).",
     ),
     (
+        "cairn_events_pruned_total",
+        Kind::Counter,
+        "Events removed from the outbox by retention (events.retention_hours); a change feed \
+         consumer whose cursor falls behind them gets 410 cursor_expired.",
+    ),
+    (
         "cairn_oauth_introspections_total",
         Kind::Counter,
         "Calls to an issuer's token introspection endpoint (RFC 7662) that it answered, by \
@@ -345,6 +351,7 @@ fn describe() {
         metrics::counter!("cairn_oauth_key_fetches_total", "outcome" => outcome).absolute(0);
     }
     metrics::counter!("cairn_oauth_introspections_total", "outcome" => "active").absolute(0);
+    metrics::counter!("cairn_events_pruned_total").absolute(0);
     for tier in ["counts", "scrub", "deep"] {
         metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier).absolute(0);
         metrics::counter!("cairn_verify_store_requests_total", "tier" => tier).absolute(0);

@@ -5,6 +5,7 @@ mod access;
 mod api;
 mod backup;
 mod browser;
+mod changes;
 mod chaos;
 mod cli;
 mod common;
