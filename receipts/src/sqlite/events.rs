@@ -1,34 +1,14 @@
-//! The events outbox on SQLite: written by the triggers of schema 22, read here in one
-//! snapshot, pruned through the writer.
+//! The events outbox on SQLite, written by the triggers of schema 22: a page read in one
+//! snapshot, and retention inside the writer's transaction. The [`crate::events::Events`]
+//! implementation that calls them is in `outbox.rs`.
 
-use async_trait::async_trait;
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
-use super::writer::WriteOp;
-use super::SqliteLedger;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::events::{page_limit, Event, EventPage, EventQuery, EventType, Events};
+use crate::events::{Event, EventPage, EventQuery, EventType};
 
-#[async_trait]
-impl Events for SqliteLedger {
-    async fn events(&self, query: &EventQuery) -> Result<EventPage> {
-        let limit = page_limit(query.limit);
-        let mut connection = self.read_pool().acquire().await?;
-        // One read transaction: the newest number and the page come from one snapshot.
-        sqlx::query("BEGIN").execute(&mut *connection).await?;
-        let result = read(&mut connection, query, limit).await;
-        let _ = sqlx::query("COMMIT").execute(&mut *connection).await;
-        result
-    }
-
-    async fn prune_events(&self, before: Micros) -> Result<u64> {
-        self.submit(|reply| WriteOp::PruneEvents(before, reply))
-            .await?
-    }
-}
-
-async fn read(
+pub(super) async fn read(
     connection: &mut SqliteConnection,
     query: &EventQuery,
     limit: i64,

@@ -23,6 +23,7 @@ mod leases;
 mod ledger;
 mod operations;
 mod options;
+mod outbox;
 mod projection;
 mod reads;
 mod rows;
