@@ -94,6 +94,12 @@ impl KeyCache {
         }
     }
 
+    /// Whether the cache still holds a key with id `kid` (any key, for `None`): a token
+    /// verified earlier is reused only while its key is still published.
+    pub(crate) fn holds(&self, kid: Option<&str>) -> bool {
+        found(&self.held(), kid).is_some()
+    }
+
     /// The keys that may have signed a token with key id `kid`: the keys with that id, or
     /// every key when the token names none. Fetches the key set when the cache lacks them and
     /// the last fetch is older than the refetch interval.

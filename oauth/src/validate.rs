@@ -99,7 +99,16 @@ pub struct Validator {
     issuers: Vec<Trusted>,
     /// JWTs already verified against their keys, until they expire (at most
     /// [`VERIFIED_FOR`]): a client repeating its token pays for one signature check.
-    verified: TokenCache<(usize, Verified)>,
+    verified: TokenCache<Held>,
+}
+
+/// A verified token held in the cache: its issuer (an index), the key id it named, and what
+/// it grants.
+#[derive(Clone)]
+struct Held {
+    index: usize,
+    kid: Option<String>,
+    verified: Verified,
 }
 
 /// The longest a verified JWT is reused without checking its signature again, so that a key
@@ -190,18 +199,34 @@ impl Validator {
 
     /// Verifies `token` and maps it to a principal.
     pub async fn verify(&self, token: &str) -> Result<Verified, Refusal> {
-        let digest = TokenCache::<(usize, Verified)>::digest(token);
-        let (index, verified) = match self.verified.get(&digest) {
-            Some(held) => held,
+        let digest = TokenCache::<Held>::digest(token);
+        // A token verified earlier is reused while its key is still published: a key the
+        // issuer withdrew (learnt at the next fetch) ends it at once.
+        let held = self.verified.get(&digest).filter(|held| {
+            self.issuers
+                .get(held.index)
+                .is_some_and(|trusted| trusted.keys.holds(held.kid.as_deref()))
+        });
+        let (index, verified) = match held {
+            Some(held) => (held.index, held.verified),
             None => {
-                let (index, verified) = self.verify_uncached(token).await?;
+                let (index, kid, verified) = self.verify_uncached(token).await?;
                 let lifetime = until(verified.expires_at, VERIFIED_FOR);
-                self.verified
-                    .insert(digest, lifetime, (index, verified.clone()));
+                self.verified.insert(
+                    digest,
+                    lifetime,
+                    Held {
+                        index,
+                        kid,
+                        verified: verified.clone(),
+                    },
+                );
                 (index, verified)
             }
         };
-        let trusted = &self.issuers[index];
+        let Some(trusted) = self.issuers.get(index) else {
+            return Err(Refusal::UnknownIssuer("(no longer configured)".to_owned()));
+        };
         if let Some(introspector) = trusted
             .introspector
             .as_ref()
@@ -213,8 +238,12 @@ impl Validator {
         Ok(verified)
     }
 
-    /// Verifies a JWT against its issuer's keys: the issuer's index, and what it grants.
-    async fn verify_uncached(&self, token: &str) -> Result<(usize, Verified), Refusal> {
+    /// Verifies a JWT against its issuer's keys: the issuer's index, the key id the token
+    /// named, and what it grants.
+    async fn verify_uncached(
+        &self,
+        token: &str,
+    ) -> Result<(usize, Option<String>, Verified), Refusal> {
         let parts: Vec<&str> = token.split('.').collect();
         if parts.len() != 3 {
             return Err(Refusal::Malformed("a JWT has three parts".to_owned()));
@@ -239,7 +268,8 @@ impl Validator {
         let verified = self
             .verify_signed(trusted, &header, algorithm, token)
             .await?;
-        Ok((index, verified))
+        let kid = header.get("kid").and_then(Value::as_str).map(str::to_owned);
+        Ok((index, kid, verified))
     }
 
     /// Checks a JWT's algorithm, signature and claims against `trusted`'s keys.
