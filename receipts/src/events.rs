@@ -145,6 +145,27 @@ impl Event {
     pub fn id_of(seq: i64) -> String {
         format!("evt_{seq}")
     }
+
+    /// An event as an engine read it: its type's name is checked, its id derived.
+    pub fn read(
+        seq: i64,
+        kind: &str,
+        at: Micros,
+        about: [Option<String>; 3],
+        data: serde_json::Value,
+    ) -> Result<Event> {
+        let [dataset, source_key, revision_id] = about;
+        Ok(Event {
+            seq,
+            id: Event::id_of(seq),
+            event_type: kind.parse()?,
+            at,
+            dataset,
+            source_key,
+            revision_id,
+            data,
+        })
+    }
 }
 
 /// Which events to read.
@@ -173,6 +194,27 @@ pub struct EventPage {
     pub next_after: i64,
     /// The highest sequence number retention has removed; a cursor below it missed events.
     pub pruned_through: i64,
+}
+
+impl EventPage {
+    /// A page read with `query` from a snapshot whose newest event is `newest`: the cursor
+    /// moves to the last event when the page is full, else to the newest event looked at.
+    pub fn of(
+        events: Vec<Event>,
+        query: &EventQuery,
+        newest: i64,
+        pruned_through: i64,
+    ) -> EventPage {
+        let next_after = match events.last() {
+            Some(last) if events.len() as i64 >= page_limit(query.limit) => last.seq,
+            _ => newest.max(query.after),
+        };
+        EventPage {
+            events,
+            next_after,
+            pruned_through,
+        }
+    }
 }
 
 /// The outbox, read and pruned.

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use receipts::{Scope, Submission};
+use receipts::Scope;
 use serde_json::{json, Value};
 
 use super::search_latency::{summary, Random};
@@ -105,19 +105,11 @@ async fn once(
 /// Runs the benchmark and returns its JSON report.
 pub async fn mcp(config: &Config, bench: McpBench) -> anyhow::Result<Value> {
     let served = super::served::served(config, Scope::Search).await?;
-    let (ledger, token, base) = (&served.ledger, served.token.clone(), served.base.clone());
+    let (token, base) = (served.token.clone(), served.base.clone());
     let mut random = Random(7);
-    for start in (0..bench.docs).step_by(1000) {
-        let submissions: Vec<Submission> = (start..(start + 1000).min(bench.docs))
-            .map(|n| Submission::text(DATASET, &format!("doc-{n}"), "bench", &random.text(120)))
-            .collect();
-        for result in ledger.accept(submissions).await {
-            result?;
-        }
-    }
-    let queries: Vec<String> = (0..bench.queries.max(1))
-        .map(|_| format!("{} {}", random.word(), random.word()))
-        .collect();
+    let queries = served
+        .seed(DATASET, bench.docs, 120, bench.queries, &mut random)
+        .await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(128)
         .build()?;

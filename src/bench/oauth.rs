@@ -22,7 +22,7 @@ use anyhow::Context;
 use base64::Engine as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use receipts::auth::NewToken;
-use receipts::{Scope, Submission};
+use receipts::Scope;
 use ring::signature::KeyPair;
 use serde_json::{json, Value};
 
@@ -238,6 +238,7 @@ pub async fn oauth(config: &Config, bench: OAuthBench) -> anyhow::Result<Value> 
         .collect::<anyhow::Result<_>>()?;
     let issuer = BenchIssuer::start(first.iter().map(|key| key.jwk.clone()).collect()).await?;
     let mut issuer_config = oauth::IssuerConfig::new(&issuer.url);
+    let refetch_interval = issuer_config.refetch_interval;
     issuer_config
         .scopes
         .insert("cairn.search".to_owned(), vec![Scope::Search]);
@@ -254,17 +255,9 @@ pub async fn oauth(config: &Config, bench: OAuthBench) -> anyhow::Result<Value> 
     let (ledger, base) = (&served.ledger, served.base.clone());
 
     let mut random = Random(11);
-    for start in (0..bench.docs).step_by(1000) {
-        let submissions: Vec<Submission> = (start..(start + 1000).min(bench.docs))
-            .map(|n| Submission::text(DATASET, &format!("doc-{n}"), "bench", &random.text(120)))
-            .collect();
-        for result in ledger.accept(submissions).await {
-            result?;
-        }
-    }
-    let queries: Vec<String> = (0..bench.queries.max(1))
-        .map(|_| format!("{} {}", random.word(), random.word()))
-        .collect();
+    let queries = served
+        .seed(DATASET, bench.docs, 120, bench.queries, &mut random)
+        .await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()?;
@@ -383,7 +376,11 @@ pub async fn oauth(config: &Config, bench: OAuthBench) -> anyhow::Result<Value> 
             .as_f64()
             .unwrap_or(0.0);
 
-    // Rotation: a new key published, then every client at once with a token it signed.
+    // Rotation: a new key published, then every client at once with a token it signed. A
+    // key the cache lacks is fetched at most once per refetch interval, so the rotation comes
+    // at least one interval after the last fetch (as an issuer's does: hours apart); sooner,
+    // its tokens would be refused (503) until the interval ends.
+    tokio::time::sleep(refetch_interval).await;
     let second = BenchKey::new(Algorithm::ES256, "ES256-2")?;
     let mut published: Vec<Value> = first.iter().map(|key| key.jwk.clone()).collect();
     published.push(second.jwk.clone());

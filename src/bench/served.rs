@@ -27,6 +27,39 @@ impl Drop for Served {
     }
 }
 
+impl Served {
+    /// Accepts `docs` synthetic documents of `words` words into `dataset` (in batches of
+    /// 1,000, through the ledger, so the lexical index is the real one), and returns
+    /// `queries` two-word queries from the same vocabulary.
+    pub(super) async fn seed(
+        &self,
+        dataset: &str,
+        docs: usize,
+        words: usize,
+        queries: usize,
+        random: &mut super::search_latency::Random,
+    ) -> anyhow::Result<Vec<String>> {
+        for start in (0..docs).step_by(1000) {
+            let submissions: Vec<receipts::Submission> = (start..(start + 1000).min(docs))
+                .map(|n| {
+                    receipts::Submission::text(
+                        dataset,
+                        &format!("doc-{n}"),
+                        "bench",
+                        &random.text(words),
+                    )
+                })
+                .collect();
+            for result in self.ledger.accept(submissions).await {
+                result?;
+            }
+        }
+        Ok((0..queries.max(1))
+            .map(|_| format!("{} {}", random.word(), random.word()))
+            .collect())
+    }
+}
+
 /// Serves the router alone (no workers) over a new ledger, with a `scope` token.
 pub(super) async fn served(config: &Config, scope: Scope) -> anyhow::Result<Served> {
     let directory = tempfile::tempdir().context("temporary directory")?;

@@ -12,12 +12,12 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::ports::{answers, await_ready, free_ports, stop_child};
+use crate::ports::{answers, await_ready, free_ports, spawn_logged, stop_child};
 
 /// The model name the test server serves under.
 pub const SERVED_MODEL: &str = "all-MiniLM-L6-v2";
@@ -64,38 +64,33 @@ impl EmbeddingServer {
                 ),
             ));
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.directory.path().join("server.log"))?;
-        let child = Command::new(python)
-            .args(["-m", "llama_cpp.server", "--model"])
-            .arg(&model)
-            .args([
-                "--embedding",
-                "true",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &self.port.to_string(),
-                "--model_alias",
-                SERVED_MODEL,
-                "--n_ctx",
-                "512",
-                "--n_batch",
-                "512",
-                "--n_ubatch",
-                "512",
-                "--n_threads",
-                "1",
-                "--verbose",
-                "false",
-            ])
-            .current_dir(self.directory.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+        let child = spawn_logged(
+            Command::new(python)
+                .args(["-m", "llama_cpp.server", "--model"])
+                .arg(&model)
+                .args([
+                    "--embedding",
+                    "true",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    &self.port.to_string(),
+                    "--model_alias",
+                    SERVED_MODEL,
+                    "--n_ctx",
+                    "512",
+                    "--n_batch",
+                    "512",
+                    "--n_ubatch",
+                    "512",
+                    "--n_threads",
+                    "1",
+                    "--verbose",
+                    "false",
+                ])
+                .current_dir(self.directory.path()),
+            &self.directory.path().join("server.log"),
+        )?;
         let mut child = Some(child);
         let started = await_ready(
             &mut child,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::ports::{answers, await_ready, free_ports, stop_child};
+use crate::ports::{answers, await_ready, free_ports, spawn_logged, stop_child};
 
 /// The glewlwyd binary `scripts/setup-oauth` installs.
 const BINARY: &str = "/usr/bin/glewlwyd";
@@ -93,20 +93,15 @@ impl AuthorizationServer {
 
     /// Starts it again on the same port and database (after [`AuthorizationServer::kill`]).
     pub fn start_again(&mut self) -> io::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.directory.path().join("server.log"))?;
-        let child = Command::new(BINARY)
-            .arg(format!(
-                "--config-file={}",
-                self.directory.path().join("glewlwyd.conf").display()
-            ))
-            .current_dir(self.directory.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+        let child = spawn_logged(
+            Command::new(BINARY)
+                .arg(format!(
+                    "--config-file={}",
+                    self.directory.path().join("glewlwyd.conf").display()
+                ))
+                .current_dir(self.directory.path()),
+            &self.directory.path().join("server.log"),
+        )?;
         let mut child = Some(child);
         let started = await_ready(
             &mut child,

@@ -2,7 +2,7 @@
 //! stopping a server by PID (by its process group when it leads one, as on a test host).
 
 use std::io::{self, Read, Write};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// `N` free loopback ports, all different: the listeners are held until every port is picked
@@ -159,4 +159,18 @@ pub fn await_ready(
         limit.as_secs(),
         log()
     )))
+}
+
+/// Starts a test server's `command` with no input and its output appended to `log` (kept
+/// across restarts, so a failure shows every start).
+pub fn spawn_logged(command: &mut Command, log: &std::path::Path) -> io::Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    command
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
 }

@@ -36,13 +36,7 @@ async fn found(app: &TestApp, token: &str, query: &str) -> Vec<String> {
         )
         .await;
     assert_eq!(status, 200, "{answer}");
-    let mut keys: Vec<String> = answer["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|hit| hit["source_key"].as_str().expect("key").to_owned())
-        .collect();
-    keys.sort();
+    let mut keys = crate::common::hit_keys(&answer);
     keys.dedup();
     assert_eq!(
         answer["facets"][0]["sources"].as_u64(),

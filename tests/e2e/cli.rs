@@ -376,15 +376,8 @@ async fn ingest_prune_keeps_a_dataset_equal_to_a_folder() {
         .json()
         .await
         .expect("answer");
-    let mut keys: Vec<&str> = answer["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|hit| hit["source_key"].as_str())
-        .collect();
-    keys.sort_unstable();
     assert_eq!(
-        keys,
+        crate::common::hit_keys(&answer),
         ["notes/a.md", "notes/sub/d.txt", "outside.md"],
         "{answer}"
     );

@@ -214,6 +214,36 @@ pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or_else(|| panic!("no series {name} with labels {labels:?} in:\n{text}"))
 }
 
+/// The source keys of a search answer's results, sorted (not deduplicated); every result must
+/// name one.
+pub(crate) fn hit_keys(answer: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = answer["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no results in {answer}"))
+        .iter()
+        .map(|hit| {
+            hit["source_key"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a result without its source key: {hit}"))
+                .to_owned()
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The metrics a served cairn exposes at `base`, read with `token` (the scrape must succeed).
+pub(crate) async fn scrape(base: &str, token: &str) -> String {
+    let response = reqwest::Client::new()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(response.status(), 200);
+    response.text().await.expect("text")
+}
+
 /// The admin token a `cairn serve` wrote into its data directory.
 pub(crate) fn admin_token(data_dir: &std::path::Path) -> String {
     std::fs::read_to_string(data_dir.join("admin.token"))
@@ -246,16 +276,16 @@ pub(crate) async fn post_source(
     token: &str,
     body: &Value,
 ) -> String {
-    let receipt: Value = http
+    let response = http
         .post(format!("{base}/v1/sources"))
         .bearer_auth(token)
         .json(body)
         .send()
         .await
-        .expect("POST /v1/sources")
-        .json()
-        .await
-        .expect("receipt");
+        .expect("POST /v1/sources");
+    let status = response.status();
+    let receipt: Value = response.json().await.expect("receipt");
+    assert_eq!(status.as_u16(), 202, "{receipt}");
     receipt["source_revision_id"]
         .as_str()
         .unwrap_or_else(|| panic!("no revision in {receipt}"))

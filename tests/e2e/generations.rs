@@ -547,15 +547,7 @@ async fn change_while_serving(
     }
 
     // The metrics name each generation's state and coverage.
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics");
+    let metrics = crate::common::scrape(&base, &token).await;
     let state = |id: &str, state: &str| {
         crate::common::metric(
             &metrics,

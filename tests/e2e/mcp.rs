@@ -275,15 +275,7 @@ async fn an_agent_gets_current_bounded_labelled_hits_within_its_scopes() {
     agent("cancel", &config).await;
     faults.arm(FaultPoint::SlowLexical);
     agent("cancel_notification", &config).await;
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = crate::common::scrape(&base, &admin).await;
     let calls = crate::common::metric(
         &metrics,
         "cairn_mcp_tool_calls_total",

@@ -201,15 +201,7 @@ async fn serve_projects_accepted_revisions_and_excludes_deleted_ones() {
 
     // The served metrics saw the real runs: every stage of both jobs, both completions, and
     // the searches above.
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = crate::common::scrape(&base, &token).await;
     let count = |name: &str, labels: &[(&str, &str)]| crate::common::metric(&metrics, name, labels);
     for stage in [
         "reading",

@@ -25,22 +25,11 @@ const LABELLED_BY_EVENTS: [&str; 11] = [
     "cairn_http_request_duration_seconds",
 ];
 
-async fn scrape(base: &str, token: &str) -> String {
-    let response = reqwest::Client::new()
-        .get(format!("{base}/metrics"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .expect("scrape");
-    assert_eq!(response.status(), 200);
-    response.text().await.expect("text")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_exist_from_the_start_with_help_and_pass_promtool() {
     let app = app().await;
     let (base, server) = app.listen().await;
-    let text = scrape(&base, &app.admin).await;
+    let text = crate::common::scrape(&base, &app.admin).await;
     for (name, _, _) in METRICS {
         if LABELLED_BY_EVENTS.contains(name) || name.starts_with("cairn_http_requests") {
             continue;
@@ -59,7 +48,7 @@ async fn metrics_exist_from_the_start_with_help_and_pass_promtool() {
         );
     }
     // After a request, the HTTP families are there too; promtool finds nothing to fix.
-    let text = scrape(&base, &app.admin).await;
+    let text = crate::common::scrape(&base, &app.admin).await;
     assert!(text
         .contains("cairn_http_requests_total{route=\"/metrics\",method=\"GET\",status=\"200\"}"));
     let mut promtool = tokio::process::Command::new("promtool")

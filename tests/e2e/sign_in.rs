@@ -52,27 +52,21 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
         ("hr/pay.md", "group:hr"),
         ("finance/q3.md", "group:finance"),
     ] {
-        let response = http
-            .post(format!("{base}/v1/sources"))
-            .bearer_auth(&admin)
-            .json(&json!({"dataset": "docs", "source_key": key,
-                          "content": format!("lantern notes for {key}"),
-                          "access": {"readers": [readers]}}))
-            .send()
-            .await
-            .expect("put");
-        assert_eq!(response.status().as_u16(), 202, "{key}");
+        crate::common::post_source(
+            &http,
+            &base,
+            &admin,
+            &json!({"dataset": "docs", "source_key": key,
+                    "content": format!("lantern notes for {key}"),
+                    "access": {"readers": [readers]}}),
+        )
+        .await;
     }
 
     // No token: each endpoint challenges with its own metadata.
     let response = http.post(format!("{base}/mcp")).send().await.expect("mcp");
     assert_eq!(response.status().as_u16(), 401);
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let challenge = challenge_of(&response);
     assert_eq!(
         challenge,
         format!("Bearer resource_metadata=\"{RESOURCE}/.well-known/oauth-protected-resource/mcp\"")
@@ -109,13 +103,7 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
     let response = search(token.clone()).await.expect("search");
     assert_eq!(response.status().as_u16(), 200);
     let answer: Value = response.json().await.expect("json");
-    let keys: Vec<&str> = answer["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|hit| hit["source_key"].as_str())
-        .collect();
-    assert_eq!(keys, vec!["hr/pay.md"], "{answer}");
+    assert_eq!(crate::common::hit_keys(&answer), ["hr/pay.md"], "{answer}");
 
     // A token for another audience is refused, naming why.
     let mut claims = issuer.claims("alice", 300);
@@ -159,15 +147,7 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
     );
 
     // The guard counts what it decided, by outcome.
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::scrape(&base, &admin).await;
     assert!(
         metrics.contains("cairn_oauth_tokens_total{outcome=\"accepted\"} 4"),
         "{metrics}"
@@ -208,6 +188,16 @@ async fn an_issuers_token_searches_as_its_groups_and_a_request_without_one_is_ch
 
     child.kill().await.expect("stop");
     let _ = child.wait().await;
+}
+
+/// The `WWW-Authenticate` challenge of an answer (empty when it has none).
+fn challenge_of(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Runs one of the Python scripts under tests/oauth with the MCP venv's interpreter, with
@@ -304,16 +294,15 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
         ("ops/keys.md", "user:root"),
     ];
     for (key, reader) in documents {
-        let response = http
-            .post(format!("{base}/v1/sources"))
-            .bearer_auth(&admin)
-            .json(&json!({"dataset": "default", "source_key": key,
-                          "content": format!("the lighthouse keeper's notes, filed under {key}"),
-                          "access": {"readers": [reader]}}))
-            .send()
-            .await
-            .expect("put");
-        assert_eq!(response.status().as_u16(), 202, "{key}");
+        crate::common::post_source(
+            &http,
+            &base,
+            &admin,
+            &json!({"dataset": "default", "source_key": key,
+                    "content": format!("the lighthouse keeper's notes, filed under {key}"),
+                    "access": {"readers": [reader]}}),
+        )
+        .await;
     }
     // Projected everywhere before the host searches.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
@@ -363,33 +352,17 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
         .await
         .expect("put");
     assert_eq!(response.status().as_u16(), 403);
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let challenge = challenge_of(&response);
     assert!(
         challenge.contains("error=\"insufficient_scope\"") && challenge.contains("cairn.ingest"),
         "{challenge}"
     );
 
-    let key_fetches = |http: reqwest::Client| {
-        let (base, admin) = (base.clone(), admin.clone());
-        async move {
-            let text = http
-                .get(format!("{base}/metrics"))
-                .bearer_auth(&admin)
-                .send()
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .expect("text");
-            crate::common::metric(&text, "cairn_oauth_key_fetches_total", &[("outcome", "ok")])
-        }
+    let key_fetches = || async {
+        let text = crate::common::scrape(&base, &admin).await;
+        crate::common::metric(&text, "cairn_oauth_key_fetches_total", &[("outcome", "ok")])
     };
-    let fetched_before = key_fetches(http.clone()).await;
+    let fetched_before = key_fetches().await;
 
     // The server rotates its signing key; the host signs in again and its new token, signed
     // with a key cairn has not seen, is accepted after one refetch of the server's keys.
@@ -412,7 +385,7 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
             .expect("a kid")
     };
     assert_ne!(kid(&new_token), kid(&token), "the key was rotated");
-    assert_eq!(key_fetches(http.clone()).await, fetched_before + 1.0);
+    assert_eq!(key_fetches().await, fetched_before + 1.0);
 
     // The server goes down: the cached key keeps serving the signed-in user.
     server.kill();
@@ -425,14 +398,11 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
     let response = search(new_token.clone()).await.expect("search");
     assert_eq!(response.status().as_u16(), 200);
     let answer: Value = response.json().await.expect("json");
-    let mut keys: Vec<&str> = answer["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|hit| hit["source_key"].as_str())
-        .collect();
-    keys.sort_unstable();
-    assert_eq!(keys, vec!["alice/notes.md", "eng/design.md"], "{answer}");
+    assert_eq!(
+        crate::common::hit_keys(&answer),
+        ["alice/notes.md", "eng/design.md"],
+        "{answer}"
+    );
 
     // Revocation. cairn restarts set to introspect the server's JWTs as well (RFC 7662), with
     // the host's client credentials: glewlwyd lets a client introspect and revoke its own
@@ -473,15 +443,7 @@ async fn an_mcp_host_signs_in_through_a_real_authorization_server() {
     assert_eq!(response.status().as_u16(), 401);
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["details"]["reason"], "inactive", "{body}");
-    let text = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = crate::common::scrape(&base, &admin).await;
     for outcome in ["active", "inactive"] {
         assert_eq!(
             crate::common::metric(

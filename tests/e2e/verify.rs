@@ -255,15 +255,7 @@ async fn verify_finds_and_repairs_drift_from_the_cli() {
     };
     assert_eq!(drift_seen_by("user:dave").await, ["b.md"]);
     assert!(drift_seen_by("user:carol").await.is_empty());
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::scrape(&base, &token).await;
     assert!(
         crate::common::metric(
             &metrics,

@@ -7,7 +7,7 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use super::PostgresLedger;
 use crate::clock::Micros;
 use crate::error::Result;
-use crate::events::{page_limit, Event, EventPage, EventQuery, EventType, Events};
+use crate::events::{page_limit, Event, EventPage, EventQuery, Events};
 
 #[async_trait]
 impl Events for PostgresLedger {
@@ -46,29 +46,20 @@ impl Events for PostgresLedger {
         let events = rows
             .iter()
             .map(|row| {
-                let seq: i64 = row.try_get("seq")?;
-                let kind: String = row.try_get("type")?;
-                Ok(Event {
-                    seq,
-                    id: Event::id_of(seq),
-                    event_type: kind.parse::<EventType>()?,
-                    at: row.try_get("at")?,
-                    dataset: row.try_get("dataset")?,
-                    source_key: row.try_get("source_key")?,
-                    revision_id: row.try_get("revision_id")?,
-                    data: row.try_get("data")?,
-                })
+                Event::read(
+                    row.try_get("seq")?,
+                    row.try_get("type")?,
+                    row.try_get("at")?,
+                    [
+                        row.try_get("dataset")?,
+                        row.try_get("source_key")?,
+                        row.try_get("revision_id")?,
+                    ],
+                    row.try_get("data")?,
+                )
             })
             .collect::<Result<Vec<_>>>()?;
-        let next_after = match events.last() {
-            Some(last) if events.len() as i64 >= limit => last.seq,
-            _ => newest.max(query.after),
-        };
-        Ok(EventPage {
-            events,
-            next_after,
-            pruned_through,
-        })
+        Ok(EventPage::of(events, query, newest, pruned_through))
     }
 
     async fn prune_events(&self, before: Micros) -> Result<u64> {

@@ -6,7 +6,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
-use crate::events::{Event, EventPage, EventQuery, EventType};
+use crate::events::{Event, EventPage, EventQuery};
 
 pub(super) async fn read(
     connection: &mut SqliteConnection,
@@ -52,31 +52,24 @@ pub(super) async fn read(
         .iter()
         .map(|row| {
             let seq: i64 = row.try_get("seq")?;
-            let kind: String = row.try_get("type")?;
             let data: String = row.try_get("data")?;
-            Ok(Event {
+            let data = serde_json::from_str(&data).map_err(|error| {
+                LedgerError::Corrupt(format!("event {seq}'s data does not parse: {error}"))
+            })?;
+            Event::read(
                 seq,
-                id: Event::id_of(seq),
-                event_type: kind.parse::<EventType>()?,
-                at: row.try_get("at")?,
-                dataset: row.try_get("dataset")?,
-                source_key: row.try_get("source_key")?,
-                revision_id: row.try_get("revision_id")?,
-                data: serde_json::from_str(&data).map_err(|error| {
-                    LedgerError::Corrupt(format!("event {seq}'s data does not parse: {error}"))
-                })?,
-            })
+                row.try_get("type")?,
+                row.try_get("at")?,
+                [
+                    row.try_get("dataset")?,
+                    row.try_get("source_key")?,
+                    row.try_get("revision_id")?,
+                ],
+                data,
+            )
         })
         .collect::<Result<Vec<_>>>()?;
-    let next_after = match events.last() {
-        Some(last) if events.len() as i64 >= limit => last.seq,
-        _ => newest.max(query.after),
-    };
-    Ok(EventPage {
-        events,
-        next_after,
-        pruned_through,
-    })
+    Ok(EventPage::of(events, query, newest, pruned_through))
 }
 
 /// Removes the events before `before` (a prefix of the outbox: through the newest event that
