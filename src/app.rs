@@ -57,7 +57,11 @@ pub fn app_with_graph(
             stores,
             config.backup_dir(),
         ))
-        .merge(events::routes(ledger.clone()))
+        .merge(events::routes(
+            ledger.clone(),
+            &config.webhooks,
+            config.webhooks.sealer(),
+        ))
         .merge(ops::routes(ledger, generations))
         .split_for_parts();
     let document = Arc::new(openapi::complete(document));

@@ -40,6 +40,9 @@ enum Command {
     /// Connectors: keep a dataset equal to a folder, deletions included (add, list, show,
     /// runs, run, pause, resume, remove).
     Connector(commands::ConnectorArgs),
+    /// Webhooks: subscriptions to events, signed and delivered at least once (create, list,
+    /// show, pause, resume, rotate-secret, delete, deliveries, retry, discard, replay).
+    Webhook(commands::WebhookArgs),
     /// Projection generations: build one beside the active one, follow it, switch, roll
     /// back, retire.
     Generation(commands::GenerationArgs),
@@ -114,6 +117,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile(command) => command.run(&env).await,
         Command::Ops(command) => command.run(&env).await,
         Command::Connector(command) => command.run(&env).await,
+        Command::Webhook(command) => command.run().await,
         Command::Generation(command) => command.run(&env).await,
         Command::Status(command) => command.run(&env).await,
         Command::Block(command) => command.run(&env).await,

@@ -212,6 +212,24 @@ pub async fn serve(
         ledger.clone(),
         config.events_retention,
     ));
+    let (stop_deliveries, deliveries_stopped) = tokio::sync::watch::channel(false);
+    let deliveries = match config.webhooks.sealer() {
+        Some(sealer) => match events::dispatch::Dispatcher::new(
+            ledger.clone(),
+            sealer,
+            config.webhooks.policy(),
+            config.webhooks.dispatch.clone(),
+        ) {
+            Ok(dispatcher) => Some(tokio::spawn(
+                std::sync::Arc::new(dispatcher).run(deliveries_stopped),
+            )),
+            Err(error) => {
+                tracing::error!(%error, "webhook deliveries cannot start");
+                None
+            }
+        },
+        None => None,
+    };
     let application = app_with_graph(
         ledger,
         &config,
@@ -230,6 +248,11 @@ pub async fn serve(
     // A pass in progress stays `running` in the ledger; the next start resumes it.
     schedule.abort();
     retention.abort();
+    let _ = stop_deliveries.send(true);
+    if let Some(deliveries) = deliveries {
+        // Attempts in flight keep their leases; another start delivers them again.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), deliveries).await;
+    }
     tracing::info!(
         connections = report.served,
         overflowed = report.overflowed,

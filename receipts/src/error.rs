@@ -151,14 +151,17 @@ impl LedgerError {
             | "owned_by_another"
             | "connector_state"
             | "verify_state"
-            | "repair_refused" => 409,
+            | "repair_refused"
+            | "webhook_state" => 409,
             "connector_not_found"
             | "source_not_found"
             | "job_not_found"
             | "token_not_found"
             | "generation_not_found"
             | "verify_pass_not_found"
-            | "drift_not_found" => 404,
+            | "drift_not_found"
+            | "webhook_not_found"
+            | "delivery_not_found" => 404,
             "ledger_unavailable" | "extractor_unavailable" => 503,
             "document_too_large" => 413,
             "deadline_exceeded" => 504,

@@ -225,6 +225,20 @@ pub trait Events: Send + Sync {
 
     /// Removes events that happened before `before`; how many went.
     async fn prune_events(&self, before: Micros) -> Result<u64>;
+
+    /// The newest event's sequence number (0 when none): a read that matches no dataset,
+    /// whose cursor moves to the newest event it looked at.
+    async fn newest_event(&self) -> Result<i64> {
+        Ok(self
+            .events(&EventQuery {
+                after: 0,
+                datasets: Some(Vec::new()),
+                types: None,
+                limit: 1,
+            })
+            .await?
+            .next_after)
+    }
 }
 
 /// The limit a query asks for, bounded.

@@ -488,14 +488,23 @@ pub trait SearchLedger: Reader + Projections + Tokens + std::fmt::Debug + 'stati
 
 impl<T: Reader + Projections + Tokens + std::fmt::Debug + 'static> SearchLedger for T {}
 
-/// What the change feed may do: read the events outbox, check who may read a source, and
-/// authenticate tokens.
+/// What the change feed and webhooks may do: read the events outbox, keep subscriptions and
+/// their deliveries, check who may read a source, read history, and authenticate tokens.
 pub trait EventsLedger:
-    crate::events::Events + Reader + Tokens + std::fmt::Debug + 'static
+    crate::events::Events + crate::webhooks::Webhooks + Reader + Tokens + std::fmt::Debug + 'static
 {
 }
 
-impl<T: crate::events::Events + Reader + Tokens + std::fmt::Debug + 'static> EventsLedger for T {}
+impl<
+        T: crate::events::Events
+            + crate::webhooks::Webhooks
+            + Reader
+            + Tokens
+            + std::fmt::Debug
+            + 'static,
+    > EventsLedger for T
+{
+}
 
 /// What the ingest API may do: accept, erase and block, read what it accepted, authenticate
 /// tokens. It cannot touch leases or projections.
@@ -568,6 +577,7 @@ impl<
             + Verifications
             + Backups
             + crate::events::Events
+            + crate::webhooks::Webhooks
             + std::fmt::Debug
             + 'static,
     > Ledger for T

@@ -109,6 +109,7 @@ pub mod sync;
 pub mod validate;
 pub mod validity;
 pub mod verify;
+pub mod webhooks;
 
 pub use auth::{Principal, Scope};
 pub use clock::{Clock, ManualClock, Micros, SystemClock};

@@ -49,6 +49,30 @@ pub(super) struct FileConfig {
     pub(super) oauth: FileOAuth,
     #[serde(default)]
     pub(super) events: FileEvents,
+    #[serde(default)]
+    pub(super) webhooks: FileWebhooks,
+}
+
+/// `[webhooks]`: subscriptions' deliveries.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileWebhooks {
+    /// Hosts deliveries may reach over plain http and at private addresses.
+    pub(super) allow_hosts: Option<Vec<String>>,
+    /// The key file that seals signing secrets.
+    pub(super) secret_key_file: Option<PathBuf>,
+    /// How long a rotated secret keeps signing (hours).
+    pub(super) rotation_grace_hours: Option<u64>,
+    /// How long a delivery is retried (seconds).
+    pub(super) retry_for_seconds: Option<u64>,
+    /// The first retry's delay (milliseconds).
+    pub(super) backoff_base_ms: Option<u64>,
+    /// The longest delay between attempts (seconds).
+    pub(super) backoff_max_seconds: Option<u64>,
+    /// The most time one attempt may take (milliseconds).
+    pub(super) attempt_timeout_ms: Option<u64>,
+    /// Attempts in flight per subscription.
+    pub(super) concurrency: Option<usize>,
 }
 
 /// `[events]`: the events outbox.

@@ -109,6 +109,7 @@ impl Config {
             connectors: connector_settings(env, &file)?,
             verify: verify_settings(env, &file)?,
             events_retention: events_retention(env, &file)?,
+            webhooks: webhooks(env, &file, &data_dir, events_retention(env, &file)?)?,
             backup_dir: env
                 .get("CAIRN_BACKUP_DIR")
                 .map(PathBuf::from)
@@ -596,6 +597,84 @@ fn events_retention(env: &Env, file: &FileConfig) -> anyhow::Result<Duration> {
         ),
         Some(hours) => Ok(Duration::from_secs(hours.saturating_mul(3600))),
     }
+}
+
+/// `[webhooks]` (and `CAIRN_WEBHOOKS_*`): each bound checked; a delivery is retried for at
+/// most as long as the outbox keeps its event.
+fn webhooks(
+    env: &Env,
+    file: &FileConfig,
+    data_dir: &std::path::Path,
+    retention: Duration,
+) -> anyhow::Result<events::WebhookSettings> {
+    let written = &file.webhooks;
+    let mut settings = events::WebhookSettings::with_data_dir(data_dir);
+    if let Some(hosts) = env
+        .get("CAIRN_WEBHOOKS_ALLOW_HOSTS")
+        .map(|text| list(text))
+        .or(written.allow_hosts.clone())
+    {
+        settings.allow_hosts = hosts;
+    }
+    if let Some(path) = env
+        .get("CAIRN_WEBHOOKS_SECRET_KEY_FILE")
+        .map(PathBuf::from)
+        .or(written.secret_key_file.clone())
+    {
+        settings.secret_key_file = path;
+    }
+    if let Some(hours) = written.rotation_grace_hours {
+        if hours > 24 * 30 {
+            bail!("webhooks.rotation_grace_hours: at most 720 (30 days)");
+        }
+        settings.rotation_grace = Duration::from_secs(hours * 3600);
+    }
+    let dispatch = &mut settings.dispatch;
+    if let Some(seconds) = env
+        .number::<u64>("CAIRN_WEBHOOKS_RETRY_FOR_SECONDS")?
+        .or(written.retry_for_seconds)
+    {
+        if seconds == 0 || Duration::from_secs(seconds) > retention {
+            bail!(
+                "webhooks.retry_for_seconds: 1 to events.retention_hours ({} s): a delivery is retried only while the outbox keeps its event",
+                retention.as_secs()
+            );
+        }
+        dispatch.retry_for = Duration::from_secs(seconds);
+    } else if dispatch.retry_for > retention {
+        dispatch.retry_for = retention;
+    }
+    if let Some(ms) = env
+        .number::<u64>("CAIRN_WEBHOOKS_BACKOFF_BASE_MS")?
+        .or(written.backoff_base_ms)
+    {
+        if !(10..=3_600_000).contains(&ms) {
+            bail!("webhooks.backoff_base_ms: 10 to 3600000");
+        }
+        dispatch.backoff_base = Duration::from_millis(ms);
+    }
+    if let Some(seconds) = written.backoff_max_seconds {
+        if !(1..=86_400).contains(&seconds) {
+            bail!("webhooks.backoff_max_seconds: 1 to 86400");
+        }
+        dispatch.backoff_max = Duration::from_secs(seconds);
+    }
+    if let Some(ms) = env
+        .number::<u64>("CAIRN_WEBHOOKS_ATTEMPT_TIMEOUT_MS")?
+        .or(written.attempt_timeout_ms)
+    {
+        if !(100..=60_000).contains(&ms) {
+            bail!("webhooks.attempt_timeout_ms: 100 to 60000");
+        }
+        dispatch.attempt_timeout = Duration::from_millis(ms);
+    }
+    if let Some(concurrency) = written.concurrency {
+        if !(1..=64).contains(&concurrency) {
+            bail!("webhooks.concurrency: 1 to 64");
+        }
+        dispatch.concurrency = concurrency;
+    }
+    Ok(settings)
 }
 
 /// `[oauth.issuers.introspection]`, its secret read from the file or the variable it names.

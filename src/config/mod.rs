@@ -140,6 +140,8 @@ pub struct Config {
     /// How long the events outbox keeps events for the change feed (`events.retention_hours`,
     /// `CAIRN_EVENTS_RETENTION_HOURS`; 168 by default).
     pub events_retention: std::time::Duration,
+    /// Webhook deliveries (`[webhooks]`, `CAIRN_WEBHOOKS_*`).
+    pub webhooks: events::WebhookSettings,
     /// The folder holding PostgreSQL's `pg_dump` and `pg_restore` (`backup.pg_bin`,
     /// `CAIRN_PG_BIN`; `None`: the newest `/usr/lib/postgresql/*/bin`, else `PATH`).
     pub pg_bin: Option<PathBuf>,

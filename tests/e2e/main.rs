@@ -30,3 +30,4 @@ mod tokens;
 mod topology;
 mod validity;
 mod verify;
+mod webhooks;

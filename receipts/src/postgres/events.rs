@@ -72,6 +72,11 @@ impl Events for PostgresLedger {
         let Some(through) = through else {
             return Ok(0);
         };
+        // An event's deliveries go with it.
+        sqlx::query("DELETE FROM deliveries WHERE seq <= $1")
+            .bind(through)
+            .execute(&mut *transaction)
+            .await?;
         let removed = sqlx::query("DELETE FROM events WHERE seq <= $1")
             .bind(through)
             .execute(&mut *transaction)

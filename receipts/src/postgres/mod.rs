@@ -55,6 +55,7 @@ mod tokens;
 mod tsvector;
 mod validity;
 mod verify;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;

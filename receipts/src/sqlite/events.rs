@@ -82,6 +82,11 @@ pub(super) async fn prune(connection: &mut SqliteConnection, before: Micros) -> 
     let Some(through) = through else {
         return Ok(0);
     };
+    // An event's deliveries go with it.
+    sqlx::query("DELETE FROM deliveries WHERE seq <= ?")
+        .bind(through)
+        .execute(&mut *connection)
+        .await?;
     let removed = sqlx::query("DELETE FROM events WHERE seq <= ?")
         .bind(through)
         .execute(&mut *connection)

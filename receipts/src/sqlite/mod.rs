@@ -30,6 +30,7 @@ mod rows;
 mod tokens;
 mod validity;
 mod verify;
+mod webhooks;
 mod writer;
 
 pub use ledger::{connect_options, migrate, SqliteLedger};

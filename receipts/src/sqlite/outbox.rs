@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use super::events::read;
-use super::writer::WriteOp;
+use super::webhooks::{OutboxAnswer, OutboxOp};
 use super::SqliteLedger;
 use crate::clock::Micros;
 use crate::error::Result;
@@ -23,7 +23,11 @@ impl Events for SqliteLedger {
     }
 
     async fn prune_events(&self, before: Micros) -> Result<u64> {
-        self.submit(|reply| WriteOp::PruneEvents(before, reply))
-            .await?
+        match self.outbox_op(OutboxOp::Prune(before)).await? {
+            OutboxAnswer::Pruned(removed) => Ok(removed),
+            other => Err(crate::error::LedgerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
     }
 }

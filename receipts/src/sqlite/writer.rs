@@ -67,8 +67,11 @@ pub(super) enum WriteOp {
     Erase(ErasureRequest, oneshot::Sender<Result<Acceptance>>),
     Connector(ConnectorOp, oneshot::Sender<Result<ConnectorAnswer>>),
     Verify(VerifyOp, oneshot::Sender<Result<VerifyAnswer>>),
-    /// Retention: removes the events that happened before the time.
-    PruneEvents(Micros, oneshot::Sender<Result<u64>>),
+    /// The outbox: retention, webhooks and their deliveries.
+    Outbox(
+        super::webhooks::OutboxOp,
+        oneshot::Sender<Result<super::webhooks::OutboxAnswer>>,
+    ),
 }
 
 impl WriteOp {
@@ -78,7 +81,7 @@ impl WriteOp {
             WriteOp::Block(..)
             | WriteOp::Token(..)
             | WriteOp::Access(..)
-            | WriteOp::PruneEvents(..)
+            | WriteOp::Outbox(..)
             | WriteOp::Job(..)
             | WriteOp::Project(..)
             | WriteOp::Generation(..)
@@ -110,7 +113,10 @@ pub(super) enum Done {
         oneshot::Sender<Result<ConnectorAnswer>>,
     ),
     Verify(Result<VerifyAnswer>, oneshot::Sender<Result<VerifyAnswer>>),
-    Pruned(Result<u64>, oneshot::Sender<Result<u64>>),
+    Outbox(
+        Result<super::webhooks::OutboxAnswer>,
+        oneshot::Sender<Result<super::webhooks::OutboxAnswer>>,
+    ),
 }
 
 impl Done {
@@ -133,7 +139,7 @@ impl Done {
             Done::Erase(result, reply) => Done::Erase(fail_one(result, error), reply),
             Done::Connector(result, reply) => Done::Connector(fail_one(result, error), reply),
             Done::Verify(result, reply) => Done::Verify(fail_one(result, error), reply),
-            Done::Pruned(result, reply) => Done::Pruned(fail_one(result, error), reply),
+            Done::Outbox(result, reply) => Done::Outbox(fail_one(result, error), reply),
         }
     }
 
@@ -157,7 +163,7 @@ impl Done {
             | Done::Block(..)
             | Done::Token(..)
             | Done::Access(..)
-            | Done::Pruned(..)
+            | Done::Outbox(..)
             | Done::Project(..)
             | Done::Generation(..) => false,
         }
@@ -176,7 +182,7 @@ impl Done {
             Done::Erase(result, reply) => drop(reply.send(result)),
             Done::Connector(result, reply) => drop(reply.send(result)),
             Done::Verify(result, reply) => drop(reply.send(result)),
-            Done::Pruned(result, reply) => drop(reply.send(result)),
+            Done::Outbox(result, reply) => drop(reply.send(result)),
         }
     }
 }
@@ -374,12 +380,13 @@ impl Writer {
                 };
                 Done::Token(self.end_item(result).await, reply)
             }
-            WriteOp::PruneEvents(before, reply) => {
+            WriteOp::Outbox(op, reply) => {
+                let now = self.clock.now_micros();
                 let result = match self.begin_item().await {
-                    Ok(()) => super::events::prune(&mut self.connection, before).await,
+                    Ok(()) => super::webhooks::run(&mut self.connection, op, now).await,
                     Err(error) => Err(error),
                 };
-                Done::Pruned(self.end_item(result).await, reply)
+                Done::Outbox(self.end_item(result).await, reply)
             }
             WriteOp::Access(change, reply) => {
                 let now = self.clock.now_micros();

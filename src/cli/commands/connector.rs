@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::ClientArgs;
+use super::{with_query, ClientArgs};
 use crate::cli::client::{ok_or_error, Client};
 
 #[derive(Debug, Subcommand)]
@@ -137,24 +137,6 @@ fn interval_ms(text: &str) -> anyhow::Result<i64> {
     number
         .checked_mul(scale)
         .context("the interval is too long")
-}
-
-/// `path` with `reason` (and `tombstone`) as query parameters, encoded.
-fn with_query(path: &str, reason: Option<&str>, tombstone: bool) -> anyhow::Result<String> {
-    let mut url = reqwest::Url::parse("http://cairn.invalid")?.join(path)?;
-    {
-        let mut query = url.query_pairs_mut();
-        if let Some(reason) = reason {
-            query.append_pair("reason", reason);
-        }
-        if tombstone {
-            query.append_pair("tombstone", "true");
-        }
-    }
-    Ok(match url.query() {
-        Some(query) if !query.is_empty() => format!("{}?{query}", url.path()),
-        _ => url.path().to_owned(),
-    })
 }
 
 fn line(connector: &Value) -> String {

@@ -31,6 +31,7 @@ mod status;
 mod timeline;
 mod token;
 mod verify;
+mod webhook;
 mod worker;
 
 pub use access::AccessArgs;
@@ -55,7 +56,26 @@ pub use status::StatusArgs;
 pub use timeline::TimelineArgs;
 pub use token::TokenArgs;
 pub use verify::VerifyArgs;
+pub use webhook::WebhookArgs;
 pub use worker::WorkerArgs;
+
+/// `path` with `reason` (and `tombstone`) as query parameters, encoded.
+fn with_query(path: &str, reason: Option<&str>, tombstone: bool) -> anyhow::Result<String> {
+    let mut url = reqwest::Url::parse("http://cairn.invalid")?.join(path)?;
+    {
+        let mut query = url.query_pairs_mut();
+        if let Some(reason) = reason {
+            query.append_pair("reason", reason);
+        }
+        if tombstone {
+            query.append_pair("tombstone", "true");
+        }
+    }
+    Ok(match url.query() {
+        Some(query) if !query.is_empty() => format!("{}?{query}", url.path()),
+        _ => url.path().to_owned(),
+    })
+}
 
 /// Where the client finds the server and its token.
 #[derive(Debug, clap::Args)]

@@ -30,6 +30,7 @@ mod search;
 mod tokens;
 mod validity;
 mod verify;
+mod webhooks;
 
 pub use acceptance::*;
 pub use access::*;
@@ -46,6 +47,7 @@ pub use search::*;
 pub use tokens::*;
 pub use validity::*;
 pub use verify::*;
+pub use webhooks::*;
 
 /// A ledger under test with the clock and fault plan it was built with.
 pub struct Harness {
@@ -249,6 +251,9 @@ macro_rules! ledger_conformance {
             accept_records_revision_job_and_receipts,
             events_report_changes_in_commit_order,
             events_are_filtered_paged_and_pruned,
+            webhooks_change_through_one_audited_path,
+            deliveries_go_in_lane_order_and_are_fenced,
+            dead_deliveries_are_retried_discarded_and_replayed,
             duplicate_creates_nothing,
             new_head_supersedes_previous_job,
             revert_reactivates_earlier_revision,
