@@ -1,20 +1,18 @@
 //! Webhooks on SQLite (schema 23): what the writer executes (changes, claims with their
-//! fan-out, finished attempts, the outbox's retention) and the reads, from the read pool.
+//! fan-out, finished attempts, the outbox's retention) and the rows' decoding. The
+//! [`crate::webhooks::Webhooks`] implementation that submits and reads them is in `outbox.rs`.
 
-use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{Row, SqliteExecutor};
 use uuid::Uuid;
 
 use super::rows::{json_text, parse_enum, parse_uuid};
-use super::writer::WriteOp;
-use super::SqliteLedger;
 use crate::clock::Micros;
 use crate::error::{LedgerError, Result};
 use crate::events::{Event, EventType};
 use crate::webhooks::{
     self, Attempted, Claimed, Delivery, DeliveryClaim, DeliveryCounts, DeliveryFinished,
-    DeliveryState, Webhook, WebhookChange, WebhookChanged, WebhookCommand, WebhookState, Webhooks,
+    DeliveryState, Webhook, WebhookChange, WebhookChanged, WebhookCommand, WebhookState,
     FAN_OUT_PER_CLAIM, MAX_CLAIM, MAX_WEBHOOKS,
 };
 
@@ -58,10 +56,11 @@ pub(crate) async fn run(
     }
 }
 
-const DELIVERY_COLUMNS: &str = "webhook_id, seq, lane, state, attempt, next_at, first_at, fence, \
+pub(super) const DELIVERY_COLUMNS: &str =
+    "webhook_id, seq, lane, state, attempt, next_at, first_at, fence, \
                                 last_status, last_error, delivered_at";
 
-fn webhook_from_row(row: &SqliteRow) -> Result<Webhook> {
+pub(super) fn webhook_from_row(row: &SqliteRow) -> Result<Webhook> {
     let events: Vec<String> = serde_json::from_str(&row.try_get::<String, _>("events")?)
         .map_err(|error| LedgerError::Corrupt(format!("webhook events: {error}")))?;
     let datasets: Option<String> = row.try_get("datasets")?;
@@ -91,7 +90,7 @@ fn webhook_from_row(row: &SqliteRow) -> Result<Webhook> {
     })
 }
 
-fn delivery_from_row(row: &SqliteRow) -> Result<Delivery> {
+pub(super) fn delivery_from_row(row: &SqliteRow) -> Result<Delivery> {
     Ok(Delivery {
         webhook_id: parse_uuid(&row.try_get::<String, _>("webhook_id")?)?,
         seq: row.try_get("seq")?,
@@ -107,7 +106,10 @@ fn delivery_from_row(row: &SqliteRow) -> Result<Delivery> {
     })
 }
 
-async fn load<'e>(executor: impl SqliteExecutor<'e>, id: Uuid) -> Result<Option<Webhook>> {
+pub(super) async fn load<'e>(
+    executor: impl SqliteExecutor<'e>,
+    id: Uuid,
+) -> Result<Option<Webhook>> {
     sqlx::query("SELECT * FROM webhooks WHERE id = ?")
         .bind(id.to_string())
         .fetch_optional(executor)
@@ -477,88 +479,10 @@ async fn finish(
     Ok(true)
 }
 
-impl SqliteLedger {
-    pub(super) async fn outbox_op(&self, op: OutboxOp) -> Result<OutboxAnswer> {
-        self.submit(|reply| WriteOp::Outbox(op, reply)).await?
-    }
-}
-
-fn unexpected(answer: OutboxAnswer) -> LedgerError {
-    LedgerError::Internal(format!("unexpected answer {answer:?}"))
-}
-
-#[async_trait]
-impl Webhooks for SqliteLedger {
-    async fn change_webhook(&self, command: WebhookCommand) -> Result<WebhookChanged> {
-        match self.outbox_op(OutboxOp::Change(command)).await? {
-            OutboxAnswer::Changed(changed) => Ok(*changed),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn webhooks(&self) -> Result<Vec<Webhook>> {
-        sqlx::query("SELECT * FROM webhooks ORDER BY created_at DESC, id DESC")
-            .fetch_all(self.read_pool())
-            .await?
-            .iter()
-            .map(webhook_from_row)
-            .collect()
-    }
-
-    async fn webhook(&self, id: Uuid) -> Result<Option<Webhook>> {
-        load(self.read_pool(), id).await
-    }
-
-    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Claimed>> {
-        match self.outbox_op(OutboxOp::Claim(claim.clone())).await? {
-            OutboxAnswer::Claimed(claimed) => Ok(claimed),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn finish_delivery(&self, finished: &DeliveryFinished) -> Result<bool> {
-        match self.outbox_op(OutboxOp::Finish(finished.clone())).await? {
-            OutboxAnswer::Finished(done) => Ok(done),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn deliveries(
-        &self,
-        webhook_id: Uuid,
-        state: Option<DeliveryState>,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<Delivery>> {
-        sqlx::query(&format!(
-            "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE webhook_id = ? AND seq > ? \
-             AND (? IS NULL OR state = ?) ORDER BY seq LIMIT ?"
-        ))
-        .bind(webhook_id.to_string())
-        .bind(after)
-        .bind(state.map(DeliveryState::as_str))
-        .bind(state.map(DeliveryState::as_str))
-        .bind(i64::from(
-            limit.clamp(1, crate::events::MAX_EVENTS_PER_PAGE),
-        ))
-        .fetch_all(self.read_pool())
-        .await?
-        .iter()
-        .map(delivery_from_row)
-        .collect()
-    }
-
-    async fn delivery_counts(&self) -> Result<Vec<(Uuid, DeliveryCounts)>> {
-        let mut connection = self.read_pool().acquire().await?;
-        sqlx::query("BEGIN").execute(&mut *connection).await?;
-        let result = counts(&mut connection).await;
-        let _ = sqlx::query("COMMIT").execute(&mut *connection).await;
-        result
-    }
-}
-
 /// Every subscription's counts, from one snapshot.
-async fn counts(connection: &mut SqliteConnection) -> Result<Vec<(Uuid, DeliveryCounts)>> {
+pub(super) async fn counts(
+    connection: &mut SqliteConnection,
+) -> Result<Vec<(Uuid, DeliveryCounts)>> {
     let mut all: Vec<(Uuid, DeliveryCounts)> = Vec::new();
     let hooks = sqlx::query(
         "SELECT w.id, (SELECT count(*) FROM events e WHERE e.seq > w.cursor) AS behind, \
