@@ -153,6 +153,8 @@ impl Dispatcher {
         }
         let newest = self.ledger.newest_event().await?;
         let now = Instant::now();
+        // Which subscriptions to claim for, and how many each may take.
+        let mut wanted = Vec::new();
         for webhook in active {
             let lane = lanes.entry(webhook.id).or_default();
             let in_flight = lane.in_flight.load(Ordering::Acquire);
@@ -169,15 +171,27 @@ impl Dispatcher {
                 lane.swept_at = Some(now);
             }
             lane.due_at = None;
-            let claimed = self
-                .ledger
-                .claim_deliveries(&DeliveryClaim {
-                    webhook_id: webhook.id,
-                    owner: self.settings.owner.clone(),
-                    lease_ms: lease(&self.settings).as_millis() as i64,
-                    limit: room as u32,
-                })
-                .await?;
+            wanted.push((webhook, room));
+        }
+        // The claims run at once, so the ledger commits them together.
+        let requests: Vec<DeliveryClaim> = wanted
+            .iter()
+            .map(|(webhook, room)| DeliveryClaim {
+                webhook_id: webhook.id,
+                owner: self.settings.owner.clone(),
+                lease_ms: lease(&self.settings).as_millis() as i64,
+                limit: *room as u32,
+            })
+            .collect();
+        let claims = futures::future::join_all(
+            requests
+                .iter()
+                .map(|request| self.ledger.claim_deliveries(request)),
+        )
+        .await;
+        for ((webhook, room), claimed) in wanted.into_iter().zip(claims) {
+            let claimed = claimed?;
+            let lane = lanes.entry(webhook.id).or_default();
             if claimed.len() == room {
                 // Full: there may be more once a slot frees.
                 lane.due_at = Some(now);

@@ -106,7 +106,7 @@ impl TargetPolicy {
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .pool_max_idle_per_host(2)
+            .pool_max_idle_per_host(64)
             .user_agent(concat!("cairn-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|error| format!("the webhook client: {error}"))

@@ -236,6 +236,31 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
          consumer whose cursor falls behind them gets 410 cursor_expired.",
     ),
     (
+        "cairn_webhook_deliveries_total",
+        Kind::Counter,
+        "Webhook delivery attempts, by outcome: delivered (2xx), failed (retried later), dead          (its retry span is spent), gone (410: the webhook is disabled), stale (its claim was          taken over), unrecorded (the ledger could not record it; it goes again).",
+    ),
+    (
+        "cairn_webhook_delivery_lag_seconds",
+        Kind::Histogram,
+        "From an event's commit to its receiver's 2xx, per delivery (retries included).",
+    ),
+    (
+        "cairn_webhook_deliveries",
+        Kind::Gauge,
+        "Deliveries per webhook and state (pending, delivering, dead), read every 10 s by the          process that delivers.",
+    ),
+    (
+        "cairn_webhook_oldest_undelivered_seconds",
+        Kind::Gauge,
+        "Per webhook, the age of the oldest event still waiting for delivery (0 when none).",
+    ),
+    (
+        "cairn_webhook_events_behind",
+        Kind::Gauge,
+        "Per webhook, outbox events past its cursor, not yet fanned out to it (grows while it          is paused or disabled).",
+    ),
+    (
         "cairn_oauth_introspections_total",
         Kind::Counter,
         "Calls to an issuer's token introspection endpoint (RFC 7662) that it answered, by \
@@ -352,6 +377,10 @@ fn describe() {
     }
     metrics::counter!("cairn_oauth_introspections_total", "outcome" => "active").absolute(0);
     metrics::counter!("cairn_events_pruned_total").absolute(0);
+    for outcome in ["delivered", "failed", "dead", "gone"] {
+        metrics::counter!("cairn_webhook_deliveries_total", "outcome" => outcome).absolute(0);
+    }
+    let _ = metrics::histogram!("cairn_webhook_delivery_lag_seconds");
     for tier in ["counts", "scrub", "deep"] {
         metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier).absolute(0);
         metrics::counter!("cairn_verify_store_requests_total", "tier" => tier).absolute(0);

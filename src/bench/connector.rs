@@ -197,6 +197,6 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
             "no_change_run_seconds_at_most": 1.0,
             "run_after_changes_beyond_acceptance_seconds_at_most": 1.0,
         },
-        "machine": {"cpus": std::thread::available_parallelism().map_or(0, usize::from)},
+        "machine": super::machine(),
     }))
 }

@@ -215,7 +215,7 @@ pub async fn mcp(config: &Config, bench: McpBench) -> anyhow::Result<Value> {
         "arguments": {"top_k": 3, "mode": "lexical"},
         "latency": latency,
         "throughput": throughput,
-        "machine": {"cpus": std::thread::available_parallelism().map_or(0, usize::from)},
+        "machine": super::machine(),
     }))
 }
 

@@ -456,6 +456,13 @@ pub use connector::{connector, ConnectorBench};
 pub use prune::{prune, PruneBench};
 mod verify;
 pub use verify::{verify, VerifyBench};
+mod webhooks;
+pub use webhooks::{webhooks, WebhooksBench};
+
+/// The machine a report was measured on.
+pub(crate) fn machine() -> Value {
+    json!({"cpus": std::thread::available_parallelism().map_or(0, usize::from)})
+}
 
 /// The value at `fraction` (0..=1) of sorted samples (0 when there are none).
 pub(crate) fn percentile_f64(sorted: &[f64], fraction: f64) -> f64 {

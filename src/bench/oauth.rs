@@ -416,7 +416,7 @@ pub async fn oauth(config: &Config, bench: OAuthBench) -> anyhow::Result<Value> 
                  "added_p50_ms": load_added_p50},
         "rotation": rotation,
         "jwks_fetches_total": issuer.fetches(),
-        "machine": {"cpus": std::thread::available_parallelism().map_or(0, usize::from)},
+        "machine": super::machine(),
     }))
 }
 

@@ -45,7 +45,8 @@ CREATE TABLE deliveries (
     delivered_at bigint,
     PRIMARY KEY (webhook_id, seq)
 );
-CREATE INDEX deliveries_open ON deliveries (webhook_id, next_at)
+-- Open deliveries in sequence order: a claim walks only these, never the delivered history.
+CREATE INDEX deliveries_open ON deliveries (webhook_id, seq)
     WHERE state IN ('pending', 'delivering');
 CREATE INDEX deliveries_by_lane ON deliveries (webhook_id, lane COLLATE "C", seq)
     WHERE state IN ('pending', 'delivering');

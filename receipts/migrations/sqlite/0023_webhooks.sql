@@ -60,7 +60,8 @@ CREATE TABLE deliveries (
     PRIMARY KEY (webhook_id, seq)
 ) STRICT, WITHOUT ROWID;
 -- The claim's scans: what is due, and what is still open ahead in a lane.
-CREATE INDEX deliveries_open ON deliveries(webhook_id, next_at)
+-- Open deliveries in sequence order: a claim walks only these, never the delivered history.
+CREATE INDEX deliveries_open ON deliveries(webhook_id, seq)
     WHERE state IN ('pending', 'delivering');
 CREATE INDEX deliveries_by_lane ON deliveries(webhook_id, lane, seq)
     WHERE state IN ('pending', 'delivering');

@@ -374,6 +374,7 @@ impl Webhooks for PostgresLedger {
              fence = fence + 1, lease_owner = $1, lease_until = $2 \
              WHERE webhook_id = $3 AND seq IN ( \
                SELECT d.seq FROM deliveries d WHERE d.webhook_id = $3 \
+             AND d.state IN ('pending', 'delivering') \
                  AND ((d.state = 'pending' AND d.next_at <= $4) \
                       OR (d.state = 'delivering' AND d.lease_until < $4)) \
                  AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.webhook_id = d.webhook_id \

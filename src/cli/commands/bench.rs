@@ -217,6 +217,22 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-oauth.json")]
         out: PathBuf,
     },
+    /// What webhooks cost acceptance (16 clients, with 0, 1 and 10 subscriptions) and the
+    /// delivery lag from commit to the receiver's answer on loopback.
+    Webhooks {
+        /// Documents put per scenario.
+        #[arg(long, default_value_t = 3000)]
+        docs: usize,
+        /// Distinct source keys (a put to a key already there supersedes: one event).
+        #[arg(long, default_value_t = 300)]
+        keys: usize,
+        /// Rounds; the scenarios interleave and each reports its median round.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-webhooks.json")]
+        out: PathBuf,
+    },
     /// `cairn ingest DIR --prune` over a folder of many files: the first run, a run with no
     /// change, and a run after a few edits.
     Prune {
@@ -505,6 +521,20 @@ impl BenchArgs {
                         seconds,
                     },
                 )
+                .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::Webhooks {
+                docs,
+                keys,
+                rounds,
+                out,
+            } => {
+                let report = crate::bench::webhooks(crate::bench::WebhooksBench {
+                    docs: docs.max(1),
+                    keys: keys.max(1),
+                    rounds,
+                })
                 .await?;
                 write_report(&out, &report)?;
             }
