@@ -43,7 +43,12 @@ pub fn app_with_graph(
         searcher = searcher.with_graph(graph);
     }
     let searcher = Arc::new(searcher);
-    let mcp = agents::router(ledger.clone(), searcher.clone(), &config.mcp);
+    let mcp = agents::router(
+        ledger.clone(),
+        ledger.clone(),
+        searcher.clone(),
+        &config.mcp,
+    );
     let (routes, document) = utoipa_axum::router::OpenApiRouter::new()
         .merge(acceptor::routes(ledger.clone(), config.acceptor.clone()))
         .merge(search::routes(ledger.clone(), searcher))

@@ -469,6 +469,13 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The dataset and source key a `cairn://source/{dataset}/{+source_key}` URI names.
+pub(crate) fn source_of(uri: &str) -> Option<(String, String)> {
+    let rest = uri.strip_prefix("cairn://source/")?;
+    let (dataset, key) = rest.split_once('/')?;
+    Some((percent_decode(dataset)?, percent_decode(key)?))
+}
+
 /// `resources/read` of `cairn://revision/{id}` or `cairn://source/{dataset}/{+source_key}`.
 pub(crate) async fn read_resource(
     shared: &Shared,
@@ -484,11 +491,11 @@ pub(crate) async fn read_resource(
     };
     let target = if let Some(id) = uri.strip_prefix("cairn://revision/") {
         Target::Revision(Uuid::parse_str(id).map_err(|_| unknown())?, None)
-    } else if let Some(rest) = uri.strip_prefix("cairn://source/") {
-        let (dataset, key) = rest.split_once('/').ok_or_else(unknown)?;
+    } else if uri.starts_with("cairn://source/") {
+        let (dataset, source_key) = source_of(uri).ok_or_else(unknown)?;
         Target::Head {
-            dataset: percent_decode(dataset).ok_or_else(unknown)?,
-            source_key: percent_decode(key).ok_or_else(unknown)?,
+            dataset,
+            source_key,
         }
     } else {
         return Err(unknown());

@@ -78,6 +78,7 @@ impl ServerHandler for CairnMcp {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .build(),
         )
         .with_server_info(Implementation::new("cairn", env!("CARGO_PKG_VERSION")))
@@ -183,6 +184,18 @@ impl ServerHandler for CairnMcp {
             "mcp tool call"
         );
         Ok(result.unwrap_or_else(ToolError::into_result).into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(crate::subscriptions::accepted(requested))
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        let principal = principal(context.request_context())?;
+        crate::subscriptions::listen(&self.shared, &principal, context).await
     }
 
     async fn list_resources(

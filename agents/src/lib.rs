@@ -20,6 +20,10 @@
 //!   inside `structuredContent` (the text block carries the same JSON), and names what it
 //!   searched and where each quoted text comes from (dataset, source key, revision,
 //!   generation, section, page, chunk or passage, receipt state, accepted when and by whom).
+//! - **Subscriptions**: `subscriptions/listen` (2026-07-28) for source resources, followed
+//!   from the events outbox (`subscriptions`): a source's change is announced with
+//!   `notifications/resources/updated` on the listen's own stream, within the principal's
+//!   reads.
 //!
 //! ## Invariants
 //! - A hit is a current revision: the tools reach the index only through
@@ -39,6 +43,7 @@ mod envelope;
 mod framing;
 mod handler;
 mod querying;
+mod subscriptions;
 pub mod text;
 mod writes;
 
@@ -81,6 +86,8 @@ impl Default for McpSettings {
 /// What the tools work on.
 pub(crate) struct Shared {
     pub(crate) ledger: Arc<dyn AcceptLedger>,
+    /// The events outbox, which `subscriptions/listen` follows.
+    pub(crate) events: Arc<dyn receipts::events::Events>,
     pub(crate) searcher: Arc<search::Searcher>,
     /// The datasets that hold sources, as last read, and when.
     datasets: std::sync::Mutex<Option<(std::time::Instant, Arc<Vec<receipts::DatasetSummary>>)>>,
@@ -176,12 +183,14 @@ impl FromRef<AuthState> for Arc<dyn Tokens> {
 /// The `/mcp` route: authentication in front of the SDK's stateless Streamable HTTP service.
 pub fn router(
     ledger: Arc<dyn AcceptLedger>,
+    events: Arc<dyn receipts::events::Events>,
     searcher: Arc<search::Searcher>,
     settings: &McpSettings,
 ) -> Router {
     let tokens: Arc<dyn Tokens> = ledger.clone();
     let shared = Arc::new(Shared {
         ledger,
+        events,
         searcher,
         datasets: std::sync::Mutex::new(None),
         calls: std::sync::Mutex::new(HashMap::new()),

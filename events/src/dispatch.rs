@@ -55,7 +55,7 @@ impl Default for DispatchSettings {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(3600),
             attempt_timeout: Duration::from_secs(10),
-            concurrency: 8,
+            concurrency: 16,
             poll: Duration::from_millis(50),
             owner: format!("{}:webhooks", std::process::id()),
         }
@@ -64,6 +64,8 @@ impl Default for DispatchSettings {
 
 /// A sweep claims every active subscription at least this often.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
+/// How often the subscriptions are read again.
+const LIST_EVERY: Duration = Duration::from_millis(250);
 /// How often the gauges are read from the ledger.
 const GAUGES_EVERY: Duration = Duration::from_secs(10);
 
@@ -117,13 +119,14 @@ impl Dispatcher {
     /// Runs until `stop` turns true; attempts in flight finish or their leases lapse.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut lanes: HashMap<uuid::Uuid, Lane> = HashMap::new();
+        let mut listed = None;
         let mut gauges_at = Instant::now();
         tracing::info!(owner = %self.settings.owner, "webhook deliveries running");
         loop {
             if *stop.borrow() {
                 break;
             }
-            if let Err(error) = self.tick(&mut lanes).await {
+            if let Err(error) = self.tick(&mut lanes, &mut listed).await {
                 tracing::warn!(%error, "webhook deliveries: a pass failed; trying again");
             }
             if gauges_at.elapsed() >= GAUGES_EVERY {
@@ -141,11 +144,26 @@ impl Dispatcher {
     }
 
     /// One pass: claims what each active subscription may take, and starts the attempts.
-    async fn tick(self: &Arc<Self>, lanes: &mut HashMap<uuid::Uuid, Lane>) -> receipts::Result<()> {
-        let webhooks = self.ledger.webhooks().await?;
-        let active: Vec<Webhook> = webhooks
-            .into_iter()
+    async fn tick(
+        self: &Arc<Self>,
+        lanes: &mut HashMap<uuid::Uuid, Lane>,
+        listed: &mut Option<(Instant, Vec<Webhook>)>,
+    ) -> receipts::Result<()> {
+        // The subscriptions, read again at most every LIST_EVERY (a claim refuses one that
+        // stopped being active meanwhile, so a stale list costs an empty claim at most).
+        let fresh = listed
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < LIST_EVERY);
+        if !fresh {
+            *listed = Some((Instant::now(), self.ledger.webhooks().await?));
+        }
+        let active: Vec<Webhook> = listed
+            .as_ref()
+            .map(|(_, webhooks)| webhooks.as_slice())
+            .unwrap_or_default()
+            .iter()
             .filter(|webhook| webhook.state == receipts::webhooks::WebhookState::Active)
+            .cloned()
             .collect();
         lanes.retain(|id, _| active.iter().any(|webhook| webhook.id == *id));
         if active.is_empty() {
@@ -159,6 +177,12 @@ impl Dispatcher {
             let lane = lanes.entry(webhook.id).or_default();
             let in_flight = lane.in_flight.load(Ordering::Acquire);
             let room = self.settings.concurrency.saturating_sub(in_flight);
+            // Claim in batches: wait until a quarter of the slots are free, unless none is
+            // busy (so one claim serves several attempts, and a lone event goes at once).
+            let batch = (self.settings.concurrency / 4).max(1);
+            if in_flight > 0 && room < batch {
+                continue;
+            }
             let behind = newest > webhook.cursor;
             let due = lane.due_at.is_some_and(|at| at <= now);
             let sweep = lane

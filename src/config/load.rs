@@ -668,7 +668,10 @@ fn webhooks(
         }
         dispatch.attempt_timeout = Duration::from_millis(ms);
     }
-    if let Some(concurrency) = written.concurrency {
+    if let Some(concurrency) = env
+        .number::<usize>("CAIRN_WEBHOOKS_CONCURRENCY")?
+        .or(written.concurrency)
+    {
         if !(1..=64).contains(&concurrency) {
             bail!("webhooks.concurrency: 1 to 64");
         }

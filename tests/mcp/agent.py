@@ -294,6 +294,35 @@ async def hits_are_current_while_sources_change(config):
         await expect_error(client, "read_document", {"revision_id": old, "valid_at": before_deletion}, "revision_not_current")
 
 
+async def listen_reports_source_changes(config):
+    """`subscriptions/listen` on source resources, fed from the events outbox: a new revision
+    of a followed source is reported; a source the token's identity may not read is
+    acknowledged but never reported; a URI that is not a cairn source is not honored."""
+    watched = "cairn://source/docs/alice-watch.md"
+    hidden = "cairn://source/docs/hr-payroll.md"
+    writer = {"Authorization": f"Bearer {config['tokens']['docs_rw']}"}
+    async with httpx2.AsyncClient(base_url=config["base_url"], headers=writer) as http, connect(
+        config, config["tokens"]["alice"], "2026-07-28"
+    ) as client:
+        first = await http.post("/v1/sources", json={"dataset": "docs", "source_key": "alice-watch.md", "content": "watched, first"})
+        assert first.status_code == 202, first.text
+        async with client.listen(resource_subscriptions=[hidden, watched, "https://elsewhere.example/x"]) as sub:
+            honored = sub.honored.resource_subscriptions or []
+            assert watched in honored and hidden in honored, sub.honored
+            assert "https://elsewhere.example/x" not in honored, sub.honored
+            # The hidden source changes first: were it reported, it would come first.
+            for key, content in (("hr-payroll.md", "payroll ledger, amended"), ("alice-watch.md", "watched, second")):
+                response = await http.post("/v1/sources", json={"dataset": "docs", "source_key": key, "content": content})
+                assert response.status_code == 202, response.text
+            with anyio.fail_after(30):
+                async for event in sub:
+                    assert getattr(event, "uri", None) == watched, event
+                    break
+        # What the notification announced is what a read now answers.
+        window, _ = await call(client, "read_document", {"dataset": "docs", "source_key": "alice-watch.md"})
+        assert "watched, second" in window["text"], window
+
+
 async def unauthenticated_is_401(config):
     async with httpx2.AsyncClient() as http:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
@@ -317,6 +346,7 @@ async def scenario_http(config):
     await allowlist_isolates(config)
     await readers_isolate(config)
     await hits_are_current_while_sources_change(config)
+    await listen_reports_source_changes(config)
     await unauthenticated_is_401(config)
 
 
