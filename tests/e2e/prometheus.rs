@@ -10,8 +10,8 @@ use ops::metrics::METRICS;
 use crate::common::app;
 
 /// Families whose labels are only known once something happens: a dataset's first job event,
-/// a projection stage, a request to a route, a connector's first successful run.
-const LABELLED_BY_EVENTS: [&str; 11] = [
+/// a projection stage, a request to a route, a connector's first successful run, a webhook.
+const LABELLED_BY_EVENTS: [&str; 14] = [
     "cairn_sync_last_success_timestamp_seconds",
     "cairn_verify_last_complete_seconds",
     "cairn_verify_open_drift",
@@ -23,6 +23,9 @@ const LABELLED_BY_EVENTS: [&str; 11] = [
     "cairn_lease_rescues_total",
     "cairn_projection_stage_seconds",
     "cairn_http_request_duration_seconds",
+    "cairn_webhook_deliveries",
+    "cairn_webhook_oldest_undelivered_seconds",
+    "cairn_webhook_events_behind",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
