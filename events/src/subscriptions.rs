@@ -486,7 +486,6 @@ async fn list_deliveries(
 
 /// Reads an optional JSON body (an empty one is the default).
 async fn optional_body<T: serde::de::DeserializeOwned + Default>(
-    headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
@@ -501,7 +500,6 @@ async fn optional_body<T: serde::de::DeserializeOwned + Default>(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    let _ = headers;
     receipts::http::from_object(&bytes)
 }
 
@@ -509,11 +507,10 @@ async fn on_dead(
     state: SubscriptionsState,
     auth: Auth,
     id: String,
-    headers: HeaderMap,
     body: Body,
     retry: bool,
 ) -> Result<Response, ApiError> {
-    let body: DeliveriesBody = optional_body(&headers, body).await?;
+    let body: DeliveriesBody = optional_body(body).await?;
     let seq = body.seq;
     let done = apply(
         &state,
@@ -553,10 +550,9 @@ async fn retry_dead(
     State(state): State<SubscriptionsState>,
     auth: Auth,
     Path(id): Path<String>,
-    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    on_dead(state, auth, id, headers, body, true).await
+    on_dead(state, auth, id, body, true).await
 }
 
 /// `POST /v1/webhooks/{id}/deliveries/discard`: dead deliveries (one, or all) are dropped.
@@ -568,10 +564,9 @@ async fn discard_dead(
     State(state): State<SubscriptionsState>,
     auth: Auth,
     Path(id): Path<String>,
-    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    on_dead(state, auth, id, headers, body, false).await
+    on_dead(state, auth, id, body, false).await
 }
 
 /// `POST /v1/webhooks/{id}/replay`: every event from `from` on that the subscription wants

@@ -413,6 +413,94 @@ pub enum Attempted {
     Gone,
 }
 
+/// What an attempt's end writes on its delivery row (both engines write exactly this).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishRow {
+    /// The delivery's next state.
+    pub state: DeliveryState,
+    /// Its next `next_at` (`None`: unchanged).
+    pub next_at: Option<Micros>,
+    /// The receiver's status, if it answered.
+    pub status: Option<i64>,
+    /// What went wrong, if anything did.
+    pub error: Option<String>,
+    /// When it was delivered.
+    pub delivered_at: Option<Micros>,
+}
+
+impl Attempted {
+    /// The row an attempt ending this way at `now` leaves: delivered; pending again at the
+    /// retry time (or at once after a 410, waiting for the disabled webhook's resumption);
+    /// dead when no retry time is left.
+    pub fn row(&self, now: Micros) -> FinishRow {
+        match self {
+            Attempted::Delivered { status } => FinishRow {
+                state: DeliveryState::Delivered,
+                next_at: None,
+                status: Some(i64::from(*status)),
+                error: None,
+                delivered_at: Some(now),
+            },
+            Attempted::Failed {
+                status,
+                error,
+                retry_at,
+            } => FinishRow {
+                state: if retry_at.is_some() {
+                    DeliveryState::Pending
+                } else {
+                    DeliveryState::Dead
+                },
+                next_at: *retry_at,
+                status: status.map(i64::from),
+                error: Some(error.clone()),
+                delivered_at: None,
+            },
+            Attempted::Gone => FinishRow {
+                state: DeliveryState::Pending,
+                next_at: Some(now),
+                status: Some(410),
+                error: Some("the receiver answered 410 Gone".to_owned()),
+                delivered_at: None,
+            },
+        }
+    }
+}
+
+/// The change a 410 to event `seq` makes to its webhook, by cairn itself.
+pub fn disabled_by_gone(id: Uuid, seq: i64) -> WebhookCommand {
+    WebhookCommand {
+        change: WebhookChange::Disable {
+            id,
+            reason: format!("the receiver answered 410 Gone to event {seq}"),
+        },
+        actor: "cairn:webhooks".to_owned(),
+        reason: "the receiver answered 410 Gone".to_owned(),
+    }
+}
+
+/// Refuses a replay from `from` when retention removed events through `pruned_through`.
+pub fn check_replay(from: i64, pruned_through: i64) -> Result<()> {
+    if from < 1 || from <= pruned_through {
+        return Err(LedgerError::invalid(
+            "cursor_expired",
+            format!(
+                "a replay starts after the events retention removed: from {} or later",
+                pruned_through + 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The refusal of an action on one dead delivery that is not there.
+pub fn no_dead_delivery(id: Uuid, seq: i64) -> LedgerError {
+    LedgerError::invalid(
+        "delivery_not_found",
+        format!("webhook {id} has no dead delivery of event {seq}"),
+    )
+}
+
 /// An attempt's end, fenced by its claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryFinished {

@@ -240,25 +240,14 @@ async fn change(
             .await?
             .rows_affected();
             if let (Some(seq), 0) = (seq, deliveries) {
-                return Err(LedgerError::invalid(
-                    "delivery_not_found",
-                    format!("webhook {id} has no dead delivery of event {seq}"),
-                ));
+                return Err(webhooks::no_dead_delivery(id, *seq));
             }
         }
         WebhookChange::Replay { from, .. } => {
             let pruned: i64 = sqlx::query_scalar("SELECT through FROM events_pruned WHERE id = 1")
                 .fetch_one(&mut *connection)
                 .await?;
-            if *from < 1 || *from <= pruned {
-                return Err(LedgerError::invalid(
-                    "cursor_expired",
-                    format!(
-                        "a replay starts after the events retention removed: from {} or later",
-                        pruned + 1
-                    ),
-                ));
-            }
+            webhooks::check_replay(*from, pruned)?;
             sqlx::query(
                 "DELETE FROM deliveries WHERE webhook_id = $1 AND seq >= $2 \
                  AND state <> 'delivering'",
@@ -404,48 +393,18 @@ impl Webhooks for PostgresLedger {
     async fn finish_delivery(&self, finished: &DeliveryFinished) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
-        let (state, next_at, status, error, delivered_at) = match &finished.outcome {
-            Attempted::Delivered { status } => (
-                DeliveryState::Delivered,
-                None,
-                Some(i64::from(*status)),
-                None,
-                Some(now),
-            ),
-            Attempted::Failed {
-                status,
-                error,
-                retry_at,
-            } => (
-                if retry_at.is_some() {
-                    DeliveryState::Pending
-                } else {
-                    DeliveryState::Dead
-                },
-                *retry_at,
-                status.map(i64::from),
-                Some(error.clone()),
-                None,
-            ),
-            Attempted::Gone => (
-                DeliveryState::Pending,
-                Some(now),
-                Some(410),
-                Some("the receiver answered 410 Gone".to_owned()),
-                None,
-            ),
-        };
+        let row = finished.outcome.row(now);
         let changed = sqlx::query(
             "UPDATE deliveries SET state = $1, next_at = coalesce($2, next_at), \
              last_status = $3, last_error = $4, delivered_at = $5, lease_owner = NULL, \
              lease_until = NULL \
              WHERE webhook_id = $6 AND seq = $7 AND fence = $8 AND state = 'delivering'",
         )
-        .bind(state.as_str())
-        .bind(next_at)
-        .bind(status)
-        .bind(error)
-        .bind(delivered_at)
+        .bind(row.state.as_str())
+        .bind(row.next_at)
+        .bind(row.status)
+        .bind(row.error)
+        .bind(row.delivered_at)
         .bind(finished.webhook_id)
         .bind(finished.seq)
         .bind(finished.fence)
@@ -458,14 +417,7 @@ impl Webhooks for PostgresLedger {
         if finished.outcome == Attempted::Gone {
             let current = locked(&mut tx, finished.webhook_id).await?;
             if current.state == WebhookState::Active {
-                let command = WebhookCommand {
-                    change: WebhookChange::Disable {
-                        id: finished.webhook_id,
-                        reason: format!("the receiver answered 410 Gone to event {}", finished.seq),
-                    },
-                    actor: "cairn:webhooks".to_owned(),
-                    reason: "the receiver answered 410 Gone".to_owned(),
-                };
+                let command = webhooks::disabled_by_gone(finished.webhook_id, finished.seq);
                 change(&mut tx, &command, current, now).await?;
             }
         }

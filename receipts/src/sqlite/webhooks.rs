@@ -266,25 +266,14 @@ async fn change(
             .await?
             .rows_affected();
             if let (Some(seq), 0) = (seq, deliveries) {
-                return Err(LedgerError::invalid(
-                    "delivery_not_found",
-                    format!("webhook {id} has no dead delivery of event {seq}"),
-                ));
+                return Err(webhooks::no_dead_delivery(id, *seq));
             }
         }
         WebhookChange::Replay { from, .. } => {
             let pruned: i64 = sqlx::query_scalar("SELECT through FROM events_pruned WHERE id = 1")
                 .fetch_one(&mut *connection)
                 .await?;
-            if *from < 1 || *from <= pruned {
-                return Err(LedgerError::invalid(
-                    "cursor_expired",
-                    format!(
-                        "a replay starts after the events retention removed: from {} or later",
-                        pruned + 1
-                    ),
-                ));
-            }
+            webhooks::check_replay(*from, pruned)?;
             // Every delivery from `from` on goes again, except one being attempted now (it
             // keeps its claim); events not yet fanned out are fanned out by the next claim.
             sqlx::query(
@@ -408,48 +397,18 @@ async fn finish(
     finished: &DeliveryFinished,
     now: Micros,
 ) -> Result<bool> {
-    let (state, next_at, status, error, delivered_at) = match &finished.outcome {
-        Attempted::Delivered { status } => (
-            DeliveryState::Delivered,
-            None,
-            Some(i64::from(*status)),
-            None,
-            Some(now),
-        ),
-        Attempted::Failed {
-            status,
-            error,
-            retry_at,
-        } => (
-            if retry_at.is_some() {
-                DeliveryState::Pending
-            } else {
-                DeliveryState::Dead
-            },
-            *retry_at,
-            status.map(i64::from),
-            Some(error.clone()),
-            None,
-        ),
-        Attempted::Gone => (
-            DeliveryState::Pending,
-            Some(now),
-            Some(410),
-            Some("the receiver answered 410 Gone".to_owned()),
-            None,
-        ),
-    };
+    let row = finished.outcome.row(now);
     let key = finished.webhook_id.to_string();
     let changed = sqlx::query(
         "UPDATE deliveries SET state = ?, next_at = coalesce(?, next_at), last_status = ?, \
          last_error = ?, delivered_at = ?, lease_owner = NULL, lease_until = NULL \
          WHERE webhook_id = ? AND seq = ? AND fence = ? AND state = 'delivering'",
     )
-    .bind(state.as_str())
-    .bind(next_at)
-    .bind(status)
-    .bind(error)
-    .bind(delivered_at)
+    .bind(row.state.as_str())
+    .bind(row.next_at)
+    .bind(row.status)
+    .bind(row.error)
+    .bind(row.delivered_at)
     .bind(&key)
     .bind(finished.seq)
     .bind(finished.fence)
@@ -464,14 +423,7 @@ async fn finish(
         if current.is_some_and(|webhook| webhook.state == WebhookState::Active) {
             change(
                 connection,
-                WebhookCommand {
-                    change: WebhookChange::Disable {
-                        id: finished.webhook_id,
-                        reason: format!("the receiver answered 410 Gone to event {}", finished.seq),
-                    },
-                    actor: "cairn:webhooks".to_owned(),
-                    reason: "the receiver answered 410 Gone".to_owned(),
-                },
+                webhooks::disabled_by_gone(finished.webhook_id, finished.seq),
                 now,
             )
             .await?;
