@@ -293,6 +293,7 @@ pub async fn work(
     let owner = options.owner.unwrap_or_else(|| worker_owner("worker"));
     let mut worker_config = worker::WorkerConfig::new(owner.clone());
     worker_config.concurrency = options.concurrency.max(1);
+    worker_config.unit_jobs = config.workers.unit_jobs;
     let mut opened = None;
     let (work, what): (Arc<dyn worker::Work>, String) = match options.simulate_work {
         Some(delay) => (
@@ -386,6 +387,7 @@ async fn start_workers(
             let mut worker_config =
                 worker::WorkerConfig::new(worker_owner(&format!("serve-{index}")));
             worker_config.concurrency = config.workers.concurrency;
+            worker_config.unit_jobs = config.workers.unit_jobs;
             let runner = worker::Worker::new(ledger.clone(), work.clone(), worker_config);
             let mut stopped = stopped.clone();
             handles.push(tokio::spawn(runner.run(async move {

@@ -415,7 +415,11 @@ pub async fn open_projection(
         chunker.clone(),
         vectors.clone(),
         generation.clone(),
-    )?;
+    )?
+    .with_units(worker::UnitSettings {
+        max_bytes: config.workers.unit_max_bytes,
+        ..worker::UnitSettings::default()
+    });
     if let Some(options) = &config.graph {
         let store = gateways::BoltGraphStore::open(options)
             .await

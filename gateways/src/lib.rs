@@ -27,7 +27,7 @@ pub use embedder::{
 };
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
-    CollectionLayout, EdgeVectorStore, FieldKind, OneStore, OptimizePolicy, OptimizerStats,
+    CollectionLayout, CurrentChange, EdgeVectorStore, FieldKind, OneStore, OptimizePolicy, OptimizerStats,
     PayloadFilter, PointFacts, PointSelector, RevisionPoints, ServerOptions, ServerVectorStore,
     VectorHit, VectorPoint, VectorStore, VectorStores,
 };

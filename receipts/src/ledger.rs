@@ -19,7 +19,7 @@ use crate::model::{
     ErasureRequest, Failure, Generation, GenerationChanged, GenerationCommand, GenerationView,
     Heartbeat, HistoryEntry, HitRef, Job, LeaseToken, LedgerBackup, LedgerBucket, LedgerCounts,
     LexicalHit, PassChange, ProjectionReceipt, ReceiptUpdate, RestoreRecord, RevisionDetail,
-    SourceListing, SourceView, Submission, SyncProgress, SyncRun, VerifyPass,
+    SourceListing, SourceView, Submission, SyncProgress, SyncRun, UnitWrite, VerifyPass,
 };
 use crate::operations::Operations;
 use crate::validity::{At, Held, Period, Timeline};
@@ -350,6 +350,20 @@ pub trait Projections: Send + Sync {
 
     /// What the relational backend holds for a revision in a generation (its read-back).
     async fn chunk_summary(&self, revision_id: Uuid, generation: &str) -> Result<ChunkSummary>;
+
+    /// [`Projections::chunk_summary`] of several revisions in one read, in the same order.
+    async fn chunk_summaries(
+        &self,
+        revision_ids: &[Uuid],
+        generation: &str,
+    ) -> Result<Vec<ChunkSummary>>;
+
+    /// A unit's ledger write: several jobs' chunk rows and receipts in one transaction. Each
+    /// job's part is fenced by its own lease and kept or undone on its own (a savepoint each):
+    /// a job whose lease no longer holds gets `lease_lost` and changes nothing, and never
+    /// fences out its neighbours. Answers one result per write, in order; an error of the
+    /// whole call (the ledger unreachable) answers it for every write.
+    async fn project_many(&self, writes: Vec<UnitWrite>) -> Vec<Result<()>>;
 
     /// A revision's chunk rows in a generation, in order.
     async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>>;

@@ -127,7 +127,7 @@ pub use model::{
     ErasureRemaining, ErasureRequest, Failure, FailureClass, Generation, GenerationChange,
     GenerationChanged, GenerationCommand, GenerationProgress, GenerationState, GenerationView,
     Heartbeat, HistoryEntry, HitRef, Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit,
-    NewConnector, ProjectionReceipt, ReceiptState, ReceiptUpdate, Removal, Revision,
+    NewConnector, ProjectionReceipt, ReceiptState, ReceiptUpdate, Removal, UnitWrite, Revision,
     RevisionDetail, SourceListing, SourceView, Submission, SyncFile, SyncProgress, SyncReport,
     SyncRun, MAX_LISTING_PAGE,
 };

@@ -426,7 +426,7 @@ mod extraction;
 pub use extraction::extract;
 mod corpus;
 mod project;
-pub use project::{project, ProjectBench};
+pub use project::{project, project_runs, ProjectBench};
 mod raw;
 pub use raw::models;
 

@@ -137,6 +137,38 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// One report of several runs: each run's report, and the median of each ratio with its
+/// spread (the machine's noise is large; the median of interleaved runs is the figure). One
+/// run's report is returned as it is.
+pub fn project_runs(mut reports: Vec<Value>) -> Value {
+    if reports.len() < 2 {
+        return reports.pop().unwrap_or(Value::Null);
+    }
+    let summary = |field: &str| {
+        let mut values: Vec<f64> = reports
+            .iter()
+            .filter_map(|report| report.get(field).and_then(Value::as_f64))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        let median = values.get(values.len() / 2).copied();
+        json!({
+            "median": median,
+            "min": values.first(),
+            "max": values.last(),
+            "values": values,
+        })
+    };
+    json!({
+        "benchmark": "project",
+        "runs": reports.len(),
+        "pipeline_over_raw_sorted": summary("pipeline_over_raw_sorted"),
+        "pipeline_over_raw": summary("pipeline_over_raw"),
+        "cpu_seconds_per_chunk_outside_onnx": summary("cpu_seconds_per_chunk_outside_onnx"),
+        "note": "each run: the raw embedder (in order, then sorted) then the pipeline, on a fresh data directory; runs one after another, so the two alternate",
+        "each_run": reports,
+    })
+}
+
 /// Runs the benchmark with `config`'s projection settings on a temporary data directory.
 pub async fn project(config: &Config, bench: ProjectBench) -> anyhow::Result<Value> {
     // What is projected: the corpus's text, or PDFs as accepted bytes; the raw embedder gets
@@ -409,6 +441,7 @@ async fn pipeline(
     for index in 0..bench.workers {
         let mut worker_config = worker::WorkerConfig::new(format!("bench-{index}"));
         worker_config.concurrency = bench.concurrency;
+        worker_config.unit_jobs = config.workers.unit_jobs;
         worker_config.poll_interval = std::time::Duration::from_millis(50);
         let runner = worker::Worker::new(ledger.clone(), projector.clone(), worker_config);
         let mut stopped = stopped.clone();

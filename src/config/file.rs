@@ -332,6 +332,8 @@ pub(super) struct FileJobs {
 pub(super) struct FileWorkers {
     pub(super) count: Option<usize>,
     pub(super) concurrency: Option<usize>,
+    pub(super) unit_jobs: Option<usize>,
+    pub(super) unit_max_bytes: Option<usize>,
 }
 
 pub(super) fn read_file(path: &Path) -> anyhow::Result<FileConfig> {

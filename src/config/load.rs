@@ -278,6 +278,14 @@ fn workers(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<WorkerSettings> {
             .number("CAIRN_WORKER_CONCURRENCY")?
             .or(file.workers.concurrency)
             .unwrap_or(DEFAULT_WORKER_CONCURRENCY),
+        unit_jobs: env
+            .number("CAIRN_WORKER_UNIT_JOBS")?
+            .or(file.workers.unit_jobs)
+            .unwrap_or(worker::DEFAULT_UNIT_JOBS),
+        unit_max_bytes: env
+            .number("CAIRN_WORKER_UNIT_MAX_BYTES")?
+            .or(file.workers.unit_max_bytes)
+            .unwrap_or(worker::UnitSettings::default().max_bytes),
     })
 }
 

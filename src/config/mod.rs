@@ -72,6 +72,11 @@ pub struct WorkerSettings {
     pub count: usize,
     /// Jobs each one runs at once.
     pub concurrency: usize,
+    /// Most jobs of a claim projected together as one unit (1: each alone).
+    pub unit_jobs: usize,
+    /// Largest document (bytes) projected in a unit's shared batch; larger ones take the
+    /// lone path.
+    pub unit_max_bytes: usize,
 }
 
 /// Default number of in-process workers of `cairn serve`.

@@ -57,6 +57,12 @@ impl Config {
         if self.workers.concurrency == 0 || self.workers.concurrency > 1024 {
             bail!("workers.concurrency must be between 1 and 1024");
         }
+        if self.workers.unit_jobs == 0 || self.workers.unit_jobs > 256 {
+            bail!("workers.unit_jobs must be between 1 and 256");
+        }
+        if self.workers.unit_max_bytes > 1 << 20 {
+            bail!("workers.unit_max_bytes must be at most 1048576 (1 MiB)");
+        }
         if self.workers.count > 64 {
             bail!("workers.count must be at most 64");
         }

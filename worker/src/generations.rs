@@ -209,4 +209,23 @@ impl Work for GenerationRouter {
         let projector = self.projector(job).await?;
         projector.run(job).await
     }
+
+    fn unit_key(&self, job: &Job) -> Option<String> {
+        self.own.unit_key(job)
+    }
+
+    async fn run_unit(&self, unit: &crate::Unit) {
+        // A unit never mixes generations: its members share the key, their generation.
+        let Some(first) = unit.members().first() else {
+            return;
+        };
+        match self.projector(&first.job).await {
+            Ok(projector) => projector.run_unit(unit).await,
+            Err(failure) => {
+                for index in unit.held() {
+                    unit.report(index, Err(failure.clone()));
+                }
+            }
+        }
+    }
 }

@@ -29,11 +29,13 @@ pub mod generations;
 pub mod graph;
 mod job;
 pub mod projection;
+pub mod unit;
 
 pub use generations::GenerationRouter;
 pub use graph::{GraphStage, Reconciled};
 pub use job::{permanent, retryable};
-pub use projection::Projector;
+pub use projection::{Projector, UnitSettings};
+pub use unit::{Member, Unit};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +53,25 @@ use tracing::Instrument;
 pub trait Work: Send + Sync + 'static {
     /// Does the job's work. Dropping the future must stop it (cancellation).
     async fn run(&self, job: &Job) -> Result<(), Failure>;
+
+    /// The key of the units `job` may join (jobs of one claim with the same key run together
+    /// through [`Work::run_unit`]); `None`, the default: it runs alone.
+    fn unit_key(&self, job: &Job) -> Option<String> {
+        let _ = job;
+        None
+    }
+
+    /// Runs a unit, reporting each member's outcome with [`Unit::report`] as soon as it is
+    /// known. The default runs each member's [`Work::run`] concurrently.
+    async fn run_unit(&self, unit: &Unit) {
+        futures::future::join_all(unit.members().iter().enumerate().map(
+            |(index, member)| async move {
+                let outcome = self.run(&member.job).await;
+                unit.report(index, outcome);
+            },
+        ))
+        .await;
+    }
 }
 
 /// Runs `sync` jobs (connector runs) with one work and every other kind with another, so one
@@ -75,6 +96,18 @@ impl Work for ByKind {
             _ => self.other.run(job).await,
         }
     }
+
+    fn unit_key(&self, job: &Job) -> Option<String> {
+        match job.kind {
+            receipts::JobKind::Sync => None,
+            _ => self.other.unit_key(job),
+        }
+    }
+
+    async fn run_unit(&self, unit: &Unit) {
+        // Only `other` gives unit keys.
+        self.other.run_unit(unit).await;
+    }
 }
 
 /// How a worker runs.
@@ -88,6 +121,8 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// How long running jobs may finish after shutdown is asked before they are released.
     pub shutdown_grace: Duration,
+    /// Most jobs of a claim run together as one unit ([`unit`]); 1 runs every job alone.
+    pub unit_jobs: usize,
 }
 
 impl WorkerConfig {
@@ -98,12 +133,16 @@ impl WorkerConfig {
             concurrency: 4,
             poll_interval: Duration::from_millis(500),
             shutdown_grace: Duration::from_secs(10),
+            unit_jobs: DEFAULT_UNIT_JOBS,
         }
     }
 }
 
+/// Most jobs of a claim in one unit, by default.
+pub const DEFAULT_UNIT_JOBS: usize = 32;
+
 /// A run heartbeats every third of the lease its claim granted (the job kind's lease).
-fn heartbeat_period(job: &Job) -> Duration {
+pub(crate) fn heartbeat_period(job: &Job) -> Duration {
     let granted = match (job.lease_expires_at, job.heartbeat_at) {
         (Some(expiry), Some(claimed)) => expiry - claimed,
         _ => receipts::policy::DEFAULT_LEASE_MICROS,
@@ -169,9 +208,32 @@ impl Worker {
                     .await
                 {
                     Ok(jobs) => {
-                        for job in jobs {
-                            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                        for group in self.units(jobs) {
+                            let Ok(permit) = slots
+                                .clone()
+                                .try_acquire_many_owned(u32::try_from(group.len()).unwrap_or(u32::MAX))
+                            else {
                                 break;
+                            };
+                            if group.len() > 1 {
+                                let run = unit::UnitRun {
+                                    ledger: self.ledger.clone(),
+                                    work: self.work.clone(),
+                                    stats: self.stats.clone(),
+                                    stop: stop.clone(),
+                                };
+                                let span = tracing::info_span!("unit", jobs = group.len());
+                                running.spawn(
+                                    async move {
+                                        run.execute(group).await;
+                                        drop(permit);
+                                    }
+                                    .instrument(span),
+                                );
+                                continue;
+                            }
+                            let Some(job) = group.into_iter().next() else {
+                                continue;
                             };
                             let run = Run {
                                 ledger: self.ledger.clone(),
@@ -228,6 +290,32 @@ impl Worker {
             while running.join_next().await.is_some() {}
         }
         tracing::info!(owner = %self.config.owner, "worker stopped");
+    }
+}
+
+impl Worker {
+    /// A claim's jobs in the groups they run in: jobs with the same unit key together, at
+    /// most `unit_jobs` to a group and one job per source in each; every other job alone.
+    fn units(&self, jobs: Vec<Job>) -> Vec<Vec<Job>> {
+        let most = self.config.unit_jobs.max(1);
+        let mut groups: Vec<(Option<String>, Vec<Job>)> = Vec::new();
+        for job in jobs {
+            let key = if most > 1 { self.work.unit_key(&job) } else { None };
+            let open = key.as_ref().and_then(|key| {
+                groups.iter_mut().find(|(group_key, members)| {
+                    group_key.as_ref() == Some(key)
+                        && members.len() < most
+                        && !members.iter().any(|member| {
+                            member.dataset == job.dataset && member.source_key == job.source_key
+                        })
+                })
+            });
+            match open {
+                Some((_, members)) => members.push(job),
+                None => groups.push((key, vec![job])),
+            }
+        }
+        groups.into_iter().map(|(_, members)| members).collect()
     }
 }
 

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::{
     check_dimensions, fold_points, point_id, BackupFile, FieldKind, Held, PayloadFilter,
-    PointSelector, RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint, VectorHit, VectorPoint,
+    CurrentChange, PointSelector, RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint, VectorHit, VectorPoint,
     VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
@@ -647,6 +647,39 @@ impl EdgeVectorStore {
         .map_err(|error| unavailable(format!("vector task failed: {error}")))?
     }
 
+    /// The payload changes of one source's `set_current`: `keep`'s points turn current (and
+    /// take `head_at`), points of revisions that became head earlier turn not current.
+    fn current_changes(
+        &self,
+        dataset: &str,
+        source_key: &str,
+        keep: Option<Uuid>,
+        head_at: i64,
+    ) -> Vec<(Filter, qdrant_edge::UpdateOperation)> {
+        let fields = &self.fields;
+        let source = vec![
+            keyword(&fields.dataset, dataset),
+            keyword(&fields.source_key, source_key),
+        ];
+        // Points written before payloads carried `bucket` gain it with their next projection.
+        let bucket = Some(receipts::verify::bucket(dataset, source_key));
+        let mut older = source.clone();
+        older.push(before(&fields.head_at, head_at));
+        let mut older = all_of(older);
+        let mut changes = Vec::new();
+        if let Some(keep) = keep {
+            older.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
+            let mut mine = source;
+            mine.push(keyword(&fields.revision_id, &keep.to_string()));
+            let mine = all_of(mine);
+            let operation = set_payload(mine.clone(), true, Some(head_at), bucket);
+            changes.push((mine, operation));
+        }
+        let operation = set_payload(older.clone(), false, None, bucket);
+        changes.push((older, operation));
+        changes
+    }
+
     /// Changes the payload of the points `filter` selects. qdrant-edge moves a point whose
     /// payload changes out of an indexed segment into the appendable one (copy on write), where
     /// search is brute force: so the moved points count as written, and the optimiser's policy
@@ -1103,28 +1136,79 @@ impl VectorStore for EdgeVectorStore {
         keep: Option<Uuid>,
         head_at: i64,
     ) -> Result<(), GatewayError> {
+        self.rewrite_payload(self.current_changes(dataset, source_key, keep, head_at))
+            .await
+    }
+
+    async fn set_current_many(&self, changes: &[CurrentChange]) -> Result<(), GatewayError> {
+        // One shard write and one flush for the whole unit.
+        let operations = changes
+            .iter()
+            .flat_map(|change| {
+                self.current_changes(
+                    &change.dataset,
+                    &change.source_key,
+                    Some(change.keep),
+                    change.head_at,
+                )
+            })
+            .collect();
+        self.rewrite_payload(operations).await
+    }
+
+    async fn revisions_points(
+        &self,
+        revision_ids: &[Uuid],
+    ) -> Result<Vec<RevisionPoints>, GatewayError> {
         let fields = self.fields.clone();
-        let source = vec![
-            keyword(&fields.dataset, dataset),
-            keyword(&fields.source_key, source_key),
-        ];
-        // Points written before payloads carried `bucket` gain it with their next projection.
-        let bucket = Some(receipts::verify::bucket(dataset, source_key));
-        let mut older = source.clone();
-        older.push(before(&fields.head_at, head_at));
-        let mut older = all_of(older);
-        let mut changes = Vec::new();
-        if let Some(keep) = keep {
-            older.must_not = Some(vec![keyword(&fields.revision_id, &keep.to_string())]);
-            let mut mine = source;
-            mine.push(keyword(&fields.revision_id, &keep.to_string()));
-            let mine = all_of(mine);
-            let operation = set_payload(mine.clone(), true, Some(head_at), bucket);
-            changes.push((mine, operation));
-        }
-        let operation = set_payload(older.clone(), false, None, bucket);
-        changes.push((older, operation));
-        self.rewrite_payload(changes).await
+        let revisions = revision_ids.to_vec();
+        // One read of the shard for every revision's counts, one for their vectors.
+        let counts = self
+            .with_shard(false, move |shard| {
+                let mut counts = Vec::with_capacity(revisions.len());
+                for revision_id in revisions {
+                    let filter =
+                        all_of(vec![keyword(&fields.revision_id, &revision_id.to_string())]);
+                    let count = shard
+                        .count(CountRequest {
+                            filter: Some(filter.clone()),
+                            exact: true,
+                        })
+                        .map_err(unavailable)?;
+                    let current = if count == 0 {
+                        0
+                    } else {
+                        shard
+                            .count(CountRequest {
+                                filter: Some(
+                                    filter.merge_owned(all_of(vec![flag(&fields.is_current, true)])),
+                                ),
+                                exact: true,
+                            })
+                            .map_err(unavailable)?
+                    };
+                    counts.push((revision_id, count, current));
+                }
+                Ok(counts)
+            })
+            .await?;
+        let ids: Vec<Uuid> = counts
+            .iter()
+            .flat_map(|(revision_id, count, _)| {
+                (0..u32::try_from(*count).unwrap_or(u32::MAX))
+                    .map(move |index| point_id(*revision_id, index))
+            })
+            .collect();
+        let found = self.vectors(&ids).await?;
+        let mut found = found.iter();
+        Ok(counts
+            .into_iter()
+            .map(|(_, count, current)| RevisionPoints {
+                count,
+                with_dimension: found.by_ref().take(count).flatten().count(),
+                current,
+            })
+            .collect())
     }
 
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {

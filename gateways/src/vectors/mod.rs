@@ -129,6 +129,20 @@ pub struct RevisionPoints {
     pub current: usize,
 }
 
+/// One source's [`VectorStore::set_current`], as a unit of projections asks for it in
+/// [`VectorStore::set_current_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentChange {
+    /// Dataset.
+    pub dataset: String,
+    /// Source key.
+    pub source_key: String,
+    /// The revision whose points turn current.
+    pub keep: Uuid,
+    /// When it became head (epoch microseconds).
+    pub head_at: i64,
+}
+
 /// A point as the store holds it: the portable dump's line.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StoredPoint {
@@ -231,6 +245,32 @@ pub trait VectorStore: Send + Sync + 'static {
         keep: Option<Uuid>,
         head_at: i64,
     ) -> Result<(), GatewayError>;
+    /// [`VectorStore::set_current`] for several sources (distinct ones), durably in one write
+    /// where the store can: a unit of projections makes its revisions current together.
+    async fn set_current_many(&self, changes: &[CurrentChange]) -> Result<(), GatewayError> {
+        for change in changes {
+            self.set_current(
+                &change.dataset,
+                &change.source_key,
+                Some(change.keep),
+                change.head_at,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+    /// [`VectorStore::revision_points`] of several revisions, in their order (a unit's
+    /// read-back).
+    async fn revisions_points(
+        &self,
+        revision_ids: &[Uuid],
+    ) -> Result<Vec<RevisionPoints>, GatewayError> {
+        let mut out = Vec::with_capacity(revision_ids.len());
+        for revision_id in revision_ids {
+            out.push(self.revision_points(*revision_id).await?);
+        }
+        Ok(out)
+    }
     /// Points of a source marked current (a tombstone's read-back expects none).
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError>;
     /// Writes a source's readers (empty: it names none) onto every point of the source, of

@@ -41,14 +41,16 @@ use qdrant_client::qdrant::{
     Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
     DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder, PointId, PointStruct,
     Range, ReadConsistencyType, ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder,
-    SetPayloadPointsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder, Value,
+    points_update_operation, PointsUpdateOperation, SetPayloadPointsBuilder,
+    UpdateBatchPointsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder, Value,
     VectorParamsBuilder, WriteOrdering, WriteOrderingType,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, fold_points, point_id, FieldKind, Held, PayloadFilter, PointSelector,
+    check_dimensions, fold_points, point_id, CurrentChange, FieldKind, Held, PayloadFilter,
+    PointSelector,
     RevisionPoints, ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
     SCROLL_PAGE,
 };
@@ -382,6 +384,43 @@ fn current_payload(
         payload.insert("head_at".to_owned(), Value::from(head_at));
     }
     payload
+}
+
+/// The payload changes of one source's `set_current`, in order: `keep`'s points turn current
+/// (and take `head_at`), then points of revisions that became head earlier turn not current.
+fn current_changes(
+    dataset: &str,
+    source_key: &str,
+    keep: Option<Uuid>,
+    head_at: i64,
+) -> Vec<(Filter, HashMap<String, Value>)> {
+    let source = [
+        keyword("dataset", dataset),
+        keyword("source_key", source_key),
+    ];
+    let mut older = source.to_vec();
+    older.push(Condition::range(
+        "head_at",
+        Range {
+            lt: Some(head_at as f64),
+            ..Range::default()
+        },
+    ));
+    let mut older = Filter::must(older);
+    // Points written before payloads carried `bucket` gain it with their next projection.
+    let bucket = Some(receipts::verify::bucket(dataset, source_key));
+    let mut changes = Vec::new();
+    if let Some(keep) = keep {
+        older.must_not = vec![keyword("revision_id", &keep.to_string())];
+        let mut mine = source.to_vec();
+        mine.push(keyword("revision_id", &keep.to_string()));
+        changes.push((
+            Filter::must(mine),
+            current_payload(true, Some(head_at), bucket),
+        ));
+    }
+    changes.push((older, current_payload(false, None, bucket)));
+    changes
 }
 
 /// How long a search waits on one node before its abandonment (the caller's deadline)
@@ -899,29 +938,67 @@ impl VectorStore for ServerVectorStore {
         keep: Option<Uuid>,
         head_at: i64,
     ) -> Result<(), GatewayError> {
-        let source = [
-            keyword("dataset", dataset),
-            keyword("source_key", source_key),
-        ];
-        let mut older = source.to_vec();
-        older.push(Condition::range(
-            "head_at",
-            Range {
-                lt: Some(head_at as f64),
-                ..Range::default()
-            },
-        ));
-        let mut older = Filter::must(older);
-        // Points written before payloads carried `bucket` gain it with their next projection.
-        let bucket = Some(receipts::verify::bucket(dataset, source_key));
-        if let Some(keep) = keep {
-            older.must_not = vec![keyword("revision_id", &keep.to_string())];
-            let mut mine = source.to_vec();
-            mine.push(keyword("revision_id", &keep.to_string()));
-            self.set_payload(Filter::must(mine), true, Some(head_at), bucket)
-                .await?;
+        for (filter, payload) in current_changes(dataset, source_key, keep, head_at) {
+            self.retrying("set_payload", |client| {
+                let request =
+                    SetPayloadPointsBuilder::new(self.collection.as_str(), payload.clone())
+                        .points_selector(filter.clone())
+                        .wait(true)
+                        .ordering(ordered());
+                async move { client.set_payload(request).await }
+            })
+            .await?;
         }
-        self.set_payload(older, false, None, bucket).await
+        Ok(())
+    }
+
+    async fn set_current_many(&self, changes: &[CurrentChange]) -> Result<(), GatewayError> {
+        // One request for the whole unit: the server applies the operations in order.
+        let operations: Vec<PointsUpdateOperation> = changes
+            .iter()
+            .flat_map(|change| {
+                current_changes(
+                    &change.dataset,
+                    &change.source_key,
+                    Some(change.keep),
+                    change.head_at,
+                )
+            })
+            .map(|(filter, payload)| PointsUpdateOperation {
+                operation: Some(points_update_operation::Operation::SetPayload(
+                    points_update_operation::SetPayload {
+                        payload,
+                        points_selector: Some(filter.into()),
+                        ..Default::default()
+                    },
+                )),
+            })
+            .collect();
+        if operations.is_empty() {
+            return Ok(());
+        }
+        self.retrying("update_batch", |client| {
+            let request =
+                UpdateBatchPointsBuilder::new(self.collection.as_str(), operations.clone())
+                    .wait(true)
+                    .ordering(ordered());
+            async move { client.update_points_batch(request).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn revisions_points(
+        &self,
+        revision_ids: &[Uuid],
+    ) -> Result<Vec<RevisionPoints>, GatewayError> {
+        // The revisions' reads in flight together (each is three requests in order).
+        futures::future::try_join_all(
+            revision_ids
+                .iter()
+                .map(|revision_id| self.revision_points(*revision_id)),
+        )
+        .await
     }
 
     async fn source_current(&self, dataset: &str, source_key: &str) -> Result<usize, GatewayError> {

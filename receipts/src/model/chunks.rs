@@ -63,4 +63,23 @@ impl ChunkSummary {
             checksum: crate::ids::to_hex(&hasher.finalize()),
         }
     }
+
+    /// The summaries of `revisions`, in their order, from `(revision, sha256)` rows in chunk
+    /// order (each revision's rows together, in any revision order): what both engines'
+    /// [`crate::Projections::chunk_summaries`] compute from one read.
+    pub fn by_revision<R, K: PartialEq<R>>(
+        revisions: &[K],
+        rows: &[(R, String)],
+    ) -> Vec<ChunkSummary> {
+        revisions
+            .iter()
+            .map(|revision| {
+                ChunkSummary::of(
+                    rows.iter()
+                        .filter(|(of, _)| revision == of)
+                        .map(|(_, hash)| hash.as_str()),
+                )
+            })
+            .collect()
+    }
 }

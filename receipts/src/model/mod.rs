@@ -81,7 +81,7 @@ pub use generations::{
 pub use history::HistoryEntry;
 pub use hits::{BoundHit, HitRef, LexicalHit};
 pub use jobs::{Failure, FailureClass, Heartbeat, Job, JobKind, JobState, LeaseToken};
-pub use projection::{Backend, ProjectionReceipt, ReceiptState, ReceiptUpdate};
+pub use projection::{Backend, ProjectionReceipt, ReceiptState, ReceiptUpdate, UnitWrite};
 pub use sources::{
     AcceptStatus, Acceptance, Change, ContentBlock, Document, Revision, RevisionDetail,
     SourceListing, SourceView, Submission, MAX_LISTING_PAGE,

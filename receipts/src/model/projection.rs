@@ -67,3 +67,17 @@ pub struct ReceiptUpdate {
     /// The projection generation.
     pub generation: String,
 }
+
+/// One job's part of a unit's ledger write ([`crate::Projections::project_many`]): its chunk
+/// rows (replacing the revision's rows in `generation`, as
+/// [`crate::Projections::write_chunks`] does) and its receipt updates, all fenced by its own
+/// lease and kept or undone together, apart from every other job of the unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnitWrite {
+    /// The job's lease.
+    pub lease: crate::model::LeaseToken,
+    /// Chunk rows to write first, with their generation (`None`: none).
+    pub chunks: Option<(String, Vec<crate::model::ChunkRow>)>,
+    /// Receipt updates, in order.
+    pub receipts: Vec<ReceiptUpdate>,
+}

@@ -15,7 +15,7 @@ use crate::ledger::Projections;
 use crate::ledger::CANDIDATES_PER_HASH;
 use crate::model::{
     ChunkRef, ChunkRow, ChunkSummary, Generation, GenerationChanged, GenerationCommand,
-    GenerationView, Job, LeaseToken, ProjectionReceipt, ReceiptState, ReceiptUpdate,
+    GenerationView, Job, LeaseToken, ProjectionReceipt, ReceiptState, ReceiptUpdate, UnitWrite,
 };
 
 /// The job, locked, while `token`'s lease holds it at `now`; `lease_lost` otherwise.
@@ -66,43 +66,34 @@ impl Projections for PostgresLedger {
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
-        self.fault(FaultPoint::BeforeChunkWrite)?;
-        let job = fence(&mut tx, lease, now).await?;
-        let revision = job.revision()?;
-        sqlx::query("DELETE FROM chunks WHERE revision_id = $1 AND generation = $2")
-            .bind(revision)
-            .bind(generation)
-            .execute(&mut *tx)
+        self.chunk_rows(&mut tx, lease, generation, &chunks, now)
             .await?;
-        let rows = serde_json::to_value(&chunks)
-            .map_err(|error| LedgerError::Internal(format!("encoding chunk rows: {error}")))?;
-        sqlx::query(
-            "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, \
-               token_count, sha256, generation, section, page) \
-             SELECT $1, c.chunk_index, c.text, c.byte_start, c.byte_end, c.token_count, c.sha256, \
-               $2, c.section, c.page \
-             FROM jsonb_to_recordset($3::jsonb) AS c(chunk_index bigint, text text, \
-               byte_start bigint, byte_end bigint, token_count bigint, sha256 text, \
-               section text, page bigint)",
-        )
-        .bind(revision)
-        .bind(generation)
-        .bind(rows)
-        .execute(&mut *tx)
-        .await?;
-        if self.faults.fire(FaultPoint::ChunkRowLost) {
-            // Fault injection: the last row is lost, as by a store that dropped a write.
-            sqlx::query(
-                "DELETE FROM chunks WHERE revision_id = $1 AND generation = $2 AND chunk_index = \
-                   (SELECT max(chunk_index) FROM chunks WHERE revision_id = $1 AND generation = $2)",
-            )
-            .bind(revision)
-            .bind(generation)
-            .execute(&mut *tx)
-            .await?;
-        }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn chunk_summaries(
+        &self,
+        revision_ids: &[Uuid],
+        generation: &str,
+    ) -> Result<Vec<ChunkSummary>> {
+        let rows: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT revision_id, sha256 FROM chunks WHERE revision_id = ANY($1) \
+               AND generation = $2 ORDER BY revision_id, chunk_index",
+        )
+        .bind(revision_ids)
+        .bind(generation)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ChunkSummary::by_revision(revision_ids, &rows))
+    }
+
+    async fn project_many(&self, writes: Vec<UnitWrite>) -> Vec<Result<()>> {
+        let count = writes.len();
+        match self.unit(writes).await {
+            Ok(results) => results,
+            Err(error) => (0..count).map(|_| Err(error.replicate())).collect(),
+        }
     }
 
     async fn chunk_summary(&self, revision_id: Uuid, generation: &str) -> Result<ChunkSummary> {
@@ -188,7 +179,139 @@ impl Projections for PostgresLedger {
     async fn record_receipt(&self, lease: &LeaseToken, update: ReceiptUpdate) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let now = self.now(&mut tx).await?;
+        receipt_row(&mut tx, lease, &update, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
+        self.load_receipts(job_id).await
+    }
+
+    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        // The source's advisory lock first, as acceptance takes it before any job row: the
+        // two never wait on each other in opposite orders.
+        let source: Option<(String, String)> =
+            sqlx::query_as("SELECT dataset, source_key FROM jobs WHERE id = $1")
+                .bind(lease.job_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some((dataset, source_key)) = &source {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(super::acceptance::source_lock(dataset, source_key))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let now = self.now(&mut tx).await?;
         let job = fence(&mut tx, lease, now).await?;
+        let goes_on = super::validity::cross(&mut tx, &job, lease, now).await?;
+        tx.commit().await?;
+        Ok(goes_on)
+    }
+}
+
+impl PostgresLedger {
+    /// A revision's chunk rows replaced under `lease` (with the injected faults of a chunk
+    /// write), inside the caller's transaction.
+    async fn chunk_rows(
+        &self,
+        tx: &mut PgConnection,
+        lease: &LeaseToken,
+        generation: &str,
+        chunks: &[ChunkRow],
+        now: Micros,
+    ) -> Result<()> {
+        self.fault(FaultPoint::BeforeChunkWrite)?;
+        let job = fence(&mut *tx, lease, now).await?;
+        let revision = job.revision()?;
+        sqlx::query("DELETE FROM chunks WHERE revision_id = $1 AND generation = $2")
+            .bind(revision)
+            .bind(generation)
+            .execute(&mut *tx)
+            .await?;
+        let rows = serde_json::to_value(chunks)
+            .map_err(|error| LedgerError::Internal(format!("encoding chunk rows: {error}")))?;
+        sqlx::query(
+            "INSERT INTO chunks (revision_id, chunk_index, text, byte_start, byte_end, \
+               token_count, sha256, generation, section, page) \
+             SELECT $1, c.chunk_index, c.text, c.byte_start, c.byte_end, c.token_count, c.sha256, \
+               $2, c.section, c.page \
+             FROM jsonb_to_recordset($3::jsonb) AS c(chunk_index bigint, text text, \
+               byte_start bigint, byte_end bigint, token_count bigint, sha256 text, \
+               section text, page bigint)",
+        )
+        .bind(revision)
+        .bind(generation)
+        .bind(rows)
+        .execute(&mut *tx)
+        .await?;
+        if self.faults.fire(FaultPoint::ChunkRowLost) {
+            // Fault injection: the last row is lost, as by a store that dropped a write.
+            sqlx::query(
+                "DELETE FROM chunks WHERE revision_id = $1 AND generation = $2 AND chunk_index = \
+                   (SELECT max(chunk_index) FROM chunks WHERE revision_id = $1 AND generation = $2)",
+            )
+            .bind(revision)
+            .bind(generation)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// A unit's writes in one transaction, a savepoint per job (in job id order, so two
+    /// units never lock the same job rows in opposite orders).
+    async fn unit(&self, writes: Vec<UnitWrite>) -> Result<Vec<Result<()>>> {
+        let mut order: Vec<usize> = (0..writes.len()).collect();
+        order.sort_by_key(|index| writes[*index].lease.job_id);
+        let mut tx = self.pool.begin().await?;
+        let now = self.now(&mut tx).await?;
+        let mut results: Vec<Option<Result<()>>> = writes.iter().map(|_| None).collect();
+        for index in order {
+            let write = &writes[index];
+            sqlx::query("SAVEPOINT item").execute(&mut *tx).await?;
+            let mut result = Ok(());
+            if let Some((generation, chunks)) = &write.chunks {
+                result = self
+                    .chunk_rows(&mut tx, &write.lease, generation, chunks, now)
+                    .await;
+            }
+            for update in &write.receipts {
+                if result.is_err() {
+                    break;
+                }
+                result = receipt_row(&mut tx, &write.lease, update, now).await;
+            }
+            let end = if result.is_ok() {
+                "RELEASE SAVEPOINT item"
+            } else {
+                "ROLLBACK TO SAVEPOINT item"
+            };
+            sqlx::query(end).execute(&mut *tx).await?;
+            results[index] = Some(result);
+        }
+        tx.commit().await?;
+        Ok(results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(LedgerError::Internal("a unit write was not run".to_owned()))
+                })
+            })
+            .collect())
+    }
+}
+
+/// A receipt update under `lease`, inside the caller's transaction: the receipt, and the
+/// source's other revisions' receipts superseded when it is verified or excluded.
+async fn receipt_row(
+    tx: &mut PgConnection,
+    lease: &LeaseToken,
+    update: &ReceiptUpdate,
+    now: Micros,
+) -> Result<()> {
+        let job = fence(&mut *tx, lease, now).await?;
         sqlx::query(
             "INSERT INTO projection_receipts AS r (job_id, backend, state, evidence, updated_at, \
                changed_by, change_cause, changed_at, generation) \
@@ -231,33 +354,5 @@ impl Projections for PostgresLedger {
             .execute(&mut *tx)
             .await?;
         }
-        tx.commit().await?;
         Ok(())
-    }
-
-    async fn receipts(&self, job_id: Uuid) -> Result<Vec<ProjectionReceipt>> {
-        self.load_receipts(job_id).await
-    }
-
-    async fn cross_boundary(&self, lease: &LeaseToken) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        // The source's advisory lock first, as acceptance takes it before any job row: the
-        // two never wait on each other in opposite orders.
-        let source: Option<(String, String)> =
-            sqlx::query_as("SELECT dataset, source_key FROM jobs WHERE id = $1")
-                .bind(lease.job_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if let Some((dataset, source_key)) = &source {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(super::acceptance::source_lock(dataset, source_key))
-                .execute(&mut *tx)
-                .await?;
-        }
-        let now = self.now(&mut tx).await?;
-        let job = fence(&mut tx, lease, now).await?;
-        let goes_on = super::validity::cross(&mut tx, &job, lease, now).await?;
-        tx.commit().await?;
-        Ok(goes_on)
-    }
 }

@@ -570,6 +570,32 @@ impl Projections for SqliteLedger {
         Ok(ChunkSummary::of(hashes.iter().map(String::as_str)))
     }
 
+    async fn chunk_summaries(
+        &self,
+        revision_ids: &[Uuid],
+        generation: &str,
+    ) -> Result<Vec<ChunkSummary>> {
+        let ids: Vec<String> = revision_ids.iter().map(Uuid::to_string).collect();
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT revision_id, sha256 FROM chunks \
+             WHERE revision_id IN (SELECT value FROM json_each(?1)) AND generation = ?2 \
+             ORDER BY revision_id, chunk_index",
+        )
+        .bind(serde_json::Value::from(ids.clone()).to_string())
+        .bind(generation)
+        .fetch_all(&self.reads)
+        .await?;
+        Ok(crate::model::ChunkSummary::by_revision(&ids, &rows))
+    }
+
+    async fn project_many(&self, writes: Vec<crate::model::UnitWrite>) -> Vec<Result<()>> {
+        let count = writes.len();
+        match self.submit(|reply| WriteOp::ProjectMany(writes, reply)).await {
+            Ok(results) => results,
+            Err(error) => (0..count).map(|_| Err(error.replicate())).collect(),
+        }
+    }
+
     async fn chunks(&self, revision_id: Uuid, generation: &str) -> Result<Vec<ChunkRow>> {
         let rows = sqlx::query(
             "SELECT chunk_index, text, byte_start, byte_end, token_count, sha256, section, page \

@@ -57,6 +57,8 @@ pub(super) enum WriteOp {
     Accept(Vec<Prepared>, oneshot::Sender<Vec<Result<Acceptance>>>),
     Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
     Project(ProjectCommand, oneshot::Sender<Result<()>>),
+    /// A unit's writes: one savepoint per job, one result per job.
+    ProjectMany(Vec<crate::model::UnitWrite>, oneshot::Sender<Vec<Result<()>>>),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
     Token(TokenChange, oneshot::Sender<Result<TokenChanged>>),
     Access(crate::access::AccessChange, oneshot::Sender<Result<()>>),
@@ -78,6 +80,7 @@ impl WriteOp {
     fn weight(&self) -> usize {
         match self {
             WriteOp::Accept(items, _) => items.len().max(1),
+            WriteOp::ProjectMany(writes, _) => writes.len().max(1),
             WriteOp::Block(..)
             | WriteOp::Token(..)
             | WriteOp::Access(..)
@@ -100,6 +103,7 @@ pub(super) enum Done {
     ),
     Block(Result<()>, oneshot::Sender<Result<()>>),
     Project(Result<()>, oneshot::Sender<Result<()>>),
+    ProjectMany(Vec<Result<()>>, oneshot::Sender<Vec<Result<()>>>),
     Token(Result<TokenChanged>, oneshot::Sender<Result<TokenChanged>>),
     Access(Result<()>, oneshot::Sender<Result<()>>),
     Generation(
@@ -132,6 +136,10 @@ impl Done {
             ),
             Done::Block(result, reply) => Done::Block(fail_one(result, error), reply),
             Done::Project(result, reply) => Done::Project(fail_one(result, error), reply),
+            Done::ProjectMany(results, reply) => Done::ProjectMany(
+                results.into_iter().map(|r| fail_one(r, error)).collect(),
+                reply,
+            ),
             Done::Job(result, reply) => Done::Job(fail_one(result, error), reply),
             Done::Token(result, reply) => Done::Token(fail_one(result, error), reply),
             Done::Access(result, reply) => Done::Access(fail_one(result, error), reply),
@@ -165,6 +173,7 @@ impl Done {
             | Done::Access(..)
             | Done::Outbox(..)
             | Done::Project(..)
+            | Done::ProjectMany(..)
             | Done::Generation(..) => false,
         }
     }
@@ -175,6 +184,7 @@ impl Done {
             Done::Accept(results, reply) => drop(reply.send(results)),
             Done::Block(result, reply) => drop(reply.send(result)),
             Done::Project(result, reply) => drop(reply.send(result)),
+            Done::ProjectMany(results, reply) => drop(reply.send(results)),
             Done::Job(result, reply) => drop(reply.send(result)),
             Done::Token(result, reply) => drop(reply.send(result)),
             Done::Access(result, reply) => drop(reply.send(result)),
@@ -365,6 +375,17 @@ impl Writer {
                 }
                 Done::Project(self.end_item(result).await, reply)
             }
+            WriteOp::ProjectMany(writes, reply) => {
+                let mut results = Vec::with_capacity(writes.len());
+                for write in writes {
+                    let result = match self.begin_item().await {
+                        Ok(()) => self.unit_write(write).await,
+                        Err(error) => Err(error),
+                    };
+                    results.push(self.end_item(result).await);
+                }
+                Done::ProjectMany(results, reply)
+            }
             WriteOp::Block(block, reply) => {
                 let result = match self.begin_item().await {
                     Ok(()) => self.block(block).await,
@@ -460,6 +481,36 @@ impl Writer {
             sqlx::query("BEGIN IMMEDIATE")
                 .execute(&mut self.connection)
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// One job's part of a unit ([`crate::Projections::project_many`]), inside its savepoint:
+    /// the same statements, and the same injected faults, as a lone chunk write and its
+    /// receipts.
+    async fn unit_write(&mut self, write: crate::model::UnitWrite) -> Result<()> {
+        let now = self.clock.now_micros();
+        let job_id = write.lease.job_id;
+        if let Some((generation, chunks)) = write.chunks {
+            if self.faults.fire(FaultPoint::BeforeChunkWrite) {
+                return Err(LedgerError::Injected(FaultPoint::BeforeChunkWrite));
+            }
+            let command = ProjectCommand::WriteChunks {
+                token: write.lease.clone(),
+                generation,
+                chunks,
+            };
+            projection::run(&mut self.connection, command, now).await?;
+            if self.faults.fire(FaultPoint::ChunkRowLost) {
+                projection::lose_last_chunk(&mut self.connection, job_id).await?;
+            }
+        }
+        for update in write.receipts {
+            let command = ProjectCommand::Receipt {
+                token: write.lease.clone(),
+                update,
+            };
+            projection::run(&mut self.connection, command, now).await?;
         }
         Ok(())
     }

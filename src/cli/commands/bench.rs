@@ -88,6 +88,10 @@ enum BenchCommand {
         /// of the corpus, e.g. pdf.js's `test/pdfs`: the pipeline extracts them again.
         #[arg(long)]
         pdfs: Option<PathBuf>,
+        /// Runs, each the raw embedder then the pipeline (interleaved); with more than one,
+        /// the report gives each run and the median ratio with its spread.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// With `--pdfs`: only the PDFs whose text makes at least this many chunks (pdf.js's
         /// corpus is mostly one-line test files; documents people have are longer).
         #[arg(long, default_value_t = 1)]
@@ -444,6 +448,7 @@ impl BenchArgs {
                 edits,
                 one_line,
                 pdfs,
+                runs,
                 min_chunks,
                 vectors,
                 config,
@@ -466,21 +471,25 @@ impl BenchArgs {
                         &variable("CAIRN_GRAPH_DATABASE", "neo4j"),
                     )
                 });
-                let report = crate::bench::project(
-                    &config,
-                    crate::bench::ProjectBench {
-                        corpus,
-                        docs,
-                        workers: workers.max(1),
-                        concurrency: concurrency.max(1),
-                        graph,
-                        edits,
-                        one_line,
-                        pdfs,
-                        min_chunks,
-                    },
-                )
-                .await?;
+                let bench = crate::bench::ProjectBench {
+                    corpus,
+                    docs,
+                    workers: workers.max(1),
+                    concurrency: concurrency.max(1),
+                    graph,
+                    edits,
+                    one_line,
+                    pdfs,
+                    min_chunks,
+                };
+                let mut reports = Vec::new();
+                for run in 1..=runs.max(1) {
+                    if runs > 1 {
+                        eprintln!("project: run {run} of {runs}");
+                    }
+                    reports.push(crate::bench::project(&config, bench.clone()).await?);
+                }
+                let report = crate::bench::project_runs(reports);
                 write_report(&out, &report)?;
             }
             BenchCommand::Mcp {

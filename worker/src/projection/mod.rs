@@ -38,6 +38,29 @@ use crate::job::{
 };
 use crate::Work;
 
+mod unit;
+
+/// Which projections run together as a unit ([`crate::unit`]): text documents of at most
+/// `max_bytes` (larger ones, and binary formats, take the lone path inside their unit), their
+/// chunks embedded, written and read back in batches of at most `max_chunks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitSettings {
+    /// Largest document (bytes) projected in a unit's shared batch.
+    pub max_bytes: usize,
+    /// Most chunks in one of a unit's batches.
+    pub max_chunks: usize,
+}
+
+impl Default for UnitSettings {
+    /// 16 KiB documents (read and chunked inline, see `job::INLINE_BYTES`), 256 chunks.
+    fn default() -> Self {
+        UnitSettings {
+            max_bytes: crate::job::INLINE_BYTES,
+            max_chunks: 256,
+        }
+    }
+}
+
 /// The stores a projection writes to.
 #[derive(Clone)]
 pub struct Projector {
@@ -47,6 +70,7 @@ pub struct Projector {
     vectors: Option<Arc<dyn VectorStore>>,
     generation: Generation,
     graph: Option<Arc<crate::graph::GraphStage>>,
+    units: UnitSettings,
 }
 
 impl std::fmt::Debug for Projector {
@@ -80,6 +104,7 @@ impl Projector {
             vectors,
             generation,
             graph: None,
+            units: UnitSettings::default(),
         })
     }
 
@@ -93,6 +118,13 @@ impl Projector {
         vectors: Option<Arc<dyn VectorStore>>,
     ) -> Result<Projector, GatewayError> {
         Projector::new(self.ledger.clone(), embedder, chunker, vectors, generation)
+            .map(|projector| projector.with_units(self.units))
+    }
+
+    /// The same projector, running units with `units`.
+    pub fn with_units(mut self, units: UnitSettings) -> Projector {
+        self.units = units;
+        self
     }
 
     /// Its embedder.
@@ -148,31 +180,7 @@ impl Projector {
         stages.note("reading");
         let (revision, bytes) = revision_bytes(self.ledger.as_ref(), revision_of(job)?).await?;
         stages.note("chunking");
-        let copied = self.predecessor_chunks(&revision).await?;
-        let chunks_from = if copied.is_some() {
-            "predecessor"
-        } else {
-            "chunker"
-        };
-        let chunks = match copied {
-            Some(chunks) => chunks,
-            None => {
-                let extracted = extract(&revision, bytes).await?;
-                let chunker = self.chunker.clone();
-                if inline(
-                    extract::Format::of(&revision.media_type),
-                    revision.byte_length,
-                ) {
-                    chunker.chunk_extracted(&extracted)
-                } else {
-                    tokio::task::spawn_blocking(move || chunker.chunk_extracted(&extracted))
-                        .await
-                        .map_err(|error| {
-                            permanent("chunker_failed", format!("chunking failed: {error}"))
-                        })?
-                }
-            }
-        };
+        let (chunks, chunks_from) = self.chunks_of(&revision, bytes).await?;
         let chunk_ms = millis(started);
         let expected = ChunkSummary::of(chunks.iter().map(|chunk| chunk.sha256.as_str()));
         let tokens: usize = chunks.iter().map(|chunk| chunk.token_count).sum();
@@ -188,19 +196,7 @@ impl Projector {
                 .map_err(ledger_failure)?;
             let reconciled = existing == expected;
             if !reconciled {
-                let rows = chunks
-                    .iter()
-                    .map(|chunk| ChunkRow {
-                        chunk_index: i64::from(chunk.index),
-                        text: chunk.text.clone(),
-                        byte_start: chunk.byte_start as i64,
-                        byte_end: chunk.byte_end as i64,
-                        token_count: chunk.token_count as i64,
-                        sha256: chunk.sha256.clone(),
-                        section: chunk.section.clone(),
-                        page: chunk.page.map(i64::from),
-                    })
-                    .collect();
+                let rows = rows_of(&chunks);
                 self.ledger
                     .write_chunks(token, &self.generation.id, rows)
                     .await
@@ -527,6 +523,62 @@ impl Projector {
             .map(Some)
     }
 
+    /// A revision's chunks, and where they came from: its predecessor's rows when the bytes
+    /// are the same (`predecessor`), else the chunker (`chunker`; inline for a small text
+    /// document, on the blocking pool otherwise).
+    async fn chunks_of(
+        &self,
+        revision: &receipts::Revision,
+        bytes: Vec<u8>,
+    ) -> Result<(Vec<gateways::Chunk>, &'static str), Failure> {
+        let copied = self.predecessor_chunks(revision).await?;
+        let chunks_from = if copied.is_some() {
+            "predecessor"
+        } else {
+            "chunker"
+        };
+        let chunks = match copied {
+            Some(chunks) => chunks,
+            None => {
+                let extracted = extract(revision, bytes).await?;
+                let chunker = self.chunker.clone();
+                if inline(
+                    extract::Format::of(&revision.media_type),
+                    revision.byte_length,
+                ) {
+                    chunker.chunk_extracted(&extracted)
+                } else {
+                    tokio::task::spawn_blocking(move || chunker.chunk_extracted(&extracted))
+                        .await
+                        .map_err(|error| {
+                            permanent("chunker_failed", format!("chunking failed: {error}"))
+                        })?
+                }
+            }
+        };
+        Ok((chunks, chunks_from))
+    }
+
+    /// A job that waited (a revision scheduled from a later instant, or a retry) first makes
+    /// sure its revision is the head once its validity has begun; a job queued to run at once
+    /// projects the head acceptance just moved, and costs no extra write.
+    async fn boundary(&self, job: &Job, token: &LeaseToken) -> Result<(), Failure> {
+        if job.run_at > job.created_at
+            && !matches!(job.kind, JobKind::Sync | JobKind::Access)
+            && !self
+                .ledger
+                .cross_boundary(token)
+                .await
+                .map_err(ledger_failure)?
+        {
+            return Err(retryable(
+                "lease_lost",
+                "a later assertion overrode the revision at its boundary: the job was superseded",
+            ));
+        }
+        Ok(())
+    }
+
     /// After a fenced-out final write: if the revision is no longer head, its points must not
     /// stay current.
     async fn retire_if_stale(&self, job: &Job) {
@@ -603,6 +655,23 @@ impl Projector {
         }
         Ok(())
     }
+}
+
+/// The relational backend's rows of `chunks`.
+fn rows_of(chunks: &[gateways::Chunk]) -> Vec<ChunkRow> {
+    chunks
+        .iter()
+        .map(|chunk| ChunkRow {
+            chunk_index: i64::from(chunk.index),
+            text: chunk.text.clone(),
+            byte_start: chunk.byte_start as i64,
+            byte_end: chunk.byte_end as i64,
+            token_count: chunk.token_count as i64,
+            sha256: chunk.sha256.clone(),
+            section: chunk.section.clone(),
+            page: chunk.page.map(i64::from),
+        })
+        .collect()
 }
 
 impl Projector {
@@ -695,22 +764,7 @@ impl Work for Projector {
     async fn run(&self, job: &Job) -> Result<(), Failure> {
         let token = LeaseToken::of(job)
             .ok_or_else(|| permanent("not_leased", "the job was handed over without a lease"))?;
-        // A job that waited (a revision scheduled from a later instant, or a retry) first
-        // makes sure its revision is the head once its validity has begun; a job queued to run
-        // at once projects the head acceptance just moved, and costs no extra write.
-        if job.run_at > job.created_at
-            && !matches!(job.kind, JobKind::Sync | JobKind::Access)
-            && !self
-                .ledger
-                .cross_boundary(&token)
-                .await
-                .map_err(ledger_failure)?
-        {
-            return Err(retryable(
-                "lease_lost",
-                "a later assertion overrode the revision at its boundary: the job was superseded",
-            ));
-        }
+        self.boundary(job, &token).await?;
         match job.kind {
             JobKind::Project => self.project(job, &token).await,
             JobKind::Tombstone => self.exclude(job, &token).await,
@@ -731,5 +785,16 @@ impl Work for Projector {
                  runner",
             )),
         }
+    }
+    fn unit_key(&self, job: &Job) -> Option<String> {
+        (job.kind == JobKind::Project).then(|| {
+            job.generation
+                .clone()
+                .unwrap_or_else(|| self.generation.id.clone())
+        })
+    }
+
+    async fn run_unit(&self, unit: &crate::Unit) {
+        self.project_unit(unit).await;
     }
 }
