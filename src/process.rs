@@ -450,7 +450,8 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 }
 
 /// Fault-injection work for tests of the job lifecycle (`cairn worker --simulate-work-ms`):
-/// every job sleeps for the given time, then completes. Not projection.
+/// every job sleeps for the given time, then completes. Not projection. A claim's jobs run as
+/// units (one key for all), so the lifecycle tests cover units' leases and heartbeats too.
 #[derive(Debug, Clone, Copy)]
 pub struct SimulatedWork(pub std::time::Duration);
 
@@ -459,5 +460,9 @@ impl worker::Work for SimulatedWork {
     async fn run(&self, _job: &receipts::Job) -> Result<(), receipts::Failure> {
         tokio::time::sleep(self.0).await;
         Ok(())
+    }
+
+    fn unit_key(&self, _job: &receipts::Job) -> Option<String> {
+        Some("simulated".to_owned())
     }
 }

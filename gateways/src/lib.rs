@@ -27,9 +27,9 @@ pub use embedder::{
 };
 pub use graph::{BoltGraphStore, BoltOptions, GraphStore};
 pub use vectors::{
-    CollectionLayout, CurrentChange, EdgeVectorStore, FieldKind, OneStore, OptimizePolicy, OptimizerStats,
-    PayloadFilter, PointFacts, PointSelector, RevisionPoints, ServerOptions, ServerVectorStore,
-    VectorHit, VectorPoint, VectorStore, VectorStores,
+    CollectionLayout, CurrentChange, EdgeVectorStore, FieldKind, OneStore, OptimizePolicy,
+    OptimizerStats, PayloadFilter, PointFacts, PointSelector, RevisionPoints, ServerOptions,
+    ServerVectorStore, VectorHit, VectorPoint, VectorStore, VectorStores,
 };
 
 /// What can go wrong in a store.

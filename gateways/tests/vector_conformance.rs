@@ -8,7 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use gateways::vectors::{point_id, INDEXED_FIELDS};
 use gateways::{
-    EdgeVectorStore, GatewayError, ServerOptions, ServerVectorStore, VectorPoint, VectorStore,
+    CurrentChange, EdgeVectorStore, GatewayError, ServerOptions, ServerVectorStore, VectorPoint,
+    VectorStore,
 };
 use testkit::qdrant::{QdrantCluster, QdrantServer};
 use uuid::Uuid;
@@ -125,6 +126,56 @@ async fn project(
 
 mod checks {
     use super::*;
+
+    /// A unit's calls: `set_current_many` flips several sources in one write exactly as
+    /// `set_current` flips each, `revisions_points` reads several revisions back in order, and
+    /// `vectors` answers an id asked twice twice.
+    pub(super) async fn a_units_calls_match_the_single_ones(backend: &dyn Backend) {
+        let store = backend.open("g-unit").await;
+        let (a1, a2, b1, c1) = (
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+        );
+        project(store.as_ref(), "docs", "a", a1, 2, 1).await;
+        let mut written = points("docs", "a", a2, 3, 2);
+        written.extend(points("docs", "b", b1, 1, 3));
+        written.extend(points("misc", "c", c1, 2, 4));
+        store.upsert_visible(written).await.expect("one upsert");
+        let change = |dataset: &str, key: &str, keep: Uuid, head_at: i64| CurrentChange {
+            dataset: dataset.to_owned(),
+            source_key: key.to_owned(),
+            keep,
+            head_at,
+        };
+        store
+            .set_current_many(&[
+                change("docs", "a", a2, 2),
+                change("docs", "b", b1, 3),
+                change("misc", "c", c1, 4),
+            ])
+            .await
+            .expect("set current many");
+        let held = store
+            .revisions_points(&[c1, a1, Uuid::now_v7(), a2, b1])
+            .await
+            .expect("read back");
+        let summary: Vec<(usize, usize, usize)> = held
+            .iter()
+            .map(|points| (points.count, points.with_dimension, points.current))
+            .collect();
+        assert_eq!(
+            summary,
+            [(2, 2, 2), (2, 2, 0), (0, 0, 0), (3, 3, 3), (1, 1, 1)],
+            "each revision in the asked order; the older revision of a retired"
+        );
+        assert_eq!(store.source_current("docs", "a").await.expect("a"), 3);
+        let id = gateways::vectors::point_id(b1, 0);
+        let twice = store.vectors(&[id, id]).await.expect("vectors");
+        assert_eq!(twice.len(), 2);
+        assert!(twice[0].is_some() && twice[0] == twice[1], "{twice:?}");
+    }
 
     pub(super) async fn erasure_deletes_a_source_or_a_revision(backend: &dyn Backend) {
         let store = backend.open("g-erase").await;
@@ -981,6 +1032,11 @@ macro_rules! vector_conformance {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_units_calls_match_the_single_ones() {
+                checks::a_units_calls_match_the_single_ones(&$backend).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn readers_are_written_onto_every_point_of_a_source() {
                 checks::readers_are_written_onto_every_point_of_a_source(&$backend).await;
             }
@@ -1016,4 +1072,5 @@ async fn a_three_node_cluster_passes_the_suite() {
     checks::payload_indexes_exist_before_any_point(&on("12")).await;
     checks::pushed_filters_select_what_matches(&on("13")).await;
     checks::readers_are_written_onto_every_point_of_a_source(&on("14")).await;
+    checks::a_units_calls_match_the_single_ones(&on("15")).await;
 }

@@ -127,9 +127,9 @@ pub use model::{
     ErasureRemaining, ErasureRequest, Failure, FailureClass, Generation, GenerationChange,
     GenerationChanged, GenerationCommand, GenerationProgress, GenerationState, GenerationView,
     Heartbeat, HistoryEntry, HitRef, Job, JobKind, JobState, LeaseToken, LedgerCounts, LexicalHit,
-    NewConnector, ProjectionReceipt, ReceiptState, ReceiptUpdate, Removal, UnitWrite, Revision,
+    NewConnector, ProjectionReceipt, ReceiptState, ReceiptUpdate, Removal, Revision,
     RevisionDetail, SourceListing, SourceView, Submission, SyncFile, SyncProgress, SyncReport,
-    SyncRun, MAX_LISTING_PAGE,
+    SyncRun, UnitWrite, MAX_LISTING_PAGE,
 };
 pub use model::{
     DriftKind, DriftRecord, DriftState, LedgerBucket, PassChange, PassState, SettledHead,

@@ -1,5 +1,6 @@
 //! Model-based property test of leases: random interleavings of claim, heartbeat, complete,
-//! fail, release, time advance, crash, cancel and requeue against each ledger engine (SQLite, and
+//! fail, release, a unit's write, time advance, crash, cancel and requeue against each ledger
+//! engine (SQLite, and
 //! PostgreSQL on a real server: one server per engine test, a fresh database per case).
 //!
 //! An independent model keeps, per job, what the contract says it must be: state, attempt,
@@ -16,7 +17,9 @@
 //! - in the completion statement, `SET state = 'completed'` changed to `'dead'`, or the
 //!   statement made a no-op that still answers Ok;
 //! - `claim` returning `[]` always;
-//! - a `Permanent` failure ending in `retry_wait`.
+//! - a `Permanent` failure ending in `retry_wait`;
+//! - `project_many` skipping every member after a stale one while answering Ok (a stale job
+//!   fencing out its neighbours, unseen).
 //!
 //! `cargo nextest run -p receipts -E 'binary(lease_model)'`
 
@@ -70,6 +73,13 @@ enum Step {
     Requeue {
         job: usize,
     },
+    /// A unit's ledger write ([`receipts::Projections::project_many`]) of every job in `jobs`
+    /// (a bit mask) that `worker` holds a token for, stale or not: each member must be fenced
+    /// by its own lease alone.
+    Unit {
+        worker: usize,
+        jobs: u8,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -82,9 +92,10 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (worker.clone(), job.clone(), 0..4u8).prop_map(|(worker, job, class)| Step::Fail { worker, job, class }),
         1 => (worker.clone(), job.clone()).prop_map(|(worker, job)| Step::Release { worker, job }),
         3 => prop_oneof![1..12i64, 25..45i64].prop_map(|seconds| Step::Advance { seconds }),
-        1 => worker.prop_map(|worker| Step::Crash { worker }),
+        1 => worker.clone().prop_map(|worker| Step::Crash { worker }),
         1 => job.clone().prop_map(|job| Step::Cancel { job }),
         1 => job.prop_map(|job| Step::Requeue { job }),
+        3 => (worker, 1..(1u8 << JOBS)).prop_map(|(worker, jobs)| Step::Unit { worker, jobs }),
     ]
 }
 
@@ -291,6 +302,8 @@ struct World {
     ledger: Arc<dyn Ledger>,
     clock: Arc<ManualClock>,
     jobs: Vec<uuid::Uuid>,
+    /// The active projection generation (what a unit's receipts name).
+    generation: String,
     /// The last token each worker was given for each job (it may be stale).
     tokens: Vec<HashMap<usize, LeaseToken>>,
     _guard: Box<dyn std::any::Any>,
@@ -325,6 +338,16 @@ impl World {
                 (Arc::new(ledger), Box::new(()))
             }
         };
+        let generation = receipts::Generation::new(
+            "model",
+            3,
+            "model-chunker",
+            &[receipts::Backend::Relational, receipts::Backend::Vector],
+        );
+        ledger
+            .activate_generation(&generation, "model")
+            .await
+            .expect("activate a generation");
         let mut jobs = Vec::new();
         for index in 0..JOBS {
             let mut results = ledger
@@ -346,6 +369,7 @@ impl World {
             ledger,
             clock,
             jobs,
+            generation: generation.id,
             tokens: vec![HashMap::new(); WORKERS],
             _guard: guard,
         }
@@ -461,6 +485,21 @@ fn predict_failure(
         }
     }
     None
+}
+
+/// The state and evidence of `job`'s relational receipt.
+async fn relational_receipt(
+    world: &World,
+    job: usize,
+) -> Option<(receipts::ReceiptState, Option<serde_json::Value>)> {
+    world
+        .ledger
+        .receipts(world.jobs[job])
+        .await
+        .expect("receipts")
+        .into_iter()
+        .find(|receipt| receipt.backend == receipts::Backend::Relational)
+        .map(|receipt| (receipt.state, receipt.evidence))
 }
 
 async fn run(steps: Vec<Step>, engine: &Engine<'_>) -> Result<(), TestCaseError> {
@@ -609,6 +648,69 @@ async fn run(steps: Vec<Step>, engine: &Engine<'_>) -> Result<(), TestCaseError>
                                 }
                             }
                         }
+                    }
+                }
+            }
+            Step::Unit { worker, jobs } => {
+                let members: Vec<(usize, LeaseToken)> = (0..JOBS)
+                    .filter(|job| jobs & (1 << job) != 0)
+                    .filter_map(|job| Some((job, world.tokens[worker].get(&job)?.clone())))
+                    .collect();
+                if members.is_empty() {
+                    continue;
+                }
+                let mut receipts_before = Vec::new();
+                let mut histories_before = Vec::new();
+                for (job, _) in &members {
+                    receipts_before.push(relational_receipt(&world, *job).await);
+                    histories_before.push(world.history_len(*job).await);
+                }
+                let writes = members
+                    .iter()
+                    .map(|(_, token)| receipts::UnitWrite {
+                        lease: token.clone(),
+                        chunks: None,
+                        receipts: vec![receipts::ReceiptUpdate {
+                            backend: receipts::Backend::Relational,
+                            state: receipts::ReceiptState::Verified,
+                            evidence: serde_json::json!({ "lease": token.lease_id }),
+                            cause: "verified: unit of the model".to_owned(),
+                            generation: world.generation.clone(),
+                        }],
+                    })
+                    .collect();
+                let results = world.ledger.project_many(writes).await;
+                prop_assert_eq!(results.len(), members.len(), "one result per member");
+                for (index, ((job, token), result)) in members.iter().zip(&results).enumerate() {
+                    let valid = model.jobs[*job].held_by(token, now);
+                    check_fenced(
+                        &world,
+                        *job,
+                        &before[*job],
+                        (token, now),
+                        valid,
+                        result,
+                        histories_before[index],
+                    )
+                    .await?;
+                    let receipt = relational_receipt(&world, *job).await;
+                    if valid {
+                        prop_assert_eq!(
+                            receipt,
+                            Some((
+                                receipts::ReceiptState::Verified,
+                                Some(serde_json::json!({ "lease": token.lease_id }))
+                            )),
+                            "a held member's receipt after {}",
+                            &context
+                        );
+                    } else {
+                        prop_assert_eq!(
+                            &receipt,
+                            &receipts_before[index],
+                            "a fenced-out member's receipt changed after {}",
+                            &context
+                        );
                     }
                 }
             }

@@ -1,6 +1,12 @@
 //! Crash test: `cairn serve` (the built binary) takes 16 concurrent ingest clients, is killed
 //! with SIGKILL mid-stream and restarted. Every receipt returned before the kill must resolve
 //! after the restart, with retained bytes that match its sha256.
+//!
+//! The clients rewrite 8 keys each, so revisions supersede one another while the workers
+//! project them in units of 32 (`workers.unit_jobs`), and the kill lands between a unit's
+//! writes. After the restart every acknowledged revision ends verified or superseded, and a
+//! scrub finds no drift: no point is flagged current for a revision that is not the head, and
+//! no chunk is counted twice.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -88,8 +94,13 @@ pub(crate) async fn await_line<T>(
     found
 }
 
+/// Keys each client rewrites, so later revisions supersede earlier ones.
+const KEYS: usize = 8;
+
 #[derive(Debug, Clone)]
 struct Acknowledged {
+    client: usize,
+    item: usize,
     revision_id: String,
     sha256: String,
     content: String,
@@ -98,7 +109,9 @@ struct Acknowledged {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
     let directory = tempfile::tempdir().expect("tempdir");
-    let (mut child, base) = start(directory.path()).await;
+    let units = [("CAIRN_WORKER_UNIT_JOBS", "32")];
+    let (mut child, base) =
+        spawn_serve_with(directory.path(), &[], &units, "warn", Stdio::inherit()).await;
     let token = std::fs::read_to_string(directory.path().join("admin.token"))
         .expect("admin token")
         .trim()
@@ -120,7 +133,7 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
         clients.push(tokio::spawn(async move {
             for item in 0.. {
                 let content = format!("client {client} document {item}: {}", "durable bytes ".repeat(item % 50 + 1));
-                let body = json!({"dataset": "crash", "source_key": format!("{client}/{item}"), "content": content});
+                let body = json!({"dataset": "crash", "source_key": format!("{client}/{}", item % KEYS), "content": content});
                 match http.post(format!("{base}/v1/sources")).bearer_auth(&token).json(&body).send().await {
                     Ok(response) if response.status().as_u16() == 202 => {
                         let receipt: Value = match response.json().await {
@@ -128,6 +141,8 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
                             Err(_) => break, // the connection died mid-answer: not acknowledged
                         };
                         let ack = Acknowledged {
+                            client,
+                            item,
                             revision_id: receipt["source_revision_id"].as_str().expect("id").to_owned(),
                             sha256: receipt["content_sha256"].as_str().expect("sha").to_owned(),
                             content,
@@ -158,7 +173,24 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
     let acknowledged = acknowledged.lock().expect("lock").clone();
     assert!(acknowledged.len() >= 400);
 
-    let (mut restarted, base) = start(directory.path()).await;
+    let (mut restarted, base) = spawn_serve_with(
+        directory.path(),
+        &[],
+        &[units[0], ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000")],
+        "warn",
+        Stdio::inherit(),
+    )
+    .await;
+    // Per key, the last acknowledged revision; per client, its last acknowledged item (the
+    // next one may have been committed unacknowledged, superseding its key's last ack).
+    let mut last_of_key = std::collections::HashMap::new();
+    let mut last_item = std::collections::HashMap::new();
+    for ack in &acknowledged {
+        last_of_key.insert((ack.client, ack.item % KEYS), ack.revision_id.clone());
+        let last = last_item.entry(ack.client).or_insert(ack.item);
+        *last = (*last).max(ack.item);
+    }
+    let mut heads = Vec::new();
     for ack in &acknowledged {
         let detail: Value = http
             .get(format!("{base}/v1/revisions/{}", ack.revision_id))
@@ -175,7 +207,27 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
             "receipt {} lost",
             ack.revision_id
         );
-        assert_eq!(detail["is_head"], true);
+        let key = (ack.client, ack.item % KEYS);
+        let last = last_of_key.get(&key) == Some(&ack.revision_id);
+        let maybe_superseded_unacknowledged = last_item
+            .get(&ack.client)
+            .is_some_and(|item| (item + 1) % KEYS == key.1);
+        if !last {
+            assert_eq!(
+                detail["is_head"], false,
+                "{} is not its key's last",
+                ack.revision_id
+            );
+        } else if !maybe_superseded_unacknowledged {
+            assert_eq!(
+                detail["is_head"], true,
+                "{} is its key's last",
+                ack.revision_id
+            );
+        }
+        if detail["is_head"] == true {
+            heads.push(ack.revision_id.clone());
+        }
         assert!(
             detail["job"]["id"].is_string(),
             "receipt {} has no projection job",
@@ -209,6 +261,81 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
         acknowledged.len()
     );
     eprintln!("{} receipts acknowledged before SIGKILL; all {} resolve after restart ({} sources committed)", acknowledged.len(), acknowledged.len(), sources);
+
+    // Projection resumes: every job ends, every head is verified in each store, every other
+    // acknowledged revision superseded or never projected, and a scrub finds no drift.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let status: Value = http
+            .get(format!("{base}/v1/status"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("status")
+            .json()
+            .await
+            .expect("status json");
+        let jobs = &status["counts"]["jobs"];
+        let count = |state: &str| jobs[state].as_i64().unwrap_or(0);
+        assert_eq!(count("dead") + count("quarantined"), 0, "{jobs}");
+        if count("pending") + count("running") + count("retry_wait") == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "projection did not finish: {jobs}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for ack in &acknowledged {
+        let detail: Value = http
+            .get(format!("{base}/v1/revisions/{}", ack.revision_id))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("revision request")
+            .json()
+            .await
+            .expect("revision json");
+        let states: Vec<&str> = detail["receipts"]
+            .as_array()
+            .expect("receipts")
+            .iter()
+            .map(|receipt| receipt["state"].as_str().unwrap_or(""))
+            .collect();
+        assert!(!states.is_empty(), "{detail}");
+        if heads.contains(&ack.revision_id) {
+            assert!(
+                states.iter().all(|state| *state == "verified"),
+                "head {} not verified: {detail}",
+                ack.revision_id
+            );
+        } else {
+            assert!(
+                states.iter().all(|state| *state != "verified"),
+                "superseded {} still verified: {detail}",
+                ack.revision_id
+            );
+        }
+    }
+    let scrub = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "verify", "--tier", "scrub", "--server", &base, "--token", &token,
+        ])
+        .env("CAIRN_LOG", "warn")
+        .output()
+        .expect("run cairn verify");
+    assert_eq!(
+        scrub.status.code(),
+        Some(0),
+        "drift after the crash: {}{}",
+        String::from_utf8_lossy(&scrub.stdout),
+        String::from_utf8_lossy(&scrub.stderr)
+    );
+    eprintln!(
+        "{} heads verified, the rest superseded; scrub clean",
+        heads.len()
+    );
     restarted.start_kill().expect("stop");
     let _ = restarted.wait().await;
 }

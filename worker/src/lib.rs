@@ -12,6 +12,16 @@
 //! (`concurrency`). Each claimed job runs in its own task, which races the work against its
 //! heartbeats and the shutdown signal.
 //!
+//! ## Units
+//! A claim's jobs that share a [`Work::unit_key`] (small projection jobs of one generation)
+//! run together as one [`Unit`] of at most `unit_jobs`, one job per source, through
+//! [`Work::run_unit`]: the projector writes their chunk rows in one ledger transaction, embeds
+//! them in one call, upserts, reads back and flags them current once. Each member keeps its own
+//! lease, heartbeat and outcome: a member whose heartbeat answers `lease_lost` or a cancel is
+//! taken out ([`Unit::held`]) before the unit's next write, and the ledger fences every
+//! member's writes one by one ([`receipts::Projections::project_many`]), so a stale member never
+//! fences out its neighbours. A member that fails (extraction, embedding) fails alone.
+//!
 //! ## Invariants
 //! - A run never outlives its lease: when a heartbeat answers `lease_lost` (expired, rescued,
 //!   superseded), or cannot reach the ledger at all (a partition: the lease cannot be known
@@ -209,10 +219,9 @@ impl Worker {
                 {
                     Ok(jobs) => {
                         for group in self.units(jobs) {
-                            let Ok(permit) = slots
-                                .clone()
-                                .try_acquire_many_owned(u32::try_from(group.len()).unwrap_or(u32::MAX))
-                            else {
+                            let Ok(permit) = slots.clone().try_acquire_many_owned(
+                                u32::try_from(group.len()).unwrap_or(u32::MAX),
+                            ) else {
                                 break;
                             };
                             if group.len() > 1 {
@@ -300,7 +309,11 @@ impl Worker {
         let most = self.config.unit_jobs.max(1);
         let mut groups: Vec<(Option<String>, Vec<Job>)> = Vec::new();
         for job in jobs {
-            let key = if most > 1 { self.work.unit_key(&job) } else { None };
+            let key = if most > 1 {
+                self.work.unit_key(&job)
+            } else {
+                None
+            };
             let open = key.as_ref().and_then(|key| {
                 groups.iter_mut().find(|(group_key, members)| {
                     group_key.as_ref() == Some(key)

@@ -287,12 +287,7 @@ impl UnitRun {
     }
 
     /// Ends the runs of `ended` members (each once): complete, fail, or nothing for a lost one.
-    async fn finish(
-        &self,
-        unit: &Unit,
-        open: &mut HashSet<usize>,
-        ended: Vec<Outcome>,
-    ) {
+    async fn finish(&self, unit: &Unit, open: &mut HashSet<usize>, ended: Vec<Outcome>) {
         let mut writes = Vec::new();
         for (index, outcome) in ended {
             if !open.remove(&index) {

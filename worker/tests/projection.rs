@@ -1126,3 +1126,361 @@ async fn access_changes_reach_the_points_through_access_jobs() {
     let for_music = finds("group:music").await;
     assert!(!for_music.contains(&"guitar".to_owned()), "{for_music:?}");
 }
+
+/// Fault injection around the real model: a call whose texts include `marker` is refused as a
+/// whole (as a server refuses a batch with one bad input); every other call embeds.
+struct PoisonedEmbedder {
+    real: Arc<dyn Embedder>,
+    marker: &'static str,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Embedder for PoisonedEmbedder {
+    fn model_id(&self) -> &str {
+        self.real.model_id()
+    }
+    fn dimension(&self) -> usize {
+        self.real.dimension()
+    }
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, GatewayError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if texts.iter().any(|text| text.contains(self.marker)) {
+            return Err(GatewayError::Rejected {
+                store: "embedder",
+                message: "injected fault: a poisoned text".to_owned(),
+            });
+        }
+        self.real.embed(texts).await
+    }
+}
+
+/// Runs a worker that claims up to 32 jobs at once (so a claim makes one unit) until `done`
+/// holds (or 90 s pass).
+async fn run_units_until(world: &World, work: Arc<dyn worker::Work>, done: impl AsyncCheck) {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let mut config = WorkerConfig::new("unit-test");
+    config.concurrency = 32;
+    config.poll_interval = Duration::from_millis(20);
+    let handle = tokio::spawn(
+        Worker::new(world.ledger.clone(), work, config).run(async move {
+            let _ = stopped.changed().await;
+        }),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !done.check(&world.ledger).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "projection did not finish in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+}
+
+/// Every listed job has ended (completed or dead).
+struct JobsEnded(Vec<Uuid>);
+
+#[async_trait]
+impl AsyncCheck for JobsEnded {
+    async fn check(&self, ledger: &Arc<dyn Ledger>) -> bool {
+        for id in &self.0 {
+            match ledger.job(*id).await {
+                Ok(Some(job)) if matches!(job.state, JobState::Completed | JobState::Dead) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_projects_small_documents_together_and_a_poisoned_one_fails_alone() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let poisoned = Arc::new(PoisonedEmbedder {
+        real: embedder().await,
+        marker: "POISON",
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let projector = world.projector(poisoned.clone(), world.vectors.clone());
+    let mut submissions: Vec<receipts::Submission> = (0..12)
+        .map(|index| {
+            put(
+                "small",
+                &format!("note-{index}"),
+                &format!("note {index}: {GUITAR}"),
+            )
+        })
+        .collect();
+    submissions.push(put("small", "bad", "this one is POISON to the model"));
+    let accepted = accept(&world.ledger, submissions).await;
+    let jobs: Vec<Uuid> = accepted.iter().map(|(_, job)| *job).collect();
+    run_units_until(&world, projector, JobsEnded(jobs.clone())).await;
+    let (bad_revision, bad_job) = accepted[12];
+    for (revision, job) in &accepted[..12] {
+        let job = world.ledger.job(*job).await.expect("read").expect("job");
+        assert_eq!(job.state, JobState::Completed, "{job:?}");
+        assert_eq!(
+            job.attempt, 0,
+            "a neighbour of the poisoned document never failed"
+        );
+        let evidence = vector_evidence(&world.ledger, *revision).await;
+        assert_eq!(evidence["unit"], true, "{evidence}");
+        let points = world
+            .vectors
+            .revision_points(*revision)
+            .await
+            .expect("points");
+        assert_eq!((points.count, points.current), (1, 1));
+    }
+    let bad = world.ledger.job(bad_job).await.expect("read").expect("job");
+    assert_eq!(bad.state, JobState::Dead, "{bad:?}");
+    assert_eq!(bad.last_error_code.as_deref(), Some("embedder_rejected"));
+    assert_eq!(
+        world
+            .vectors
+            .revision_points(bad_revision)
+            .await
+            .expect("points")
+            .count,
+        0,
+        "nothing of the poisoned document was written"
+    );
+    // One shared call, then one call per member of that unit: bounded, not per chunk.
+    let calls = poisoned.calls.load(Ordering::SeqCst);
+    assert!(calls <= 1 + 13 + 2, "{calls} embedding calls");
+}
+
+/// Fault injection around a projector: the first unit it runs loses two members' leases before
+/// its work starts (one member's source gets a newer revision, which supersedes its job; the
+/// other's lease is released, as a rescue would take it). What was done to whom is recorded.
+struct FaultyUnitStart {
+    inner: Arc<Projector>,
+    ledger: Arc<dyn Ledger>,
+    done: std::sync::atomic::AtomicBool,
+    /// (superseded revision, its newer revision's job, released job)
+    record: std::sync::Mutex<Option<(Uuid, Uuid, Uuid)>>,
+}
+
+#[async_trait]
+impl worker::Work for FaultyUnitStart {
+    async fn run(&self, job: &receipts::Job) -> Result<(), receipts::Failure> {
+        self.inner.run(job).await
+    }
+    fn unit_key(&self, job: &receipts::Job) -> Option<String> {
+        self.inner.unit_key(job)
+    }
+    async fn run_unit(&self, unit: &worker::Unit) {
+        if unit.members().len() >= 3 && !self.done.swap(true, Ordering::SeqCst) {
+            let superseded = &unit.members()[0];
+            let newer = accept(
+                &self.ledger,
+                vec![put("small", &superseded.job.source_key, TAXES)],
+            )
+            .await[0];
+            let released = &unit.members()[1];
+            self.ledger.release(&released.token).await.expect("release");
+            *self.record.lock().expect("lock") = Some((
+                superseded.job.revision_id.expect("revision"),
+                newer.1,
+                released.job.id,
+            ));
+        }
+        self.inner.run_unit(unit).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_lose_their_lease_mid_unit_are_taken_out_and_the_rest_complete() {
+    use worker::Work;
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    let accepted = accept(
+        &world.ledger,
+        (0..6)
+            .map(|index| {
+                put(
+                    "small",
+                    &format!("doc-{index}"),
+                    &format!("{index} {GUITAR}"),
+                )
+            })
+            .collect(),
+    )
+    .await;
+    let faulty = Arc::new(FaultyUnitStart {
+        inner: projector,
+        ledger: world.ledger.clone(),
+        done: std::sync::atomic::AtomicBool::new(false),
+        record: std::sync::Mutex::new(None),
+    });
+    assert!(faulty
+        .unit_key(&receipts::Job {
+            kind: receipts::JobKind::Sync,
+            ..world
+                .ledger
+                .job(accepted[0].1)
+                .await
+                .expect("read")
+                .expect("job")
+        })
+        .is_none());
+    // Every job of the first acceptance ends, the superseded one by supersession.
+    struct Settled(Vec<Uuid>, Arc<FaultyUnitStart>);
+    #[async_trait]
+    impl AsyncCheck for Settled {
+        async fn check(&self, ledger: &Arc<dyn Ledger>) -> bool {
+            let Some((_, newer_job, _)) = *self.1.record.lock().expect("lock") else {
+                return false;
+            };
+            for id in self.0.iter().chain([&newer_job]) {
+                match ledger.job(*id).await {
+                    Ok(Some(job)) if job.state.is_terminal() => {}
+                    _ => return false,
+                }
+            }
+            true
+        }
+    }
+    let jobs: Vec<Uuid> = accepted.iter().map(|(_, job)| *job).collect();
+    run_units_until(&world, faulty.clone(), Settled(jobs, faulty.clone())).await;
+    let (superseded_revision, newer_job, released_job) =
+        faulty.record.lock().expect("lock").expect("the fault ran");
+    for (revision, job) in &accepted {
+        let job = world.ledger.job(*job).await.expect("read").expect("job");
+        if *revision == superseded_revision {
+            assert_ne!(job.state, JobState::Completed, "{job:?}");
+            let points = world
+                .vectors
+                .revision_points(*revision)
+                .await
+                .expect("points");
+            assert_eq!(
+                points.current, 0,
+                "a superseded member's points are not current"
+            );
+            continue;
+        }
+        assert_eq!(job.state, JobState::Completed, "{job:?}");
+        let points = world
+            .vectors
+            .revision_points(*revision)
+            .await
+            .expect("points");
+        assert_eq!((points.count, points.current), (1, 1), "{revision}");
+        let rows = world
+            .ledger
+            .chunks(*revision, &world.generation.id)
+            .await
+            .expect("rows");
+        assert_eq!(rows.len(), 1, "one set of rows, written once");
+    }
+    // The released member ran again on its own claim, and ended verified once.
+    let released = world
+        .ledger
+        .job(released_job)
+        .await
+        .expect("read")
+        .expect("job");
+    assert_eq!(released.state, JobState::Completed);
+    let newer = world
+        .ledger
+        .job(newer_job)
+        .await
+        .expect("read")
+        .expect("job");
+    assert_eq!(newer.state, JobState::Completed);
+    let newer_revision = newer.revision_id.expect("revision");
+    let points = world
+        .vectors
+        .revision_points(newer_revision)
+        .await
+        .expect("points");
+    assert_eq!((points.count, points.current), (1, 1));
+    assert_eq!(
+        world
+            .vectors
+            .source_current("small", &newer.source_key)
+            .await
+            .expect("current"),
+        1,
+        "only the head's points are current"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_a_units_upsert_and_its_set_current_loses_nothing() {
+    let world = world_at(tempfile::tempdir().expect("tempdir")).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let never = Arc::new(tokio::sync::Semaphore::new(0));
+    let gated: Arc<dyn VectorStore> = Arc::new(FaultyVectors {
+        gate: Some((entered.clone(), never)),
+        ..FaultyVectors::new(world.vectors.clone())
+    });
+    let accepted = accept(
+        &world.ledger,
+        (0..8)
+            .map(|index| {
+                put(
+                    "small",
+                    &format!("doc-{index}"),
+                    &format!("{index} {TAXES}"),
+                )
+            })
+            .collect(),
+    )
+    .await;
+    // The first worker's unit upserts its points and stops at set_current; then the worker
+    // is gone without releasing anything (as a SIGKILL leaves it).
+    let mut config = WorkerConfig::new("doomed");
+    config.concurrency = 32;
+    config.poll_interval = Duration::from_millis(20);
+    let doomed = tokio::spawn(
+        Worker::new(
+            world.ledger.clone(),
+            world.projector(embedder().await, gated),
+            config,
+        )
+        .run(std::future::pending()),
+    );
+    tokio::time::timeout(Duration::from_secs(60), entered.notified())
+        .await
+        .expect("the unit reached set_current");
+    doomed.abort();
+    let _ = doomed.await;
+    for (revision, _) in &accepted {
+        let points = world
+            .vectors
+            .revision_points(*revision)
+            .await
+            .expect("points");
+        assert_eq!(points.count, 1, "upserted before the crash");
+    }
+    // Another worker takes the jobs once their leases run out, and reconciles.
+    let projector = world.projector(embedder().await, world.vectors.clone());
+    let jobs: Vec<Uuid> = accepted.iter().map(|(_, job)| *job).collect();
+    run_units_until(&world, projector, JobsIn(jobs, JobState::Completed)).await;
+    for (revision, job) in &accepted {
+        let job = world.ledger.job(*job).await.expect("read").expect("job");
+        assert_eq!(job.crashes, 1, "{job:?}");
+        let evidence = vector_evidence(&world.ledger, *revision).await;
+        assert_eq!(evidence["reconciled"], true, "{evidence}");
+        assert_eq!(
+            evidence["embedded"], 0,
+            "nothing embedded twice: {evidence}"
+        );
+        let points = world
+            .vectors
+            .revision_points(*revision)
+            .await
+            .expect("points");
+        assert_eq!((points.count, points.current), (1, 1));
+        let rows = world
+            .ledger
+            .chunks(*revision, &world.generation.id)
+            .await
+            .expect("rows");
+        assert_eq!(rows.len(), 1);
+    }
+}

@@ -21,9 +21,9 @@ use qdrant_edge::{
 use uuid::Uuid;
 
 use super::{
-    check_dimensions, fold_points, point_id, BackupFile, FieldKind, Held, PayloadFilter,
-    CurrentChange, PointSelector, RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint, VectorHit, VectorPoint,
-    VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
+    check_dimensions, fold_points, point_id, BackupFile, CurrentChange, FieldKind, Held,
+    PayloadFilter, PointSelector, RevisionPoints, ScrolledPoint, StoreBackup, StoredPoint,
+    VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -1051,7 +1051,8 @@ impl VectorStore for EdgeVectorStore {
                     }
                 }
             }
-            Ok(ids.iter().map(|id| found.remove(id)).collect())
+            // An id asked twice (two jobs of a unit reusing one vector) is answered twice.
+            Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
         })
         .await
     }
@@ -1181,7 +1182,8 @@ impl VectorStore for EdgeVectorStore {
                         shard
                             .count(CountRequest {
                                 filter: Some(
-                                    filter.merge_owned(all_of(vec![flag(&fields.is_current, true)])),
+                                    filter
+                                        .merge_owned(all_of(vec![flag(&fields.is_current, true)])),
                                 ),
                                 exact: true,
                             })

@@ -37,11 +37,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use qdrant_client::qdrant::{
-    read_consistency, value::Kind, vectors_config, vectors_output, CollectionParamsDiffBuilder,
-    Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
-    DeletePointsBuilder, Distance, FieldType, Filter, GetPointsBuilder, PointId, PointStruct,
-    Range, ReadConsistencyType, ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder,
-    points_update_operation, PointsUpdateOperation, SetPayloadPointsBuilder,
+    points_update_operation, read_consistency, value::Kind, vectors_config, vectors_output,
+    CollectionParamsDiffBuilder, Condition, CountPointsBuilder, CreateCollectionBuilder,
+    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
+    GetPointsBuilder, PointId, PointStruct, PointsUpdateOperation, Range, ReadConsistencyType,
+    ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder,
     UpdateBatchPointsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder, Value,
     VectorParamsBuilder, WriteOrdering, WriteOrderingType,
 };
@@ -50,9 +50,8 @@ use uuid::Uuid;
 
 use super::{
     check_dimensions, fold_points, point_id, CurrentChange, FieldKind, Held, PayloadFilter,
-    PointSelector,
-    RevisionPoints, ScrolledPoint, VectorHit, VectorPoint, VectorStore, INDEXED_FIELDS,
-    SCROLL_PAGE,
+    PointSelector, RevisionPoints, ScrolledPoint, VectorHit, VectorPoint, VectorStore,
+    INDEXED_FIELDS, SCROLL_PAGE,
 };
 use crate::GatewayError;
 
@@ -1145,7 +1144,8 @@ impl VectorStore for ServerVectorStore {
                 }
             }
         }
-        Ok(ids.iter().map(|id| found.remove(id)).collect())
+        // An id asked twice (two jobs of a unit reusing one vector) is answered twice.
+        Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
     }
 
     async fn indexed_fields(&self) -> Result<Vec<String>, GatewayError> {

@@ -311,9 +311,9 @@ async fn receipt_row(
     update: &ReceiptUpdate,
     now: Micros,
 ) -> Result<()> {
-        let job = fence(&mut *tx, lease, now).await?;
-        sqlx::query(
-            "INSERT INTO projection_receipts AS r (job_id, backend, state, evidence, updated_at, \
+    let job = fence(&mut *tx, lease, now).await?;
+    sqlx::query(
+        "INSERT INTO projection_receipts AS r (job_id, backend, state, evidence, updated_at, \
                changed_by, change_cause, changed_at, generation) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $5, $8) \
              ON CONFLICT (job_id, backend) DO UPDATE SET state = excluded.state, \
@@ -321,22 +321,22 @@ async fn receipt_row(
                changed_by = excluded.changed_by, change_cause = excluded.change_cause, \
                changed_at = excluded.changed_at, generation = excluded.generation, \
                change_seq = r.change_seq + 1",
-        )
-        .bind(job.id)
-        .bind(update.backend.as_str())
-        .bind(update.state.as_str())
-        .bind(&update.evidence)
-        .bind(now)
-        .bind(&lease.owner)
-        .bind(&update.cause)
-        .bind(&update.generation)
-        .execute(&mut *tx)
-        .await?;
-        if matches!(
-            update.state,
-            ReceiptState::Verified | ReceiptState::Excluded
-        ) {
-            sqlx::query(
+    )
+    .bind(job.id)
+    .bind(update.backend.as_str())
+    .bind(update.state.as_str())
+    .bind(&update.evidence)
+    .bind(now)
+    .bind(&lease.owner)
+    .bind(&update.cause)
+    .bind(&update.generation)
+    .execute(&mut *tx)
+    .await?;
+    if matches!(
+        update.state,
+        ReceiptState::Verified | ReceiptState::Excluded
+    ) {
+        sqlx::query(
                 "UPDATE projection_receipts SET state = 'superseded', updated_at = $1, \
                    changed_by = $2, change_cause = 'superseded_by:' || $3::text, changed_at = $1, \
                    change_seq = change_seq + 1 \
@@ -353,6 +353,6 @@ async fn receipt_row(
             .bind(&update.generation)
             .execute(&mut *tx)
             .await?;
-        }
-        Ok(())
+    }
+    Ok(())
 }

@@ -590,7 +590,10 @@ impl Projections for SqliteLedger {
 
     async fn project_many(&self, writes: Vec<crate::model::UnitWrite>) -> Vec<Result<()>> {
         let count = writes.len();
-        match self.submit(|reply| WriteOp::ProjectMany(writes, reply)).await {
+        match self
+            .submit(|reply| WriteOp::ProjectMany(writes, reply))
+            .await
+        {
             Ok(results) => results,
             Err(error) => (0..count).map(|_| Err(error.replicate())).collect(),
         }

@@ -58,7 +58,10 @@ pub(super) enum WriteOp {
     Job(JobCommand, oneshot::Sender<Result<JobAnswer>>),
     Project(ProjectCommand, oneshot::Sender<Result<()>>),
     /// A unit's writes: one savepoint per job, one result per job.
-    ProjectMany(Vec<crate::model::UnitWrite>, oneshot::Sender<Vec<Result<()>>>),
+    ProjectMany(
+        Vec<crate::model::UnitWrite>,
+        oneshot::Sender<Vec<Result<()>>>,
+    ),
     Block(ContentBlock, oneshot::Sender<Result<()>>),
     Token(TokenChange, oneshot::Sender<Result<TokenChanged>>),
     Access(crate::access::AccessChange, oneshot::Sender<Result<()>>),

@@ -296,6 +296,7 @@ macro_rules! ledger_conformance {
             a_removal_that_tombstones_runs_until_nothing_is_left,
             documents_are_indexed_with_their_structure,
             projection_writes_are_fenced_and_read_back,
+            unit_writes_are_fenced_one_job_at_a_time,
             chunks_are_found_by_text_hash_within_a_dataset,
             hits_bind_to_current_searchable_revisions,
             lexical_search_ends_at_its_deadline,

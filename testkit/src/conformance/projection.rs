@@ -240,3 +240,109 @@ pub async fn projection_writes_are_fenced_and_read_back(harness: Harness) {
     assert_eq!(last.to.as_deref(), Some("superseded"));
     assert_eq!(last.actor, "w2");
 }
+
+/// A unit's ledger write ([`receipts::Projections::project_many`]): each job's chunk rows and
+/// receipts are fenced by its own lease, in one call. A job whose lease no longer holds gets
+/// `lease_lost` and changes nothing, and its neighbours are written all the same; the batch
+/// read-back ([`receipts::Projections::chunk_summaries`]) answers each revision in order.
+pub async fn unit_writes_are_fenced_one_job_at_a_time(harness: Harness) {
+    let generation = activate_test_generation(&harness).await;
+    let a = must_accept(&harness, put("docs", "unit-a", "alpha")).await;
+    let b = must_accept(&harness, put("docs", "unit-b", "beta")).await;
+    let c = must_accept(&harness, put("docs", "unit-c", "gamma")).await;
+    let jobs = must(harness.ledger.claim("unit", 3).await, "claim");
+    assert_eq!(jobs.len(), 3, "three claimable jobs");
+    let token_of = |revision: Uuid| {
+        let job = jobs
+            .iter()
+            .find(|job| job.revision_id == Some(revision))
+            .expect("the revision's job was claimed");
+        receipts::model::LeaseToken::of(job).expect("a claimed job holds a lease")
+    };
+    let (ta, tb, tc) = (
+        token_of(a.source_revision_id),
+        token_of(b.source_revision_id),
+        token_of(c.source_revision_id),
+    );
+    // b's lease is lost before the unit writes: a newer revision supersedes its job.
+    let b2 = must_accept(&harness, put("docs", "unit-b", "beta again")).await;
+    let write = |token: &receipts::model::LeaseToken, texts: &[&str]| receipts::UnitWrite {
+        lease: token.clone(),
+        chunks: Some((generation.id.clone(), rows(texts))),
+        receipts: vec![verified_receipt(
+            receipts::model::Backend::Relational,
+            &generation,
+        )],
+    };
+    let results = harness
+        .ledger
+        .project_many(vec![
+            write(&ta, &["alpha"]),
+            write(&tb, &["beta", "stale"]),
+            write(&tc, &["gamma", "two"]),
+        ])
+        .await;
+    assert_eq!(results.len(), 3);
+    let mut results = results.into_iter();
+    must(results.next().expect("a's result"), "a's write");
+    lost(results.next().expect("b's result"));
+    must(results.next().expect("c's result"), "c's write");
+    let summaries = must(
+        harness
+            .ledger
+            .chunk_summaries(
+                &[
+                    c.source_revision_id,
+                    b.source_revision_id,
+                    a.source_revision_id,
+                    b2.source_revision_id,
+                ],
+                &generation.id,
+            )
+            .await,
+        "summaries",
+    );
+    let of = |texts: &[&str]| {
+        receipts::model::ChunkSummary::of(rows(texts).iter().map(|row| row.sha256.as_str()))
+    };
+    assert_eq!(
+        summaries,
+        vec![of(&["gamma", "two"]), of(&[]), of(&["alpha"]), of(&[])],
+        "each revision's rows, in the asked order; nothing for the fenced-out job"
+    );
+    for (acceptance, state) in [
+        (&a, ReceiptState::Verified),
+        // Superseded by b2's acceptance; the fenced-out write did not turn it verified.
+        (&b, ReceiptState::Superseded),
+        (&c, ReceiptState::Verified),
+    ] {
+        let receipts = must(
+            harness.ledger.receipts(acceptance.projection_job_id).await,
+            "receipts",
+        );
+        let relational = receipts
+            .iter()
+            .find(|receipt| receipt.backend == receipts::model::Backend::Relational)
+            .map(|receipt| receipt.state);
+        assert_eq!(relational, Some(state), "{receipts:?}");
+    }
+    // Completed, a unit member's lease no longer holds either.
+    must(harness.ledger.complete(&ta).await, "complete a");
+    let results = harness
+        .ledger
+        .project_many(vec![write(&ta, &["late"]), write(&tc, &["gamma", "two"])])
+        .await;
+    let mut results = results.into_iter();
+    lost(results.next().expect("a's late result"));
+    must(results.next().expect("c's rewrite"), "c's rewrite");
+    assert_eq!(
+        must(
+            harness
+                .ledger
+                .chunk_summary(a.source_revision_id, &generation.id)
+                .await,
+            "a's rows"
+        ),
+        of(&["alpha"])
+    );
+}

@@ -66,11 +66,12 @@ impl Projector {
     pub(super) async fn project_unit(&self, unit: &Unit) {
         let started = Instant::now();
         unit.note("reading");
-        let reads =
-            futures::future::join_all(unit.held().into_iter().map(|index| async move {
-                (index, self.read_member(unit, index).await)
-            }))
-            .await;
+        let reads = futures::future::join_all(
+            unit.held()
+                .into_iter()
+                .map(|index| async move { (index, self.read_member(unit, index).await) }),
+        )
+        .await;
         let mut small = Vec::new();
         let mut lone = Vec::new();
         for (index, read) in reads {
@@ -235,7 +236,8 @@ impl Projector {
                 Ok(stored) => stored,
                 Err(error) => return fail_all(unit, &mut kept, &ledger_failure(error)),
             };
-            let stored: HashMap<uuid::Uuid, ChunkSummary> = written.into_iter().zip(stored).collect();
+            let stored: HashMap<uuid::Uuid, ChunkSummary> =
+                written.into_iter().zip(stored).collect();
             for prepared in &kept {
                 if let Some(stored) = stored.get(&prepared.revision.id) {
                     if *stored != prepared.expected {
@@ -246,7 +248,10 @@ impl Projector {
                                 store: "relational",
                                 message: format!(
                                     "wrote {} chunk rows (checksum {}), read back {} (checksum {})",
-                                    expected.count, expected.checksum, stored.count, stored.checksum
+                                    expected.count,
+                                    expected.checksum,
+                                    stored.count,
+                                    stored.checksum
                                 ),
                             })),
                         );
@@ -258,11 +263,15 @@ impl Projector {
             flags.retain(|index, _| live.iter().any(|prepared| prepared.index == *index));
             for prepared in live.iter_mut() {
                 let reconciled = flags.get(&prepared.index).copied().unwrap_or(false);
-                prepared.receipts.push(self.relational_receipt(prepared, reconciled, &step));
+                prepared
+                    .receipts
+                    .push(self.relational_receipt(prepared, reconciled, &step));
             }
         } else {
             for prepared in live.iter_mut() {
-                prepared.receipts.push(self.relational_receipt(prepared, true, &step));
+                prepared
+                    .receipts
+                    .push(self.relational_receipt(prepared, true, &step));
             }
         }
     }
