@@ -70,7 +70,7 @@ pub const DEFAULT_MODELS_DIR: &str = "./models";
 pub struct WorkerSettings {
     /// Claim loops (0: none; run `cairn worker` beside it instead).
     pub count: usize,
-    /// Jobs each one runs at once.
+    /// Runs each one has at once (a lone job, or a unit of up to `unit_jobs` jobs).
     pub concurrency: usize,
     /// Most jobs of a claim projected together as one unit (1: each alone).
     pub unit_jobs: usize,
@@ -81,9 +81,10 @@ pub struct WorkerSettings {
 
 /// Default number of in-process workers of `cairn serve`.
 pub const DEFAULT_WORKERS: usize = 1;
-/// Default jobs per worker at once. Enough that the embedding batcher holds a window of chunks
-/// to sort by length (up to 128): measured on SciFact, 8 jobs reach 0.70x of the raw embedder
-/// sorted by length, 32 jobs 0.91x.
+/// Default runs per worker at once (a lone job, or a unit of small jobs). Enough that the
+/// embedding batcher holds a window of chunks to sort by length (up to 128): measured on
+/// SciFact before units, 8 jobs reach 0.70x of the raw embedder sorted by length, 32 jobs
+/// 0.91x.
 pub const DEFAULT_WORKER_CONCURRENCY: usize = 32;
 
 /// `[ledger]`: where the ledger is and how a process uses it.

@@ -9,8 +9,11 @@
 //! ## Tasks
 //! One claim loop per worker: it wakes on the ledger's work signal (new acceptances, requeues,
 //! releases) or at the poll interval, and claims as many jobs as it has free slots
-//! (`concurrency`). Each claimed job runs in its own task, which races the work against its
-//! heartbeats and the shutdown signal.
+//! (`concurrency`). Each claimed job, or unit of jobs, runs in its own task and takes one
+//! slot; the task races the work against its heartbeats and the shutdown signal. A claim that
+//! filled its slots while units left some free is followed by the next claim at once, so
+//! several units are in flight and one unit's ledger and store writes overlap another's
+//! embedding. A worker holds at most `concurrency × unit_jobs` jobs.
 //!
 //! ## Units
 //! A claim's jobs that share a [`Work::unit_key`] (small projection jobs of one generation)
@@ -125,7 +128,7 @@ impl Work for ByKind {
 pub struct WorkerConfig {
     /// The lease owner name recorded in history (e.g. `host:pid:worker-1`).
     pub owner: String,
-    /// Jobs run at once.
+    /// Runs at once: a lone job, or a unit of up to `unit_jobs` jobs, takes one slot.
     pub concurrency: usize,
     /// Claim at least this often even without a signal.
     pub poll_interval: Duration,
@@ -211,6 +214,9 @@ impl Worker {
         let batch = (self.config.concurrency.max(1) / 2).max(1);
         loop {
             let free = slots.available_permits();
+            // A claim that filled every free slot while units left slots over (a unit takes
+            // one) is followed by the next claim at once, not at the next wake-up.
+            let mut claim_again = false;
             if free >= batch || (free > 0 && running.is_empty()) {
                 match self
                     .ledger
@@ -218,10 +224,11 @@ impl Worker {
                     .await
                 {
                     Ok(jobs) => {
+                        let full = jobs.len() >= free;
+                        // Each group takes one slot, so the claim's groups never need more
+                        // slots than it asked for.
                         for group in self.units(jobs) {
-                            let Ok(permit) = slots.clone().try_acquire_many_owned(
-                                u32::try_from(group.len()).unwrap_or(u32::MAX),
-                            ) else {
+                            let Ok(permit) = slots.clone().try_acquire_owned() else {
                                 break;
                             };
                             if group.len() > 1 {
@@ -266,11 +273,15 @@ impl Worker {
                                 .instrument(span),
                             );
                         }
+                        claim_again = full && slots.available_permits() >= batch;
                     }
                     Err(error) => {
                         tracing::warn!(owner = %self.config.owner, %error, "claim failed; retrying at the next poll");
                     }
                 }
+            }
+            if claim_again {
+                continue;
             }
             let wake = async {
                 match &signal {

@@ -371,3 +371,71 @@ async fn a_busy_dataset_cannot_starve_a_quiet_one_under_load() {
         "the quiet jobs finished with {busy_left} busy jobs still queued"
     );
 }
+
+/// Test double for a unit's work (not projection): each unit takes 100 ms and counts how many
+/// units run at once, which is what the test is about.
+#[derive(Default)]
+struct CountedUnits {
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    sizes: Mutex<Vec<usize>>,
+}
+
+#[async_trait]
+impl Work for CountedUnits {
+    /// A claim's lone job (a group of one) runs here.
+    async fn run(&self, _job: &Job) -> Result<(), Failure> {
+        self.sizes.lock().expect("lock").push(1);
+        Ok(())
+    }
+
+    fn unit_key(&self, _job: &Job) -> Option<String> {
+        Some("all".to_owned())
+    }
+
+    async fn run_unit(&self, unit: &worker::Unit) {
+        use std::sync::atomic::Ordering;
+        self.sizes.lock().expect("lock").push(unit.members().len());
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        for index in 0..unit.members().len() {
+            unit.report(index, Ok(()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_takes_one_slot_so_several_run_at_once() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let ledger = ledger(&directory).await;
+    let work = Arc::new(CountedUnits::default());
+    let jobs = accept(&ledger, 24).await;
+    // 4 slots and units of up to 4: were a unit to take a slot per job, one unit would fill
+    // the worker.
+    let mut config = config("w");
+    config.concurrency = 4;
+    config.unit_jobs = 4;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(
+        Worker::new(ledger.clone(), work.clone(), config).run(async move {
+            let _ = stopped.changed().await;
+        }),
+    );
+    wait_until(&ledger, &jobs, JobState::Completed).await;
+    let _ = stop.send(true);
+    handle.await.expect("worker");
+    let sizes = work.sizes.lock().expect("lock").clone();
+    assert_eq!(
+        sizes.iter().sum::<usize>(),
+        24,
+        "each job ran once: {sizes:?}"
+    );
+    assert!(sizes.iter().all(|size| *size <= 4), "{sizes:?}");
+    let most = work.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=4).contains(&most),
+        "{most} units at once (sizes {sizes:?})"
+    );
+}

@@ -12,7 +12,7 @@ use super::NodeArgs;
 pub struct WorkerArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Jobs run at once (default: `workers.concurrency`).
+    /// Runs at once, a unit of small jobs counting as one (default: `workers.concurrency`).
     #[arg(long)]
     concurrency: Option<usize>,
     /// Lease owner name (default: host-pid).
