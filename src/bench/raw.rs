@@ -82,14 +82,29 @@ impl Raw {
     /// Embeds `texts` in order and sorted by length; returns the seconds of each and the
     /// vectors in order.
     pub(super) async fn time(&self, texts: &[String]) -> anyhow::Result<(f64, f64, Vec<Vec<f32>>)> {
+        let (seconds, sorted, vectors) = self.time_with_cpu(texts).await?;
+        Ok((seconds, sorted.0, vectors))
+    }
+
+    /// [`Raw::time`], with the process's CPU seconds over the sorted pass beside its seconds.
+    pub(super) async fn time_with_cpu(
+        &self,
+        texts: &[String],
+    ) -> anyhow::Result<(f64, (f64, f64), Vec<Vec<f32>>)> {
         let mut sorted = texts.to_vec();
         sorted.sort_by_key(String::len);
         let started = Instant::now();
+        let cpu_before = super::process_cpu();
         self.embed(&sorted).await?;
+        let sorted_cpu = super::process_cpu() - cpu_before;
         let sorted_seconds = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let vectors = self.embed(texts).await?;
-        Ok((started.elapsed().as_secs_f64(), sorted_seconds, vectors))
+        Ok((
+            started.elapsed().as_secs_f64(),
+            (sorted_seconds, sorted_cpu),
+            vectors,
+        ))
     }
 }
 
