@@ -111,7 +111,12 @@ impl Unit {
     pub fn lose(&self, index: usize, error: &LedgerError) {
         if let Some(member) = self.members.get(index) {
             if !member.out.swap(true, Ordering::SeqCst) {
-                tracing::warn!(job_id = %member.job.id, revision_id = ?member.job.revision_id, %error, "unit member stopped: its lease no longer holds; the rest of the unit goes on");
+                // The lone path's words, so one search finds every stopped run.
+                if matches!(error, LedgerError::LeaseLost { .. }) {
+                    tracing::warn!(job_id = %member.job.id, revision_id = ?member.job.revision_id, %error, "run stopped: its lease no longer holds (a unit's member; the rest of the unit goes on)");
+                } else {
+                    tracing::warn!(job_id = %member.job.id, revision_id = ?member.job.revision_id, %error, "heartbeat failed: stopping the run before any further store write; the job is taken again when its lease runs out (a unit's member; the rest of the unit goes on)");
+                }
                 let _ = self.outcomes.send((index, Err(lost_marker())));
             }
         }
