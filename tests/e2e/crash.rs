@@ -94,6 +94,21 @@ pub(crate) async fn await_line<T>(
     found
 }
 
+/// GETs `url` with `token`: asserts a 200 first, then answers the JSON body.
+async fn get_json(http: &reqwest::Client, url: &str, token: &str) -> Value {
+    let response = http
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("GET {url}: {error}"));
+    assert_eq!(response.status().as_u16(), 200, "GET {url}");
+    response
+        .json()
+        .await
+        .unwrap_or_else(|error| panic!("GET {url}: not JSON: {error}"))
+}
+
 /// Keys each client rewrites, so later revisions supersede earlier ones.
 const KEYS: usize = 8;
 
@@ -192,15 +207,12 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
     }
     let mut heads = Vec::new();
     for ack in &acknowledged {
-        let detail: Value = http
-            .get(format!("{base}/v1/revisions/{}", ack.revision_id))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .expect("revision request")
-            .json()
-            .await
-            .expect("revision json");
+        let detail = get_json(
+            &http,
+            &format!("{base}/v1/revisions/{}", ack.revision_id),
+            &token,
+        )
+        .await;
         assert_eq!(
             detail["revision"]["content_sha256"],
             ack.sha256.as_str(),
@@ -245,15 +257,7 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
         assert_eq!(receipts::ids::sha256_hex(&bytes), ack.sha256);
         assert_eq!(bytes.as_ref(), ack.content.as_bytes());
     }
-    let status: Value = http
-        .get(format!("{base}/v1/status"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("status")
-        .json()
-        .await
-        .expect("status json");
+    let status = get_json(&http, &format!("{base}/v1/status"), &token).await;
     let sources = status["counts"]["sources"].as_u64().expect("sources");
     assert!(
         sources as usize >= last_of_key.len(),
@@ -266,15 +270,7 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
     // acknowledged revision superseded or never projected, and a scrub finds no drift.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
     loop {
-        let status: Value = http
-            .get(format!("{base}/v1/status"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .expect("status")
-            .json()
-            .await
-            .expect("status json");
+        let status = get_json(&http, &format!("{base}/v1/status"), &token).await;
         let jobs = &status["counts"]["jobs"];
         let count = |state: &str| jobs[state].as_i64().unwrap_or(0);
         assert_eq!(count("dead") + count("quarantined"), 0, "{jobs}");
@@ -288,15 +284,12 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for ack in &acknowledged {
-        let detail: Value = http
-            .get(format!("{base}/v1/revisions/{}", ack.revision_id))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .expect("revision request")
-            .json()
-            .await
-            .expect("revision json");
+        let detail = get_json(
+            &http,
+            &format!("{base}/v1/revisions/{}", ack.revision_id),
+            &token,
+        )
+        .await;
         let states: Vec<&str> = detail["receipts"]
             .as_array()
             .expect("receipts")
@@ -318,6 +311,7 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
             );
         }
     }
+    assert!(!heads.is_empty(), "no acknowledged revision is a head");
     let scrub = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args([
             "verify", "--tier", "scrub", "--server", &base, "--token", &token,

@@ -126,15 +126,27 @@ impl World {
 
     /// Runs a worker until `done` holds (or 60 s pass).
     async fn run_until(&self, projector: Arc<Projector>, done: impl AsyncCheck) {
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let mut config = WorkerConfig::new("projection-test");
         config.poll_interval = Duration::from_millis(20);
-        let handle = tokio::spawn(Worker::new(self.ledger.clone(), projector, config).run(
-            async move {
+        self.run_worker(projector, config, Duration::from_secs(60), done)
+            .await;
+    }
+
+    /// Runs a worker of `work` with `config` until `done` holds (or `limit` passes).
+    async fn run_worker(
+        &self,
+        work: Arc<dyn worker::Work>,
+        config: WorkerConfig,
+        limit: Duration,
+        done: impl AsyncCheck,
+    ) {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let handle = tokio::spawn(
+            Worker::new(self.ledger.clone(), work, config).run(async move {
                 let _ = stopped.changed().await;
-            },
-        ));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            }),
+        );
+        let deadline = tokio::time::Instant::now() + limit;
         while !done.check(&self.ledger).await {
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -1158,25 +1170,12 @@ impl Embedder for PoisonedEmbedder {
 /// Runs a worker that claims up to 32 jobs at once (so a claim makes one unit) until `done`
 /// holds (or 90 s pass).
 async fn run_units_until(world: &World, work: Arc<dyn worker::Work>, done: impl AsyncCheck) {
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut config = WorkerConfig::new("unit-test");
     config.concurrency = 32;
     config.poll_interval = Duration::from_millis(20);
-    let handle = tokio::spawn(
-        Worker::new(world.ledger.clone(), work, config).run(async move {
-            let _ = stopped.changed().await;
-        }),
-    );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while !done.check(&world.ledger).await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "projection did not finish in time"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = stop.send(true);
-    handle.await.expect("worker");
+    world
+        .run_worker(work, config, Duration::from_secs(90), done)
+        .await;
 }
 
 /// Every listed job has ended (completed or dead).
