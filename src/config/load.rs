@@ -281,7 +281,7 @@ fn workers(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<WorkerSettings> {
         unit_jobs: env
             .number("CAIRN_WORKER_UNIT_JOBS")?
             .or(file.workers.unit_jobs)
-            .unwrap_or(worker::DEFAULT_UNIT_JOBS),
+            .unwrap_or(super::DEFAULT_UNIT_JOBS),
         unit_max_bytes: env
             .number("CAIRN_WORKER_UNIT_MAX_BYTES")?
             .or(file.workers.unit_max_bytes)

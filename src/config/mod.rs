@@ -86,6 +86,10 @@ pub const DEFAULT_WORKERS: usize = 1;
 /// SciFact before units, 8 jobs reach 0.70x of the raw embedder sorted by length, 32 jobs
 /// 0.91x.
 pub const DEFAULT_WORKER_CONCURRENCY: usize = 32;
+/// Default `workers.unit_jobs`: 1, units off. Units (32 is the measured setting) stay opt-in
+/// until a read-back that found no point in the three-node test topology is explained
+/// (docs/benchmarks.md, "Small documents: units").
+pub const DEFAULT_UNIT_JOBS: usize = 1;
 
 /// `[ledger]`: where the ledger is and how a process uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
