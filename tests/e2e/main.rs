@@ -8,6 +8,7 @@ mod browser;
 mod changes;
 mod chaos;
 mod cli;
+mod clients;
 mod common;
 mod confinement;
 mod connectors;
