@@ -117,7 +117,9 @@ def test_ingest_many_goes_in_bounded_chunks_with_progress(admin: Client, dataset
         }
         for n in range(25)
     ]
-    items.append({"dataset": dataset, "source_key": "bad", "content": "   ", "tags": ["x"]})
+    items.append(
+        {"dataset": dataset, "source_key": "bad", "content": "x", "media_type": "nonsense"}
+    )
     seen: list[tuple[int, int]] = []
     results = admin.ingest_many(
         items,
@@ -208,7 +210,7 @@ def test_tokens_the_feed_and_webhooks(admin: Client, dataset: str) -> None:
     )
     assert hook.secret.startswith("whsec_") and hook.webhook.state == "active"
     webhook_id = hook.webhook.id
-    assert webhook_id in {w.id for w in admin.list_webhooks()}
+    assert webhook_id in {w.webhook.id for w in admin.list_webhooks()}
     assert admin.pause_webhook(webhook_id, reason="test").webhook.state == "paused"
     assert admin.resume_webhook(webhook_id, reason="test").webhook.state == "active"
     rotated = admin.rotate_webhook_secret(webhook_id, reason="test")

@@ -80,6 +80,6 @@ def test_documents_are_added_by_key(
         ]
     )
     assert [r.source_key for r in receipts] == ["d.md", "g.md"]
-    (hit,) = retriever.invoke("dipper under water")
+    hit = retriever.invoke("dipper under water")[0]
     assert hit.metadata["source_key"] == "d.md"
     assert admin.revision(hit.metadata["revision_id"]).revision.metadata == {"tag": "x"}

@@ -23,7 +23,7 @@ Regenerate with ``python tools/generate_models.py openapi.json`` (clients/python
 client tests fail while this file differs from what the served document generates.
 """
 
-# ruff: noqa: D101, E501
+# ruff: noqa: D205
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Model(BaseModel):
     """A model of cairn's answers: fields a newer server adds are kept, not refused."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
-'''
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)'''
 
 
 def ref_name(ref: str) -> str:
@@ -44,20 +43,30 @@ def ref_name(ref: str) -> str:
     return ref.rsplit("/", 1)[-1]
 
 
-def python_type(schema: dict[str, Any], names: set[str]) -> tuple[str, bool]:
-    """The Python type of a property's schema, and whether it admits null."""
+def python_type(
+    schema: dict[str, Any], names: set[str], schemas: dict[str, Any]
+) -> tuple[str, bool]:
+    """The Python type of a property's schema, and whether it admits null.
+
+    A reference to a model is the model's name; one to any other schema (an enum of strings,
+    an integer alias) is that schema's type.
+    """
     if "$ref" in schema:
         name = ref_name(schema["$ref"])
-        return (name if name in names else "dict[str, Any]"), False
+        if name in names:
+            return name, False
+        if name in schemas:
+            return python_type(schemas[name], names, schemas)
+        return "Any", False
     for key in ("oneOf", "anyOf"):
         if key in schema:
             options = schema[key]
             nullable = any(option.get("type") == "null" for option in options)
             rest = [option for option in options if option.get("type") != "null"]
             if len(rest) == 1:
-                inner, inner_null = python_type(rest[0], names)
+                inner, inner_null = python_type(rest[0], names, schemas)
                 return inner, nullable or inner_null
-            types = sorted({python_type(option, names)[0] for option in rest})
+            types = sorted({python_type(option, names, schemas)[0] for option in rest})
             return (" | ".join(types) if types else "Any"), nullable
     kind = schema.get("type")
     nullable = False
@@ -74,10 +83,12 @@ def python_type(schema: dict[str, Any], names: set[str]) -> tuple[str, bool]:
     if kind == "boolean":
         return "bool", nullable
     if kind == "array":
-        inner, inner_null = python_type(schema.get("items", {}), names)
+        inner, inner_null = python_type(schema.get("items", {}), names, schemas)
         return f"list[{inner} | None]" if inner_null else f"list[{inner}]", nullable
     if kind == "object":
         return "dict[str, Any]", nullable
+    if "enum" in schema and all(isinstance(value, str) for value in schema["enum"]):
+        return "str", nullable
     return "Any", False
 
 
@@ -117,23 +128,27 @@ def generate(document: dict[str, Any]) -> str:
         schema = models[name]
         required = set(schema.get("required", []))
         out.append("")
+        out.append("")
         out.append(f"class {name}(Model):")
         out.extend(docstring(schema.get("description") or f"The {name} schema.", "    "))
+        out.append("")
         for prop, prop_schema in schema["properties"].items():
-            kind, nullable = python_type(prop_schema, names)
+            kind, nullable = python_type(prop_schema, names, schemas)
             attribute, alias = field_name(prop)
             optional = nullable or prop not in required
             annotation = f"{kind} | None" if optional and kind != "Any" else kind
             if alias is not None:
                 default = "None, " if prop not in required else ""
-                value = f" = Field({default}alias={alias!r})"
+                value = f' = Field({default}alias="{alias}")'
             else:
                 value = " = None" if prop not in required else ""
             out.append(f"    {attribute}: {annotation}{value}")
             out.extend(docstring(prop_schema.get("description"), "    "))
     out.append("")
     out.append("")
-    out.append(f"SCHEMAS = {sorted(models)!r}")
+    out.append("SCHEMAS = [")
+    out.extend(f'    "{name}",' for name in sorted(models))
+    out.append("]")
     out.append('"""The document\'s schemas that have a model here."""')
     return "\n".join(out) + "\n"
 

@@ -16,9 +16,9 @@ import httpx
 from pydantic import BaseModel
 
 from . import _generated as gen
-from ._core import SETTLING_EVENTS, Call
+from ._core import SETTLING_EVENTS, Call, Params
 from .errors import CairnError, error_from_response
-from .models import ChangePage, CreatedWebhook, Receipt, Webhook, WebhookChanged
+from .models import ChangePage, CreatedWebhook, Receipt, WebhookChanged, WebhookSummary
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -124,7 +124,7 @@ def delete_source(
 
 def erase_source(dataset: str, source_key: str, reason: str) -> Call[dict[str, Any]]:
     """``DELETE /v1/sources?erase=true``: every revision's bytes and traces removed."""
-    params = {"dataset": dataset, "source_key": source_key, "reason": reason, "erase": True}
+    params: Params = {"dataset": dataset, "source_key": source_key, "reason": reason, "erase": True}
     return Call("DELETE", "/v1/sources", _json, params=params)
 
 
@@ -255,7 +255,7 @@ def changes(
 
 def feed_head(dataset: str) -> Call[int]:
     """The newest event's number: a read of the feed that matches nothing moves to it."""
-    params = {"after": 0, "datasets": dataset, "types": "generation.switched", "limit": 1}
+    params: Params = {"after": 0, "datasets": dataset, "types": "generation.switched", "limit": 1}
     return Call(
         "GET",
         "/v1/changes",
@@ -350,12 +350,12 @@ def create_webhook(body: dict[str, Any]) -> Call[CreatedWebhook]:
     return Call("POST", "/v1/webhooks", model(CreatedWebhook), body=body)
 
 
-def list_webhooks() -> Call[list[Webhook]]:
-    """``GET /v1/webhooks``."""
+def list_webhooks() -> Call[list[WebhookSummary]]:
+    """``GET /v1/webhooks``: each with its deliveries counted."""
     return Call(
         "GET",
         "/v1/webhooks",
-        lambda response: [Webhook.model_validate(w) for w in response.json()["webhooks"]],
+        lambda response: [WebhookSummary.model_validate(w) for w in response.json()["webhooks"]],
         idempotent=True,
     )
 

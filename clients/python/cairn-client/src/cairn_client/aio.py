@@ -12,7 +12,14 @@ from . import _core as core
 from . import _generated as gen
 from . import _operations as ops
 from .errors import CairnError
-from .models import ChangePage, CreatedWebhook, Receipt, SearchAnswer, Webhook, WebhookChanged
+from .models import (
+    ChangePage,
+    CreatedWebhook,
+    Receipt,
+    SearchAnswer,
+    WebhookChanged,
+    WebhookSummary,
+)
 
 T = TypeVar("T")
 
@@ -416,8 +423,8 @@ class AsyncClient:
         body = {key: value for key, value in fields.items() if value is not None}
         return await self._send(ops.create_webhook(body))
 
-    async def list_webhooks(self) -> list[Webhook]:
-        """Every webhook the token may read."""
+    async def list_webhooks(self) -> list[WebhookSummary]:
+        """Every webhook the token may read, deleted ones too, with deliveries counted."""
         return await self._send(ops.list_webhooks())
 
     async def get_webhook(self, webhook_id: str) -> dict[str, Any]:

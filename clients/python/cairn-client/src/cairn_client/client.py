@@ -12,7 +12,14 @@ from . import _core as core
 from . import _generated as gen
 from . import _operations as ops
 from .errors import CairnError
-from .models import ChangePage, CreatedWebhook, Receipt, SearchAnswer, Webhook, WebhookChanged
+from .models import (
+    ChangePage,
+    CreatedWebhook,
+    Receipt,
+    SearchAnswer,
+    WebhookChanged,
+    WebhookSummary,
+)
 
 T = TypeVar("T")
 
@@ -410,8 +417,8 @@ class Client:
         body = {key: value for key, value in fields.items() if value is not None}
         return self._send(ops.create_webhook(body))
 
-    def list_webhooks(self) -> list[Webhook]:
-        """Every webhook the token may read."""
+    def list_webhooks(self) -> list[WebhookSummary]:
+        """Every webhook the token may read, deleted ones too, with deliveries counted."""
         return self._send(ops.list_webhooks())
 
     def get_webhook(self, webhook_id: str) -> dict[str, Any]:

@@ -113,6 +113,15 @@ class CreatedWebhook(Model):
     """``whsec_...``: keep it; cairn never shows it again."""
 
 
+class WebhookSummary(Model):
+    """A webhook in a list, with its deliveries counted."""
+
+    webhook: Webhook
+    """The subscription."""
+    deliveries: dict[str, Any] = Field(default_factory=dict)
+    """Its deliveries by state (``pending``, ``delivered``, ``dead``, ...) and ``behind``."""
+
+
 class WebhookChanged(Model):
     """A webhook after a change, and how many of its deliveries the change touched."""
 
@@ -141,4 +150,5 @@ __all__ = [
     "TokenInfo",
     "Webhook",
     "WebhookChanged",
+    "WebhookSummary",
 ]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cairn_client import AsyncClient, Client, Receipt, Retry
+from cairn_client import Client, Receipt, Retry
+from cairn_client.integration import Clients, provenance
 from cairn_client.models import SearchAnswer
-from cairn_client.provenance import provenance
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -49,18 +49,15 @@ class CairnRetriever(BaseRetriever):
     retry: Retry | None = None
     """How 429 and 503 are retried (default: the client's)."""
 
-    _client: Client | None = PrivateAttr(default=None)
-    _async_client: AsyncClient | None = PrivateAttr(default=None)
+    _clients: Clients | None = PrivateAttr(default=None)
+
+    def _all(self) -> Clients:
+        if self._clients is None:
+            self._clients = Clients(self.base_url, self.token, self.retry)
+        return self._clients
 
     def _sync(self) -> Client:
-        if self._client is None:
-            self._client = Client(self.base_url, self.token, retry=self.retry)
-        return self._client
-
-    def _async(self) -> AsyncClient:
-        if self._async_client is None:
-            self._async_client = AsyncClient(self.base_url, self.token, retry=self.retry)
-        return self._async_client
+        return self._all().sync()
 
     def _options(self) -> dict[str, Any]:
         options: dict[str, Any] = {**self.search_options, "top_k": self.top_k}
@@ -87,7 +84,7 @@ class CairnRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
-        return self._documents(await self._async().search(query, **self._options()))
+        return self._documents(await self._all().for_this_loop().search(query, **self._options()))
 
     def _target(self) -> str:
         if self.dataset is not None:

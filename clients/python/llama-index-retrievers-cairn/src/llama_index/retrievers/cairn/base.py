@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cairn_client import AsyncClient, Client, Retry
+from cairn_client import Retry
+from cairn_client.integration import Clients, provenance
 from cairn_client.models import SearchAnswer
-from cairn_client.provenance import provenance
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
@@ -38,9 +38,7 @@ class CairnRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
     ) -> None:
         super().__init__(callback_manager=callback_manager)
-        self._base_url = base_url
-        self._token = token
-        self._retry = retry
+        self._clients = Clients(base_url, token, retry)
         self._options: dict[str, Any] = {**(search_options or {}), "top_k": top_k}
         if datasets is not None:
             self._options["datasets"] = list(datasets)
@@ -48,8 +46,6 @@ class CairnRetriever(BaseRetriever):
             self._options["mode"] = mode
         if filter is not None:
             self._options["filter"] = filter
-        self._client: Client | None = None
-        self._async_client: AsyncClient | None = None
 
     @staticmethod
     def _nodes(answer: SearchAnswer) -> list[NodeWithScore]:
@@ -65,12 +61,9 @@ class CairnRetriever(BaseRetriever):
         return nodes
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if self._client is None:
-            self._client = Client(self._base_url, self._token, retry=self._retry)
-        return self._nodes(self._client.search(query_bundle.query_str, **self._options))
+        return self._nodes(self._clients.sync().search(query_bundle.query_str, **self._options))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if self._async_client is None:
-            self._async_client = AsyncClient(self._base_url, self._token, retry=self._retry)
-        answer = await self._async_client.search(query_bundle.query_str, **self._options)
+        client = self._clients.for_this_loop()
+        answer = await client.search(query_bundle.query_str, **self._options)
         return self._nodes(answer)
