@@ -36,7 +36,12 @@ async fn run(program: &Path, args: &[&str], envs: &[(&str, String)], limit: Dura
             .output(),
     )
     .await
-    .unwrap_or_else(|_| panic!("{} {args:?} did not finish within {limit:?}", program.display()))
+    .unwrap_or_else(|_| {
+        panic!(
+            "{} {args:?} did not finish within {limit:?}",
+            program.display()
+        )
+    })
     .unwrap_or_else(|error| panic!("run {}: {error}", program.display()));
     let report = format!(
         "{}{}",
@@ -157,7 +162,10 @@ async fn the_python_clients_work_against_a_real_server() {
             ("CAIRN_URL", base),
             ("CAIRN_ADMIN_TOKEN", crate::common::admin_token(&data)),
             ("CAIRN_BUSY_URL", busy_base),
-            ("CAIRN_BUSY_ADMIN_TOKEN", crate::common::admin_token(&busy_data)),
+            (
+                "CAIRN_BUSY_ADMIN_TOKEN",
+                crate::common::admin_token(&busy_data),
+            ),
             ("CAIRN_BUSY_CONNECTIONS", BUSY_CONNECTIONS.to_owned()),
             ("CAIRN_CLIENTS_VENV", fresh.to_string_lossy().into_owned()),
         ],
