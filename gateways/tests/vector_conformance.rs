@@ -948,6 +948,20 @@ mod checks {
             .expect("deep scroll");
         assert_eq!(deep, held);
         assert!(store.ensure_present(false).await.expect("present"));
+
+        // Counted per bucket in one call: every point, current or not; empty buckets absent.
+        let counts = store.bucket_counts().await.expect("bucket counts");
+        let else_bucket = receipts::verify::bucket("docs", &elsewhere);
+        assert_eq!(counts.get(&bucket), Some(&6), "{counts:?}");
+        assert_eq!(counts.get(&else_bucket), Some(&4), "{counts:?}");
+        assert_eq!(counts.values().sum::<usize>(), 10, "{counts:?}");
+        // A deleted revision's points leave its bucket's count.
+        store
+            .delete_points(gateways::PointSelector::Revision(old))
+            .await
+            .expect("delete a revision's points");
+        let counts = store.bucket_counts().await.expect("bucket counts");
+        assert_eq!(counts.get(&bucket), Some(&3), "{counts:?}");
     }
 }
 

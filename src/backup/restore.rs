@@ -340,7 +340,7 @@ pub async fn restore(config: &Config, options: &RestoreOptions) -> anyhow::Resul
         Some(stores.clone() as Arc<dyn gateways::VectorStores>),
         verify::VerifySettings {
             interval: None,
-            buckets_per_second: 1_000_000,
+            points_per_second: u32::MAX,
             ..verify::VerifySettings::default()
         },
     );

@@ -34,6 +34,10 @@ pub struct VerifyBench {
     pub chunks: usize,
     /// The vectors' dimension.
     pub dimension: usize,
+    /// The passes' rate limit, points per second (`None`: unthrottled).
+    pub rate: Option<u32>,
+    /// Whether the backup and restore run after the passes.
+    pub backup: bool,
 }
 
 fn unit(random: &mut Random, dimension: usize) -> Vec<f32> {
@@ -234,7 +238,7 @@ pub async fn verify(bench: VerifyBench) -> anyhow::Result<Value> {
         Some(Arc::new(OneStore::new(&generation.id, store.clone()))),
         verify::VerifySettings {
             interval: None,
-            buckets_per_second: 1_000_000,
+            points_per_second: bench.rate.unwrap_or(u32::MAX),
             ..verify::VerifySettings::default()
         },
     );
@@ -282,13 +286,22 @@ pub async fn verify(bench: VerifyBench) -> anyhow::Result<Value> {
             "search_during": latency(&during),
         }));
     }
-    let backup = backup_and_restore(&ledger, &store, &generation).await?;
+    let backup = if bench.backup {
+        backup_and_restore(&ledger, &store, &generation).await?
+    } else {
+        Value::Null
+    };
     Ok(json!({
         "benchmark": "verify",
         "command": format!(
-            "cairn bench verify --sources {} --chunks {} --dimension {}",
-            bench.sources, bench.chunks, bench.dimension
+            "cairn bench verify --sources {} --chunks {} --dimension {}{}{}",
+            bench.sources,
+            bench.chunks,
+            bench.dimension,
+            bench.rate.map(|rate| format!(" --rate {rate}")).unwrap_or_default(),
+            if bench.backup { "" } else { " --no-backup" }
         ),
+        "points_per_second": bench.rate,
         "sources": settled,
         "points": points,
         "chunks_per_source": bench.chunks,

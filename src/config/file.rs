@@ -163,7 +163,7 @@ pub(super) struct FileVerify {
     pub(super) interval_ms: Option<u64>,
     pub(super) tier: Option<String>,
     pub(super) repair: Option<bool>,
-    pub(super) buckets_per_second: Option<u32>,
+    pub(super) points_per_second: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

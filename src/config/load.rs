@@ -882,12 +882,12 @@ fn verify_settings(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<verify::V
         },
         None => file.verify.repair.unwrap_or(defaults.repair),
     };
-    let buckets_per_second = env
-        .number::<u32>("CAIRN_VERIFY_BUCKETS_PER_SECOND")?
-        .or(file.verify.buckets_per_second)
-        .unwrap_or(defaults.buckets_per_second);
-    if buckets_per_second == 0 {
-        bail!("verify.buckets_per_second must be at least 1");
+    let points_per_second = env
+        .number::<u32>("CAIRN_VERIFY_POINTS_PER_SECOND")?
+        .or(file.verify.points_per_second)
+        .unwrap_or(defaults.points_per_second);
+    if points_per_second == 0 {
+        bail!("verify.points_per_second must be at least 1");
     }
     if interval.is_some_and(|interval| interval < Duration::from_secs(60)) {
         bail!("verify.interval_ms must be 0 (off) or at least 60000 (one minute)");
@@ -896,7 +896,7 @@ fn verify_settings(env: &Env<'_>, file: &FileConfig) -> anyhow::Result<verify::V
         interval,
         tier,
         repair,
-        buckets_per_second,
+        points_per_second,
     })
 }
 

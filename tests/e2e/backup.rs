@@ -125,7 +125,7 @@ async fn a_backup_restores_with_later_erasures_and_revocations_kept() {
     let backup_dir = backups.path().to_string_lossy().into_owned();
     let envs = [
         ("CAIRN_BACKUP_DIR", backup_dir.as_str()),
-        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+        ("CAIRN_VERIFY_POINTS_PER_SECOND", "4000000000"),
     ];
     let (mut server, base) = spawn_serve_with(
         data.path(),
@@ -531,7 +531,7 @@ async fn a_portable_backup_moves_an_embedded_installation_to_a_qdrant_server() {
     let grpc = qdrant.grpc_url();
     let envs = [
         ("CAIRN_VECTORS_URL", grpc.as_str()),
-        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+        ("CAIRN_VERIFY_POINTS_PER_SECOND", "4000000000"),
     ];
     let (mut server, base) = spawn_serve_with(
         target.path(),
@@ -584,7 +584,7 @@ async fn a_postgres_ledger_backs_up_and_restores_into_a_fresh_database() {
     let backup_dir = backups.path().to_string_lossy().into_owned();
     let envs = [
         ("CAIRN_BACKUP_DIR", backup_dir.as_str()),
-        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+        ("CAIRN_VERIFY_POINTS_PER_SECOND", "4000000000"),
     ];
     let (mut server, base) = spawn_serve_with(
         data.path(),

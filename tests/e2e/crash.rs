@@ -191,7 +191,7 @@ async fn sigkill_mid_stream_loses_no_acknowledged_receipt() {
     let (mut restarted, base) = spawn_serve_with(
         directory.path(),
         &[],
-        &[units[0], ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000")],
+        &[units[0], ("CAIRN_VERIFY_POINTS_PER_SECOND", "4000000000")],
         "warn",
         Stdio::inherit(),
     )

@@ -75,7 +75,7 @@ fn cairn_env() -> [(&'static str, &'static str); 6] {
         ("CAIRN_BACKOFF_BASE_MS", "200"),
         ("CAIRN_BACKOFF_CAP_MS", "1000"),
         ("CAIRN_EMBED_THREADS", "1"),
-        ("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000"),
+        ("CAIRN_VERIFY_POINTS_PER_SECOND", "4000000000"),
     ]
 }
 

@@ -35,7 +35,7 @@ async fn verify_finds_and_repairs_drift_from_the_cli() {
     let (mut server, base) = spawn_serve_with(
         data.path(),
         &[],
-        &[("CAIRN_VERIFY_BUCKETS_PER_SECOND", "100000")],
+        &[("CAIRN_VERIFY_POINTS_PER_SECOND", "4000000000")],
         "warn",
         std::process::Stdio::inherit(),
     )

@@ -60,6 +60,12 @@ pub struct StartPass {
     /// Repair what the pass confirms, through the normal paths.
     #[serde(default)]
     pub repair: bool,
+    /// This pass's rate limit in points read per second (a store request counts as 100),
+    /// instead of `verify.points_per_second`; a pass resumed after a restart goes back to the
+    /// configured limit.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 4294967295_u64, nullable)]
+    pub rate: Option<u32>,
     /// Why (recorded in history); at most 500 printable characters.
     #[serde(default)]
     #[schema(max_length = 500, nullable)]
@@ -161,6 +167,12 @@ async fn start_pass(
     if let Some(generation) = &start.generation {
         generation_id(generation)?;
     }
+    if start.rate == Some(0) {
+        return Err(ApiError::unprocessable(
+            "invalid_rate",
+            "`rate` is points per second, at least 1",
+        ));
+    }
     let tier = start.tier.unwrap_or(VerifyTier::Counts);
     let reason = reason(start.reason, "started through the API")?;
     let pass = state
@@ -169,6 +181,7 @@ async fn start_pass(
             tier,
             start.generation,
             start.repair,
+            start.rate,
             &principal.actor(),
             &reason,
         )

@@ -34,7 +34,15 @@
 //!   - the ordered `set_current` for flags.
 //!
 //!   Bytes whose hash differs are corruption. They are reported, never repaired.
-//! - Passes are rate-limited (buckets per second), so a pass never starves search.
+//! - Passes are paced by the work they do, not by buckets: each store request counts as
+//!   [`REQUEST_POINTS`] points, and each point counted or read as one (or, when more, each
+//!   point the ledger's heads promise, for the ledger's side of the check), at most
+//!   [`VerifySettings::points_per_second`] (or a pass's own rate). A bucket for which the
+//!   ledger holds no settled head and no open work, and for which the store's one bucketed
+//!   count at the pass's start ([`gateways::VectorStore::bucket_counts`]) holds no point, is
+//!   settled without a store request: empty buckets cost nothing, so a pass costs what the
+//!   data costs. Points written into an empty bucket after that count belong to work in
+//!   flight, which is never drift; anything else is found by the next pass.
 
 pub mod api;
 mod pass;
@@ -55,8 +63,9 @@ pub struct VerifySettings {
     pub tier: VerifyTier,
     /// Whether scheduled passes repair what they confirm.
     pub repair: bool,
-    /// Most buckets a pass checks per second (its rate limit).
-    pub buckets_per_second: u32,
+    /// A pass's rate limit: points read per second, each store request counting as
+    /// [`REQUEST_POINTS`] points.
+    pub points_per_second: u32,
 }
 
 impl Default for VerifySettings {
@@ -65,12 +74,18 @@ impl Default for VerifySettings {
             interval: Some(Duration::from_secs(6 * 3600)),
             tier: VerifyTier::Scrub,
             repair: false,
-            buckets_per_second: DEFAULT_BUCKETS_PER_SECOND,
+            points_per_second: DEFAULT_POINTS_PER_SECOND,
         }
     }
 }
 
-/// Default rate limit: a full pass of 1,024 buckets takes at least 100 seconds, so a pass
-/// on 2 cores leaves search its headroom (`cairn bench verify`: unthrottled passes run
-/// 18 to 44 buckets a second and lift search p99 from about 1 ms to 6 to 10 ms).
-pub const DEFAULT_BUCKETS_PER_SECOND: u32 = 10;
+/// What one store request costs a pass's rate limit, in points: about what reading a hundred
+/// points costs a store beside the request itself.
+pub const REQUEST_POINTS: u64 = 100;
+
+/// Default rate limit: the pace the earlier limit of 10 buckets a second kept at 1,000,000
+/// points (about 977 points and one or two requests a bucket), where a pass on 2 cores leaves
+/// search its headroom (`cairn bench verify`: unthrottled passes run 18 to 44 buckets a second
+/// and lift search p99 from about 1 ms to 6 to 10 ms). A smaller store is verified faster in
+/// proportion, and its empty buckets cost nothing.
+pub const DEFAULT_POINTS_PER_SECOND: u32 = 12_000;

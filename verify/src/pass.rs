@@ -1,6 +1,7 @@
 //! Running a pass: bucket by bucket from its cursor, each bucket read twice before anything
-//! is recorded, at most `buckets_per_second`, ended as completed (every bucket checked) or
-//! abandoned (by an operator, or by an error it names).
+//! is recorded, paced by the store requests made and the points read (at most
+//! `points_per_second`, a request counting as [`crate::REQUEST_POINTS`]), ended as completed
+//! (every bucket checked) or abandoned (by an operator, or by an error it names).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,9 @@ pub struct BucketOutcome {
     pub skipped: i64,
     /// Requests made to the vector store.
     pub store_requests: u64,
+    /// Points the check covered: those the store counted or answered (once or twice), or
+    /// those the ledger's heads promise when more, for the ledger's side of the work.
+    pub points_read: u64,
     /// The ledger's side as the second look read it (what a repair acts on).
     pub ledger: LedgerBucket,
 }
@@ -129,12 +133,15 @@ impl Verifier {
     }
 
     /// Starts a pass of `tier` over `generation` (the active one when `None`), or answers the
-    /// running one, and runs it in the background. Returns the pass as it stands.
+    /// running one, and runs it in the background, at `rate` points per second when given
+    /// (`cairn verify --rate`; the configured limit otherwise, and after a restart resumes
+    /// it). Returns the pass as it stands.
     pub async fn start(
         self: &Arc<Self>,
         tier: VerifyTier,
         generation: Option<String>,
         repair: bool,
+        rate: Option<u32>,
         actor: &str,
         reason: &str,
     ) -> Result<VerifyPass, VerifyError> {
@@ -162,7 +169,7 @@ impl Verifier {
                 reason: reason.to_owned(),
             })
             .await?;
-        self.spawn(pass.clone());
+        self.spawn(pass.clone(), rate);
         Ok(pass)
     }
 
@@ -186,7 +193,7 @@ impl Verifier {
                     }
                     for pass in passes.into_iter().filter(|p| p.state == PassState::Running) {
                         tracing::info!(pass = %pass.id, tier = %pass.tier, cursor = pass.cursor, "resuming a verify pass");
-                        verifier.spawn(pass);
+                        verifier.spawn(pass, None);
                     }
                 }
                 Err(error) => tracing::warn!(%error, "could not read verify passes to resume"),
@@ -199,7 +206,7 @@ impl Verifier {
                 let (tier, repair) = (verifier.settings.tier, verifier.settings.repair);
                 let reason = format!("scheduled every {} s", interval.as_secs());
                 if let Err(error) = verifier
-                    .start(tier, None, repair, "cairn:schedule", &reason)
+                    .start(tier, None, repair, None, "cairn:schedule", &reason)
                     .await
                 {
                     tracing::warn!(%error, %tier, "the scheduled verify pass did not start");
@@ -209,10 +216,10 @@ impl Verifier {
     }
 
     /// Runs `pass` in a task of its own unless this process already runs it.
-    fn spawn(self: &Arc<Self>, pass: VerifyPass) {
+    fn spawn(self: &Arc<Self>, pass: VerifyPass, rate: Option<u32>) {
         let verifier = self.clone();
         tokio::spawn(async move {
-            if let Err(error) = verifier.run(pass.clone()).await {
+            if let Err(error) = verifier.run_at(pass.clone(), rate).await {
                 tracing::error!(pass = %pass.id, tier = %pass.tier, generation = %pass.generation, %error, "verify pass stopped");
             }
         });
@@ -222,6 +229,15 @@ impl Verifier {
     /// ended. A store or ledger failure abandons it, naming the failure (the next pass starts
     /// over). Does nothing and answers the pass if this process already runs it.
     pub async fn run(&self, pass: VerifyPass) -> Result<VerifyPass, VerifyError> {
+        self.run_at(pass, None).await
+    }
+
+    /// [`Verifier::run`] at `rate` points per second (`None`: the configured limit).
+    pub async fn run_at(
+        &self,
+        pass: VerifyPass,
+        rate: Option<u32>,
+    ) -> Result<VerifyPass, VerifyError> {
         let first = self
             .running
             .lock()
@@ -230,7 +246,7 @@ impl Verifier {
         if !first {
             return Ok(pass);
         }
-        let result = self.run_to_end(pass.clone()).await;
+        let result = self.run_to_end(pass.clone(), rate).await;
         if let Ok(mut running) = self.running.lock() {
             running.remove(&pass.id);
         }
@@ -255,18 +271,36 @@ impl Verifier {
         }
     }
 
-    async fn run_to_end(&self, mut pass: VerifyPass) -> Result<VerifyPass, VerifyError> {
+    async fn run_to_end(
+        &self,
+        mut pass: VerifyPass,
+        rate: Option<u32>,
+    ) -> Result<VerifyPass, VerifyError> {
         let side = self.store_side(&pass).await?;
         let tier = pass.tier;
-        let per_bucket =
-            Duration::from_secs_f64(1.0 / f64::from(self.settings.buckets_per_second.max(1)));
+        let rate = f64::from(rate.unwrap_or(self.settings.points_per_second).max(1));
         let started = Instant::now();
-        tracing::info!(pass = %pass.id, %tier, generation = %pass.generation, from = pass.cursor, repair = pass.repair, "verify pass running");
+        tracing::info!(pass = %pass.id, %tier, generation = %pass.generation, from = pass.cursor, repair = pass.repair, points_per_second = rate, "verify pass running");
+        // One bucketed count of the store, paced like any request: the buckets it holds
+        // nothing in are settled from the ledger alone.
+        let held = match (&side.store, side.absent) {
+            (Some(store), false) => {
+                let counts = store.bucket_counts().await?;
+                metrics::counter!("cairn_verify_store_requests_total", "tier" => tier.as_str())
+                    .increment(1);
+                self.calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs_f64(crate::REQUEST_POINTS as f64 / rate))
+                    .await;
+                Some(counts)
+            }
+            _ => None,
+        };
         while pass.state == PassState::Running && pass.cursor < i64::from(BUCKETS) {
             let step = Instant::now();
             let bucket = u16::try_from(pass.cursor).unwrap_or(BUCKETS - 1);
             let outcome = self
-                .check_bucket(tier, &pass.generation, &side, bucket)
+                .check_bucket(tier, &pass.generation, &side, held.as_ref(), bucket)
                 .await?;
             metrics::counter!("cairn_verify_buckets_checked_total", "tier" => tier.as_str())
                 .increment(1);
@@ -314,7 +348,10 @@ impl Verifier {
                 )
                 .await?;
             }
-            if let Some(wait) = per_bucket.checked_sub(step.elapsed()) {
+            // The bucket's work at the rate: its requests and the points they read.
+            let work = outcome.store_requests * crate::REQUEST_POINTS + outcome.points_read;
+            let pace = Duration::from_secs_f64(work as f64 / rate);
+            if let Some(wait) = pace.checked_sub(step.elapsed()) {
                 tokio::time::sleep(wait).await;
             }
         }
@@ -382,18 +419,30 @@ impl Verifier {
         })
     }
 
-    /// Checks one bucket: the first look, and a second look for anything it found.
+    /// Checks one bucket: the first look, and a second look for anything it found. `held` is
+    /// the store's bucketed count from the pass's start, when there is a store.
     async fn check_bucket(
         &self,
         tier: VerifyTier,
         generation: &str,
         side: &StoreSide,
+        held: Option<&std::collections::HashMap<u16, usize>>,
         bucket: u16,
     ) -> Result<BucketOutcome, VerifyError> {
-        let mut requests = 0;
+        let mut work = Work::default();
         let first_ledger = self.ledger.verify_bucket(generation, bucket).await?;
-        let first_store =
-            read_store(tier, side, &first_ledger, bucket, false, &mut requests).await?;
+        let empty_in_store = held.is_some_and(|counts| !counts.contains_key(&bucket));
+        if empty_in_store && first_ledger.heads.is_empty() && first_ledger.unsettled.is_empty() {
+            // Nothing promised, nothing in flight, nothing held: settled without the store.
+            return Ok(BucketOutcome {
+                drift: Vec::new(),
+                skipped: 0,
+                store_requests: 0,
+                points_read: 0,
+                ledger: first_ledger,
+            });
+        }
+        let first_store = read_store(tier, side, &first_ledger, bucket, false, &mut work).await?;
         let first = self
             .drift_of(
                 tier,
@@ -406,14 +455,15 @@ impl Verifier {
             return Ok(BucketOutcome {
                 drift: Vec::new(),
                 skipped: first_ledger.unsettled.len() as i64,
-                store_requests: requests,
+                store_requests: work.requests,
+                points_read: work.points.max(promised(&first_ledger)),
                 ledger: first_ledger,
             });
         }
         // The second look: the store first, then the ledger, so a change that lands between
         // the two reads shows in the ledger's answer (a moved head, an open job).
         let second_store =
-            read_store(tier, side, &first_ledger, bucket, true, &mut requests).await?;
+            read_store(tier, side, &first_ledger, bucket, true, &mut work).await?;
         let second_ledger = self.ledger.verify_bucket(generation, bucket).await?;
         let second = self
             .drift_of(
@@ -427,7 +477,8 @@ impl Verifier {
         Ok(BucketOutcome {
             drift,
             skipped: second_ledger.unsettled.len() as i64,
-            store_requests: requests,
+            store_requests: work.requests,
+            points_read: work.points.max(promised(&second_ledger)),
             ledger: second_ledger,
         })
     }
@@ -513,6 +564,25 @@ impl Verifier {
 
 /// The store's side of a bucket for a tier: `None` when the counts tier found the bucket's
 /// current points as promised (and nothing in flight), else every point by revision (`full`:
+/// Points the ledger's settled heads of a bucket promise: the ledger's side of its check.
+fn promised(ledger: &LedgerBucket) -> u64 {
+    ledger
+        .heads
+        .iter()
+        .filter_map(|head| head.points)
+        .map(u64::from)
+        .sum()
+}
+
+/// The store work one bucket's check did: what the pass's rate limit charges.
+#[derive(Debug, Default, Clone, Copy)]
+struct Work {
+    /// Requests made to the store.
+    requests: u64,
+    /// Points its answers held.
+    points: u64,
+}
+
 /// always, for the second look).
 async fn read_store(
     tier: VerifyTier,
@@ -520,7 +590,7 @@ async fn read_store(
     ledger: &LedgerBucket,
     bucket: u16,
     full: bool,
-    requests: &mut u64,
+    work: &mut Work,
 ) -> Result<Option<Vec<Held>>, GatewayError> {
     let Some(store) = &side.store else {
         return Ok(None);
@@ -529,8 +599,9 @@ async fn read_store(
         return Ok(Some(Vec::new()));
     }
     if tier == VerifyTier::Counts && !full {
-        *requests += 1;
+        work.requests += 1;
         let current = store.bucket_current(bucket).await?;
+        work.points += current as u64;
         let promised: usize = ledger
             .heads
             .iter()
@@ -541,10 +612,11 @@ async fn read_store(
             return Ok(None);
         }
     }
-    *requests += 1;
+    work.requests += 1;
     let held = store
         .bucket_points(bucket, tier == VerifyTier::Deep)
         .await?;
+    work.points += held.iter().map(|h| u64::from(h.points)).sum::<u64>();
     if tier == VerifyTier::Scrub && !full {
         // Equal digests of the current points, and nothing held beyond the heads' points
         // that could be extra or stale: the bucket is clean without a revision-by-revision

@@ -152,7 +152,7 @@ impl World {
             Some(Arc::new(gateways::OneModel(embedder().await))),
             VerifySettings {
                 interval: None,
-                buckets_per_second: 100_000,
+                points_per_second: u32::MAX,
                 ..VerifySettings::default()
             },
         )
@@ -200,6 +200,16 @@ impl World {
         tier: VerifyTier,
         repair: bool,
     ) -> (VerifyPass, Vec<receipts::model::DriftRecord>) {
+        let (pass, drift, _) = self.pass_counting_calls(tier, repair).await;
+        (pass, drift)
+    }
+
+    /// [`World::pass`], and the store requests it made.
+    async fn pass_counting_calls(
+        &self,
+        tier: VerifyTier,
+        repair: bool,
+    ) -> (VerifyPass, Vec<receipts::model::DriftRecord>, u64) {
         let verifier = self.verifier().await;
         let pass = self
             .ledger
@@ -215,7 +225,7 @@ impl World {
         let ended = verifier.run(pass).await.expect("pass");
         assert_eq!(ended.state, PassState::Completed);
         let drift = self.ledger.pass_drift(ended.id).await.expect("drift");
-        (ended, drift)
+        (ended, drift, verifier.store_calls())
     }
 
     async fn sql(&self, statement: &str, value: &str) {
@@ -391,12 +401,19 @@ async fn faults_are_found_and_repaired(world: World) {
     );
     world.project_all().await;
 
-    let (clean, drift) = world.pass(VerifyTier::Scrub, false).await;
+    let (clean, drift, calls) = world.pass_counting_calls(VerifyTier::Scrub, false).await;
     assert!(
         drift.is_empty(),
         "a freshly projected system has no drift: {drift:?}"
     );
     assert_eq!(clean.buckets_checked, i64::from(receipts::verify::BUCKETS));
+    // Empty buckets cost nothing: one bucketed count, then one read per bucket that holds
+    // something (six sources here), never one per bucket.
+    let occupied: BTreeSet<u16> = revisions
+        .keys()
+        .map(|key| receipts::verify::bucket("docs", key))
+        .collect();
+    assert_eq!(calls, 1 + occupied.len() as u64, "store requests of a clean pass");
 
     // Break it.
     world.delete_points_behind(revisions["gone.md"]).await;
@@ -454,7 +471,31 @@ async fn faults_are_found_and_repaired(world: World) {
         .await
         .expect("overwrite a vector");
 
+    // Points of a revision the ledger never held, alone in a bucket where the ledger holds
+    // nothing: the bucketed count finds them, so the bucket is read.
+    let orphan_key = (0..)
+        .map(|n| format!("orphan-{n}.md"))
+        .find(|key| !occupied.contains(&receipts::verify::bucket("docs", key)))
+        .expect("a key in an empty bucket");
+    let orphan_vector: Vec<f32> = (0..MODEL_DIMENSION)
+        .map(|i| if i == 3 { 1.0 } else { 0.0 })
+        .collect();
+    world
+        .store
+        .upsert(vec![VectorPoint {
+            dataset: "docs".to_owned(),
+            source_key: orphan_key.clone(),
+            revision_id: Uuid::now_v7(),
+            chunk_index: 0,
+            head_at: 1,
+            vector: orphan_vector,
+            facts: None,
+        }])
+        .await
+        .expect("an orphan point");
+
     let expected_scrub: BTreeSet<(String, String, String)> = [
+        (orphan_key.as_str(), "vector", "extra"),
         ("gone.md", "vector", "missing"),
         ("flag.md", "vector", "stale_current"),
         ("renamed.md", "vector", "payload"),
@@ -507,7 +548,7 @@ async fn faults_are_found_and_repaired(world: World) {
     for record in &drift {
         let expected = match (record.store.as_str(), record.kind) {
             ("bytes", _) => DriftState::Corrupt,
-            ("vector", DriftKind::StaleCurrent) => DriftState::Repaired,
+            ("vector", DriftKind::StaleCurrent | DriftKind::Extra) => DriftState::Repaired,
             _ => DriftState::Repairing,
         };
         assert_eq!(record.state, expected, "{record:?}");

@@ -1387,6 +1387,26 @@ impl VectorStore for EdgeVectorStore {
         .await
     }
 
+    async fn bucket_counts(&self) -> Result<std::collections::HashMap<u16, usize>, GatewayError> {
+        let field = self.fields.bucket.clone();
+        self.with_shard(false, move |shard| {
+            let mut counts = std::collections::HashMap::new();
+            for bucket in 0..receipts::verify::BUCKETS {
+                let count = shard
+                    .count(CountRequest {
+                        filter: Some(all_of(vec![integer_is(&field, i64::from(bucket))])),
+                        exact: true,
+                    })
+                    .map_err(unavailable)?;
+                if count > 0 {
+                    counts.insert(bucket, count);
+                }
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
     async fn scroll_all(
         &self,
         after: Option<Uuid>,

@@ -39,7 +39,7 @@ use async_trait::async_trait;
 use qdrant_client::qdrant::{
     points_update_operation, read_consistency, value::Kind, vectors_config, vectors_output,
     CollectionParamsDiffBuilder, Condition, CountPointsBuilder, CreateCollectionBuilder,
-    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
+    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FacetCountsBuilder, FieldType, Filter,
     GetPointsBuilder, PointId, PointStruct, PointsUpdateOperation, Range, ReadConsistencyType,
     ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder,
     UpdateBatchPointsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder, Value,
@@ -1227,6 +1227,32 @@ impl VectorStore for ServerVectorStore {
             flag("is_current", true),
         ]))
         .await
+    }
+
+    async fn bucket_counts(&self) -> Result<HashMap<u16, usize>, GatewayError> {
+        // One exact facet count of the indexed integer field, read with quorum consistency
+        // on a replicated collection.
+        let response = self
+            .retrying("facet", |client| {
+                let request = FacetCountsBuilder::new(self.collection.as_str(), "bucket")
+                    .exact(true)
+                    .limit(u64::from(receipts::verify::BUCKETS))
+                    .read_consistency(quorum());
+                async move { client.facet(request).await }
+            })
+            .await?;
+        let mut counts = HashMap::new();
+        for hit in response.hits {
+            let Some(qdrant_client::qdrant::facet_value::Variant::IntegerValue(value)) =
+                hit.value.and_then(|value| value.variant)
+            else {
+                continue;
+            };
+            if let (Ok(bucket), true) = (u16::try_from(value), hit.count > 0) {
+                counts.insert(bucket, usize::try_from(hit.count).unwrap_or(usize::MAX));
+            }
+        }
+        Ok(counts)
     }
 
     async fn scroll_all(

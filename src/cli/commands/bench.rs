@@ -288,6 +288,13 @@ enum BenchCommand {
         /// The vectors' dimension (verify reads values only in the deep tier).
         #[arg(long, default_value_t = 8)]
         dimension: usize,
+        /// Run each pass at this limit, points per second (a store request counts as 100;
+        /// `verify.points_per_second` defaults to 12000), instead of unthrottled.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        rate: Option<u32>,
+        /// Leave out the backup and restore that follow the passes.
+        #[arg(long)]
+        no_backup: bool,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-verify.json")]
         out: PathBuf,
@@ -581,12 +588,16 @@ impl BenchArgs {
                 sources,
                 chunks,
                 dimension,
+                rate,
+                no_backup,
                 out,
             } => {
                 let report = crate::bench::verify(crate::bench::VerifyBench {
                     sources: sources.max(1),
                     chunks: chunks.max(1),
                     dimension: dimension.max(2),
+                    rate,
+                    backup: !no_backup,
                 })
                 .await?;
                 write_report(&out, &report)?;

@@ -30,6 +30,10 @@ pub struct VerifyArgs {
     /// Why (recorded in history).
     #[arg(long)]
     reason: Option<String>,
+    /// This pass's rate limit, in points read per second (a store request counts as 100),
+    /// instead of `verify.points_per_second`.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rate: Option<u32>,
     /// Start the pass and print it, without following it.
     #[arg(long)]
     no_wait: bool,
@@ -60,6 +64,7 @@ impl VerifyArgs {
             "repair": self.repair,
             "generation": self.generation,
             "reason": self.reason,
+            "rate": self.rate,
         });
         let (status, answer) = api.post("/v1/verify", &body).await?;
         let pass = ok_or_error(status, answer)?;
