@@ -963,6 +963,11 @@ class StartPass(Model):
     """The generation to verify (`g-` and 16 hex digits); the active one when left out."""
     repair: bool | None = None
     """Repair what the pass confirms, through the normal paths."""
+    rate: int | None = None
+    """This pass's rate limit in points read per second (a store request counts as 100),
+    instead of `verify.points_per_second`; a pass resumed after a restart goes back to the
+    configured limit.
+    """
     reason: str | None = None
     """Why (recorded in history); at most 500 printable characters."""
 
