@@ -381,9 +381,7 @@ impl VectorStore for FailingSearchVectors {
     async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError> {
         self.0.bucket_current(bucket).await
     }
-    async fn bucket_counts(
-        &self,
-    ) -> Result<std::collections::HashMap<u16, usize>, GatewayError> {
+    async fn bucket_counts(&self) -> Result<std::collections::HashMap<u16, usize>, GatewayError> {
         self.0.bucket_counts().await
     }
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {

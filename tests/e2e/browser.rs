@@ -398,6 +398,61 @@ async fn the_dashboard_shows_leases_and_retries_and_requeues_from_the_page() {
     assert!(hit.contains("alpha/guide.md"), "{hit}");
     assert!(hit.contains("# Guide > ## Install"), "{hit}");
 
+    // The same search narrowed by the search API's filter, with facet counts over every
+    // source it selects.
+    let mut notes = receipts::Submission::text(
+        "alpha",
+        "notes.md",
+        "test",
+        "# Notes\n\nThe zebrafish installer needs a second run.\n",
+    );
+    if let receipts::Change::Put(document) = &mut notes.change {
+        document.media_type = "text/markdown".to_owned();
+        document.tags = vec!["draft".to_owned()];
+    }
+    for result in app.ledger.accept(vec![notes]).await {
+        result.expect("accepted");
+    }
+    driver
+        .script(
+            "document.getElementById('query-filter').value = '{\"field\": \"tags\", \"any\": [\"draft\"]}'; \
+             document.getElementById('query-facets').value = 'tags, media_type'; \
+             document.getElementById('query-form').requestSubmit(); return true;",
+            json!([]),
+        )
+        .await;
+    let narrowed = driver
+        .wait_for(
+            "the filtered hit and its facets",
+            "const body = document.getElementById('query-body').innerText; \
+             const facets = document.getElementById('query-facets-out').innerText; \
+             return body.includes('notes.md') && facets.includes('tags') ? body + '\\n' + facets : null;",
+            json!([]),
+        )
+        .await;
+    let narrowed = narrowed.as_str().expect("text");
+    assert!(!narrowed.contains("guide.md"), "{narrowed}");
+    assert!(narrowed.contains("tags: draft 1"), "{narrowed}");
+    assert!(
+        narrowed.contains("media_type: text/markdown 1"),
+        "{narrowed}"
+    );
+    // A filter that is not JSON is refused on the page, before any request.
+    driver
+        .script(
+            "document.getElementById('query-filter').value = '{nope'; \
+             document.getElementById('query-form').requestSubmit(); return true;",
+            json!([]),
+        )
+        .await;
+    driver
+        .wait_for(
+            "the filter's refusal",
+            "return document.getElementById('error').innerText.includes('not JSON') || null;",
+            json!([]),
+        )
+        .await;
+
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ops-dashboard.png");
     std::fs::write(&path, &screenshot).expect("screenshot");
     assert!(screenshot.starts_with(b"\x89PNG"), "a PNG screenshot");

@@ -462,8 +462,7 @@ impl Verifier {
         }
         // The second look: the store first, then the ledger, so a change that lands between
         // the two reads shows in the ledger's answer (a moved head, an open job).
-        let second_store =
-            read_store(tier, side, &first_ledger, bucket, true, &mut work).await?;
+        let second_store = read_store(tier, side, &first_ledger, bucket, true, &mut work).await?;
         let second_ledger = self.ledger.verify_bucket(generation, bucket).await?;
         let second = self
             .drift_of(

@@ -413,7 +413,11 @@ async fn faults_are_found_and_repaired(world: World) {
         .keys()
         .map(|key| receipts::verify::bucket("docs", key))
         .collect();
-    assert_eq!(calls, 1 + occupied.len() as u64, "store requests of a clean pass");
+    assert_eq!(
+        calls,
+        1 + occupied.len() as u64,
+        "store requests of a clean pass"
+    );
 
     // Break it.
     world.delete_points_behind(revisions["gone.md"]).await;

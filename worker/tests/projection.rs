@@ -477,9 +477,7 @@ impl VectorStore for FaultyVectors {
     async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError> {
         self.real.bucket_current(bucket).await
     }
-    async fn bucket_counts(
-        &self,
-    ) -> Result<std::collections::HashMap<u16, usize>, GatewayError> {
+    async fn bucket_counts(&self) -> Result<std::collections::HashMap<u16, usize>, GatewayError> {
         self.real.bucket_counts().await
     }
     async fn ensure_present(&self, create: bool) -> Result<bool, GatewayError> {

@@ -39,11 +39,11 @@ use async_trait::async_trait;
 use qdrant_client::qdrant::{
     points_update_operation, read_consistency, value::Kind, vectors_config, vectors_output,
     CollectionParamsDiffBuilder, Condition, CountPointsBuilder, CreateCollectionBuilder,
-    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FacetCountsBuilder, FieldType, Filter,
-    GetPointsBuilder, PointId, PointStruct, PointsUpdateOperation, Range, ReadConsistencyType,
-    ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder, SetPayloadPointsBuilder,
-    UpdateBatchPointsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder, Value,
-    VectorParamsBuilder, WriteOrdering, WriteOrderingType,
+    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FacetCountsBuilder,
+    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, PointsUpdateOperation, Range,
+    ReadConsistencyType, ScrollPointsBuilder, SearchParamsBuilder, SearchPointsBuilder,
+    SetPayloadPointsBuilder, UpdateBatchPointsBuilder, UpdateCollectionBuilder,
+    UpsertPointsBuilder, Value, VectorParamsBuilder, WriteOrdering, WriteOrderingType,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
