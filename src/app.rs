@@ -59,9 +59,10 @@ pub fn app_with_graph(
         .merge(verify::api::routes(verifier))
         .merge(crate::backup::api::routes(
             ledger.clone(),
-            stores,
+            stores.clone(),
             config.backup_dir(),
         ))
+        .merge(crate::filterable::routes(ledger.clone(), stores))
         .merge(events::routes(
             ledger.clone(),
             &config.webhooks,

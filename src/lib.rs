@@ -23,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod datadir;
 pub mod eval;
+pub mod filterable;
 pub mod hook;
 pub mod mcp_stdio;
 pub mod openapi;

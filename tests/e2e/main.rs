@@ -17,6 +17,7 @@ mod crash;
 mod embedding;
 mod erasure;
 mod eval;
+mod filterable;
 mod generations;
 mod hook;
 mod hosts;

@@ -90,6 +90,17 @@ class ActionBody(Model):
     """Why (recorded in history); at most 500 printable characters."""
 
 
+class AddField(Model):
+    """A metadata field to index."""
+
+    field: str
+    """`metadata.<name>`: 1 to 64 letters, digits, `_` or `-` after the prefix."""
+    kind: str
+    """`keyword` (strings), `number` or `bool`, as in `datasets.<d>.filterable`."""
+    reason: str | None = None
+    """Why (logged); at most 500 printable characters."""
+
+
 class Assertion(Model):
     """One assertion, as the ledger records it (append-only)."""
 
@@ -443,6 +454,22 @@ class FacetCounts(Model):
     """More values exist than are listed."""
     exact: bool
     """Always `true`: counts are over every matching source, never estimated."""
+
+
+class FilterableList(Model):
+    """The indexed fields of every live generation that has a vector store."""
+
+    generations: list[GenerationFields]
+    """One entry per live generation."""
+
+
+class GenerationFields(Model):
+    """One live generation's indexed payload fields."""
+
+    generation: str
+    """The generation."""
+    indexed: list[str]
+    """The payload fields its store indexes, sorted."""
 
 
 class GraphSources(Model):
@@ -1136,6 +1163,7 @@ SCHEMAS = [
     "AccessRecord",
     "AccessRequest",
     "ActionBody",
+    "AddField",
     "Assertion",
     "BackupList",
     "BackupView",
@@ -1161,6 +1189,8 @@ SCHEMAS = [
     "FacetAnswer",
     "FacetCount",
     "FacetCounts",
+    "FilterableList",
+    "GenerationFields",
     "GraphSources",
     "HistoryEntry",
     "Identity",
