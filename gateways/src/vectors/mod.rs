@@ -341,10 +341,12 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn bucket_points(&self, bucket: u16, vectors: bool) -> Result<Vec<Held>, GatewayError>;
     /// Points of a verify bucket flagged current (the counts tier).
     async fn bucket_current(&self, bucket: u16) -> Result<usize, GatewayError>;
-    /// Every point counted per verify bucket, exactly, current or not (a bucket that holds
-    /// none is absent): what lets a verify pass settle an empty bucket from the ledger
-    /// without reading it. One request on a server (a facet count of the indexed `bucket`
-    /// field); counts of the in-process index on the embedded store.
+    /// Every point counted per verify bucket, current or not; a bucket that holds none is
+    /// absent: what lets a verify pass settle an empty bucket from the ledger without reading
+    /// it. One request on a server (a facet count of the indexed `bucket` field), exact counts
+    /// of the in-process index on the embedded store. On a replicated collection the facet sums
+    /// the replicas its quorum read consulted, so a count may be higher than the points held,
+    /// never lower, and a bucket it leaves out holds none.
     async fn bucket_counts(&self) -> Result<std::collections::HashMap<u16, usize>, GatewayError>;
     /// Whether the store's container (a shard, a collection) exists; with `create`, a missing
     /// one is created first, with its payload indexes (verify's repair of a dropped

@@ -1231,7 +1231,10 @@ impl VectorStore for ServerVectorStore {
 
     async fn bucket_counts(&self) -> Result<HashMap<u16, usize>, GatewayError> {
         // One exact facet count of the indexed integer field, read with quorum consistency
-        // on a replicated collection.
+        // on a replicated collection. Qdrant sums the facet hits of the replicas it consulted,
+        // so a replicated bucket may be counted more than once (never less: a quorum of
+        // replicas always meets one that holds each point): verify only asks whether a bucket
+        // holds any point.
         let response = self
             .retrying("facet", |client| {
                 let request = FacetCountsBuilder::new(self.collection.as_str(), "bucket")
