@@ -80,36 +80,26 @@ struct FilterableList {
 
 /// The kind's index type, or a typed refusal.
 fn kind(text: &str) -> Result<FieldKind, ApiError> {
-    match text {
-        "keyword" => Ok(FieldKind::Keyword),
-        "number" => Ok(FieldKind::Float),
-        "bool" => Ok(FieldKind::Bool),
-        other => Err(ApiError::unprocessable(
+    FieldKind::of_setting(text).ok_or_else(|| {
+        ApiError::unprocessable(
             "invalid_field_kind",
             format!(
                 "`{}` is not a field type; use `keyword` (strings), `number` or `bool`",
-                other.chars().take(32).collect::<String>()
+                text.chars().take(32).collect::<String>()
             ),
-        )),
-    }
+        )
+    })
 }
 
 /// The field's name, checked as a filter's `metadata.<name>` is.
 fn field(text: &str) -> Result<&str, ApiError> {
-    let name = text.strip_prefix("metadata.").unwrap_or_default();
-    let fine = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if fine {
-        Ok(text)
-    } else {
-        Err(ApiError::unprocessable(
+    match receipts::filter::metadata_name(text) {
+        Some(_) => Ok(text),
+        None => Err(ApiError::unprocessable(
             "invalid_field",
             "a filterable field is `metadata.<name>`, the name 1 to 64 letters, digits, `_` or \
              `-` (the names a filter's `metadata.<name>` accepts)",
-        ))
+        )),
     }
 }
 

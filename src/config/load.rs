@@ -788,25 +788,17 @@ fn filterable(file: &FileConfig) -> anyhow::Result<Vec<(String, gateways::FieldK
     for (dataset, settings) in &file.datasets {
         for (name, kind) in settings.filterable.iter().flatten() {
             let at = format!("datasets.{dataset}.filterable.{name}");
-            if name.is_empty()
-                || name.len() > 64
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
+            if receipts::filter::metadata_name(&format!("metadata.{name}")).is_none() {
                 anyhow::bail!(
                     "{at}: a metadata field name is 1 to 64 letters, digits, `_` or `-` (the \
                      names a filter's `metadata.<name>` accepts)"
                 );
             }
-            let kind = match kind.as_str() {
-                "keyword" => gateways::FieldKind::Keyword,
-                "number" => gateways::FieldKind::Float,
-                "bool" => gateways::FieldKind::Bool,
-                other => anyhow::bail!(
-                    "{at}: `{other}` is not a field type; use `keyword` (strings), `number` or \
+            let Some(kind) = gateways::FieldKind::of_setting(kind) else {
+                anyhow::bail!(
+                    "{at}: `{kind}` is not a field type; use `keyword` (strings), `number` or \
                      `bool`"
-                ),
+                );
             };
             match fields.get(name) {
                 Some((known, first)) if *known != kind => anyhow::bail!(

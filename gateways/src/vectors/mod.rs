@@ -60,6 +60,19 @@ pub enum FieldKind {
     Bool,
 }
 
+impl FieldKind {
+    /// The kind a filterable metadata field is declared with (`keyword`, `number`, `bool`: the
+    /// words of `datasets.<d>.filterable` and `POST /v1/filterable`).
+    pub fn of_setting(word: &str) -> Option<FieldKind> {
+        match word {
+            "keyword" => Some(FieldKind::Keyword),
+            "number" => Some(FieldKind::Float),
+            "bool" => Some(FieldKind::Bool),
+            _ => None,
+        }
+    }
+}
+
 /// The payload fields search and projection filter by, indexed before any point is written.
 /// The last six carry a revision's facts ([`PointFacts`]) and its source's readers, which a
 /// search filter is pushed down to.

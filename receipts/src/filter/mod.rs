@@ -36,6 +36,7 @@ mod parse;
 pub mod sql;
 
 pub use eval::Facts;
+pub use parse::metadata_name;
 pub(crate) use parse::printable;
 
 /// What the ledger holds of one revision that a filter can test (an owned [`Facts`]).

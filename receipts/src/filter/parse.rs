@@ -381,8 +381,9 @@ pub(crate) const METADATA_NAMES: &str = "a metadata field is `metadata.<name>`, 
                                          letters, digits, `_` or `-` (a top-level key of the \
                                          revision's metadata)";
 
-/// The name of a `metadata.<name>` field, when it is one and the name is well formed.
-pub(crate) fn metadata_name(field: &str) -> Option<&str> {
+/// The name of a `metadata.<name>` field, when it is one and the name is well formed: the
+/// one rule for a metadata field's name (filters, facets, filterable fields).
+pub fn metadata_name(field: &str) -> Option<&str> {
     let name = field.strip_prefix("metadata.")?;
     let valid = !name.is_empty()
         && name.len() <= 64
