@@ -368,8 +368,11 @@ fn every_kind(
     ledger: Arc<dyn Ledger>,
     config: &Config,
 ) -> Arc<dyn worker::Work> {
-    let runner: Arc<dyn worker::Work> =
-        Arc::new(connectors::Runner::new(ledger, config.connectors.roots()));
+    let runner: Arc<dyn worker::Work> = Arc::new(connectors::Runner::new(
+        ledger,
+        config.connectors.roots(),
+        config.connectors.remote.clone(),
+    ));
     Arc::new(worker::ByKind::new(runner, projection))
 }
 

@@ -7,9 +7,10 @@
 //! - Changing one (run, pause, resume, remove) needs `ingest` or `ops:write`, reading one
 //!   `ingest` or `ops:read`, with its dataset in the allowlist; listings show only the
 //!   datasets the token may read.
-//! - A folder or a repository is read only inside the configured roots
+//! - A folder or a local repository is read only inside the configured roots
 //!   ([`ConnectorSettings::folder_roots`], none by default): no token, admin included, can
-//!   make cairn read a file elsewhere. Repositories are local paths: cairn fetches nothing.
+//!   make cairn read a file elsewhere. A remote repository is fetched only from a host in
+//!   `connectors.remote_hosts` ([`crate::remote`]), none by default.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,11 +46,14 @@ pub const DEFAULT_INTERVAL_MS: i64 = 600_000;
 const RECENT_RUNS: u32 = 10;
 
 /// What the connectors' API allows beyond the tokens' scopes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectorSettings {
     /// Folders connectors may read, as absolute paths: a connector's folder or repository
     /// must be one of them or inside one. Empty: every connector is refused.
     pub folder_roots: Vec<PathBuf>,
+    /// Remote repositories: the hosts they may be fetched from (none by default), where
+    /// mirrors and credentials are kept, and each fetch's limits.
+    pub remote: crate::remote::RemoteSettings,
 }
 
 impl ConnectorSettings {
@@ -93,11 +97,19 @@ struct CreateBody {
     /// The dataset it keeps (the token must be allowed to ingest into it).
     #[schema(min_length = 1, max_length = 128)]
     dataset: String,
-    /// `folder`, or `git` (a repository on the workers' machines, read without a work tree).
+    /// `folder`, or `git` (a repository on the workers' machines, read without a work tree,
+    /// or a remote one, fetched into a mirror at every run).
     kind: ConnectorKind,
-    /// The folder's or the repository's absolute path, inside a configured root.
+    /// The folder's or the repository's absolute path, inside a configured root; or a remote
+    /// repository's URL (`https://`, `http://`, `ssh://`, `user@host:path`, `git://`) on a
+    /// host in `connectors.remote_hosts`, without credentials.
     #[schema(min_length = 1, max_length = 4096)]
     location: String,
+    /// A remote repository's credentials: the name of a file in the workers'
+    /// `connectors.credentials_dir` (a token, basic credentials, or an SSH key with its
+    /// `known_hosts`). Absent: the workers' `CAIRN_GIT_*` environment, or none.
+    #[schema(max_length = 255)]
+    credentials: Option<String>,
     /// The git ref (a branch, a tag or a commit id): required for git, refused for a folder.
     #[serde(rename = "ref")]
     git_ref: Option<String>,
@@ -183,8 +195,29 @@ fn change_query(
 /// Whether a connector of `kind` may read `location`: inside a root, and for a repository that
 /// exists here, every place it reads from inside the roots too ([`crate::git::open`]). A
 /// location that does not exist here is admitted: every run checks it again when it opens it.
-async fn admit(roots: &Roots, kind: ConnectorKind, location: &str) -> Result<(), ApiError> {
+async fn admit(
+    settings: &ConnectorSettings,
+    kind: ConnectorKind,
+    location: &str,
+) -> Result<(), ApiError> {
     let refused = |message: String| ApiError::unprocessable("location_refused", message);
+    if crate::remote::is_remote(location) {
+        if kind != ConnectorKind::Git {
+            return Err(refused(format!(
+                "a {kind} connector reads a local path; `{location}` is a URL"
+            )));
+        }
+        let url = crate::remote::RemoteUrl::parse(location)
+            .map_err(|error| refused(error.to_string()))?;
+        if !url.admitted_by(&settings.remote.hosts) {
+            return Err(refused(format!(
+                "the host `{}` is not in connectors.remote_hosts",
+                url.host()
+            )));
+        }
+        return Ok(());
+    }
+    let roots = &settings.roots();
     roots
         .admit(location)
         .map_err(|refusal| refused(refusal.to_string()))?;
@@ -271,7 +304,7 @@ async fn create_connector(
     receipts::validate::dataset(&body.dataset)?;
     principal.require_dataset(&body.dataset)?;
     // The roots are checked here and again, beneath the root, at every read of every run.
-    admit(&state.settings.roots(), body.kind, &body.location).await?;
+    admit(&state.settings, body.kind, &body.location).await?;
     // Globs compile with the code that runs them: a bad one is refused now, not at each run.
     let limit = body.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES).max(0) as u64;
     if let Err(error) = Selection::new(&body.include, &body.exclude, limit) {
@@ -294,6 +327,7 @@ async fn create_connector(
                 max_file_bytes: body.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
                 interval_ms: body.interval_ms.unwrap_or(DEFAULT_INTERVAL_MS),
                 access: body.access,
+                credentials: body.credentials,
             }),
             actor: principal.actor(),
             reason,

@@ -31,6 +31,7 @@ use worker::{permanent, retryable};
 use crate::confine::{Confinement, Roots};
 use crate::folder;
 use crate::git;
+use crate::remote::{self, RemoteError, RemoteSettings};
 use crate::{Selection, SkipReason};
 
 /// Most files submitted in one acceptance call.
@@ -43,13 +44,19 @@ pub const BATCH_BYTES: usize = 16 << 20;
 pub struct Runner {
     ledger: Arc<dyn SyncLedger>,
     roots: Roots,
+    remote: Arc<RemoteSettings>,
 }
 
 impl Runner {
-    /// A runner that reads and writes through `ledger`, and reads folders and repositories
-    /// only inside `roots` (this machine's `connectors.folder_roots`), checked at every read.
-    pub fn new(ledger: Arc<dyn SyncLedger>, roots: Roots) -> Runner {
-        Runner { ledger, roots }
+    /// A runner that reads and writes through `ledger`, reads folders and local repositories
+    /// only inside `roots` (this machine's `connectors.folder_roots`), checked at every read,
+    /// and fetches remote repositories as `remote` allows.
+    pub fn new(ledger: Arc<dyn SyncLedger>, roots: Roots, remote: RemoteSettings) -> Runner {
+        Runner {
+            ledger,
+            roots,
+            remote: Arc::new(remote),
+        }
     }
 }
 
@@ -120,6 +127,7 @@ fn fingerprint(entry: &folder::Entry) -> String {
 struct Run<'a> {
     ledger: &'a dyn SyncLedger,
     roots: &'a Roots,
+    remote: &'a Arc<RemoteSettings>,
     /// The folder a folder run reads, opened beneath its root once.
     folder: Option<Arc<Dir>>,
     token: LeaseToken,
@@ -194,6 +202,83 @@ impl Run<'_> {
             connector.max_file_bytes.max(0) as u64,
         )
         .map_err(|error| permanent("invalid_connector", error.to_string()))
+    }
+
+    /// Fetches a remote repository's ref into its mirror, on a thread of its own (the fetch
+    /// blocks), within the configured time and size limits. A failure is recorded in the report
+    /// and fails the run before anything is listed, so nothing is removed.
+    async fn fetch(
+        &mut self,
+        location: &str,
+        reference: &str,
+    ) -> Result<std::path::PathBuf, Failure> {
+        self.stage("fetching").await?;
+        let settings = self.remote.clone();
+        let id = self.connector.id;
+        let (owned_location, owned_reference) = (location.to_owned(), reference.to_owned());
+        let credentials = self.connector.credentials.clone();
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("cairn-fetch".to_owned())
+            .spawn(move || {
+                let fetched = remote::fetch(
+                    &settings,
+                    id,
+                    &owned_location,
+                    &owned_reference,
+                    credentials.as_deref(),
+                );
+                let _ = sender.send(fetched);
+            })
+            .map_err(|error| retryable("fetch_failed", format!("cannot start a fetch: {error}")))?;
+        // The fetch watches its own limit; this one only guards against a transport that
+        // blocks past it.
+        let guard = self.remote.fetch_timeout + std::time::Duration::from_secs(30);
+        let answer = match tokio::time::timeout(guard, receiver).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(RemoteError::Unavailable {
+                location: location.to_owned(),
+                message: "the fetch ended without an answer".to_owned(),
+            }),
+            Err(_) => Err(RemoteError::Timeout {
+                location: location.to_owned(),
+                seconds: self.remote.fetch_timeout.as_secs(),
+            }),
+        };
+        match answer {
+            Ok(fetched) => {
+                self.report.fetched_bytes = fetched.bytes;
+                self.report.fetch_ms = fetched.elapsed.as_millis() as u64;
+                metrics::counter!("cairn_sync_fetch_bytes_total").increment(fetched.bytes);
+                metrics::histogram!("cairn_sync_fetch_seconds")
+                    .record(fetched.elapsed.as_secs_f64());
+                tracing::info!(
+                    connector = %self.connector.id,
+                    location,
+                    commit = %fetched.commit,
+                    changed = fetched.changed,
+                    bytes = fetched.bytes,
+                    elapsed_ms = fetched.elapsed.as_millis() as u64,
+                    "remote fetched"
+                );
+                Ok(fetched.mirror)
+            }
+            Err(RemoteError::Refused(message)) => Err(self.refuse(message).await),
+            Err(error) => {
+                let (code, message) = (error.code(), error.to_string());
+                metrics::counter!("cairn_sync_fetch_failures_total", "code" => code).increment(1);
+                tracing::warn!(connector = %self.connector.id, location, code, %message, "fetch failed");
+                self.report.stage = code.to_owned();
+                let shown = self.connector.location.clone();
+                self.report.note(&shown, "failed", code, &message);
+                self.record(Vec::new(), Vec::new()).await?;
+                Err(if error.is_retryable() {
+                    retryable(code, message)
+                } else {
+                    permanent(code, message)
+                })
+            }
+        }
     }
 
     /// Lists the folder and hashes what the index does not vouch for.
@@ -321,8 +406,22 @@ impl Run<'_> {
             self.record(Vec::new(), stale_trees).await?;
         }
         let roots = self.roots.clone();
+        let mirror = if remote::is_remote(&location) {
+            Some(self.fetch(&location, &reference).await?)
+        } else {
+            None
+        };
         let opened = tokio::task::spawn_blocking(move || {
-            let repository = git::open(&roots, &location)?;
+            let (repository, reference) = match mirror {
+                Some(mirror) => (
+                    remote::open_fetched(&mirror).map_err(|error| git::GitError::Unavailable {
+                        location: location.clone(),
+                        message: error.to_string(),
+                    })?,
+                    remote::MIRROR_REF.to_owned(),
+                ),
+                None => (git::open(&roots, &location)?, reference),
+            };
             let listing = git::list(&repository, &location, &reference, &selection, &recorded)?;
             Ok::<_, git::GitError>((repository, listing))
         })
@@ -893,6 +992,7 @@ impl worker::Work for Runner {
             report,
             started,
             roots: &self.roots,
+            remote: &self.remote,
             folder: None,
             repository: None,
             commit: None,

@@ -48,6 +48,7 @@ fn new_connector(
         max_file_bytes: 1_000,
         interval_ms: 60_000,
         access: Default::default(),
+        credentials: None,
     }
 }
 
@@ -88,7 +89,10 @@ async fn run_once_in(
     for job in &jobs {
         let token = LeaseToken::of(job).expect("leased");
         if job.kind == JobKind::Sync && job.connector_id == Some(id) {
-            let outcome = Runner::new(ledger.clone(), roots.clone()).run(job).await;
+            let remote = connectors::remote::RemoteSettings::none(&std::env::temp_dir());
+            let outcome = Runner::new(ledger.clone(), roots.clone(), remote)
+                .run(job)
+                .await;
             match &outcome {
                 Ok(()) => drop(ledger.complete(&token).await.expect("complete")),
                 Err(failure) => drop(ledger.fail(&token, failure.clone()).await.expect("fail")),

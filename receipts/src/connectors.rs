@@ -109,6 +109,27 @@ pub fn validate(new: &NewConnector) -> Result<()> {
         ));
     }
     validate_access(new)?;
+    if let Some(name) = &new.credentials {
+        if new.kind != ConnectorKind::Git {
+            return Err(LedgerError::invalid(
+                "invalid_connector",
+                "credentials are for a remote git repository; a folder connector takes none",
+            ));
+        }
+        let plain = !name.is_empty()
+            && name.len() <= 255
+            && name != "."
+            && name != ".."
+            && !name.contains(['/', '\\'])
+            && !name.chars().any(char::is_control);
+        if !plain {
+            return Err(LedgerError::invalid(
+                "invalid_connector",
+                "credentials must name a file in the workers' credentials folder: 1-255 \
+                 characters, no `/` and no control characters",
+            ));
+        }
+    }
     if !(1..=MAX_FILE_BYTES).contains(&new.max_file_bytes) {
         return Err(LedgerError::invalid(
             "invalid_connector",
@@ -343,6 +364,7 @@ mod tests {
             max_file_bytes: 1 << 20,
             interval_ms: 60_000,
             access: ConnectorAccess::default(),
+            credentials: None,
             state,
             removal,
             created_by: "t".into(),
@@ -414,6 +436,7 @@ mod tests {
             max_file_bytes: 1 << 20,
             interval_ms: 60_000,
             access: Default::default(),
+            credentials: None,
         };
         assert!(validate(&good).is_ok());
         let posix = NewConnector {
@@ -436,6 +459,20 @@ mod tests {
             ..good.clone()
         };
         assert!(validate(&git(".cairn/access")).is_ok());
+        let named = |credentials: &str| NewConnector {
+            credentials: Some(credentials.into()),
+            ..git(".cairn/access")
+        };
+        assert!(validate(&named("github.toml")).is_ok());
+        for name in ["", "..", "a/b", "../x", "a\\b", "x\ny"] {
+            let error = validate(&named(name)).expect_err("a credentials name with a path");
+            assert_eq!(error.code(), "invalid_connector", "{name:?}");
+        }
+        let folder_with_credentials = NewConnector {
+            credentials: Some("github.toml".into()),
+            ..good.clone()
+        };
+        assert!(validate(&folder_with_credentials).is_err());
         for refused in [
             NewConnector {
                 access: ConnectorAccess {

@@ -793,6 +793,7 @@ async fn acceptance_claims_and_search_plans_probe_by_key() {
                     max_file_bytes: 1_000,
                     interval_ms: 60_000,
                     access: Default::default(),
+                    credentials: None,
                 }),
                 actor: "test:plans".to_owned(),
                 reason: "a connector, so claims schedule runs".to_owned(),

@@ -1,8 +1,11 @@
-//! `cairn bench connector [--git]`: a folder (or git) connector's runs over many files (50
-//! folders), through the runner a worker uses ([`connectors::Runner`]) on a real SQLite ledger: the first run (every
-//! file accepted), a run with no change, and a run after `changes` edits (a third changed, a
-//! third deleted, a third new). The goals: a no-change run over 10,000 files within
-//! 1 s, and a run after 30 changes within the time to accept those 30 plus 1 s.
+//! `cairn bench connector [--git | --remote]`: a folder (or git) connector's runs over many
+//! files (50 folders), through the runner a worker uses ([`connectors::Runner`]) on a real
+//! SQLite ledger: the first run (every file accepted), a run with no change, and a run after
+//! `changes` edits (a third changed, a third deleted, a third new). The goals: a no-change run
+//! over 10,000 files within 1 s, and a run after 30 changes within the time to accept those 30
+//! plus 1 s. With `--remote` the repository is served by a real `git daemon` on loopback and
+//! each run starts by fetching it into the connector's mirror: the goal is then a no-change
+//! run within 1 s beyond the fetch's own time.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,6 +28,47 @@ pub struct ConnectorBench {
     /// Read the files as a git repository (committed with the `git` binary) instead of a
     /// folder.
     pub git: bool,
+    /// Serve that repository with `git daemon` and read it as a remote (implies `git`).
+    pub remote: bool,
+}
+
+/// A `git daemon` serving one folder's repositories on a loopback port, stopped on drop.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `git daemon` over `base` and answers it with its port once it accepts connections.
+fn daemon(base: &std::path::Path) -> anyhow::Result<(Daemon, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let child = std::process::Command::new("git")
+        .arg("daemon")
+        .arg("--export-all")
+        .arg("--reuseaddr")
+        .arg("--listen=127.0.0.1")
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting git daemon (Debian's git package)")?;
+    let daemon = Daemon(child);
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "git daemon did not listen on port {port} within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok((daemon, port))
 }
 
 /// Runs `git ARGS` in `repository`.
@@ -56,7 +100,7 @@ fn commit(repository: &std::path::Path, message: &str) -> anyhow::Result<()> {
 /// completes it; answers the run's seconds and report.
 async fn run(
     ledger: &Arc<dyn Ledger>,
-    roots: &connectors::confine::Roots,
+    runner: &connectors::Runner,
     label: &str,
 ) -> anyhow::Result<Value> {
     let jobs = ledger.claim("bench", 1).await?;
@@ -66,7 +110,7 @@ async fn run(
         .context("the connector's run was not due")?;
     let token = LeaseToken::of(&job).context("a lease")?;
     let started = Instant::now();
-    connectors::Runner::new(ledger.clone(), roots.clone())
+    runner
         .run(&job)
         .await
         .map_err(|failure| anyhow::anyhow!("{}: {}", failure.code, failure.message))?;
@@ -89,12 +133,16 @@ async fn run(
         "hashed": report.hashed,
         "trees_read": report.trees_read,
         "failed": report.failed,
+        "fetch_seconds": report.fetch_ms as f64 / 1000.0,
+        "fetched_bytes": report.fetched_bytes,
     }))
 }
 
 /// Runs the benchmark and returns its JSON report.
-pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
-    let folder = tempfile::tempdir().context("temporary folder")?;
+pub async fn connector(mut bench: ConnectorBench) -> anyhow::Result<Value> {
+    bench.git |= bench.remote;
+    let served = tempfile::tempdir().context("temporary folder")?;
+    let folder = tempfile::TempDir::new_in(served.path()).context("temporary folder")?;
     let data = tempfile::tempdir().context("temporary ledger")?;
     let roots = connectors::confine::Roots::new(vec![folder.path().to_path_buf()]);
     let ledger: Arc<dyn Ledger> = Arc::new(
@@ -115,6 +163,22 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         git(folder.path(), &["init", "--quiet", "--initial-branch=main"])?;
         commit(folder.path(), "the files")?;
     }
+    let mut remote = connectors::remote::RemoteSettings::none(data.path());
+    let mut location = folder.path().to_string_lossy().into_owned();
+    let _daemon = if bench.remote {
+        let (daemon, port) = daemon(served.path())?;
+        remote.hosts = vec!["127.0.0.1".to_owned()];
+        let name = folder
+            .path()
+            .file_name()
+            .context("a folder name")?
+            .to_string_lossy();
+        location = format!("git://127.0.0.1:{port}/{name}");
+        Some(daemon)
+    } else {
+        None
+    };
+    let runner = connectors::Runner::new(ledger.clone(), roots.clone(), remote);
     let created = ledger
         .change_connector(ConnectorCommand {
             change: ConnectorChange::Create(NewConnector {
@@ -124,13 +188,14 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
                 } else {
                     ConnectorKind::Folder
                 },
-                location: folder.path().to_string_lossy().into_owned(),
+                location,
                 git_ref: bench.git.then(|| "main".to_owned()),
                 include: vec![],
                 exclude: vec![],
                 max_file_bytes: 1 << 20,
                 interval_ms: 1_000,
                 access: Default::default(),
+                credentials: None,
             }),
             actor: "cairn:bench".to_owned(),
             reason: "connector benchmark".to_owned(),
@@ -146,9 +211,9 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
             })
             .await
     };
-    let first = run(&ledger, &roots, "first run").await?;
+    let first = run(&ledger, &runner, "first run").await?;
     run_now().await?;
-    let no_change = run(&ledger, &roots, "no change").await?;
+    let no_change = run(&ledger, &runner, "no change").await?;
     // The edits: a third changed, a third deleted, a third new.
     let third = bench.changes / 3;
     for n in 0..third {
@@ -161,7 +226,7 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         commit(folder.path(), "the edits")?;
     }
     run_now().await?;
-    let edited = run(&ledger, &roots, "after the edits").await?;
+    let edited = run(&ledger, &runner, "after the edits").await?;
     // What accepting those changes costs alone: the same number of new documents, accepted
     // in one call as the run does.
     let submissions = (0..third * 2)
@@ -182,9 +247,11 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         "the acceptance probe failed"
     );
     let over = edited["seconds"].as_f64().unwrap_or(0.0) - accept_seconds;
+    let beyond_fetch = no_change["seconds"].as_f64().unwrap_or(0.0)
+        - no_change["fetch_seconds"].as_f64().unwrap_or(0.0);
     Ok(json!({
         "benchmark": "connector",
-        "source": if bench.git { "git" } else { "folder" },
+        "source": if bench.remote { "git://" } else if bench.git { "git" } else { "folder" },
         "folders": 50,
         "files": bench.files,
         "changes": third * 3,
@@ -193,6 +260,7 @@ pub async fn connector(bench: ConnectorBench) -> anyhow::Result<Value> {
         "run_after_changes": edited,
         "accepting_the_changed_files_alone_seconds": accept_seconds,
         "run_after_changes_beyond_acceptance_seconds": over,
+        "no_change_run_beyond_fetch_seconds": beyond_fetch,
         "goals": {
             "no_change_run_seconds_at_most": 1.0,
             "run_after_changes_beyond_acceptance_seconds_at_most": 1.0,

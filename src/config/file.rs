@@ -170,6 +170,11 @@ pub(super) struct FileVerify {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileConnectors {
     pub(super) folder_roots: Option<Vec<PathBuf>>,
+    pub(super) remote_hosts: Option<Vec<String>>,
+    pub(super) credentials_dir: Option<PathBuf>,
+    pub(super) git_depth: Option<u32>,
+    pub(super) max_fetch_bytes: Option<u64>,
+    pub(super) fetch_timeout_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

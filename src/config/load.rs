@@ -106,7 +106,7 @@ impl Config {
             filterable: filterable(&file)?,
             oauth: oauth_settings(&file, env)?,
             mcp: mcp(env, &file, bind, &acceptor(env, &file)?),
-            connectors: connector_settings(env, &file)?,
+            connectors: connector_settings(env, &file, &data_dir)?,
             verify: verify_settings(env, &file)?,
             events_retention: events_retention(env, &file)?,
             webhooks: webhooks(env, &file, &data_dir, events_retention(env, &file)?)?,
@@ -821,6 +821,7 @@ fn filterable(file: &FileConfig) -> anyhow::Result<Vec<(String, gateways::FieldK
 fn connector_settings(
     env: &Env<'_>,
     file: &FileConfig,
+    data_dir: &std::path::Path,
 ) -> anyhow::Result<connectors::api::ConnectorSettings> {
     let folder_roots: Vec<std::path::PathBuf> = env
         .get("CAIRN_CONNECTOR_FOLDER_ROOTS")
@@ -833,7 +834,67 @@ fn connector_settings(
             relative.display()
         );
     }
-    Ok(connectors::api::ConnectorSettings { folder_roots })
+    let written = &file.connectors;
+    let mut remote = connectors::remote::RemoteSettings::none(data_dir);
+    if let Some(hosts) = env
+        .get("CAIRN_CONNECTOR_REMOTE_HOSTS")
+        .map(|text| list(text))
+        .or(written.remote_hosts.clone())
+    {
+        remote.hosts = hosts;
+    }
+    if let Some(dir) = env
+        .get("CAIRN_CONNECTOR_CREDENTIALS_DIR")
+        .map(PathBuf::from)
+        .or(written.credentials_dir.clone())
+    {
+        if !dir.is_absolute() {
+            bail!(
+                "connectors.credentials_dir: `{}` is not an absolute path",
+                dir.display()
+            );
+        }
+        remote.credentials_dir = dir;
+    }
+    if let Some(depth) = env
+        .number::<u32>("CAIRN_CONNECTOR_GIT_DEPTH")?
+        .or(written.git_depth)
+    {
+        remote.depth = depth;
+    }
+    if let Some(bytes) = env
+        .number::<u64>("CAIRN_CONNECTOR_MAX_FETCH_BYTES")?
+        .or(written.max_fetch_bytes)
+    {
+        if bytes < 1 << 20 {
+            bail!("connectors.max_fetch_bytes: at least 1048576 (1 MiB)");
+        }
+        remote.max_fetch_bytes = bytes;
+    }
+    if let Some(seconds) = env
+        .number::<u64>("CAIRN_CONNECTOR_FETCH_TIMEOUT_S")?
+        .or(written.fetch_timeout_s)
+    {
+        if !(1..=86_400).contains(&seconds) {
+            bail!("connectors.fetch_timeout_s: 1 to 86400");
+        }
+        remote.fetch_timeout = Duration::from_secs(seconds);
+    }
+    // Credentials for remotes whose connector names no file: the environment only, never the
+    // configuration file (which is often committed).
+    let secret = |name: &str| env.get(name).filter(|value| !value.is_empty()).cloned();
+    remote.environment = connectors::remote::Credentials {
+        username: secret("CAIRN_GIT_USERNAME"),
+        password: secret("CAIRN_GIT_PASSWORD"),
+        token: secret("CAIRN_GIT_TOKEN"),
+        bearer: secret("CAIRN_GIT_BEARER"),
+        ssh_key: secret("CAIRN_GIT_SSH_KEY").map(PathBuf::from),
+        known_hosts: secret("CAIRN_GIT_KNOWN_HOSTS").map(PathBuf::from),
+    };
+    Ok(connectors::api::ConnectorSettings {
+        folder_roots,
+        remote,
+    })
 }
 
 /// The newest Debian PostgreSQL's programs (`/usr/lib/postgresql/<version>/bin`), where

@@ -16,7 +16,8 @@
 //!   authorization server). The one fake, [`embedding::FaultyEmbeddingProxy`], only injects 429s, error
 //!   statuses and malformed answers in front of the real embedding server.
 //! - **Git repositories** for the connectors' tests are made with the `git` binary, with one
-//!   identity and one clock ([`git::git`], [`git::commit`]).
+//!   identity and one clock ([`git::git`], [`git::commit`]), and served on loopback by Debian's
+//!   `git daemon` and `git http-backend` ([`git_servers`]).
 //! - **The ledger conformance suite** ([`conformance`], one file per topic) is the behaviour
 //!   every [`receipts::Ledger`] implementation must show; [`ledger_conformance!`] expands to one
 //!   test per check for a factory of fresh ledgers.
@@ -30,6 +31,7 @@
 pub mod conformance;
 pub mod embedding;
 pub mod git;
+pub mod git_servers;
 pub mod graph;
 pub mod netns;
 pub mod oauth_server;

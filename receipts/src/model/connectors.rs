@@ -102,6 +102,10 @@ pub struct Connector {
     /// Who may read its sources, kept by each run.
     #[serde(default)]
     pub access: ConnectorAccess,
+    /// A remote repository's credentials: the name of a file in the workers' credentials
+    /// folder (never the secret itself); `None`: the environment's, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<String>,
     /// Where it is in its life.
     pub state: ConnectorState,
     /// Set once removed: what happened to its sources.
@@ -153,9 +157,14 @@ pub struct NewConnector {
     pub interval_ms: i64,
     /// Who may read its sources.
     pub access: ConnectorAccess,
+    /// A remote repository's credentials file, by name in the workers' credentials folder.
+    pub credentials: Option<String>,
 }
 
 /// A change to a connector: the one path for every connector state change.
+// A change is made a few times an hour and moved once; boxing `Create` would only add noise
+// at every site that builds one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConnectorChange {
     /// Records an active connector and queues its first run now.
@@ -273,6 +282,12 @@ pub struct SyncReport {
     /// change is no new revision).
     #[serde(default)]
     pub access_changed: u64,
+    /// A remote repository's fetch: bytes it wrote to the mirror (0 when nothing changed).
+    #[serde(default)]
+    pub fetched_bytes: u64,
+    /// How long the fetch took, in milliseconds (0 for a local repository or a folder).
+    #[serde(default)]
+    pub fetch_ms: u64,
     /// Up to [`MAX_REPORTED_FILES`] files skipped, failed or in conflict.
     pub files: Vec<SyncFile>,
     /// Files beyond the cap that `files` leaves out.

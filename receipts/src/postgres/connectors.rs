@@ -36,6 +36,7 @@ fn connector_from_row(row: &PgRow) -> Result<Connector> {
         interval_ms: row.try_get("interval_ms")?,
         access: serde_json::from_value(row.try_get::<serde_json::Value, _>("access")?)
             .map_err(|error| LedgerError::Corrupt(format!("connector access: {error}")))?,
+        credentials: row.try_get("credentials")?,
         state: parse_enum(&row.try_get::<String, _>("state")?)?,
         removal: row
             .try_get::<Option<String>, _>("removal")?
@@ -126,9 +127,9 @@ impl PostgresLedger {
             sqlx::query(
                 "INSERT INTO connectors (id, dataset, kind, location, git_ref, include, exclude, \
                    max_file_bytes, interval_ms, state, created_by, reason, created_at, \
-                   changed_by, change_cause, changed_at, access) \
+                   changed_by, change_cause, changed_at, access, credentials) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12, $10, \
-                   'created: ' || $11, $12, $13)",
+                   'created: ' || $11, $12, $13, $14)",
             )
             .bind(id)
             .bind(&new.dataset)
@@ -143,6 +144,7 @@ impl PostgresLedger {
             .bind(&reason)
             .bind(now)
             .bind(serde_json::json!(new.access))
+            .bind(&new.credentials)
             .execute(&mut *tx)
             .await?;
             let connector = load(&mut tx, id, false).await?;

@@ -65,6 +65,7 @@ pub(crate) fn connector_from_row(row: &SqliteRow) -> Result<Connector> {
         interval_ms: row.try_get("interval_ms")?,
         access: serde_json::from_str(&row.try_get::<String, _>("access")?)
             .map_err(|error| LedgerError::Corrupt(format!("connector access: {error}")))?,
+        credentials: row.try_get("credentials")?,
         state: parse_enum(&row.try_get::<String, _>("state")?)?,
         removal: row
             .try_get::<Option<String>, _>("removal")?
@@ -145,9 +146,9 @@ async fn change(
             sqlx::query(
                 "INSERT INTO connectors (id, dataset, kind, location, git_ref, include, exclude, \
                    max_file_bytes, interval_ms, state, created_by, reason, created_at, \
-                   changed_by, change_cause, changed_at, access) \
+                   changed_by, change_cause, changed_at, access, credentials) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', ?10, ?11, ?12, ?10, \
-                   'created: ' || ?11, ?12, ?13)",
+                   'created: ' || ?11, ?12, ?13, ?14)",
             )
             .bind(id.to_string())
             .bind(&new.dataset)
@@ -162,6 +163,7 @@ async fn change(
             .bind(&reason)
             .bind(now)
             .bind(json_text(&new.access))
+            .bind(&new.credentials)
             .execute(&mut *connection)
             .await?;
             let connector = load(connection, id).await?;

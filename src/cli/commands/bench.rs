@@ -262,6 +262,10 @@ enum BenchCommand {
         /// Commit the files to a git repository and read it with a git connector.
         #[arg(long)]
         git: bool,
+        /// Serve that repository with `git daemon` on loopback and read it as a remote
+        /// (`git://`), fetched into the connector's mirror at every run (implies --git).
+        #[arg(long)]
+        remote: bool,
         /// Where to write the JSON report (also printed).
         #[arg(long, default_value = "bench-connector.json")]
         out: PathBuf,
@@ -574,12 +578,14 @@ impl BenchArgs {
                 files,
                 changes,
                 git,
+                remote,
                 out,
             } => {
                 let report = crate::bench::connector(crate::bench::ConnectorBench {
                     files: files.max(1),
                     changes,
                     git,
+                    remote,
                 })
                 .await?;
                 write_report(&out, &report)?;

@@ -12,8 +12,9 @@ use crate::cli::client::{ok_or_error, Client};
 
 #[derive(Debug, Subcommand)]
 enum ConnectorCommand {
-    /// Create a connector: `add folder PATH --dataset D` or `add git REPO --ref main --dataset
-    /// D`. Its first run starts at once.
+    /// Create a connector: `add folder PATH --dataset D`, `add git REPO --ref main --dataset
+    /// D`, or `add git https://host/org/repo.git --ref main --dataset D [--credentials NAME]`.
+    /// Its first run starts at once.
     Add(Box<AddArgs>),
     /// Every connector the token may read.
     List,
@@ -69,8 +70,9 @@ enum ConnectorCommand {
 struct AddArgs {
     /// `folder` or `git`.
     kind: String,
-    /// The folder or the repository (a local path, inside the server's
-    /// connectors.folder_roots).
+    /// The folder or the repository: a local path inside the server's
+    /// connectors.folder_roots, or a remote repository's URL (`https://…`, `ssh://…`,
+    /// `git@host:org/repo`, `git://…`) on a host in connectors.remote_hosts.
     location: String,
     /// The dataset it keeps.
     #[arg(long)]
@@ -100,6 +102,11 @@ struct AddArgs {
     /// (docs/operations.md, "Connectors", gives its format).
     #[arg(long = "access-file", value_name = "PATH")]
     access_file: Option<String>,
+    /// A remote repository's credentials: a file name in the workers'
+    /// connectors.credentials_dir (a token, basic credentials, or an SSH key with its
+    /// known_hosts). Without it the workers' CAIRN_GIT_* variables are used.
+    #[arg(long, value_name = "NAME")]
+    credentials: Option<String>,
     /// Why (recorded in history).
     #[arg(long)]
     reason: Option<String>,
@@ -250,10 +257,13 @@ impl ConnectorArgs {
                     access,
                     access_from,
                     access_file,
+                    credentials,
                     reason,
                 } = *add;
-                // A relative path is resolved here, where the operator typed it.
-                let location = if kind == "folder" || kind == "git" {
+                // A relative path is resolved here, where the operator typed it; a URL is sent
+                // as typed.
+                let remote = connectors::remote::is_remote(&location);
+                let location = if (kind == "folder" || kind == "git") && !remote {
                     std::path::absolute(&location)
                         .with_context(|| format!("resolving {location}"))?
                         .to_string_lossy()
@@ -288,6 +298,9 @@ impl ConnectorArgs {
                     readers["file"] = json!(file);
                 }
                 body["access"] = readers;
+                if let Some(credentials) = credentials {
+                    body["credentials"] = json!(credentials);
+                }
                 if let Some(reason) = reason {
                     body["reason"] = json!(reason);
                 }

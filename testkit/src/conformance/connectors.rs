@@ -21,6 +21,7 @@ fn folder(dataset: &str) -> NewConnector {
         max_file_bytes: 1 << 20,
         interval_ms: 60_000,
         access: Default::default(),
+        credentials: None,
     }
 }
 
