@@ -525,6 +525,37 @@ fn open_mirror(path: &Path, overrides: Vec<String>) -> Result<gix::Repository, R
     gix::open_opts(path, options).map_err(|error| mirror_error(error.to_string()))
 }
 
+/// What `ssh` said, for a failed SSH fetch: the reason it gave replaces the transport's
+/// "failed to fill whole buffer", and decides the code.
+fn with_ssh_log(error: RemoteError, log: &Path) -> RemoteError {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return error;
+    };
+    let said: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('@'))
+        .collect();
+    let refused = [
+        "Host key verification failed",
+        "Permission denied",
+        "No ED25519 host key is known",
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    ];
+    let reason = said
+        .iter()
+        .find(|line| refused.iter().any(|needle| line.contains(needle)))
+        .or(said.last());
+    match (error, reason) {
+        (RemoteError::Unavailable { location, .. }, Some(reason))
+        | (RemoteError::Authentication { location, .. }, Some(reason)) => {
+            let message = format!("ssh: {}", reason.chars().take(300).collect::<String>());
+            classify(&location, message)
+        }
+        (error, _) => error,
+    }
+}
+
 /// An error and every cause under it, on one line.
 fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -550,6 +581,8 @@ fn classify(location: &str, message: String) -> RemoteError {
         "permission denied",
         "credentials",
         "host key verification failed",
+        "host key is known",
+        "remote host identification has changed",
     ]
     .iter()
     .any(|needle| lower.contains(needle));
@@ -604,14 +637,25 @@ pub fn fetch(
             settings.fetch_timeout.as_secs().clamp(1, 300)
         ),
     ];
+    let path = mirror_path(settings, id);
+    // `ssh` tells why it failed on its standard error only; that goes to a file in the mirror
+    // (not to cairn's own log stream), read back to name the failure.
+    let ssh_log = path.join("cairn-ssh.log");
     if url.is_ssh() {
+        if let Some(parent) = ssh_log.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| RemoteError::Mirror {
+                path: path.display().to_string(),
+                message: error.to_string(),
+            })?;
+        }
+        let _ = std::fs::remove_file(&ssh_log);
         overrides.push(format!(
-            "core.sshCommand={}",
-            ssh_command(&credentials, settings.fetch_timeout)?
+            "core.sshCommand={} 2>>{}",
+            ssh_command(&credentials, settings.fetch_timeout)?,
+            shell_quoted(&ssh_log)?
         ));
         overrides.push("ssh.variant=ssh".to_owned());
     }
-    let path = mirror_path(settings, id);
     let repository = open_mirror(&path, overrides)?;
     let packs = path.join("objects").join("pack");
     let before = folder_bytes(&packs);
@@ -687,7 +731,10 @@ pub fn fetch(
             seconds: settings.fetch_timeout.as_secs(),
         });
     }
-    let (commit, changed) = result?;
+    let (commit, changed) = result.map_err(|error| match url.is_ssh() {
+        true => with_ssh_log(error, &ssh_log),
+        false => error,
+    })?;
     accept_incoming(&repository, &commit).map_err(|message| RemoteError::Mirror {
         path: path.display().to_string(),
         message,

@@ -1,5 +1,6 @@
-//! Remote git connectors against real remotes on loopback, from Debian's `git` package:
-//! `git daemon` (git://) and `git http-backend` behind an HTTP server that wants a token. A
+//! Remote git connectors against real remotes on loopback, from Debian's packages: `git
+//! daemon` (git://), `git http-backend` behind an HTTP server that wants a token, and `sshd`
+//! (OpenSSH) with a client key and a `known_hosts` file. A
 //! run fetches into the connector's mirror and then lists it: commits arrive, a force-push is
 //! followed, a deleted ref, an unreachable remote, a wrong credential and a pack over the
 //! limit each fail the run and remove nothing.
@@ -18,7 +19,7 @@ use receipts::model::{
 use receipts::{Ledger, ManualClock, SqliteLedger, SqliteOptions};
 use testkit::conformance::START;
 use testkit::git::{commit, git};
-use testkit::git_servers::{GitDaemon, GitHttp};
+use testkit::git_servers::{ssh_key, GitDaemon, GitHttp, SshServer};
 use worker::Work;
 
 async fn sqlite_ledger() -> (Arc<dyn Ledger>, Arc<ManualClock>, tempfile::TempDir) {
@@ -376,4 +377,85 @@ async fn an_http_remote_takes_its_token_and_refuses_a_wrong_one_and_a_huge_pack(
     let (result, _) = run_once(&ledger, &clock, good, &remote).await;
     result.expect("the same pack within the default limit");
     assert_eq!(live_keys(&ledger, "good").await, ["big.md", "home.md"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_remote_needs_its_key_and_a_known_host_key() {
+    let (ledger, clock, data) = sqlite_ledger().await;
+    let base = tempfile::tempdir().expect("base");
+    let work = tempfile::tempdir().expect("work");
+    repositories(base.path(), work.path(), "notes.git");
+    write(work.path(), "notes/today.md", "# Today\n\nNotes over SSH.");
+    let head = commit(work.path(), "first");
+    git(work.path(), &["push", "--quiet", "origin", "main"]);
+    let server = SshServer::start().expect("sshd (scripts/setup-git installs openssh-server)");
+    let remote = settings(data.path());
+    let credentials = &remote.credentials_dir;
+    std::fs::create_dir_all(credentials).expect("credentials folder");
+    std::fs::write(
+        credentials.join("known_hosts"),
+        server.known_hosts_line().expect("host key"),
+    )
+    .expect("write");
+    std::fs::copy(server.client_key(), credentials.join("id_ed25519")).expect("copy the key");
+    // Another host key under the same name: what a man in the middle would show.
+    ssh_key(&credentials.join("other_host")).expect("another key");
+    let other = std::fs::read_to_string(credentials.join("other_host.pub")).expect("read");
+    let mut other = other.split_whitespace();
+    std::fs::write(
+        credentials.join("wrong_known_hosts"),
+        format!(
+            "[127.0.0.1]:{} {} {}\n",
+            server
+                .url(Path::new("/"))
+                .rsplit_once(':')
+                .map_or("", |(_, port)| port.trim_end_matches('/')),
+            other.next().unwrap_or_default(),
+            other.next().unwrap_or_default()
+        ),
+    )
+    .expect("write");
+    ssh_key(&credentials.join("stranger")).expect("a key sshd does not know");
+    for (name, text) in [
+        (
+            "ssh.toml",
+            "ssh_key = \"id_ed25519\"\nknown_hosts = \"known_hosts\"\n",
+        ),
+        (
+            "mitm.toml",
+            "ssh_key = \"id_ed25519\"\nknown_hosts = \"wrong_known_hosts\"\n",
+        ),
+        (
+            "stranger.toml",
+            "ssh_key = \"stranger\"\nknown_hosts = \"known_hosts\"\n",
+        ),
+        ("no-hosts.toml", "ssh_key = \"id_ed25519\"\n"),
+    ] {
+        std::fs::write(credentials.join(name), text).expect("write");
+    }
+    let url = server.url(&base.path().join("notes.git"));
+
+    let good = create(&ledger, "good", &url, Some("ssh.toml")).await;
+    let (result, report) = run_once(&ledger, &clock, good, &remote).await;
+    if let Err(failure) = &result {
+        panic!("the run over SSH: {failure:?}\nsshd: {}", server.log());
+    }
+    assert_eq!(report.and_then(|report| report.commit), Some(head));
+    assert_eq!(live_keys(&ledger, "good").await, ["notes/today.md"]);
+
+    // A host key that is not the known one: refused, never accepted on first use.
+    let mitm = create(&ledger, "mitm", &url, Some("mitm.toml")).await;
+    let (result, _) = run_once(&ledger, &clock, mitm, &remote).await;
+    assert!(!failed_with(&result, "remote_auth_failed"), "permanent");
+    // A key the server does not authorize.
+    let stranger = create(&ledger, "stranger", &url, Some("stranger.toml")).await;
+    let (result, _) = run_once(&ledger, &clock, stranger, &remote).await;
+    assert!(!failed_with(&result, "remote_auth_failed"), "permanent");
+    // No known_hosts at all: refused before anything is sent.
+    let blind = create(&ledger, "blind", &url, Some("no-hosts.toml")).await;
+    let (result, _) = run_once(&ledger, &clock, blind, &remote).await;
+    assert!(!failed_with(&result, "credentials_invalid"), "permanent");
+    for dataset in ["mitm", "stranger", "blind"] {
+        assert!(live_keys(&ledger, dataset).await.is_empty(), "{dataset}");
+    }
 }

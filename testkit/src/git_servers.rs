@@ -1,7 +1,8 @@
-//! Git remotes on loopback, from Debian's `git` package: [`GitDaemon`] (`git daemon`, the
-//! `git://` protocol) and [`GitHttp`] (`git http-backend`, the smart HTTP protocol, run as a
-//! CGI program behind a small HTTP server that asks for one `Authorization` value). Both serve
-//! every repository under one base folder and stop when dropped.
+//! Git remotes on loopback, from Debian's packages: [`GitDaemon`] (`git daemon`, the `git://`
+//! protocol) and [`GitHttp`] (`git http-backend`, the smart HTTP protocol, run as a CGI
+//! program behind a small HTTP server that asks for one `Authorization` value), from `git`;
+//! [`SshServer`] (`sshd`, from `openssh-server`), whose user's shell runs `git-upload-pack`.
+//! Each stops when dropped.
 
 use std::io;
 use std::net::SocketAddr;
@@ -26,7 +27,7 @@ impl GitDaemon {
     /// accepts connections.
     pub fn start(base: &Path) -> io::Result<GitDaemon> {
         let [port] = ports::free_ports::<1>()?;
-        let child = Command::new("git")
+        let child = Command::new(debian_git())
             .arg("daemon")
             .arg("--export-all")
             .arg("--reuseaddr")
@@ -166,7 +167,7 @@ async fn serve(
             .unwrap_or("")
             .to_owned()
     };
-    let mut command = tokio::process::Command::new("git");
+    let mut command = tokio::process::Command::new(debian_git());
     command
         .arg("http-backend")
         .env_clear()
@@ -243,4 +244,129 @@ fn cgi_response(output: &[u8]) -> Response<Body> {
         }
     }
     response
+}
+
+/// Debian's `git` (`/usr/bin/git`) where it is installed, else the first `git` on `PATH`.
+fn debian_git() -> &'static str {
+    if Path::new("/usr/bin/git").is_file() {
+        "/usr/bin/git"
+    } else {
+        "git"
+    }
+}
+
+/// Debian's OpenSSH server on a loopback port, for this machine's current user, with a host
+/// key and an authorized client key of its own (made by `ssh-keygen`), serving git over SSH
+/// through the user's shell (`git-upload-pack`).
+#[derive(Debug)]
+pub struct SshServer {
+    child: Child,
+    port: u16,
+    user: String,
+    directory: tempfile::TempDir,
+}
+
+/// Runs `ssh-keygen` for a new ed25519 key at `path` (and `path.pub`).
+pub fn ssh_key(path: &Path) -> io::Result<()> {
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "cairn-test", "-f"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "ssh-keygen failed for {}",
+            path.display()
+        )))
+    }
+}
+
+impl SshServer {
+    /// Starts `/usr/sbin/sshd` (Debian's openssh-server) in the foreground on a free loopback
+    /// port; ready when it accepts connections. As root it needs `/run/sshd`, which it makes.
+    pub fn start() -> io::Result<SshServer> {
+        let directory = tempfile::tempdir()?;
+        let path = directory.path();
+        ssh_key(&path.join("host_key"))?;
+        ssh_key(&path.join("client_key"))?;
+        std::fs::copy(path.join("client_key.pub"), path.join("authorized_keys"))?;
+        let user = String::from_utf8_lossy(&Command::new("id").arg("-un").output()?.stdout)
+            .trim()
+            .to_owned();
+        let root = user == "root";
+        if root {
+            std::fs::create_dir_all("/run/sshd")?;
+        }
+        let [port] = ports::free_ports::<1>()?;
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\nPidFile {dir}/sshd.pid\n\
+             AuthorizedKeysFile {dir}/authorized_keys\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nAllowUsers {user}\n\
+             PermitRootLogin {permit}\nLogLevel VERBOSE\n",
+            dir = path.display(),
+            permit = if root { "prohibit-password" } else { "no" },
+        );
+        std::fs::write(path.join("sshd_config"), config)?;
+        let log = std::fs::File::create(path.join("sshd.log"))?;
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(path.join("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        let mut server = SshServer {
+            child,
+            port,
+            user,
+            directory,
+        };
+        let started = Instant::now();
+        while !ports::listens(port) {
+            if started.elapsed() > Duration::from_secs(10) || server.child.try_wait()?.is_some() {
+                let log = server.log();
+                ports::kill_child(&mut server.child);
+                return Err(io::Error::other(format!(
+                    "sshd did not listen on port {port} within 10 s: {log}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    /// The `ssh://` URL of the repository at the absolute path `repository`.
+    pub fn url(&self, repository: &Path) -> String {
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            self.user,
+            self.port,
+            repository.display()
+        )
+    }
+
+    /// The client key sshd authorizes (its private half).
+    pub fn client_key(&self) -> PathBuf {
+        self.directory.path().join("client_key")
+    }
+
+    /// A `known_hosts` line that names this server's host key.
+    pub fn known_hosts_line(&self) -> io::Result<String> {
+        let public = std::fs::read_to_string(self.directory.path().join("host_key.pub"))?;
+        let mut parts = public.split_whitespace();
+        let (kind, key) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        Ok(format!("[127.0.0.1]:{} {kind} {key}\n", self.port))
+    }
+
+    /// What sshd logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.directory.path().join("sshd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for SshServer {
+    fn drop(&mut self) {
+        ports::stop_child(&mut self.child, "TERM");
+    }
 }
