@@ -84,6 +84,7 @@ pub fn routes(ledger: Arc<dyn SyncLedger>, settings: ConnectorSettings) -> OpenA
         .routes(utoipa_axum::routes!(run_connector))
         .routes(utoipa_axum::routes!(pause_connector))
         .routes(utoipa_axum::routes!(resume_connector))
+        .routes(utoipa_axum::routes!(hook_connector))
         .with_state(ConnectorsState {
             ledger,
             settings: Arc::new(settings),
@@ -411,7 +412,7 @@ async fn run_connector(
         &auth,
         &id,
         query,
-        |id, query| no_tombstone(query).map(|()| ConnectorChange::RunNow { id }),
+        |id, query| no_tombstone(query).map(|()| ConnectorChange::RunNow { id, delivery: None }),
         "run now through the API",
     )
     .await
@@ -489,4 +490,183 @@ async fn remove_connector(
         "removed through the API",
     )
     .await
+}
+
+/// What a push hook did.
+#[derive(Debug, Serialize, ToSchema)]
+struct HookAnswer {
+    /// `run_due` (the run is due now, or already running), `ignored` (another ref or event),
+    /// or `duplicate` (this delivery was taken already; nothing changed).
+    outcome: &'static str,
+    /// Why, for `ignored` and `duplicate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// The run that is due, for `run_due`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run: Option<receipts::Job>,
+}
+
+fn hook_answer(
+    status: StatusCode,
+    outcome: &'static str,
+    reason: Option<String>,
+    run: Option<receipts::Job>,
+) -> Response {
+    (
+        status,
+        Json(HookAnswer {
+            outcome,
+            reason,
+            run,
+        }),
+    )
+        .into_response()
+}
+
+/// `POST /v1/connectors/{id}/hook`: a push webhook from GitHub (`X-Hub-Signature-256`),
+/// GitLab (`X-Gitlab-Token`), Gitea or Forgejo (`X-Gitea-Signature`), verified with the
+/// connector's `hook_secret` (in its credentials file). A push to the connector's ref makes its
+/// run due now; other refs and events are ignored with the reason; a delivery already taken
+/// changes nothing. No bearer token: the signature is the credential.
+#[utoipa::path(post, path = "/v1/connectors/{id}/hook", tag = "connectors",
+    params(("id" = uuid::Uuid, Path, description = "Connector id")),
+    request_body(content = serde_json::Value, content_type = "application/json", description = "The provider's push payload, as it sent it."),
+    responses(
+        (status = 202, description = "A push to the connector's ref: its run is due now.", body = HookAnswer),
+        (status = 200, description = "Ignored (another ref or event) or a duplicate delivery: nothing changed.", body = HookAnswer),
+        ApiErrors))]
+async fn hook_connector(
+    State(state): State<ConnectorsState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let id = connector_id(&id)?;
+    let absent = || {
+        ApiError::not_found(
+            "connector_not_found",
+            format!("no git connector has id {id}"),
+        )
+    };
+    let connector = state.ledger.connector(id).await?.ok_or_else(absent)?;
+    if connector.kind != ConnectorKind::Git {
+        return Err(absent());
+    }
+    let body = receipts::http::read_json_body(&headers, body, crate::hooks::MAX_HOOK_BYTES).await?;
+    let unverified = |code: &str, message: String| {
+        metrics::counter!("cairn_connector_hooks_total", "outcome" => "refused").increment(1);
+        tracing::warn!(connector = %id, code, %message, "push hook refused");
+        ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+    };
+    let settings = state.settings.clone();
+    let name = connector.credentials.clone();
+    let credentials = tokio::task::spawn_blocking(move || {
+        crate::remote::credentials(&settings.remote, name.as_deref())
+    })
+    .await
+    .map_err(|error| {
+        tracing::error!(%error, "reading a connector's credentials panicked");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "internal error; see the server log",
+        )
+    })?;
+    let secret = match credentials {
+        Ok(credentials) => credentials.hook_secret,
+        Err(error) => {
+            tracing::warn!(connector = %id, %error, "a push hook's secret cannot be read");
+            None
+        }
+    };
+    let Some(secret) = secret.filter(|secret| !secret.is_empty()) else {
+        return Err(unverified(
+            "hook_not_configured",
+            format!(
+                "connector {id} holds no hook secret: set hook_secret in the credentials file \
+                 it names (connectors.credentials_dir)"
+            ),
+        ));
+    };
+    let delivery =
+        crate::hooks::verify(&headers, &body, &secret).map_err(|refusal| match refusal {
+            crate::hooks::Refusal::NotJson(_) => {
+                ApiError::unprocessable("invalid_json", refusal.to_string())
+            }
+            _ => unverified("hook_signature_invalid", refusal.to_string()),
+        })?;
+    let provider = delivery.provider.as_str();
+    let ignored = |reason: String| {
+        metrics::counter!("cairn_connector_hooks_total", "outcome" => "ignored").increment(1);
+        tracing::info!(connector = %id, provider, %reason, "push hook ignored");
+        Ok(hook_answer(StatusCode::OK, "ignored", Some(reason), None))
+    };
+    if !delivery.push {
+        return ignored(format!(
+            "a `{}` event starts no run; only pushes do",
+            delivery.event
+        ));
+    }
+    let reference = connector.git_ref.clone().unwrap_or_default();
+    let Some(pushed) = delivery.reference.clone() else {
+        return ignored("the push names no ref".to_owned());
+    };
+    if !crate::hooks::moves(&reference, &pushed) {
+        return ignored(format!(
+            "a push to `{pushed}`; the connector follows `{reference}`"
+        ));
+    }
+    let Some(delivery_id) = delivery.id.clone() else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "hook_delivery_missing",
+            "the delivery carries no delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, \
+             X-Gitea-Delivery): deliveries are deduplicated by it",
+        ));
+    };
+    let after = delivery
+        .after
+        .as_deref()
+        .map(|commit| format!(" (commit {})", commit.chars().take(40).collect::<String>()))
+        .unwrap_or_default();
+    let changed = state
+        .ledger
+        .change_connector(ConnectorCommand {
+            change: ConnectorChange::RunNow {
+                id,
+                delivery: Some(format!(
+                    "{provider}:{}",
+                    delivery_id.chars().take(180).collect::<String>()
+                )),
+            },
+            actor: format!("hook:{provider}"),
+            reason: format!(
+                "push to {}{after}, delivery {}",
+                crate::hooks::shown(&pushed, 200),
+                crate::hooks::shown(&delivery_id, 100)
+            ),
+        })
+        .await;
+    match changed {
+        Ok(changed) => {
+            metrics::counter!("cairn_connector_hooks_total", "outcome" => "run_due").increment(1);
+            tracing::info!(connector = %id, provider, pushed = %pushed, delivery = %delivery_id, "push hook made the run due");
+            Ok(hook_answer(
+                StatusCode::ACCEPTED,
+                "run_due",
+                None,
+                changed.run,
+            ))
+        }
+        Err(error) if error.code() == "duplicate_delivery" => {
+            metrics::counter!("cairn_connector_hooks_total", "outcome" => "duplicate").increment(1);
+            Ok(hook_answer(
+                StatusCode::OK,
+                "duplicate",
+                Some(error.to_string()),
+                None,
+            ))
+        }
+        Err(error) => Err(error.into()),
+    }
 }

@@ -32,6 +32,7 @@ pub mod api;
 pub mod confine;
 pub mod folder;
 pub mod git;
+pub mod hooks;
 pub mod remote;
 pub mod runner;
 mod selection;

@@ -113,6 +113,9 @@ pub struct Credentials {
     /// The `known_hosts` file the SSH host key must be in.
     #[serde(default)]
     pub known_hosts: Option<PathBuf>,
+    /// The secret push hooks to this connector are verified with ([`crate::hooks`]).
+    #[serde(default)]
+    pub hook_secret: Option<String>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -126,6 +129,7 @@ impl std::fmt::Debug for Credentials {
             .field("bearer", &set(&self.bearer))
             .field("ssh_key", &self.ssh_key)
             .field("known_hosts", &self.known_hosts)
+            .field("hook_secret", &set(&self.hook_secret))
             .finish()
     }
 }
@@ -403,7 +407,7 @@ pub fn credentials(
             .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
         invalid(format!(
             "the credentials file {shown} is not valid{}: it takes username, password, token, \
-             bearer, ssh_key and known_hosts (TOML)",
+             bearer, ssh_key, known_hosts and hook_secret (TOML)",
             line.map(|line| format!(" (line {line})"))
                 .unwrap_or_default()
         ))

@@ -186,6 +186,39 @@ fn validate_access(new: &NewConnector) -> Result<()> {
     Ok(())
 }
 
+/// How long a push-hook delivery id is remembered (7 days, in microseconds): a replay within
+/// it changes nothing; providers redeliver within hours.
+pub const DELIVERY_RETENTION_MICROS: i64 = 7 * 24 * 3_600 * 1_000_000;
+
+/// The delivery a change records, checked: at most 200 characters, no control characters.
+pub fn delivery(change: &ConnectorChange) -> Result<Option<&str>> {
+    let ConnectorChange::RunNow {
+        delivery: Some(delivery),
+        ..
+    } = change
+    else {
+        return Ok(None);
+    };
+    if delivery.is_empty() || delivery.len() > 200 || delivery.chars().any(char::is_control) {
+        return Err(LedgerError::invalid(
+            "invalid_delivery",
+            "a delivery id must be 1-200 characters without control characters",
+        ));
+    }
+    Ok(Some(delivery))
+}
+
+/// The refusal of a delivery already recorded.
+pub fn duplicate_delivery(delivery: &str) -> LedgerError {
+    LedgerError::invalid(
+        "duplicate_delivery",
+        format!(
+            "delivery `{}` was received already; nothing was changed",
+            crate::filter::printable(delivery)
+        ),
+    )
+}
+
 /// What a change does to a connector's open run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunStep {
@@ -226,7 +259,7 @@ pub fn target(change: &ConnectorChange) -> Option<Uuid> {
         ConnectorChange::Create(_) => None,
         ConnectorChange::Pause { id }
         | ConnectorChange::Resume { id }
-        | ConnectorChange::RunNow { id }
+        | ConnectorChange::RunNow { id, .. }
         | ConnectorChange::Remove { id, .. } => Some(*id),
     }
 }
@@ -386,7 +419,11 @@ mod tests {
         let stopped = connector(ConnectorState::Paused, None);
         let resumed = plan(&stopped, None, &ConnectorChange::Resume { id }).expect("resume");
         assert_eq!(resumed.run, RunStep::Queue);
-        let refused = plan(&stopped, None, &ConnectorChange::RunNow { id });
+        let refused = plan(
+            &stopped,
+            None,
+            &ConnectorChange::RunNow { id, delivery: None },
+        );
         assert!(refused.is_err_and(|error| error.code() == "connector_state"));
         let removed = connector(ConnectorState::Removed, Some(Removal::Keep));
         assert!(plan(&removed, None, &ConnectorChange::Resume { id }).is_err());

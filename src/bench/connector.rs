@@ -205,7 +205,7 @@ pub async fn connector(mut bench: ConnectorBench) -> anyhow::Result<Value> {
     let run_now = || async {
         ledger
             .change_connector(ConnectorCommand {
-                change: ConnectorChange::RunNow { id },
+                change: ConnectorChange::RunNow { id, delivery: None },
                 actor: "cairn:bench".to_owned(),
                 reason: "next measured run".to_owned(),
             })

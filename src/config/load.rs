@@ -890,6 +890,7 @@ fn connector_settings(
         bearer: secret("CAIRN_GIT_BEARER"),
         ssh_key: secret("CAIRN_GIT_SSH_KEY").map(PathBuf::from),
         known_hosts: secret("CAIRN_GIT_KNOWN_HOSTS").map(PathBuf::from),
+        hook_secret: None,
     };
     Ok(connectors::api::ConnectorSettings {
         folder_roots,

@@ -512,3 +512,201 @@ async fn a_git_connector_keeps_search_equal_to_the_ref() {
     );
     let _ = server.kill().await;
 }
+
+/// `POST {base}/v1/connectors/{id}/hook` as GitHub sends it, signed with `secret`; answers the
+/// status and the JSON body.
+async fn github_push(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    secret: &str,
+    reference: &str,
+    delivery: &str,
+) -> (u16, Value) {
+    let body =
+        serde_json::to_vec(&json!({"ref": reference, "after": "0".repeat(40)})).expect("payload");
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let signature = hex::encode(ring::hmac::sign(&key, &body).as_ref());
+    let response = http
+        .post(format!("{base}/v1/connectors/{id}/hook"))
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", delivery)
+        .header("x-hub-signature-256", format!("sha256={signature}"))
+        .body(body)
+        .send()
+        .await
+        .expect("hook");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON answer"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_hook_makes_a_remote_connector_run_at_once() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let remotes = tempfile::tempdir().expect("remotes");
+    let work = tempfile::tempdir().expect("work");
+    let credentials = tempfile::tempdir().expect("credentials");
+    git(remotes.path(), &["init", "--quiet", "--bare", "docs.git"]);
+    git(work.path(), &["init", "--quiet", "--initial-branch=main"]);
+    let served = remotes.path().join("docs.git");
+    git(
+        work.path(),
+        &["remote", "add", "origin", &served.to_string_lossy()],
+    );
+    std::fs::write(
+        work.path().join("a.md"),
+        "# Alpha\n\nwombat from the first push",
+    )
+    .expect("write");
+    commit(work.path(), "first");
+    git(work.path(), &["push", "--quiet", "origin", "main"]);
+    std::fs::write(
+        credentials.path().join("hook.toml"),
+        "hook_secret = \"hook-s3cret\"\n",
+    )
+    .expect("write");
+    let daemon = testkit::git_servers::GitDaemon::start(remotes.path()).expect("git daemon");
+    let credentials_dir = credentials.path().to_string_lossy().into_owned();
+    let (mut server, base) = spawn_serve_with(
+        data.path(),
+        &[],
+        &[
+            ("CAIRN_CONNECTOR_REMOTE_HOSTS", "127.0.0.1"),
+            ("CAIRN_CONNECTOR_CREDENTIALS_DIR", credentials_dir.as_str()),
+        ],
+        "warn",
+        std::process::Stdio::inherit(),
+    )
+    .await;
+    let admin = crate::common::admin_token(data.path());
+    let http = reqwest::Client::new();
+    // A remote on a host the configuration does not name is refused at creation.
+    let refused = cairn()
+        .args([
+            "connector",
+            "add",
+            "git",
+            "https://example.org/org/docs.git",
+            "--ref",
+            "main",
+        ])
+        .args(["--dataset", "docs", "--server", &base, "--token", &admin])
+        .output()
+        .expect("run cairn connector");
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("location_refused"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // Runs a day apart: only the hook can make the second one come soon.
+    let created = connector(
+        &base,
+        &admin,
+        &[
+            "add",
+            "git",
+            &daemon.url("docs.git"),
+            "--ref",
+            "main",
+            "--dataset",
+            "docs",
+            "--every",
+            "1d",
+            "--credentials",
+            "hook.toml",
+            "--json",
+        ],
+    );
+    let created: Value = serde_json::from_str(&created).expect("created json");
+    let id = created["connector"]["id"].as_str().expect("id").to_owned();
+    wait_for_runs(&http, &base, &admin, &id, 1).await;
+    assert_eq!(found(&http, &base, &admin).await, ["a.md"]);
+
+    std::fs::write(
+        work.path().join("b.md"),
+        "# Bravo\n\nwombat from the second push",
+    )
+    .expect("write");
+    commit(work.path(), "second");
+    git(work.path(), &["push", "--quiet", "origin", "main"]);
+
+    // A wrong signature, and none: 401, nothing changes.
+    let (status, answer) = github_push(
+        &http,
+        &base,
+        &id,
+        "not-the-secret",
+        "refs/heads/main",
+        "d-0",
+    )
+    .await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (401, Some("hook_signature_invalid")),
+        "{answer}"
+    );
+    let unsigned = http
+        .post(format!("{base}/v1/connectors/{id}/hook"))
+        .header("content-type", "application/json")
+        .body("{\"ref\":\"refs/heads/main\"}")
+        .send()
+        .await
+        .expect("hook");
+    assert_eq!(unsigned.status().as_u16(), 401);
+    // A push to another ref is ignored, with the reason.
+    let (status, answer) =
+        github_push(&http, &base, &id, "hook-s3cret", "refs/heads/dev", "d-1").await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (200, Some("ignored")),
+        "{answer}"
+    );
+    assert!(answer["reason"]
+        .as_str()
+        .is_some_and(|reason| reason.contains("refs/heads/dev")));
+    // The push to main: the run is due now, and search finds the commit's change in seconds.
+    let (status, answer) =
+        github_push(&http, &base, &id, "hook-s3cret", "refs/heads/main", "d-2").await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (202, Some("run_due")),
+        "{answer}"
+    );
+    // The same delivery again changes nothing.
+    let (status, answer) =
+        github_push(&http, &base, &id, "hook-s3cret", "refs/heads/main", "d-2").await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (200, Some("duplicate")),
+        "{answer}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while found(&http, &base, &admin).await != ["a.md", "b.md"] {
+        assert!(
+            Instant::now() < deadline,
+            "the pushed file was not found within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The connector's history names the hook, its delivery and the ref it moved.
+    let view = get_json(&http, &format!("{base}/v1/connectors/{id}"), &admin).await;
+    let hooks: Vec<&Value> = view["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|entry| entry["event"] == "hook")
+        .collect();
+    assert_eq!(hooks.len(), 1, "one delivery taken: {view}");
+    assert_eq!(hooks[0]["actor"], "hook:github");
+    assert_eq!(hooks[0]["to"], "github:d-2");
+    assert!(
+        hooks[0]["cause"]
+            .as_str()
+            .is_some_and(|cause| cause.contains("refs/heads/main")),
+        "{view}"
+    );
+    drop(daemon);
+    let _ = server.kill().await;
+}

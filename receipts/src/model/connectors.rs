@@ -185,6 +185,10 @@ pub enum ConnectorChange {
     RunNow {
         /// The connector.
         id: Uuid,
+        /// The push-hook delivery that asks (`<provider>:<delivery id>`): recorded with the
+        /// change, and a delivery already recorded is refused (`duplicate_delivery`), so a
+        /// replay changes nothing.
+        delivery: Option<String>,
     },
     /// Removes a connector for good. Its open run is stopped as by a pause; with
     /// [`Removal::Tombstone`] a last run then tombstones every source it created.

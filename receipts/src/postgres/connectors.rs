@@ -169,6 +169,30 @@ impl PostgresLedger {
         let open = open_run(&mut tx, id).await?;
         let plan = connectors::plan(&connector, open.as_ref(), &change)?;
         let cause = format!("{}: {reason}", plan.cause);
+        if let Some(delivery) = connectors::delivery(&change)? {
+            sqlx::query(
+                "DELETE FROM connector_deliveries WHERE connector_id = $1 AND received_at < $2",
+            )
+            .bind(id)
+            .bind(now - connectors::DELIVERY_RETENTION_MICROS)
+            .execute(&mut *tx)
+            .await?;
+            let recorded = sqlx::query(
+                "INSERT INTO connector_deliveries (connector_id, delivery_id, received_at, actor, \
+                   cause) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(delivery)
+            .bind(now)
+            .bind(&actor)
+            .bind(&cause)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if recorded == 0 {
+                return Err(connectors::duplicate_delivery(delivery));
+            }
+        }
         if let Some((state, removal)) = plan.state {
             sqlx::query(
                 "UPDATE connectors SET state = $2, removal = $3, changed_by = $4, \

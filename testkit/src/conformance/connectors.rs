@@ -92,7 +92,7 @@ pub async fn connector_changes_go_through_one_path(harness: Harness) {
     );
     assert_eq!(again.cancelled_runs, 0);
     let refused = ledger
-        .change_connector(command(ConnectorChange::RunNow { id }))
+        .change_connector(command(ConnectorChange::RunNow { id, delivery: None }))
         .await;
     assert!(
         refused
@@ -112,11 +112,42 @@ pub async fn connector_changes_go_through_one_path(harness: Harness) {
     // No second open run: run now answers the open one.
     let now = must(
         ledger
-            .change_connector(command(ConnectorChange::RunNow { id }))
+            .change_connector(command(ConnectorChange::RunNow { id, delivery: None }))
             .await,
         "run now",
     );
     assert_eq!(now.run.map(|run| run.id), Some(run.id));
+    // A push hook's delivery is recorded with the change it causes; the same delivery again
+    // is refused and changes nothing, another one is taken.
+    let hooked = |delivery: &str| {
+        command(ConnectorChange::RunNow {
+            id,
+            delivery: Some(delivery.to_owned()),
+        })
+    };
+    let first_delivery = must(
+        ledger.change_connector(hooked("github:d-1")).await,
+        "a delivery",
+    );
+    assert_eq!(first_delivery.run.map(|run| run.id), Some(run.id));
+    let replayed = ledger.change_connector(hooked("github:d-1")).await;
+    assert!(
+        replayed
+            .as_ref()
+            .is_err_and(|error| error.code() == "duplicate_delivery"),
+        "{replayed:?}"
+    );
+    must(
+        ledger.change_connector(hooked("github:d-2")).await,
+        "another delivery",
+    );
+    let refused_id = ledger.change_connector(hooked("bad\nid")).await;
+    assert!(
+        refused_id
+            .as_ref()
+            .is_err_and(|error| error.code() == "invalid_delivery"),
+        "{refused_id:?}"
+    );
 
     let removed = must(
         ledger
@@ -156,7 +187,29 @@ pub async fn connector_changes_go_through_one_path(harness: Harness) {
         .collect();
     assert_eq!(
         states,
-        ["active", "paused", "active", "removed:keep"],
+        [
+            "active",
+            "paused",
+            "active",
+            "github:d-1",
+            "github:d-2",
+            "removed:keep"
+        ],
+        "{trail:?}"
+    );
+    // Each delivery taken is in history as a `hook` event with its actor and cause; the
+    // replay refused is not.
+    let hooks: Vec<(&str, &str)> = trail
+        .iter()
+        .filter(|entry| entry.event == "hook")
+        .map(|entry| (entry.actor.as_str(), entry.cause.as_str()))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            ("test:operator", "run now: conformance"),
+            ("test:operator", "run now: conformance")
+        ],
         "{trail:?}"
     );
     assert!(

@@ -223,6 +223,10 @@ class Connector(Model):
     """Time between the end of a run and the start of the next, in milliseconds."""
     access: ConnectorAccess | None = None
     """Who may read its sources, kept by each run."""
+    credentials: str | None = None
+    """A remote repository's credentials: the name of a file in the workers' credentials folder
+    (never the secret itself); `None`: the environment's, or none.
+    """
     state: str
     """Where it is in its life."""
     removal: str | None = None
@@ -311,9 +315,19 @@ class CreateBody(Model):
     dataset: str
     """The dataset it keeps (the token must be allowed to ingest into it)."""
     kind: str
-    """`folder`, or `git` (a repository on the workers' machines, read without a work tree)."""
+    """`folder`, or `git` (a repository on the workers' machines, read without a work tree, or
+    a remote one, fetched into a mirror at every run).
+    """
     location: str
-    """The folder's or the repository's absolute path, inside a configured root."""
+    """The folder's or the repository's absolute path, inside a configured root; or a remote
+    repository's URL (`https://`, `http://`, `ssh://`, `user@host:path`, `git://`) on a host
+    in `connectors.remote_hosts`, without credentials.
+    """
+    credentials: str | None = None
+    """A remote repository's credentials: the name of a file in the workers'
+    `connectors.credentials_dir` (a token, basic credentials, or an SSH key with its
+    `known_hosts`). Absent: the workers' `CAIRN_GIT_*` environment, or none.
+    """
     ref: str | None = None
     """The git ref (a branch, a tag or a commit id): required for git, refused for a folder."""
     include: list[str] | None = None
@@ -512,6 +526,18 @@ class HistoryEntry(Model):
     """... and its message."""
     stage: str | None = None
     """A job run's end: the stage it had reached."""
+
+
+class HookAnswer(Model):
+    """What a push hook did."""
+
+    outcome: str
+    """`run_due` (the run is due now, or already running), `ignored` (another ref or event), or
+    `duplicate` (this delivery was taken already; nothing changed).
+    """
+    reason: str | None = None
+    """Why, for `ignored` and `duplicate`."""
+    run: Job | None = None
 
 
 class Identity(Model):
@@ -1052,6 +1078,10 @@ class SyncReport(Model):
     """Sources whose readers the run changed (counted apart from content changes: an access
     change is no new revision).
     """
+    fetched_bytes: int | None = None
+    """A remote repository's fetch: bytes it wrote to the mirror (0 when nothing changed)."""
+    fetch_ms: int | None = None
+    """How long the fetch took, in milliseconds (0 for a local repository or a folder)."""
     files: list[SyncFile]
     """Up to [`MAX_REPORTED_FILES`] files skipped, failed or in conflict."""
     files_omitted: int
@@ -1193,6 +1223,7 @@ SCHEMAS = [
     "GenerationFields",
     "GraphSources",
     "HistoryEntry",
+    "HookAnswer",
     "Identity",
     "Job",
     "LinkView",
