@@ -33,7 +33,7 @@ pub struct ConnectorBench {
 }
 
 /// A `git daemon` serving one folder's repositories on a loopback port, stopped on drop.
-struct Daemon(std::process::Child);
+pub(super) struct Daemon(std::process::Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
@@ -43,7 +43,7 @@ impl Drop for Daemon {
 }
 
 /// Starts `git daemon` over `base` and answers it with its port once it accepts connections.
-fn daemon(base: &std::path::Path) -> anyhow::Result<(Daemon, u16)> {
+pub(super) fn daemon(base: &std::path::Path) -> anyhow::Result<(Daemon, u16)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -72,7 +72,7 @@ fn daemon(base: &std::path::Path) -> anyhow::Result<(Daemon, u16)> {
 }
 
 /// Runs `git ARGS` in `repository`.
-fn git(repository: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
+pub(super) fn git(repository: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
     let output = std::process::Command::new("git")
         .arg("-C")
         .arg(repository)
@@ -91,7 +91,7 @@ fn git(repository: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn commit(repository: &std::path::Path, message: &str) -> anyhow::Result<()> {
+pub(super) fn commit(repository: &std::path::Path, message: &str) -> anyhow::Result<()> {
     git(repository, &["add", "--all"])?;
     git(repository, &["commit", "--quiet", "-m", message])
 }

@@ -452,8 +452,10 @@ pub use oauth::{oauth, OAuthBench};
 
 mod connector;
 mod prune;
+mod push_hook;
 pub use connector::{connector, ConnectorBench};
 pub use prune::{prune, PruneBench};
+pub use push_hook::{push_hook, PushHookBench};
 mod verify;
 pub use verify::{verify, VerifyBench};
 mod webhooks;

@@ -270,6 +270,17 @@ enum BenchCommand {
         #[arg(long, default_value = "bench-connector.json")]
         out: PathBuf,
     },
+    /// Push-to-searchable: a served cairn keeps a dataset equal to a `git daemon` remote
+    /// (runs a day apart); each round pushes a commit, sends its push hook and times until a
+    /// lexical search finds the commit's change.
+    PushHook {
+        /// Pushes measured.
+        #[arg(long, default_value_t = 20)]
+        pushes: usize,
+        /// Where to write the JSON report (also printed).
+        #[arg(long, default_value = "bench-push-hook.json")]
+        out: PathBuf,
+    },
     /// Extraction throughput per format (PDF, DOCX, HTML, Markdown) on the files of the
     /// given folders, one document at a time.
     Extract {
@@ -588,6 +599,11 @@ impl BenchArgs {
                     remote,
                 })
                 .await?;
+                write_report(&out, &report)?;
+            }
+            BenchCommand::PushHook { pushes, out } => {
+                let report =
+                    crate::bench::push_hook(crate::bench::PushHookBench { pushes }).await?;
                 write_report(&out, &report)?;
             }
             BenchCommand::Verify {
