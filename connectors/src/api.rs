@@ -529,6 +529,9 @@ fn hook_answer(
 /// run due now; other refs and events are ignored with the reason; a delivery already taken
 /// changes nothing. No bearer token: the signature is the credential.
 #[utoipa::path(post, path = "/v1/connectors/{id}/hook", tag = "connectors",
+    // No bearer token: the provider's signature (X-Hub-Signature-256, X-Gitea-Signature,
+    // X-Forgejo-Signature or X-Gitlab-Token) over the body is the credential.
+    security(()),
     params(("id" = uuid::Uuid, Path, description = "Connector id")),
     request_body(content = serde_json::Value, content_type = "application/json", description = "The provider's push payload, as it sent it."),
     responses(

@@ -26,7 +26,8 @@ pub enum Provider {
     GitHub,
     /// GitLab (`X-Gitlab-Token`, `X-Gitlab-Event`, `X-Gitlab-Event-UUID`).
     GitLab,
-    /// Gitea or Forgejo (`X-Gitea-Signature`, `X-Gitea-Event`, `X-Gitea-Delivery`).
+    /// Gitea or Forgejo (`X-Gitea-Signature` or `X-Forgejo-Signature`, `X-Gitea-Event`,
+    /// `X-Gitea-Delivery`).
     Gitea,
 }
 
@@ -106,11 +107,16 @@ pub fn verify(
     body: &[u8],
     secret: &str,
 ) -> Result<Delivery, Refusal> {
-    let (provider, verified) = if !header(headers, "x-gitea-signature").is_empty() {
-        (
-            Provider::Gitea,
-            hmac_matches(secret, body, header(headers, "x-gitea-signature")),
-        )
+    // Forgejo sends its own header and Gitea's; Gitea sends GitHub's too. The most specific
+    // one present decides.
+    let gitea = [
+        header(headers, "x-forgejo-signature"),
+        header(headers, "x-gitea-signature"),
+    ]
+    .into_iter()
+    .find(|value| !value.is_empty());
+    let (provider, verified) = if let Some(signature) = gitea {
+        (Provider::Gitea, hmac_matches(secret, body, signature))
     } else if !header(headers, "x-hub-signature-256").is_empty() {
         let signature = header(headers, "x-hub-signature-256");
         let matches = signature
@@ -257,6 +263,14 @@ mod tests {
         ]);
         let delivery = verify(&gitea, BODY, "s3").expect("gitea");
         assert_eq!((delivery.provider, delivery.push), (Provider::Gitea, true));
+        let forgejo = headers(&[
+            ("x-forgejo-signature", sign("s3", BODY)),
+            ("x-forgejo-event", "push".to_owned()),
+            ("x-forgejo-delivery", "f-1".to_owned()),
+        ]);
+        let delivery = verify(&forgejo, BODY, "s3").expect("forgejo");
+        assert_eq!(delivery.id.as_deref(), Some("f-1"));
+        assert_eq!(verify(&forgejo, BODY, "s4"), Err(Refusal::BadSignature));
 
         let gitlab = headers(&[
             ("x-gitlab-token", "s3".to_owned()),

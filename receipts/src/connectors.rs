@@ -7,7 +7,9 @@
 //! - A connector is `active`, `paused` or `removed` (final). It has at most one open run (a
 //!   `sync` job that is pending, running or waiting to retry): a unique index holds that.
 //! - Scheduling is one rule, applied at every claim: an active connector without an open run
-//!   gets one, due one interval after its last run changed state (at once if it never ran); a
+//!   gets one, due one interval after its last run changed state (at once if it never ran, or
+//!   if a push-hook delivery arrived after its last run started: that run may have fetched
+//!   before the push); a
 //!   removed connector whose removal tombstones gets one at once while it still owns a live
 //!   source. A run that completed, died or was cancelled is therefore followed by the next
 //!   without any special case in the run's ending.

@@ -360,8 +360,9 @@ async fn record(
 
 /// The scheduling rule ([`crate::connectors`]), run with every claim: every active connector
 /// without an open run gets one, due one interval after its last run changed state (now if
-/// it never ran); a removed connector whose removal tombstones gets one now while it still
-/// owns a live source.
+/// it never ran, or if a push-hook delivery arrived after its last run started, which may
+/// have fetched before the push); a removed connector whose removal tombstones gets one now
+/// while it still owns a live source.
 pub(crate) async fn schedule(
     connection: &mut SqliteConnection,
     now: Micros,
@@ -369,7 +370,15 @@ pub(crate) async fn schedule(
 ) -> Result<()> {
     let due = sqlx::query(
         "SELECT c.*, \
+           EXISTS (SELECT 1 FROM connector_deliveries AS d WHERE d.connector_id = c.id \
+             AND d.received_at > (SELECT coalesce(last.started_at, last.created_at) \
+               FROM jobs AS last WHERE last.connector_id = c.id \
+               ORDER BY last.created_at DESC LIMIT 1)) AS pushed, \
            CASE WHEN c.state = 'removed' THEN ?1 \
+                WHEN EXISTS (SELECT 1 FROM connector_deliveries AS d WHERE d.connector_id = c.id \
+                  AND d.received_at > (SELECT coalesce(last.started_at, last.created_at) \
+                    FROM jobs AS last WHERE last.connector_id = c.id \
+                    ORDER BY last.created_at DESC LIMIT 1)) THEN ?1 \
                 ELSE max(?1, coalesce((SELECT last.changed_at FROM jobs AS last \
                   WHERE last.connector_id = c.id ORDER BY last.created_at DESC LIMIT 1) \
                   + c.interval_ms * 1000, ?1)) END AS due_at \
@@ -387,8 +396,11 @@ pub(crate) async fn schedule(
     for row in &due {
         let connector = connector_from_row(row)?;
         let due_at: Micros = row.try_get("due_at")?;
+        let pushed: bool = row.try_get("pushed")?;
         let rule = if connector.state == crate::model::ConnectorState::Removed {
             "last run: tombstone what the removed connector created".to_owned()
+        } else if pushed {
+            "a push hook arrived while the last run ran".to_owned()
         } else {
             format!(
                 "every {} s after the last run",

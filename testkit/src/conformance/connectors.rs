@@ -324,8 +324,36 @@ pub async fn sync_runs_are_leased_recorded_and_scheduled(harness: Harness) {
     assert_eq!(runs[0].job.changed_by, "cairn:scheduler");
     assert_eq!(runs[0].job.priority, receipts::connectors::SYNC_PRIORITY);
     harness.clock.advance(61 * SECOND);
-    let (next, _) = claim_one(&harness, "worker-b").await;
+    let (next, next_token) = claim_one(&harness, "worker-b").await;
     assert_eq!(next.id, runs[0].job.id);
+
+    // A push hook while that run runs: the run may have fetched before the push, so the next
+    // one is due as soon as it ends, not one interval later.
+    harness.clock.advance(SECOND);
+    let pushed = must(
+        ledger
+            .change_connector(command(ConnectorChange::RunNow {
+                id: connector.id,
+                delivery: Some("github:while-running".to_owned()),
+            }))
+            .await,
+        "a push while running",
+    );
+    assert_eq!(pushed.run.map(|run| run.id), Some(next.id));
+    harness.clock.advance(SECOND);
+    must(ledger.complete(&next_token).await, "complete");
+    let (again, again_token) = claim_one(&harness, "worker-a").await;
+    assert_eq!(again.connector_id, Some(connector.id));
+    assert_eq!(
+        again.run_at_rule,
+        "a push hook arrived while the last run ran"
+    );
+    // That run started after the delivery: the one after it waits its interval again.
+    must(ledger.complete(&again_token).await, "complete");
+    assert!(
+        must(ledger.claim("worker-a", 5).await, "claim").is_empty(),
+        "no second run for one push"
+    );
 }
 
 /// A live source belongs to its owner: API ingest cannot overwrite or delete a connector's
